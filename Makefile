@@ -1,0 +1,42 @@
+# Everything a fresh machine needs: `make demo` and `make test` create the venv, install anvil (editable, with the
+# dev extras) and a C++ compiler via apt when none is found, then run.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+SUDO := $(shell [ "$$(id -u)" -ne 0 ] && echo sudo)
+
+.PHONY: demo test lint format bench compiler clean
+
+$(STAMP): pyproject.toml
+	@command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 || command -v clang++ >/dev/null 2>&1 \
+	  || $(MAKE) --no-print-directory compiler
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[dev]"
+	@touch $(STAMP)
+
+compiler:
+	@echo "no C++ compiler found: installing g++ with apt-get"
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq g++
+
+demo: $(STAMP)
+	$(PY) examples/demo.py
+
+test: $(STAMP)
+	$(PY) -m pytest -q -n 2 --dist loadgroup tests
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check anvil tests examples benchmarks
+	$(VENV)/bin/ruff format --check anvil tests examples benchmarks
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format anvil tests examples benchmarks
+	$(VENV)/bin/ruff check --fix anvil tests examples benchmarks
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_eval.py
+
+clean:
+	rm -rf build $(VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -1,0 +1,13 @@
+"""anvil.codegen: trace tinygrad math, render portable C++, compile it, call it; emit modules."""
+
+from anvil.codegen.arg import Arg as Arg
+from anvil.codegen.base import FunctionBase as FunctionBase
+from anvil.codegen.build import STAGE_COUNTS as STAGE_COUNTS
+from anvil.codegen.constant import CodegenIntConstant as CodegenIntConstant
+from anvil.codegen.decorator import numerical_function as numerical_function
+from anvil.codegen.function import NumericalFunction as NumericalFunction
+from anvil.codegen.jit import CompileError as CompileError
+from anvil.codegen.jit import CompilerNotFoundError as CompilerNotFoundError
+from anvil.codegen.module import generate_module as generate_module
+from anvil.codegen.sparse import SparseNumericalFunction as SparseNumericalFunction
+from anvil.codegen.sparse import sparse_numerical_function as sparse_numerical_function

@@ -1,0 +1,102 @@
+"""`Arg`: the declared shape and dtype of one input of a generated function."""
+
+from __future__ import annotations
+
+import keyword
+from dataclasses import dataclass, field
+
+import numpy as np
+from tinygrad import dtypes
+from tinygrad.dtype import DType
+
+from anvil.codegen.constant import CodegenIntConstant
+
+Dim = int | CodegenIntConstant
+ShapeLike = Dim | tuple[Dim, ...]
+
+# NOTE: the dtypes a generated function can take or return, with their C++ spelling.
+CPP_TYPES: dict[DType, str] = {
+  dtypes.float64: "double",
+  dtypes.float32: "float",
+  dtypes.int8: "int8_t",
+  dtypes.int16: "int16_t",
+  dtypes.int32: "int32_t",
+  dtypes.int64: "int64_t",
+  dtypes.uint8: "uint8_t",
+  dtypes.uint16: "uint16_t",
+  dtypes.uint32: "uint32_t",
+  dtypes.uint64: "uint64_t",
+  dtypes.bool: "bool",
+}
+
+
+def cpp_type(dtype: DType, what: str) -> str:
+  """The C++ spelling of `dtype`; `what` names the argument for the error message."""
+  if (name := CPP_TYPES.get(dtype)) is None:
+    supported = ", ".join(d.name for d in CPP_TYPES)
+    raise TypeError(f"{what}: dtype {dtype.name} is not supported by generated code (supported: {supported})")
+  return name
+
+
+def numpy_dtype(dtype: DType) -> np.dtype:
+  """The numpy dtype matching a supported tinygrad dtype."""
+  return np.dtype(dtype.fmt)
+
+
+def _normalize_shape(shape: ShapeLike) -> tuple[Dim, ...]:
+  dims = shape if isinstance(shape, tuple) else (shape,)
+  for d in dims:
+    if isinstance(d, CodegenIntConstant):
+      if d.name is None:
+        raise ValueError(f"Arg shape: {d.expr} is an unnamed expression; name it with CodegenIntConstant.from_expr")
+      if d.value < 0:
+        raise ValueError(f"Arg shape: constant {d.name} = {d.value} is negative")
+    elif isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 0:
+      raise ValueError(f"Arg shape: expected non-negative ints, got {shape!r}")
+  return tuple(d if isinstance(d, CodegenIntConstant) else int(d) for d in dims)
+
+
+@dataclass(frozen=True)
+class Arg:
+  """One input of a generated function: its shape (C order) and dtype.
+
+  Args:
+    shape: an int (a vector), a tuple of ints (`()` is a scalar), or `CodegenIntConstant`s, which the generated
+      header then spells by name (`Buffer<double, N>`).
+    dtype: a tinygrad dtype; float64 unless given.
+    name: a name for error messages and the generated header; defaults to the Python parameter name.
+
+  Example:
+    >>> Arg(3), Arg((2, 2), dtype=dtypes.float32), Arg(0)
+  """
+
+  shape: ShapeLike
+  dtype: DType = dtypes.float64
+  name: str | None = None
+  dims: tuple[Dim, ...] = field(init=False, repr=False, compare=False)
+
+  def __post_init__(self) -> None:
+    object.__setattr__(self, "dims", _normalize_shape(self.shape))
+    object.__setattr__(self, "shape", tuple(int(d) for d in self.dims))
+    if not isinstance(self.dtype, DType):
+      raise TypeError(f"Arg dtype: expected a tinygrad dtype such as dtypes.float64, got {self.dtype!r}")
+    cpp_type(self.dtype, "Arg")
+    if self.name is not None and (not self.name.isidentifier() or keyword.iskeyword(self.name)):
+      raise ValueError(f"Arg name: {self.name!r} is not an identifier")
+
+  @property
+  def size(self) -> int:
+    """Number of elements."""
+    n = 1
+    for d in self.shape:  # type: ignore[union-attr]
+      n *= int(d)
+    return n
+
+  @property
+  def constants(self) -> tuple[CodegenIntConstant, ...]:
+    """The named constants used in the shape."""
+    return tuple(d for d in self.dims if isinstance(d, CodegenIntConstant))
+
+  def named(self, name: str) -> Arg:
+    """A copy of this Arg with `name` set when it has none."""
+    return self if self.name is not None else Arg(self.dims, self.dtype, name)

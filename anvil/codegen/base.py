@@ -1,0 +1,183 @@
+"""`FunctionBase`: the one protocol every generated thing follows, and the jinja2 templates that fill it."""
+
+from __future__ import annotations
+
+import abc
+import functools
+import keyword
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from anvil.codegen.constant import CodegenIntConstant
+
+# NOTE: names become C++ namespaces, so C++ keywords are as invalid as Python ones.
+CPP_KEYWORDS = frozenset(
+  [
+    "alignas",
+    "alignof",
+    "and",
+    "and_eq",
+    "asm",
+    "auto",
+    "bitand",
+    "bitor",
+    "bool",
+    "break",
+    "case",
+    "catch",
+    "char",
+    "char8_t",
+    "char16_t",
+    "char32_t",
+    "class",
+    "compl",
+    "concept",
+    "const",
+    "consteval",
+    "constexpr",
+    "constinit",
+    "const_cast",
+    "continue",
+    "co_await",
+    "co_return",
+    "co_yield",
+    "decltype",
+    "default",
+    "delete",
+    "do",
+    "double",
+    "dynamic_cast",
+    "else",
+    "enum",
+    "explicit",
+    "export",
+    "extern",
+    "false",
+    "float",
+    "for",
+    "friend",
+    "goto",
+    "if",
+    "inline",
+    "int",
+    "long",
+    "mutable",
+    "namespace",
+    "new",
+    "noexcept",
+    "not",
+    "not_eq",
+    "nullptr",
+    "operator",
+    "or",
+    "or_eq",
+    "private",
+    "protected",
+    "public",
+    "register",
+    "reinterpret_cast",
+    "requires",
+    "return",
+    "short",
+    "signed",
+    "sizeof",
+    "static",
+    "static_assert",
+    "static_cast",
+    "struct",
+    "switch",
+    "template",
+    "this",
+    "thread_local",
+    "throw",
+    "true",
+    "try",
+    "typedef",
+    "typeid",
+    "typename",
+    "union",
+    "unsigned",
+    "using",
+    "virtual",
+    "void",
+    "volatile",
+    "wchar_t",
+    "while",
+    "xor",
+    "xor_eq",
+    "std",
+    "anvil",
+  ]
+)
+
+
+def check_identifier(name: object, what: str) -> str:
+  """Return `name` if it can name a C++ namespace or file, else raise ValueError saying why not."""
+  if not isinstance(name, str):
+    raise TypeError(f"{what}: expected a str, got {type(name).__name__}")
+  if not name.isidentifier() or not name.isascii() or keyword.iskeyword(name) or name in CPP_KEYWORDS:
+    raise ValueError(f"{what}: {name!r} is not a valid C++ identifier (letters, digits and _, not a keyword)")
+  if name.startswith("__") or (name.startswith("_") and name[1:2].isupper()):
+    raise ValueError(f"{what}: {name!r} is reserved in C++ (leading __ or _ and a capital)")
+  return name
+
+
+@functools.cache
+def _environment() -> jinja2.Environment:
+  return jinja2.Environment(
+    loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+    autoescape=False,
+  )
+
+
+def render_template(template: str, /, **context: Any) -> str:
+  """Fill the jinja2 `template` from this package's `templates/` folder."""
+  return _environment().get_template(template).render(**context)
+
+
+class FunctionBase(abc.ABC):
+  """Anything that becomes C++ in a generated module: a numerical function, a derivative, a solver, a controller.
+
+  `generate_module` collects `dependencies()` recursively, toposorts them, declares every `codegen_constants` once,
+  and concatenates `header_code` and `source_code` in dependency order.
+  """
+
+  name: str
+
+  def dependencies(self) -> tuple[FunctionBase, ...]:
+    """The generated functions this one calls (emitted before it)."""
+    return ()
+
+  @property
+  def codegen_constants(self) -> tuple[CodegenIntConstant, ...]:
+    """Named constants this function's code refers to."""
+    return ()
+
+  @property
+  def header_includes(self) -> tuple[str, ...]:
+    """`#include` targets its header code needs, spelled with quotes or angle brackets."""
+    return ()
+
+  @property
+  def source_includes(self) -> tuple[str, ...]:
+    """`#include` targets its source code needs."""
+    return ()
+
+  @property
+  @abc.abstractmethod
+  def header_code(self) -> str:
+    """Declarations for the module header."""
+
+  @property
+  @abc.abstractmethod
+  def source_code(self) -> str:
+    """Definitions for the module source."""
+
+  def __repr__(self) -> str:
+    return f"{type(self).__name__}({self.name!r})"

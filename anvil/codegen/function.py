@@ -1,0 +1,382 @@
+"""`NumericalFunction`: plain tinygrad math traced, rendered to C++, compiled and called from Python."""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.metadata
+import inspect
+import json
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from tinygrad import Tensor
+
+from anvil.codegen.arg import Arg, cpp_type, numpy_dtype
+from anvil.codegen.base import FunctionBase, check_identifier, render_template
+from anvil.codegen.build import stage
+from anvil.codegen.constant import CodegenIntConstant
+from anvil.codegen.jit import (
+  array_data_offset,
+  cache_dir,
+  cached_library,
+  compile_library,
+  library_key,
+  load_library,
+  write_atomic,
+)
+from anvil.codegen.program import Program, build_program, schedule
+from anvil.codegen.trace import OutputSpec, TracedGraph, graph_key, trace
+from anvil.version import __version__
+
+TINYGRAD_VERSION = importlib.metadata.version("tinygrad")
+P = ParamSpec("P")
+R = TypeVar("R", covariant=True)
+Array = NDArray[Any]
+DEVICES = ("CPU",)
+InputsLike = Arg | Sequence[Arg]
+
+
+def check_device(device: object, what: str) -> str:
+  """Return the canonical device name or raise ValueError naming the supported ones."""
+  if not isinstance(device, str) or device.upper() not in DEVICES:
+    raise ValueError(f"{what}: unknown device {device!r}; supported devices: {', '.join(DEVICES)}")
+  return device.upper()
+
+
+@dataclass(frozen=True)
+class _ArraySpec:
+  cpp_type: str
+  dims: str
+  name: str
+
+
+@dataclass(frozen=True)
+class _FunctionContext:
+  """What the function templates need."""
+
+  name: str
+  signature: str
+  inputs: tuple[_ArraySpec, ...]
+  outputs: tuple[_ArraySpec, ...]
+  ws_size: int
+  program: Program
+  extra_declarations: tuple[str, ...]
+  unused_params: tuple[str, ...]
+
+  @property
+  def call_params(self) -> str:
+    ins = [f"const IN{i}_t& in{i}" for i in range(len(self.inputs))]
+    outs = [f"OUT{i}_t& out{i}" for i in range(len(self.outputs))]
+    return ", ".join([*ins, *outs, "WS_t& ws"])
+
+  @property
+  def call_args(self) -> str:
+    return ", ".join([*(f"in{i}" for i in range(len(self.inputs))), *(f"out{i}" for i in range(len(self.outputs)))])
+
+
+def _dims(dims: Sequence[int | CodegenIntConstant]) -> str:
+  return "".join(f", {d.name if isinstance(d, CodegenIntConstant) else int(d)}" for d in dims)
+
+
+class NumericalFunction(FunctionBase, Generic[P, R]):
+  """A function of arrays written with tinygrad `Tensor` math, emitted as C++ and callable from Python.
+
+  The pipeline runs lazily, one cached property per stage: `traced` -> `program` (schedule + render) ->
+  `header_code`/`source_code` -> `library` (compile, or load from the on-disk cache) -> calls.
+
+  Args:
+    name: a C++ identifier; the generated namespace.
+    fn: a Python function taking one `Tensor` per input and returning a `Tensor` or a tuple of them.
+    inputs: one `Arg` per parameter of `fn` (a single `Arg` is accepted too).
+    device: "CPU".
+
+  Example:
+    >>> f = NumericalFunction("f", lambda x, A: A @ x.sin(), (Arg(3), Arg((3, 3))))
+    >>> y = f(np.ones(3), np.eye(3))          # numpy in, numpy out
+  """
+
+  @overload
+  def __init__(
+    self: NumericalFunction[[ArrayLike], Array],
+    name: str,
+    fn: Callable[[Tensor], Tensor],
+    inputs: InputsLike,
+    device: str = ...,
+  ) -> None: ...
+  @overload
+  def __init__(
+    self: NumericalFunction[[ArrayLike], tuple[Array, Array]],
+    name: str,
+    fn: Callable[[Tensor], tuple[Tensor, Tensor]],
+    inputs: InputsLike,
+    device: str = ...,
+  ) -> None: ...
+  @overload
+  def __init__(
+    self: NumericalFunction[[ArrayLike, ArrayLike], Array],
+    name: str,
+    fn: Callable[[Tensor, Tensor], Tensor],
+    inputs: InputsLike,
+    device: str = ...,
+  ) -> None: ...
+  @overload
+  def __init__(
+    self: NumericalFunction[[ArrayLike, ArrayLike], tuple[Array, Array]],
+    name: str,
+    fn: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]],
+    inputs: InputsLike,
+    device: str = ...,
+  ) -> None: ...
+  @overload
+  def __init__(
+    self: NumericalFunction[[ArrayLike, ArrayLike, ArrayLike], Array],
+    name: str,
+    fn: Callable[[Tensor, Tensor, Tensor], Tensor],
+    inputs: InputsLike,
+    device: str = ...,
+  ) -> None: ...
+  @overload
+  def __init__(
+    self: NumericalFunction[[ArrayLike, ArrayLike, ArrayLike], tuple[Array, Array]],
+    name: str,
+    fn: Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]],
+    inputs: InputsLike,
+    device: str = ...,
+  ) -> None: ...
+  @overload
+  def __init__(
+    self: NumericalFunction[[ArrayLike, ArrayLike, ArrayLike, ArrayLike], Array],
+    name: str,
+    fn: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor],
+    inputs: InputsLike,
+    device: str = ...,
+  ) -> None: ...
+  @overload
+  def __init__(
+    self: NumericalFunction[[ArrayLike, ArrayLike, ArrayLike, ArrayLike], tuple[Array, Array]],
+    name: str,
+    fn: Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor]],
+    inputs: InputsLike,
+    device: str = ...,
+  ) -> None: ...
+  @overload
+  def __init__(
+    self: NumericalFunction[..., Any], name: str, fn: Callable[..., Any], inputs: InputsLike, device: str = ...
+  ) -> None: ...
+  def __init__(self, name: str, fn: Callable[..., Any], inputs: InputsLike, device: str = "CPU") -> None:
+    self.name = check_identifier(name, "NumericalFunction name")
+    if not callable(fn):
+      raise TypeError(f"{name}: fn must be callable, got {type(fn).__name__}")
+    self.fn = fn
+    self.device = check_device(device, name)
+    self.inputs: tuple[Arg, ...] = _named_args(name, fn, inputs)
+
+  # *** the pipeline ***
+
+  @cached_property
+  def traced(self) -> TracedGraph:
+    """The traced tinygrad graph (stage `trace`)."""
+    with stage(self.name, "trace"):
+      traced = trace(self.name, self.fn, self.inputs)
+    self._check_outputs(traced.outputs)
+    return traced
+
+  def _check_outputs(self, outputs: tuple[OutputSpec, ...]) -> None:
+    """Raise if the traced outputs do not fit this kind of function (any outputs fit a NumericalFunction)."""
+
+  @property
+  def outputs(self) -> tuple[OutputSpec, ...]:
+    """Shape and dtype of each output."""
+    return self.traced.outputs
+
+  @cached_property
+  def key(self) -> str:
+    """Hash of the traced graph, constants, signature and versions: the key of every cached artefact."""
+    sig = "|".join(f"{a.name}:{a.dtype.name}:{_dims(a.dims)}" for a in self.inputs)
+    extra = f"{type(self).__name__}|{self.device}|{sig}|{self._key_extra}|{__version__}|{TINYGRAD_VERSION}"
+    return graph_key(self.name, self.traced, extra)
+
+  @property
+  def _key_extra(self) -> str:
+    return ""
+
+  @cached_property
+  def program(self) -> Program:
+    """Scheduled kernels, workspace layout and rendered kernel sources (stages `schedule` and `render`)."""
+    with stage(self.name, "schedule"):
+      items = schedule(self.traced)
+    with stage(self.name, "render") as progress:
+      return build_program(self.traced, items, progress)
+
+  @cached_property
+  def _code(self) -> dict[str, str]:
+    path = cache_dir() / "code" / f"{self.key}.json"
+    try:
+      return json.loads(path.read_text())
+    except (OSError, ValueError):
+      pass
+    ctx = self._context()
+    code = {"header": render_template("function.hpp.j2", fn=ctx), "source": render_template("function.cpp.j2", fn=ctx)}
+    write_atomic(path, json.dumps(code))
+    return code
+
+  @property
+  def header_code(self) -> str:
+    """Declarations: buffer typedefs, `init_ws()` and `call()` inside `namespace <name>`."""
+    return self._code["header"]
+
+  @property
+  def source_code(self) -> str:
+    """Definitions: constants, kernels, `init_ws()` and `call()`."""
+    return self._code["source"]
+
+  @property
+  def codegen_constants(self) -> tuple[CodegenIntConstant, ...]:
+    """The named constants used in input shapes."""
+    return tuple(c for a in self.inputs for c in a.constants)
+
+  def _extra_declarations(self) -> tuple[str, ...]:
+    return ()
+
+  def _context(self) -> _FunctionContext:
+    program = self.program
+    ins = tuple(
+      _ArraySpec(cpp_type(a.dtype, a.name or ""), _dims(a.dims), a.name or f"in{i}") for i, a in enumerate(self.inputs)
+    )
+    outs = tuple(
+      _ArraySpec(cpp_type(o.dtype, f"output {i}"), _dims(o.shape), f"out{i}") for i, o in enumerate(self.outputs)
+    )
+    used = {f"{r.kind}{r.index}" if r.kind != "ws" else "ws" for s in program.steps for r in s.args}
+    used |= {f"out{c.dst}" for c in program.copies} | {f"out{c.src}" for c in program.copies}
+    params = [*(f"in{i}" for i in range(len(ins))), *(f"out{i}" for i in range(len(outs))), "ws"]
+    signature = f"({', '.join(a.name or '' for a in self.inputs)}) -> {len(outs)} output{'s' if len(outs) != 1 else ''}"
+    return _FunctionContext(
+      self.name,
+      signature,
+      ins,
+      outs,
+      program.ws_size,
+      program,
+      self._extra_declarations(),
+      tuple(p for p in params if p not in used),
+    )
+
+  @cached_property
+  def library(self) -> str:
+    """Path of the compiled shared library (stage `compile`, skipped when the disk cache has it)."""
+    from anvil.codegen.module import module_code
+
+    lib_key = library_key(f"{self.key}|{array_data_offset()}")
+    if (path := cached_library(lib_key)) is not None:
+      return str(path)
+    module = f"anvil_jit_{self.name}"
+    code = module_code(module, [self])
+    ctx = self._context()
+    wrapper = render_template("jit.cpp.j2", fn=ctx, module=module, data_offset=array_data_offset() or 0)
+    with stage(self.name, "compile"):
+      return str(
+        compile_library(
+          lib_key,
+          {f"{module}.hpp": code.header, f"{module}.cpp": code.source, "jit.cpp": wrapper},
+          "jit.cpp",
+          f"{self.name}",
+        )
+      )
+
+  @cached_property
+  def _entry(self) -> _Entry:
+    return _Entry(self)
+
+  # *** calling ***
+
+  def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+    """Evaluate on numpy arrays (or anything `np.asarray` takes); returns new arrays, a tuple for several outputs."""
+    if kwargs:
+      raise TypeError(f"{self.name}: takes positional inputs only, got keywords {sorted(kwargs)}")
+    entry = self._entry
+    if len(args) != entry.n_in:
+      raise TypeError(
+        f"{self.name}: expected {entry.n_in} input{'s' if entry.n_in != 1 else ''} "
+        f"({', '.join(entry.names)}), got {len(args)}"
+      )
+    arrays = []
+    for i, (a, dt, shape) in enumerate(zip(args, entry.in_dtypes, entry.in_shapes, strict=True)):
+      if a.__class__ is not np.ndarray or a.dtype is not dt or a.shape != shape or not a.flags.c_contiguous:
+        a = self._convert(i, a)
+      arrays.append(a)
+    outs = [np.empty(shape, dt) for shape, dt in entry.out_specs]
+    entry.call(*arrays, *outs)
+    return self._result(outs)  # type: ignore[no-any-return]
+
+  def _result(self, outs: list[Array]) -> Any:
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+  def _convert(self, i: int, a: object) -> Array:
+    arg, entry = self.inputs[i], self._entry
+    what = f"{self.name}: input {i} ({arg.name})"
+    try:
+      arr = np.asarray(a)
+    except (ValueError, TypeError) as e:
+      raise TypeError(f"{what}: cannot convert {type(a).__name__} to an array: {e}") from None
+    dt = entry.in_dtypes[i]
+    if arr.dtype.kind in "OUSVMmc" or not np.can_cast(arr.dtype, dt, casting="same_kind"):
+      raise TypeError(f"{what}: cannot cast dtype {arr.dtype} to {dt}")
+    if arr.shape != entry.in_shapes[i]:
+      raise ValueError(f"{what}: expected shape {entry.in_shapes[i]}, got {arr.shape}")
+    return np.ascontiguousarray(arr, dtype=dt)
+
+
+class _Entry:
+  """The loaded library's entry points and this function's workspace, prepared once for fast calls."""
+
+  def __init__(self, fn: NumericalFunction[..., Any]):
+    lib = load_library(fn.library)
+    self.n_in = len(fn.inputs)
+    self.names = tuple(a.name or f"in{i}" for i, a in enumerate(fn.inputs))
+    self.in_dtypes = tuple(numpy_dtype(a.dtype) for a in fn.inputs)
+    self.in_shapes = tuple(tuple(a.shape) for a in fn.inputs)
+    self.out_specs = tuple((o.shape, numpy_dtype(o.dtype)) for o in fn.outputs)
+    ws_new, ws_free = lib[f"anvil_{fn.name}_ws_new"], lib[f"anvil_{fn.name}_ws_free"]
+    ws_new.restype, ws_new.argtypes = ctypes.c_void_p, []
+    ws_free.restype, ws_free.argtypes = None, [ctypes.c_void_p]
+    self.ws = ctypes.c_void_p(ws_new())
+    weakref.finalize(self, ws_free, self.ws.value)
+    n = self.n_in + len(self.out_specs)
+    if array_data_offset() is not None:
+      fast = lib[f"anvil_{fn.name}_call_arrays"]
+      fast.restype, fast.argtypes = None, [ctypes.py_object] * n + [ctypes.c_void_p]
+      ws = self.ws
+      self.call: Callable[..., None] = lambda *arrays: fast(*arrays, ws)
+    else:
+      slow = lib[f"anvil_{fn.name}_call"]
+      slow.restype, slow.argtypes = None, [ctypes.c_void_p, ctypes.c_void_p]
+      ptrs = (ctypes.c_void_p * n)()
+
+      def call(*arrays: Array) -> None:
+        for i, a in enumerate(arrays):
+          ptrs[i] = a.ctypes.data
+        slow(ptrs, self.ws)
+
+      self.call = call
+
+
+def _named_args(name: str, fn: Callable[..., Any], inputs: object) -> tuple[Arg, ...]:
+  args = (inputs,) if isinstance(inputs, Arg) else inputs
+  if not isinstance(args, (tuple, list)) or not all(isinstance(a, Arg) for a in args):
+    raise TypeError(f"{name}: inputs must be an Arg or a tuple of Args, got {inputs!r}")
+  try:
+    signature = inspect.signature(fn)
+  except (TypeError, ValueError):
+    return tuple(a.named(f"in{i}") for i, a in enumerate(args))
+  try:
+    signature.bind(*range(len(args)))
+  except TypeError:
+    raise TypeError(f"{name}: fn{signature} cannot take the {len(args)} declared inputs") from None
+  positional = [p.name for p in signature.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+  names = positional[: len(args)] + [f"in{i}" for i in range(len(positional), len(args))]
+  return tuple(a.named(n) for a, n in zip(args, names, strict=True))

@@ -1,0 +1,136 @@
+"""The JIT: find a C++ compiler, compile generated code into a cached shared library, load it with ctypes."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from anvil.version import __version__
+
+#: Flags of every JIT build; extra flags may be appended through the ANVIL_CXXFLAGS environment variable.
+CXXFLAGS = ("-O3", "-std=c++17", "-fPIC", "-shared", "-fno-math-errno")
+COMPILERS = ("c++", "g++", "clang++")
+
+
+class CompilerNotFoundError(RuntimeError):
+  """No C++17 compiler could be found."""
+
+
+class CompileError(RuntimeError):
+  """The C++ compiler rejected generated code; the message carries its first error lines and the kept source."""
+
+
+def find_compiler() -> str:
+  """The C++ compiler: $CXX if set, else the first of c++, g++, clang++ on PATH."""
+  if cxx := os.environ.get("CXX"):
+    if (path := shutil.which(cxx)) is None:
+      raise CompilerNotFoundError(
+        f"CXX={cxx!r} is not an executable on PATH; install a C++17 compiler "
+        "(Debian/Ubuntu: apt-get install g++) or point CXX at one"
+      )
+    return path
+  for name in COMPILERS:
+    if path := shutil.which(name):
+      return path
+  raise CompilerNotFoundError(
+    "no C++ compiler found (looked for $CXX, c++, g++, clang++); install one, e.g. "
+    "`apt-get install g++` (Debian/Ubuntu), `xcode-select --install` (macOS), or set CXX"
+  )
+
+
+@functools.cache
+def compiler_identity(cxx: str) -> str:
+  """The compiler's path and first `--version` line (part of every cache key)."""
+  try:
+    out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=60).stdout
+  except OSError as e:
+    raise CompilerNotFoundError(f"cannot run the C++ compiler {cxx}: {e}") from e
+  return f"{cxx}|{out.splitlines()[0] if out else ''}"
+
+
+def cxxflags() -> tuple[str, ...]:
+  """The JIT's compiler flags, with ANVIL_CXXFLAGS appended."""
+  return CXXFLAGS + tuple(os.environ.get("ANVIL_CXXFLAGS", "").split())
+
+
+def cache_dir() -> Path:
+  """Where compiled libraries and rendered sources are cached: $ANVIL_CACHE_DIR, else $XDG_CACHE_HOME/anvil."""
+  if d := os.environ.get("ANVIL_CACHE_DIR"):
+    return Path(d)
+  return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "anvil"
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+  """Write a file so that concurrent readers see either nothing or the whole file."""
+  path.parent.mkdir(parents=True, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+  with os.fdopen(fd, "wb") as f:
+    f.write(data.encode() if isinstance(data, str) else data)
+  os.replace(tmp, path)
+
+
+def library_key(source_key: str) -> str:
+  """Cache key of a compiled library: the generated code's key plus compiler, flags and anvil version."""
+  ident = f"{source_key}|{compiler_identity(find_compiler())}|{' '.join(cxxflags())}|{__version__}"
+  return hashlib.sha256(ident.encode()).hexdigest()[:32]
+
+
+def cached_library(key: str) -> Path | None:
+  """The cached library for `key`, if one was built."""
+  path = cache_dir() / "lib" / f"{key}.so"
+  return path if path.exists() else None
+
+
+def compile_library(key: str, sources: dict[str, str], main: str, what: str) -> Path:
+  """Compile `main` (one of `sources`, all written beside it) into the cached library for `key`.
+
+  Sources are kept under the cache's `src/<key>/` so a compiler error can point at them. Concurrent builds of the
+  same key each compile into a private file and atomically rename it into place.
+  """
+  cxx = find_compiler()
+  src_dir = cache_dir() / "src" / key
+  for filename, text in sources.items():
+    write_atomic(src_dir / filename, text)
+  out = cache_dir() / "lib" / f"{key}.so"
+  out.parent.mkdir(parents=True, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{key}.", suffix=".so.tmp")
+  os.close(fd)
+  cmd = [cxx, *cxxflags(), str(src_dir / main), "-o", tmp]
+  try:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+  except OSError as e:
+    os.unlink(tmp)
+    raise CompilerNotFoundError(f"{what}: cannot run the C++ compiler {cxx}: {e}") from e
+  if proc.returncode != 0:
+    os.unlink(tmp)
+    errors = [ln for ln in proc.stderr.splitlines() if "error" in ln] or proc.stderr.splitlines()
+    first = "\n".join(errors[:10])
+    raise CompileError(
+      f"{what}: the C++ compiler failed (exit {proc.returncode}); source kept at {src_dir / main}\n"
+      f"command: {' '.join(cmd)}\n{first}"
+    )
+  os.replace(tmp, out)
+  return out
+
+
+@functools.cache
+def load_library(path: Path) -> ctypes.PyDLL:
+  """Load a compiled library. PyDLL keeps the GIL during calls, so one workspace is never used by two threads."""
+  return ctypes.PyDLL(str(path))
+
+
+@functools.cache
+def array_data_offset() -> int | None:
+  """Byte offset of the data pointer inside a numpy array object, or None if this numpy does not match the layout."""
+  offset = object.__basicsize__
+  probe = np.arange(3.0)
+  found = ctypes.c_void_p.from_address(id(probe) + offset).value
+  return offset if found == probe.ctypes.data else None

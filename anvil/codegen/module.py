@@ -1,0 +1,146 @@
+"""`generate_module`: toposort functions and their dependencies into one C++ header and source."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from anvil.codegen.base import FunctionBase, check_identifier, render_template
+from anvil.codegen.constant import CodegenIntConstant
+from anvil.codegen.jit import write_atomic
+from anvil.version import __version__
+
+logger = logging.getLogger("anvil")
+BASE_INCLUDES = ("<array>", "<cmath>", "<cstddef>", "<cstdint>", "<cstring>")
+
+
+def toposort(fns: Iterable[FunctionBase]) -> tuple[FunctionBase, ...]:
+  """`fns` and everything they depend on, dependencies first; raises ValueError on cycles and name clashes."""
+  order: dict[str, FunctionBase] = {}
+  visiting: list[FunctionBase] = []
+
+  def visit(fn: FunctionBase) -> None:
+    if not isinstance(fn, FunctionBase):
+      raise TypeError(f"generate_module: expected FunctionBase objects, got {type(fn).__name__}")
+    check_identifier(fn.name, f"function name of {fn!r}")
+    if (seen := order.get(fn.name)) is not None:
+      if seen is not fn:
+        raise ValueError(f"generate_module: two different functions are both named {fn.name!r}")
+      return
+    if fn in visiting:
+      cycle = " -> ".join(f.name for f in [*visiting[visiting.index(fn) :], fn])
+      raise ValueError(f"generate_module: dependency cycle {cycle}")
+    if any(f.name == fn.name for f in visiting):
+      raise ValueError(f"generate_module: two different functions are both named {fn.name!r}")
+    visiting.append(fn)
+    for dep in fn.dependencies():
+      visit(dep)
+    visiting.pop()
+    order[fn.name] = fn
+
+  for fn in fns:
+    visit(fn)
+  return tuple(order.values())
+
+
+def sort_constants(constants: Iterable[CodegenIntConstant]) -> tuple[CodegenIntConstant, ...]:
+  """Every named constant once, each after the constants its expression uses."""
+  out: dict[str, CodegenIntConstant] = {}
+  for c in constants:
+    if not isinstance(c, CodegenIntConstant):
+      raise TypeError(f"generate_module: constants must be CodegenIntConstant, got {type(c).__name__}")
+    if c.name is None:
+      raise ValueError(f"generate_module: constant expression {c.code} has no name; use CodegenIntConstant.from_expr")
+    for d in (*c.all_dependencies(), c):
+      assert d.name is not None
+      if (seen := out.get(d.name)) is not None and (seen.value, seen.expr, seen.type) != (d.value, d.expr, d.type):
+        raise ValueError(f"generate_module: constant {d.name} is declared twice with different values")
+      out.setdefault(d.name, d)
+  return tuple(out.values())
+
+
+@dataclass(frozen=True)
+class ModuleCode:
+  """The text of a generated module."""
+
+  name: str
+  header: str
+  source: str
+  functions: tuple[FunctionBase, ...]
+
+
+def module_code(
+  module_name: str, fns: Sequence[FunctionBase], constants: Sequence[CodegenIntConstant] = ()
+) -> ModuleCode:
+  """Render the header and source of a module holding `fns`, their dependencies and `constants`."""
+  check_identifier(module_name, "generate_module: module_name")
+  ordered = toposort(fns)
+  consts = sort_constants([*constants, *(c for f in ordered for c in f.codegen_constants)])
+  header_includes = _dedup(inc for f in ordered for inc in f.header_includes)
+  source_includes = _dedup(inc for f in ordered for inc in f.source_includes)
+  support = render_template("support.hpp.j2")
+  header = render_template(
+    "module.hpp.j2",
+    version=__version__,
+    name=module_name,
+    includes=header_includes,
+    support=support,
+    constants=[c.declaration() for c in consts],
+    functions=[f.header_code for f in ordered],
+  )
+  source = render_template(
+    "module.cpp.j2",
+    version=__version__,
+    name=module_name,
+    includes=source_includes,
+    functions=[f.source_code for f in ordered],
+  )
+  return ModuleCode(module_name, header, source, ordered)
+
+
+def _dedup(items: Iterable[str]) -> list[str]:
+  return [i for i in dict.fromkeys(items) if i not in BASE_INCLUDES]
+
+
+def generate_module(
+  module_name: str,
+  fns: Sequence[FunctionBase],
+  constants: Sequence[CodegenIntConstant] | None = None,
+  verbosity: int = 0,
+  out_dir: str | Path = ".",
+) -> tuple[Path, Path]:
+  """Write `<module_name>.hpp` and `<module_name>.cpp` holding `fns`, everything they depend on, and `constants`.
+
+  Args:
+    module_name: a C++ identifier, used for the file names.
+    fns: the functions to emit; their dependencies are pulled in and everything is toposorted.
+    constants: extra `CodegenIntConstant`s to declare (those the functions use are declared anyway).
+    verbosity: 0 is silent; 1 prints the files written; 2 also lists the functions.
+    out_dir: the folder to write into (created if missing).
+
+  Returns:
+    The paths of the header and the source.
+
+  Raises:
+    ValueError: a name that is not a C++ identifier, two different functions with one name, a dependency cycle, or a
+      constant declared twice with different values.
+
+  Example:
+    >>> generate_module("quad", [rk4_step], out_dir="build")
+  """
+  if isinstance(fns, FunctionBase):
+    fns = [fns]
+  code = module_code(module_name, fns, constants or ())
+  out = Path(out_dir)
+  header, source = out / f"{module_name}.hpp", out / f"{module_name}.cpp"
+  write_atomic(header, code.header)
+  write_atomic(source, code.source)
+  logger.info("generate_module: wrote %s and %s (%d functions)", header, source, len(code.functions))
+  if verbosity >= 1:
+    print(f"anvil: wrote {header} and {source}")
+  if verbosity >= 2:
+    for f in code.functions:
+      print(f"  {type(f).__name__} {f.name}")
+  return header, source

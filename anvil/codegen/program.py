@@ -1,0 +1,167 @@
+"""From a traced graph to a program: schedule kernels, lay out the workspace, render every kernel once."""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+
+from tinygrad import dtypes
+from tinygrad.dtype import DType
+from tinygrad.helpers import Context
+from tinygrad.schedule import create_linear_with_vars
+from tinygrad.uop.ops import Ops, UOp
+
+from anvil.codegen.arg import cpp_type
+from anvil.codegen.renderer import RenderedKernel, render_kernel
+from anvil.codegen.trace import HOST_DEVICES, TracedGraph, constant_bytes
+
+ALIGNMENT = 64
+
+
+@dataclass(frozen=True)
+class BufferRef:
+  """Where a kernel argument lives: input `index`, output `index`, or the workspace at byte offset `index`."""
+
+  kind: str
+  index: int
+  dtype: DType
+
+  @property
+  def cpp(self) -> str:
+    """The C++ expression of the pointer, inside a generated `call()`."""
+    if self.kind == "ws":
+      return f"reinterpret_cast<{cpp_type(self.dtype, 'buffer')}*>(ws.data() + {self.index})"
+    return f"{self.kind}{self.index}.data()"
+
+
+@dataclass(frozen=True)
+class KernelStep:
+  """One kernel launch: which kernel, and the pointer bound to each of its parameters."""
+
+  kernel: str
+  args: tuple[BufferRef, ...]
+
+
+@dataclass(frozen=True)
+class ConstantData:
+  """A captured constant: copied from a `static constexpr` array into the workspace by `init_ws()`."""
+
+  name: str
+  offset: int
+  dtype: DType
+  values: tuple[str, ...]
+
+  @property
+  def cpp_type(self) -> str:
+    """The C++ element type."""
+    return cpp_type(self.dtype, "constant")
+
+
+@dataclass(frozen=True)
+class OutputCopy:
+  """An output equal to an earlier one: copied from it after the kernels ran."""
+
+  dst: int
+  src: int
+  nbytes: int
+
+
+@dataclass(frozen=True)
+class Program:
+  """Everything the C++ templates need to emit one function's body."""
+
+  kernels: tuple[RenderedKernel, ...]
+  steps: tuple[KernelStep, ...]
+  constants: tuple[ConstantData, ...]
+  copies: tuple[OutputCopy, ...]
+  ws_size: int
+
+
+def schedule(traced: TracedGraph) -> tuple[UOp, ...]:
+  """tinygrad's schedule of the traced graph: kernels (SINK) and constant copies (COPY), in execution order."""
+  # NOTE: create_linear_with_vars (unlike Tensor.linear_with_vars) leaves user tensors alone, so a captured constant
+  # keeps its COPY from host memory and every later trace still sees its data. Without the memory planner each
+  # intermediate is its own BUFFER, laid out below.
+  with Context(NO_MEMORY_PLANNER=1):
+    linear, _ = create_linear_with_vars(traced.call)
+  return tuple(linear.src)
+
+
+def _align(n: int) -> int:
+  return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+
+
+def cpp_literal(value: float | int | bool, dtype: DType) -> str:
+  """An exact C++ literal for one constant element."""
+  if dtypes.is_float(dtype):
+    if math.isnan(value):
+      return "NAN"
+    if math.isinf(value):
+      return "HUGE_VAL" if value > 0 else "-HUGE_VAL"
+    return float(value).hex() + ("f" if dtype == dtypes.float32 else "")
+  if dtype == dtypes.bool:
+    return "true" if value else "false"
+  suffix = {dtypes.int64: "LL", dtypes.uint64: "ULL", dtypes.uint32: "U"}.get(dtype, "")
+  if dtype == dtypes.int64 and value == -(2**63):
+    return "(-9223372036854775807LL - 1)"
+  return f"{int(value)}{suffix}"
+
+
+def _constant_values(buf: UOp) -> tuple[str, ...]:
+  data, dtype = constant_bytes(buf), buf.dtype
+  count = len(data) // dtype.itemsize
+  return tuple(cpp_literal(v, dtype) for v in struct.unpack(f"<{count}{dtype.fmt}", data))
+
+
+class _Layout:
+  """Assigns every buffer that is neither an input nor an output an aligned region of the workspace."""
+
+  def __init__(self, traced: TracedGraph):
+    self.refs: dict[UOp, BufferRef] = {u: BufferRef("in", i, u.dtype) for i, u in enumerate(traced.inputs)}
+    first_output = {slot: i for i, slot in reversed(list(enumerate(traced.output_slots)))}
+    self.refs |= {u: BufferRef("out", first_output[j], u.dtype) for j, u in enumerate(traced.stores)}
+    self.size = 0
+
+  def ref(self, buf: UOp) -> BufferRef:
+    if (r := self.refs.get(buf)) is None:
+      self.refs[buf] = r = BufferRef("ws", self.size, buf.dtype)
+      self.size += _align(buf.max_numel() * buf.dtype.itemsize)
+    return r
+
+
+def build_program(traced: TracedGraph, items: tuple[UOp, ...], progress: object | None = None) -> Program:
+  """Lay out the workspace and render each distinct kernel of the schedule `items` once."""
+  layout = _Layout(traced)
+  kernels: dict[bytes, RenderedKernel] = {}
+  steps: list[KernelStep] = []
+  constants: list[ConstantData] = []
+  for item in items:
+    ast, args = item.src[0], item.src[1:]
+    if ast.op is Ops.COPY:
+      dst, src = args
+      if src.device not in HOST_DEVICES:
+        raise RuntimeError(f"internal: copy from device {src.device} is not a captured constant")
+      ref = layout.ref(dst)
+      constants.append(ConstantData(f"const{len(constants)}", ref.index, dst.dtype, _constant_values(src)))
+      continue
+    if ast.op is not Ops.SINK:
+      raise NotImplementedError(f"schedule item {ast.op} is not supported by anvil's C++ backend")
+    if (kernel := kernels.get(ast.key)) is None:
+      kernels[ast.key] = kernel = render_kernel(ast, f"k{len(kernels)}")
+      if progress is not None:
+        progress.update(f"rendered kernel {len(kernels)}")  # type: ignore[attr-defined]
+    steps.append(KernelStep(kernel.name, tuple(layout.ref(args[i]) for i in kernel.params)))
+  return Program(tuple(kernels.values()), tuple(steps), tuple(constants), _output_copies(traced), layout.size)
+
+
+def _output_copies(traced: TracedGraph) -> tuple[OutputCopy, ...]:
+  first: dict[int, int] = {}
+  copies = []
+  for i, slot in enumerate(traced.output_slots):
+    if slot in first:
+      spec = traced.outputs[i]
+      copies.append(OutputCopy(i, first[slot], spec.size * spec.dtype.itemsize))
+    else:
+      first[slot] = i
+  return tuple(copies)

@@ -1,0 +1,135 @@
+"""Portable C++17 rendering of tinygrad kernels: `std::` math, no clang-only builtins, no threads, no vectors."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tinygrad import dtypes
+from tinygrad.codegen import to_program
+from tinygrad.device import Compiler
+from tinygrad.dtype import AddrSpace
+from tinygrad.helpers import Context, Target
+from tinygrad.renderer import Renderer
+from tinygrad.renderer.cstyle import ClangRenderer, base_rewrite
+from tinygrad.uop.ops import Ops, PatternMatcher, UOp, UPat, graph_rewrite
+
+from anvil.codegen.arg import CPP_TYPES
+
+COS_MARK = "cos"
+
+
+def _mark_cos(s: UOp, c: UOp, x: UOp, m: UOp) -> UOp | None:
+  if c.arg != math.pi / 2 or m.arg != -1 or x.op is Ops.CONST:
+    return None
+  return UOp(Ops.SIN, s.dtype, (x,), COS_MARK)
+
+
+# NOTE: tinygrad has no COS op: Tensor.cos is sin(pi/2 - x). The compiler then cannot pair sin(a) with cos(a) into one
+# sincos call, which costs ~20% on rotation-heavy models (render-notes.md). Before lowering, mark those SINs (the arg
+# survives upcasting and devectorizing, unlike a CUSTOM op) and render them as std::cos of the original operand.
+pm_mark_cos = PatternMatcher(
+  [
+    (
+      UPat(
+        Ops.SIN,
+        src=(
+          UPat(Ops.ADD, src=(UPat(Ops.CONST, name="c"), UPat(Ops.MUL, src=(UPat.var("x"), UPat(Ops.CONST, name="m"))))),
+        ),
+        name="s",
+      ),
+      _mark_cos,
+    ),
+  ]
+)
+
+
+def _bit_cast(ctx: PortableCppRenderer, x: UOp) -> str:
+  return f"anvil::bit_cast<{ctx.render_type(x)}>({ctx[x.src[0]]})"
+
+
+class PortableCppRenderer(ClangRenderer):
+  """tinygrad's C renderer, made to emit portable C++17 that g++ and clang++ both compile warning-free."""
+
+  has_threads = False
+  supports_float4 = False
+  buffer_suffix = " ANVIL_RESTRICT"
+  infinity = "HUGE_VAL"
+  nan = "NAN"
+  type_map = {
+    **ClangRenderer.type_map,
+    **{d: n for d, n in CPP_TYPES.items() if d not in (dtypes.float32, dtypes.float64)},
+  }
+  code_for_op = {
+    **ClangRenderer.code_for_op,
+    Ops.SQRT: lambda x, dtype: f"std::sqrt({x})",
+    Ops.SIN: lambda x, dtype: f"std::sin({x})",
+    Ops.EXP2: lambda x, dtype: f"std::exp2({x})",
+    Ops.LOG2: lambda x, dtype: f"std::log2({x})",
+    Ops.TRUNC: lambda x, dtype: f"std::trunc({x})",
+  }
+  string_rewrite = (
+    PatternMatcher(
+      [
+        (UPat(Ops.SIN, arg=COS_MARK, name="x"), lambda ctx, x: f"std::cos({ctx[x.src[0]]})"),
+        (
+          UPat(Ops.BITCAST, name="x"),
+          lambda ctx, x: None if x.addrspace in (AddrSpace.GLOBAL, AddrSpace.LOCAL) else _bit_cast(ctx, x),
+        ),
+      ]
+    )
+    + base_rewrite
+  )
+
+  def __init__(self) -> None:
+    Renderer.__init__(self, Target("CPU", "CLANG", "x86_64,portable"))
+    # NOTE: the base Compiler returns the source unchanged: rendering never runs clang.
+    self.compiler = Compiler()
+
+  def render_kernel(self, function_name, kernel, bufs, uops, prefix=None) -> str:  # type: ignore[no-untyped-def]
+    if vectors := [f"{dt.name}x{n}" for dt, n in self._vector_types(uops)]:
+      raise NotImplementedError(
+        f"kernel {function_name} uses vector types {vectors}, which portable C++ cannot express"
+      )
+    params = []
+    for name, (u, mutable) in bufs:
+      const = "" if mutable else "const "
+      params.append(
+        f"{const}{self._render_dtype(u.dtype, sz=1, addrspace=u.addrspace, shape=u._shape)}{self.buffer_suffix} {name}"
+      )
+    body = "\n".join(kernel)
+    return f"ANVIL_KERNEL void {function_name}({', '.join(params)}) {{\n{body}\n}}"
+
+  @staticmethod
+  def _vector_types(uops: list[UOp]) -> list[tuple]:
+    from tinygrad.renderer.cstyle import uops_to_dtypes
+
+    return [(dt, n) for dt, n in uops_to_dtypes(uops) if n > 1]
+
+
+@dataclass(frozen=True)
+class RenderedKernel:
+  """One kernel as a C++ function.
+
+  Attributes:
+    name: the C++ function name.
+    source: the function definition.
+    params: for each parameter, the index of the schedule argument it binds.
+  """
+
+  name: str
+  source: str
+  params: tuple[int, ...]
+
+
+RENDERER = PortableCppRenderer()
+
+
+def render_kernel(ast: UOp, name: str) -> RenderedKernel:
+  """Lower one scheduled kernel AST to a C++ function called `name`."""
+  # NOTE: the linearizer orders equal-priority uops by their args, and None (sin) cannot be compared with "cos".
+  with Context(TUPLE_ORDER=0):
+    prg = to_program(graph_rewrite(ast, pm_mark_cos, name="anvil mark cos"), RENDERER)
+  info = prg.arg
+  source = prg.src[2].arg.replace(f"void {info.function_name}(", f"void {name}(", 1)
+  return RenderedKernel(name, source, tuple(info.globals))

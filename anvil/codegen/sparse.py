@@ -1,0 +1,115 @@
+"""`SparseNumericalFunction`: a function whose output is the nonzeros of a fixed CSC sparsity pattern."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from numpy.typing import ArrayLike, NDArray
+
+from anvil.codegen.arg import Arg
+from anvil.codegen.decorator import shapes_to_args
+from anvil.codegen.function import Array, InputsLike, NumericalFunction
+from anvil.codegen.trace import OutputSpec
+
+
+def _pattern(name: str, pattern: Any) -> tuple[tuple[int, int], NDArray[np.int32], NDArray[np.int32]]:
+  if isinstance(pattern, tuple) and len(pattern) == 3 and not sp.issparse(pattern):
+    shape, indices, indptr = pattern
+  elif sp.issparse(pattern):
+    csc = sp.csc_array(pattern)
+    csc.sort_indices()
+    shape, indices, indptr = csc.shape, csc.indices, csc.indptr
+  else:
+    raise TypeError(f"{name}: pattern must be a scipy sparse matrix/array or (shape, indices, indptr)")
+  rows, cols = (int(s) for s in shape)
+  indices, indptr = np.asarray(indices, dtype=np.int64), np.asarray(indptr, dtype=np.int64)
+  if rows < 0 or cols < 0 or indptr.shape != (cols + 1,) or indptr[0] != 0 or np.any(np.diff(indptr) < 0):
+    raise ValueError(f"{name}: indptr must have cols + 1 = {cols + 1} non-decreasing entries starting at 0")
+  if indices.shape != (int(indptr[-1]),) or np.any(indices < 0) or (np.any(indices >= max(rows, 1)) and indices.size):
+    raise ValueError(f"{name}: indices must hold indptr[-1] row indices in [0, {rows})")
+  for j in range(cols):
+    col = indices[indptr[j] : indptr[j + 1]]
+    if np.any(np.diff(col) <= 0):
+      raise ValueError(f"{name}: row indices of column {j} must be strictly increasing")
+  if max(rows, cols, indices.size) >= 2**31:
+    raise ValueError(f"{name}: pattern too large for 32-bit indices")
+  return (rows, cols), indices.astype(np.int32), indptr.astype(np.int32)
+
+
+class SparseNumericalFunction(NumericalFunction[..., Any]):
+  """A `NumericalFunction` whose single output holds the nonzeros of a CSC matrix with a fixed pattern.
+
+  Calling it returns a `scipy.sparse.csc_array`. The generated header exposes the pattern as `static constexpr`
+  members of the function's namespace: `rows`, `cols`, `nnz`, `innerIndices[]` (row index of each nonzero) and
+  `outerStarts[]` (cols + 1 column starts).
+
+  Args:
+    name: a C++ identifier.
+    fn: returns a 1-D Tensor of the nnz values, in CSC order (column by column, rows increasing).
+    inputs: one `Arg` per parameter of `fn`.
+    pattern: a scipy sparse matrix/array (its structure is used) or `(shape, indices, indptr)`.
+    device: "CPU".
+
+  Example:
+    >>> pattern = scipy.sparse.csc_array(np.eye(3))
+    >>> D = SparseNumericalFunction("D", lambda x: x * 2, Arg(3), pattern)
+    >>> D(np.ones(3)).toarray()
+  """
+
+  def __init__(self, name: str, fn: Callable[..., Any], inputs: InputsLike, pattern: Any, device: str = "CPU") -> None:
+    self.shape, self.indices, self.indptr = _pattern(name, pattern)
+    super().__init__(name, fn, inputs, device)
+
+  @property
+  def nnz(self) -> int:
+    """Number of stored entries."""
+    return int(self.indptr[-1])
+
+  @property
+  def _key_extra(self) -> str:
+    return f"{self.shape}|{self.indices.tobytes().hex()}|{self.indptr.tobytes().hex()}"
+
+  def _check_outputs(self, outputs: tuple[OutputSpec, ...]) -> None:
+    if len(outputs) != 1 or outputs[0].shape != (self.nnz,):
+      got = ", ".join(str(o.shape) for o in outputs)
+      raise ValueError(
+        f"{self.name}: a sparse function must return one vector of the nnz = {self.nnz} values, got {got}"
+      )
+
+  def _extra_declarations(self) -> tuple[str, ...]:
+    size = max(self.nnz, 1)
+    inner = ", ".join(map(str, self.indices)) if self.nnz else "0"
+    return (
+      f"static constexpr int rows = {self.shape[0]};",
+      f"static constexpr int cols = {self.shape[1]};",
+      f"static constexpr int nnz = {self.nnz};",
+      f"static constexpr int innerIndices[{size}] = {{{inner}}};" + ("  // empty pattern" if not self.nnz else ""),
+      f"static constexpr int outerStarts[{self.shape[1] + 1}] = {{{', '.join(map(str, self.indptr))}}};",
+    )
+
+  def _result(self, outs: list[Array]) -> Any:
+    return sp.csc_array((outs[0], self.indices.copy(), self.indptr.copy()), shape=self.shape)
+
+  def __call__(self, *args: ArrayLike, **kwargs: Any) -> sp.csc_array:  # type: ignore[override]
+    """Evaluate; returns a `scipy.sparse.csc_array` with this function's pattern."""
+    return super().__call__(*args, **kwargs)  # type: ignore[no-any-return]
+
+
+def sparse_numerical_function(
+  name: str, pattern: Any, *shapes: Any, device: str = "CPU"
+) -> Callable[[Callable[..., Any]], SparseNumericalFunction]:
+  """Decorator building a `SparseNumericalFunction` with float64 inputs of the given shapes.
+
+  Example:
+    >>> @sparse_numerical_function("D", scipy.sparse.eye_array(3), 3)
+    ... def D(x): return x * 2
+  """
+  args: tuple[Arg, ...] = shapes_to_args(shapes)
+
+  def decorate(fn: Callable[..., Any]) -> SparseNumericalFunction:
+    return SparseNumericalFunction(name, fn, args, pattern, device=device)
+
+  return decorate

@@ -1,0 +1,127 @@
+"""Tracing: run a user function on symbolic tinygrad inputs and capture its graph, without running any kernel."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tinygrad import Tensor, dtypes
+from tinygrad.dtype import DType
+from tinygrad.helpers import DEFAULT_FLOAT, DEV
+from tinygrad.tensor import transform_to_call
+from tinygrad.uop.ops import Ops, UOp
+
+from anvil.codegen.arg import Arg, cpp_type
+
+# NOTE: tinygrad picks its default device by opening devices, and opening CPU compiles helpers with clang. Tracing on
+# the NULL device never opens a real device, so anvil works on machines with only g++. Constants a user captures
+# (`Tensor(np_array)`) then hold their bytes in a host (NPY/PYTHON) buffer under a COPY, which codegen reads.
+# float64 is the default float so that `Tensor([1.0, 2.0])` inside user math matches float64 Args.
+if not DEV.device:
+  DEV.value = "NULL"
+DEFAULT_FLOAT.value = "float64"
+HOST_DEVICES = ("NPY", "PYTHON")
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+  """Shape and dtype of one output of a traced function."""
+
+  shape: tuple[int, ...]
+  dtype: DType
+
+  @property
+  def size(self) -> int:
+    """Number of elements."""
+    n = 1
+    for d in self.shape:
+      n *= d
+    return n
+
+
+@dataclass(frozen=True)
+class TracedGraph:
+  """The tinygrad graph of a function, with every output stored into a buffer of its own.
+
+  Attributes:
+    inputs: the input BUFFER UOps, in argument order.
+    stores: the destination BUFFER UOp of each distinct output value.
+    output_slots: for each output, the index into `stores` holding its value (equal outputs share one store).
+    outputs: shape and dtype of each output.
+    call: tinygrad's CALL UOp over the whole graph (body with normalized params, then the bound buffers).
+  """
+
+  inputs: tuple[UOp, ...]
+  stores: tuple[UOp, ...]
+  output_slots: tuple[int, ...]
+  outputs: tuple[OutputSpec, ...]
+  call: UOp
+
+
+def trace(name: str, fn: Callable[..., Any], args: Sequence[Arg]) -> TracedGraph:
+  """Run `fn` on empty tinygrad tensors shaped like `args` and capture the graph of its outputs."""
+  device = DEV.device
+  inputs = [Tensor.empty(*a.shape, dtype=a.dtype, device=device) for a in args]
+  result = fn(*inputs)
+  outs = _as_tensors(name, result)
+  stores: list[Tensor] = []
+  store_uops: list[UOp] = []
+  slots: list[int] = []
+  seen: dict[UOp, int] = {}
+  for i, out in enumerate(outs):
+    if out.dtype in dtypes.weaks:
+      raise TypeError(f"{name}: output {i} has the weak dtype {out.dtype.name}; cast it, e.g. .cast(dtypes.float64)")
+    cpp_type(out.dtype, f"{name}: output {i}")
+    if out.device != device:
+      raise ValueError(
+        f"{name}: output {i} lives on device {out.device}, expected {device}; create captured tensors "
+        "after `import anvil` so they share anvil's tracing device"
+      )
+    # NOTE: each distinct output value is stored into a fresh buffer: views of inputs, constants and inputs returned
+    # unchanged then all become real kernels writing the output, and equal outputs (hash-consed by tinygrad) share one.
+    if (slot := seen.get(out.uop)) is None:
+      seen[out.uop] = slot = len(stores)
+      dst = Tensor.empty(*out.shape, dtype=out.dtype, device=device)
+      stores.append(dst)
+      store_uops.append(dst.uop.after(dst.uop.store(out.uop)))
+    slots.append(slot)
+  call, _ = transform_to_call(UOp.sink(*store_uops))
+  return TracedGraph(
+    inputs=tuple(t.uop.buf_uop for t in inputs),
+    stores=tuple(t.uop.buf_uop for t in stores),
+    output_slots=tuple(slots),
+    outputs=tuple(OutputSpec(tuple(int(d) for d in o.shape), o.dtype) for o in outs),
+    call=call,
+  )
+
+
+def _as_tensors(name: str, result: Any) -> tuple[Tensor, ...]:
+  outs = tuple(result) if isinstance(result, (tuple, list)) else (result,)
+  if not outs:
+    raise TypeError(f"{name}: the function returned no outputs; return a Tensor or a tuple of Tensors")
+  for i, o in enumerate(outs):
+    if not isinstance(o, Tensor):
+      raise TypeError(
+        f"{name}: the function must return a Tensor or a tuple of Tensors, output {i} is {type(o).__name__}"
+      )
+  return outs
+
+
+def constant_bytes(buf: UOp) -> bytes:
+  """The bytes of a captured constant's host buffer."""
+  return bytes(buf.buffer.as_memoryview())
+
+
+def graph_key(name: str, traced: TracedGraph, extra: str = "") -> str:
+  """A hash of the traced graph, the roles of its buffers and the data of captured constants."""
+  roles = {u: f"in{i}" for i, u in enumerate(traced.inputs)} | {u: f"out{i}" for i, u in enumerate(traced.stores)}
+  h = hashlib.sha256(f"{name}|{extra}|{traced.output_slots}|".encode())
+  h.update(traced.call.src[0].key)
+  for buf in traced.call.src[1:]:
+    role = roles.get(buf)
+    if role is None and buf.op is Ops.BUFFER and buf.device in HOST_DEVICES:
+      role = "const:" + hashlib.sha256(constant_bytes(buf)).hexdigest()
+    h.update(f"|{role}:{buf.dtype}".encode())
+  return h.hexdigest()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import keyword
-from dataclasses import dataclass, field
 
 import numpy as np
 from tinygrad import dtypes
@@ -56,7 +55,6 @@ def _normalize_shape(shape: ShapeLike) -> tuple[Dim, ...]:
   return tuple(d if isinstance(d, CodegenIntConstant) else int(d) for d in dims)
 
 
-@dataclass(frozen=True)
 class Arg:
   """One input of a generated function: its shape (C order) and dtype.
 
@@ -70,26 +68,35 @@ class Arg:
     >>> Arg(3), Arg((2, 2), dtype=dtypes.float32), Arg(0)
   """
 
-  shape: ShapeLike
-  dtype: DType = dtypes.float64
-  name: str | None = None
-  dims: tuple[Dim, ...] = field(init=False, repr=False, compare=False)
+  __slots__ = ("dims", "dtype", "name", "shape")
 
-  def __post_init__(self) -> None:
-    object.__setattr__(self, "dims", _normalize_shape(self.shape))
-    object.__setattr__(self, "shape", tuple(int(d) for d in self.dims))
-    if not isinstance(self.dtype, DType):
-      raise TypeError(f"Arg dtype: expected a tinygrad dtype such as dtypes.float64, got {self.dtype!r}")
-    cpp_type(self.dtype, "Arg")
-    if self.name is not None and (not self.name.isidentifier() or keyword.iskeyword(self.name)):
-      raise ValueError(f"Arg name: {self.name!r} is not an identifier")
+  def __init__(self, shape: ShapeLike, dtype: DType = dtypes.float64, name: str | None = None) -> None:
+    self.dims: tuple[Dim, ...] = _normalize_shape(shape)
+    self.shape: tuple[int, ...] = tuple(int(d) for d in self.dims)
+    if not isinstance(dtype, DType):
+      raise TypeError(f"Arg dtype: expected a tinygrad dtype such as dtypes.float64, got {dtype!r}")
+    cpp_type(dtype, "Arg")
+    if name is not None and (not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name)):
+      raise ValueError(f"Arg name: {name!r} is not an identifier")
+    self.dtype: DType = dtype
+    self.name: str | None = name
+
+  def __repr__(self) -> str:
+    name = f", name={self.name!r}" if self.name is not None else ""
+    return f"Arg({self.dims!r}, dtype=dtypes.{self.dtype.name}{name})"
+
+  def __eq__(self, other: object) -> bool:
+    return isinstance(other, Arg) and (self.dims, self.dtype, self.name) == (other.dims, other.dtype, other.name)
+
+  def __hash__(self) -> int:
+    return hash((self.shape, self.dtype, self.name))
 
   @property
   def size(self) -> int:
     """Number of elements."""
     n = 1
-    for d in self.shape:  # type: ignore[union-attr]
-      n *= int(d)
+    for d in self.shape:
+      n *= d
     return n
 
   @property

@@ -70,4 +70,4 @@ def numerical_function(
   def decorate(fn: Callable[..., Any]) -> NumericalFunction[..., Any]:
     return NumericalFunction(name, fn, args, device=device)
 
-  return decorate  # type: ignore[return-value]
+  return decorate

@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-import ctypes
 import importlib.metadata
 import inspect
 import json
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from tinygrad import Tensor
 
-from anvil.codegen.arg import Arg, cpp_type, numpy_dtype
+from anvil.codegen.arg import Arg, cpp_type
 from anvil.codegen.base import FunctionBase, check_identifier, render_template
 from anvil.codegen.build import stage
+from anvil.codegen.caller import make_caller
 from anvil.codegen.constant import CodegenIntConstant
 from anvil.codegen.jit import (
   array_data_offset,
@@ -288,81 +286,22 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
         )
       )
 
-  @cached_property
-  def _entry(self) -> _Entry:
-    return _Entry(self)
-
   # *** calling ***
 
   def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
     """Evaluate on numpy arrays (or anything `np.asarray` takes); returns new arrays, a tuple for several outputs."""
     if kwargs:
       raise TypeError(f"{self.name}: takes positional inputs only, got keywords {sorted(kwargs)}")
-    entry = self._entry
-    if len(args) != entry.n_in:
-      raise TypeError(
-        f"{self.name}: expected {entry.n_in} input{'s' if entry.n_in != 1 else ''} "
-        f"({', '.join(entry.names)}), got {len(args)}"
-      )
-    arrays = []
-    for i, (a, dt, shape) in enumerate(zip(args, entry.in_dtypes, entry.in_shapes, strict=True)):
-      if a.__class__ is not np.ndarray or a.dtype is not dt or a.shape != shape or not a.flags.c_contiguous:
-        a = self._convert(i, a)
-      arrays.append(a)
-    outs = [np.empty(shape, dt) for shape, dt in entry.out_specs]
-    entry.call(*arrays, *outs)
-    return self._result(outs)  # type: ignore[no-any-return]
+    return self._caller(*args)
 
-  def _result(self, outs: list[Array]) -> Any:
-    return outs[0] if len(outs) == 1 else tuple(outs)
+  @cached_property
+  def _caller(self) -> Callable[..., Any]:
+    return make_caller(self.name, self.inputs, self.outputs, load_library(self.library), self._wrap_outputs)
 
-  def _convert(self, i: int, a: object) -> Array:
-    arg, entry = self.inputs[i], self._entry
-    what = f"{self.name}: input {i} ({arg.name})"
-    try:
-      arr = np.asarray(a)
-    except (ValueError, TypeError) as e:
-      raise TypeError(f"{what}: cannot convert {type(a).__name__} to an array: {e}") from None
-    dt = entry.in_dtypes[i]
-    if arr.dtype.kind in "OUSVMmc" or not np.can_cast(arr.dtype, dt, casting="same_kind"):
-      raise TypeError(f"{what}: cannot cast dtype {arr.dtype} to {dt}")
-    if arr.shape != entry.in_shapes[i]:
-      raise ValueError(f"{what}: expected shape {entry.in_shapes[i]}, got {arr.shape}")
-    return np.ascontiguousarray(arr, dtype=dt)
-
-
-class _Entry:
-  """The loaded library's entry points and this function's workspace, prepared once for fast calls."""
-
-  def __init__(self, fn: NumericalFunction[..., Any]):
-    lib = load_library(fn.library)
-    self.n_in = len(fn.inputs)
-    self.names = tuple(a.name or f"in{i}" for i, a in enumerate(fn.inputs))
-    self.in_dtypes = tuple(numpy_dtype(a.dtype) for a in fn.inputs)
-    self.in_shapes = tuple(tuple(a.shape) for a in fn.inputs)
-    self.out_specs = tuple((o.shape, numpy_dtype(o.dtype)) for o in fn.outputs)
-    ws_new, ws_free = lib[f"anvil_{fn.name}_ws_new"], lib[f"anvil_{fn.name}_ws_free"]
-    ws_new.restype, ws_new.argtypes = ctypes.c_void_p, []
-    ws_free.restype, ws_free.argtypes = None, [ctypes.c_void_p]
-    self.ws = ctypes.c_void_p(ws_new())
-    weakref.finalize(self, ws_free, self.ws.value)
-    n = self.n_in + len(self.out_specs)
-    if array_data_offset() is not None:
-      fast = lib[f"anvil_{fn.name}_call_arrays"]
-      fast.restype, fast.argtypes = None, [ctypes.py_object] * n + [ctypes.c_void_p]
-      ws = self.ws
-      self.call: Callable[..., None] = lambda *arrays: fast(*arrays, ws)
-    else:
-      slow = lib[f"anvil_{fn.name}_call"]
-      slow.restype, slow.argtypes = None, [ctypes.c_void_p, ctypes.c_void_p]
-      ptrs = (ctypes.c_void_p * n)()
-
-      def call(*arrays: Array) -> None:
-        for i, a in enumerate(arrays):
-          ptrs[i] = a.ctypes.data
-        slow(ptrs, self.ws)
-
-      self.call = call
+  @property
+  def _wrap_outputs(self) -> Callable[..., Any] | None:
+    """Turns the output arrays into the call's result, or None to return them as they are."""
+    return None
 
 
 def _named_args(name: str, fn: Callable[..., Any], inputs: object) -> tuple[Arg, ...]:

@@ -13,6 +13,7 @@ from tinygrad.schedule import create_linear_with_vars
 from tinygrad.uop.ops import Ops, UOp
 
 from anvil.codegen.arg import cpp_type
+from anvil.codegen.build import Progress
 from anvil.codegen.renderer import RenderedKernel, render_kernel
 from anvil.codegen.trace import HOST_DEVICES, TracedGraph, constant_bytes
 
@@ -130,7 +131,7 @@ class _Layout:
     return r
 
 
-def build_program(traced: TracedGraph, items: tuple[UOp, ...], progress: object | None = None) -> Program:
+def build_program(traced: TracedGraph, items: tuple[UOp, ...], progress: Progress | None = None) -> Program:
   """Lay out the workspace and render each distinct kernel of the schedule `items` once."""
   layout = _Layout(traced)
   kernels: dict[bytes, RenderedKernel] = {}
@@ -150,7 +151,7 @@ def build_program(traced: TracedGraph, items: tuple[UOp, ...], progress: object 
     if (kernel := kernels.get(ast.key)) is None:
       kernels[ast.key] = kernel = render_kernel(ast, f"k{len(kernels)}")
       if progress is not None:
-        progress.update(f"rendered kernel {len(kernels)}")  # type: ignore[attr-defined]
+        progress.update(f"rendered kernel {len(kernels)}")
     steps.append(KernelStep(kernel.name, tuple(layout.ref(args[i]) for i in kernel.params)))
   return Program(tuple(kernels.values()), tuple(steps), tuple(constants), _output_copies(traced), layout.size)
 

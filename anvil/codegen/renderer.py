@@ -86,7 +86,7 @@ class PortableCppRenderer(ClangRenderer):
     # NOTE: the base Compiler returns the source unchanged: rendering never runs clang.
     self.compiler = Compiler()
 
-  def render_kernel(self, function_name, kernel, bufs, uops, prefix=None) -> str:  # type: ignore[no-untyped-def]
+  def render_kernel(self, function_name, kernel, bufs, uops, prefix=None) -> str:
     if vectors := [f"{dt.name}x{n}" for dt, n in self._vector_types(uops)]:
       raise NotImplementedError(
         f"kernel {function_name} uses vector types {vectors}, which portable C++ cannot express"

@@ -90,12 +90,13 @@ class SparseNumericalFunction(NumericalFunction[..., Any]):
       f"static constexpr int outerStarts[{self.shape[1] + 1}] = {{{', '.join(map(str, self.indptr))}}};",
     )
 
-  def _result(self, outs: list[Array]) -> Any:
-    return sp.csc_array((outs[0], self.indices.copy(), self.indptr.copy()), shape=self.shape)
+  @property
+  def _wrap_outputs(self) -> Callable[[Array], sp.csc_array]:
+    return lambda values: sp.csc_array((values, self.indices.copy(), self.indptr.copy()), shape=self.shape)
 
-  def __call__(self, *args: ArrayLike, **kwargs: Any) -> sp.csc_array:  # type: ignore[override]
+  def __call__(self, *args: ArrayLike, **kwargs: Any) -> sp.csc_array:
     """Evaluate; returns a `scipy.sparse.csc_array` with this function's pattern."""
-    return super().__call__(*args, **kwargs)  # type: ignore[no-any-return]
+    return super().__call__(*args, **kwargs)
 
 
 def sparse_numerical_function(

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tinygrad import Tensor, dtypes
+from tinygrad.device import Buffer
 from tinygrad.dtype import DType
 from tinygrad.helpers import DEFAULT_FLOAT, DEV
 from tinygrad.tensor import transform_to_call
@@ -111,7 +112,9 @@ def _as_tensors(name: str, result: Any) -> tuple[Tensor, ...]:
 
 def constant_bytes(buf: UOp) -> bytes:
   """The bytes of a captured constant's host buffer."""
-  return bytes(buf.buffer.as_memoryview())
+  host = buf.buffer
+  assert isinstance(host, Buffer), "captured constants live on one host device"
+  return bytes(host.as_memoryview())
 
 
 def graph_key(name: str, traced: TracedGraph, extra: str = "") -> str:

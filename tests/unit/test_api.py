@@ -1,0 +1,123 @@
+"""The public API: the exported names, Arg and CodegenIntConstant validation, decorator shape forms, layering."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import anvil as av
+import anvil.codegen
+from anvil.codegen.base import check_identifier
+from anvil.codegen.decorator import shapes_to_args
+from anvil.codegen.module import sort_constants
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PUBLIC = {
+  "Arg", "CodegenIntConstant", "CompileError", "CompilerNotFoundError", "FunctionBase", "NumericalFunction",
+  "SparseNumericalFunction", "Tensor", "dtypes", "generate_module", "numerical_function",
+  "sparse_numerical_function", "__version__",
+}  # fmt: skip
+
+
+def test_public_names_are_frozen() -> None:
+  assert {n for n in dir(av) if not n.startswith("_") or n == "__version__"} - {"codegen", "version"} == PUBLIC
+  assert av.Tensor is __import__("tinygrad").Tensor
+  for name in PUBLIC - {"Tensor", "dtypes", "__version__"}:
+    assert getattr(anvil.codegen, name) is getattr(av, name)
+
+
+def test_every_public_object_has_a_docstring() -> None:
+  for name in PUBLIC - {"Tensor", "dtypes", "__version__"}:
+    assert getattr(av, name).__doc__, name
+
+
+def test_codegen_never_imports_higher_layers() -> None:
+  for path in (ROOT / "anvil" / "codegen").rglob("*.py"):
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, ast.ImportFrom) and node.module:
+        assert not node.module.startswith(("anvil.ad", "anvil.sqp", "anvil.mpc")), (path, node.module)
+
+
+def test_arg_shapes() -> None:
+  assert av.Arg(3).shape == (3,)
+  assert av.Arg((2, 2)).shape == (2, 2)
+  assert av.Arg(()).shape == () and av.Arg(()).size == 1
+  assert av.Arg(0).shape == (0,) and av.Arg(0).size == 0
+  assert av.Arg(3, av.dtypes.float32).dtype == av.dtypes.float32
+  n = av.CodegenIntConstant("N", 5)
+  a = av.Arg((n, 2))
+  assert a.shape == (5, 2) and a.constants == (n,)
+
+
+@pytest.mark.parametrize("shape", [-1, (2, -3), 2.5, "3", (True,)])
+def test_arg_rejects_bad_shapes(shape: object) -> None:
+  with pytest.raises(ValueError, match="Arg shape"):
+    av.Arg(shape)  # type: ignore[arg-type]
+
+
+def test_arg_rejects_bad_dtype_and_name() -> None:
+  with pytest.raises(TypeError, match="Arg dtype"):
+    av.Arg(3, dtype="float64")  # type: ignore[arg-type]
+  with pytest.raises(TypeError, match="not supported"):
+    av.Arg(3, dtype=av.dtypes.float16)
+  with pytest.raises(ValueError, match="Arg name"):
+    av.Arg(3, name="not an id")
+
+
+def test_decorator_shape_forms() -> None:
+  assert [a.shape for a in shapes_to_args((3, (2, 2)))] == [(3,), (2, 2)]
+  assert [a.shape for a in shapes_to_args((((3,), (2,)),))] == [(3,), (2,)]
+  assert [a.shape for a in shapes_to_args(((2, 2),))] == [(2, 2)]
+  assert [a.shape for a in shapes_to_args(((),))] == [()]
+  assert all(a.dtype == av.dtypes.float64 for a in shapes_to_args((3, 4)))
+
+
+@pytest.mark.parametrize("name", ["1abc", "a-b", "class", "namespace", "__x", "_X", "with", "", "é"])
+def test_identifier_rules(name: str) -> None:
+  with pytest.raises(ValueError, match="identifier|reserved"):
+    check_identifier(name, "name")
+
+
+def test_codegen_int_constant_expressions() -> None:
+  n, nx = av.CodegenIntConstant("N", 30), av.CodegenIntConstant("NX", 4)
+  expr = (n + 1) * nx - 2
+  assert expr.value == 122 and expr.name is None
+  assert {d.name for d in expr.dependencies()} == {"N", "NX"}
+  w = av.CodegenIntConstant.from_expr("W", expr)
+  assert w.value == 122 and w.declaration() == "inline constexpr int W = (((N + 1) * NX) - 2);"
+  half = av.CodegenIntConstant.from_expr("HALF", w // 2)
+  assert half.value == 61
+  assert [d.name for d in half.dependencies()] == ["W"]
+  assert [d.name for d in half.all_dependencies()] == ["N", "NX", "W"]
+  assert (10 - n).value == -20 and (3 * n).value == 90 and (100 // nx).value == 25
+  assert av.CodegenIntConstant("L", 7, type="long").declaration() == "inline constexpr long L = 7;"
+
+
+def test_codegen_int_constant_errors() -> None:
+  n = av.CodegenIntConstant("N", 3)
+  with pytest.raises(ValueError, match="identifier"):
+    av.CodegenIntConstant("3N", 3)
+  with pytest.raises(TypeError, match="int"):
+    av.CodegenIntConstant("N", 3.0)  # type: ignore[arg-type]
+  with pytest.raises(ValueError, match="type"):
+    av.CodegenIntConstant("N", 3, type="float")
+  with pytest.raises(ZeroDivisionError):
+    n // 0
+  with pytest.raises(ValueError, match="non-negative"):
+    (n - 5) // 2
+  with pytest.raises(ValueError, match="no name"):
+    (n + 1).declaration()
+
+
+def test_constants_sorted_once_in_dependency_order() -> None:
+  n = av.CodegenIntConstant("N", 3)
+  m = av.CodegenIntConstant.from_expr("M", n * 2)
+  k = av.CodegenIntConstant.from_expr("K", m + n)
+  assert [c.name for c in sort_constants([k, m, n, k])] == ["N", "M", "K"]
+  with pytest.raises(ValueError, match="twice"):
+    sort_constants([n, av.CodegenIntConstant("N", 4)])
+  with pytest.raises(ValueError, match="no name"):
+    sort_constants([n + 1])

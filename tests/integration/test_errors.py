@@ -22,7 +22,7 @@ def axpy() -> av.NumericalFunction:
 def test_wrong_number_of_inputs(axpy: av.NumericalFunction) -> None:
   with pytest.raises(TypeError, match=r"err_axpy: expected 3 inputs \(a, x, y\), got 2"):
     axpy(1.0, np.ones(3))
-  with pytest.raises(TypeError, match="err_axpy: takes positional inputs only"):
+  with pytest.raises(TypeError, match=r"err_axpy: takes positional inputs only"):
     axpy(1.0, np.ones(3), y=np.ones(3))
 
 
@@ -56,35 +56,35 @@ def test_integer_input_rejects_floats() -> None:
 @pytest.mark.parametrize("result", [1.0, np.ones(3), None, (), "x"])
 def test_function_must_return_tensors(result: object) -> None:
   f = av.NumericalFunction("err_ret", lambda x: result, av.Arg(3))
-  with pytest.raises(TypeError, match="err_ret: the function (must return a Tensor|returned no outputs)"):
+  with pytest.raises(TypeError, match=r"err_ret: the function (must return a Tensor|returned no outputs)"):
     f(np.ones(3))
 
 
 def test_mixed_tuple_output_names_the_bad_output() -> None:
   f = av.NumericalFunction("err_ret2", lambda x: (x * 2, 3.0), av.Arg(3))
-  with pytest.raises(TypeError, match="err_ret2: .* output 1 is float"):
+  with pytest.raises(TypeError, match=r"err_ret2: .* output 1 is float"):
     f.traced  # noqa: B018
 
 
 def test_declared_inputs_must_fit_the_function() -> None:
-  with pytest.raises(TypeError, match="err_arity: fn.* cannot take the 3 declared inputs"):
+  with pytest.raises(TypeError, match=r"err_arity: fn.* cannot take the 3 declared inputs"):
     av.NumericalFunction("err_arity", lambda x, y: x + y, (av.Arg(1), av.Arg(1), av.Arg(1)))
-  with pytest.raises(TypeError, match="inputs must be an Arg or a tuple of Args"):
+  with pytest.raises(TypeError, match=r"inputs must be an Arg or a tuple of Args"):
     av.NumericalFunction("err_inputs", lambda x: x, (3,))  # type: ignore[arg-type]
-  with pytest.raises(TypeError, match="fn must be callable"):
+  with pytest.raises(TypeError, match=r"fn must be callable"):
     av.NumericalFunction("err_call", 3, av.Arg(1))  # type: ignore[call-overload]
 
 
 def test_bad_names() -> None:
-  with pytest.raises(ValueError, match="not a valid C\\+\\+ identifier"):
+  with pytest.raises(ValueError, match=r"not a valid C\+\+ identifier"):
     av.NumericalFunction("my-fn", lambda x: x, av.Arg(1))
-  with pytest.raises(ValueError, match="not a valid C\\+\\+ identifier"):
+  with pytest.raises(ValueError, match=r"not a valid C\+\+ identifier"):
     av.NumericalFunction("double", lambda x: x, av.Arg(1))
 
 
 @pytest.mark.parametrize("device", ["TPU", "gpu0", 3, ""])
 def test_unknown_device(device: object) -> None:
-  with pytest.raises(ValueError, match="unknown device .* supported devices: CPU"):
+  with pytest.raises(ValueError, match=r"unknown device .* supported devices: CPU"):
     av.NumericalFunction("err_dev", lambda x: x, av.Arg(1), device=device)  # type: ignore[arg-type]
 
 
@@ -95,11 +95,11 @@ def _fresh(name: str) -> av.NumericalFunction:
 
 def test_missing_compiler(fresh_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
   monkeypatch.setenv("CXX", "/nonexistent/c++")
-  with pytest.raises(av.CompilerNotFoundError, match="install a C\\+\\+17 compiler.*apt-get install g\\+\\+"):
+  with pytest.raises(av.CompilerNotFoundError, match=r"install a C\+\+17 compiler.*apt-get install g\+\+"):
     _fresh("err_nocxx")(np.ones(2))
   monkeypatch.delenv("CXX")
   monkeypatch.setenv("PATH", str(fresh_cache))
-  with pytest.raises(av.CompilerNotFoundError, match="no C\\+\\+ compiler found .*apt-get install g\\+\\+"):
+  with pytest.raises(av.CompilerNotFoundError, match=r"no C\+\+ compiler found .*apt-get install g\+\+"):
     _fresh("err_nocxx2")(np.ones(2))
 
 

@@ -54,16 +54,16 @@ def test_arg_shapes() -> None:
 
 @pytest.mark.parametrize("shape", [-1, (2, -3), 2.5, "3", (True,)])
 def test_arg_rejects_bad_shapes(shape: object) -> None:
-  with pytest.raises(ValueError, match="Arg shape"):
+  with pytest.raises(ValueError, match=r"Arg shape"):
     av.Arg(shape)  # type: ignore[arg-type]
 
 
 def test_arg_rejects_bad_dtype_and_name() -> None:
-  with pytest.raises(TypeError, match="Arg dtype"):
+  with pytest.raises(TypeError, match=r"Arg dtype"):
     av.Arg(3, dtype="float64")  # type: ignore[arg-type]
-  with pytest.raises(TypeError, match="not supported"):
+  with pytest.raises(TypeError, match=r"not supported"):
     av.Arg(3, dtype=av.dtypes.float16)
-  with pytest.raises(ValueError, match="Arg name"):
+  with pytest.raises(ValueError, match=r"Arg name"):
     av.Arg(3, name="not an id")
 
 
@@ -77,7 +77,7 @@ def test_decorator_shape_forms() -> None:
 
 @pytest.mark.parametrize("name", ["1abc", "a-b", "class", "namespace", "__x", "_X", "with", "", "é"])
 def test_identifier_rules(name: str) -> None:
-  with pytest.raises(ValueError, match="identifier|reserved"):
+  with pytest.raises(ValueError, match=r"identifier|reserved"):
     check_identifier(name, "name")
 
 
@@ -98,17 +98,17 @@ def test_codegen_int_constant_expressions() -> None:
 
 def test_codegen_int_constant_errors() -> None:
   n = av.CodegenIntConstant("N", 3)
-  with pytest.raises(ValueError, match="identifier"):
+  with pytest.raises(ValueError, match=r"identifier"):
     av.CodegenIntConstant("3N", 3)
-  with pytest.raises(TypeError, match="int"):
+  with pytest.raises(TypeError, match=r"int"):
     av.CodegenIntConstant("N", 3.0)  # type: ignore[arg-type]
-  with pytest.raises(ValueError, match="type"):
+  with pytest.raises(ValueError, match=r"type"):
     av.CodegenIntConstant("N", 3, type="float")
   with pytest.raises(ZeroDivisionError):
     n // 0
-  with pytest.raises(ValueError, match="non-negative"):
+  with pytest.raises(ValueError, match=r"non-negative"):
     (n - 5) // 2
-  with pytest.raises(ValueError, match="no name"):
+  with pytest.raises(ValueError, match=r"no name"):
     (n + 1).declaration()
 
 
@@ -117,7 +117,7 @@ def test_constants_sorted_once_in_dependency_order() -> None:
   m = av.CodegenIntConstant.from_expr("M", n * 2)
   k = av.CodegenIntConstant.from_expr("K", m + n)
   assert [c.name for c in sort_constants([k, m, n, k])] == ["N", "M", "K"]
-  with pytest.raises(ValueError, match="twice"):
+  with pytest.raises(ValueError, match=r"twice"):
     sort_constants([n, av.CodegenIntConstant("N", 4)])
-  with pytest.raises(ValueError, match="no name"):
+  with pytest.raises(ValueError, match=r"no name"):
     sort_constants([n + 1])

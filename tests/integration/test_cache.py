@@ -1,0 +1,81 @@
+"""The on-disk build cache: a second process skips schedule/render/compile; concurrent first builds both succeed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = """
+import json, sys, numpy as np
+import anvil as av
+from anvil.codegen import STAGE_COUNTS
+from examples.models import cartpole
+C = av.Tensor(np.array([0.5, -1.0, 2.0, 0.25]))
+f = av.NumericalFunction("cache_fn", lambda x, u: cartpole.step(x, u) * C, (av.Arg(4), av.Arg(1)))
+y = f(cartpole.TEST_X, cartpole.TEST_U)
+err = float(np.abs(y - cartpole.step_numpy(cartpole.TEST_X, cartpole.TEST_U) * [0.5, -1.0, 2.0, 0.25]).max())
+print(json.dumps({"stages": dict(STAGE_COUNTS), "err": err, "library": f.library}))
+"""
+
+
+def _build(cache: Path) -> subprocess.Popen[str]:
+  env = {**os.environ, "ANVIL_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
+  return subprocess.Popen([sys.executable, "-c", BUILD], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def _result(proc: subprocess.Popen[str]) -> dict:
+  out, err = proc.communicate(timeout=300)
+  assert proc.returncode == 0, err
+  return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_second_process_reuses_the_library(fresh_cache: Path) -> None:
+  first = _result(_build(fresh_cache))
+  assert first["stages"].get("schedule") == 1 and first["stages"].get("render") == 1
+  assert first["stages"].get("compile") == 1 and first["err"] < 1e-12
+  second = _result(_build(fresh_cache))
+  assert second["stages"] == {"trace": 1}, "a warm start must skip schedule, render and compile"
+  assert second["err"] < 1e-12 and second["library"] == first["library"]
+
+
+@pytest.mark.slow
+def test_concurrent_first_builds_both_succeed(fresh_cache: Path) -> None:
+  procs = [_build(fresh_cache) for _ in range(2)]
+  results = [_result(p) for p in procs]
+  assert all(r["err"] < 1e-12 for r in results)
+  assert results[0]["library"] == results[1]["library"]
+  libs = list((fresh_cache / "lib").iterdir())
+  assert [p.suffix for p in libs] == [".so"], f"temporary files left behind: {libs}"
+
+
+def test_cache_key_follows_constant_data(fresh_cache: Path) -> None:
+  import numpy as np
+
+  import anvil as av
+
+  def make(values: list[float]) -> av.NumericalFunction:
+    c = av.Tensor(np.array(values))
+    return av.NumericalFunction("cache_const", lambda x: x * c, av.Arg(2))
+
+  a, b = make([1.0, 2.0]), make([3.0, 4.0])
+  assert a.key != b.key and a.key == make([1.0, 2.0]).key
+  np.testing.assert_array_equal(a(np.ones(2)), [1.0, 2.0])
+  np.testing.assert_array_equal(b(np.ones(2)), [3.0, 4.0])
+
+
+def test_cache_dir_defaults_to_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+  from anvil.codegen.jit import cache_dir
+
+  monkeypatch.delenv("ANVIL_CACHE_DIR", raising=False)
+  monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+  assert cache_dir() == tmp_path / "anvil"
+  monkeypatch.setenv("ANVIL_CACHE_DIR", str(tmp_path / "x"))
+  assert cache_dir() == tmp_path / "x"

@@ -22,6 +22,7 @@ from anvil.codegen.jit import (
   array_data_offset,
   cache_dir,
   cached_library,
+  codegen_fingerprint,
   compile_library,
   library_key,
   load_library,
@@ -29,7 +30,6 @@ from anvil.codegen.jit import (
 )
 from anvil.codegen.program import Program, build_program, schedule
 from anvil.codegen.trace import OutputSpec, TracedGraph, graph_key, trace
-from anvil.version import __version__
 
 TINYGRAD_VERSION = importlib.metadata.version("tinygrad")
 P = ParamSpec("P")
@@ -196,7 +196,7 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
   def key(self) -> str:
     """Hash of the traced graph, constants, signature and versions: the key of every cached artefact."""
     sig = "|".join(f"{a.name}:{a.dtype.name}:{_dims(a.dims)}" for a in self.inputs)
-    extra = f"{type(self).__name__}|{self.device}|{sig}|{self._key_extra}|{__version__}|{TINYGRAD_VERSION}"
+    extra = f"{type(self).__name__}|{self.device}|{sig}|{self._key_extra}|{codegen_fingerprint()}|{TINYGRAD_VERSION}"
     return graph_key(self.name, self.traced, extra)
 
   @property
@@ -249,8 +249,7 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
     outs = tuple(
       _ArraySpec(cpp_type(o.dtype, f"output {i}"), _dims(o.shape), f"out{i}") for i, o in enumerate(self.outputs)
     )
-    used = {f"{r.kind}{r.index}" if r.kind != "ws" else "ws" for s in program.steps for r in s.args}
-    used |= {f"out{c.dst}" for c in program.copies} | {f"out{c.src}" for c in program.copies}
+    used = program.used_params
     params = [*(f"in{i}" for i in range(len(ins))), *(f"out{i}" for i in range(len(outs))), "ws"]
     signature = f"({', '.join(a.name or '' for a in self.inputs)}) -> {len(outs)} output{'s' if len(outs) != 1 else ''}"
     return _FunctionContext(

@@ -77,9 +77,20 @@ def write_atomic(path: Path, data: str | bytes) -> None:
   os.replace(tmp, path)
 
 
+@functools.cache
+def codegen_fingerprint() -> str:
+  """anvil's version and a hash of the code generator's own sources and templates, so any change to them (an upgrade,
+  or an edit in an editable install) invalidates every cached artefact."""
+  h = hashlib.sha256(__version__.encode())
+  root = Path(__file__).parent
+  for path in sorted([*root.rglob("*.py"), *root.rglob("*.j2")]):
+    h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+  return h.hexdigest()[:16]
+
+
 def library_key(source_key: str) -> str:
-  """Cache key of a compiled library: the generated code's key plus compiler, flags and anvil version."""
-  ident = f"{source_key}|{compiler_identity(find_compiler())}|{' '.join(cxxflags())}|{__version__}"
+  """Cache key of a compiled library: the generated code's key plus compiler, flags and code generator."""
+  ident = f"{source_key}|{compiler_identity(find_compiler())}|{' '.join(cxxflags())}|{codegen_fingerprint()}"
   return hashlib.sha256(ident.encode()).hexdigest()[:32]
 
 

@@ -43,6 +43,11 @@ class KernelStep:
   kernel: str
   args: tuple[BufferRef, ...]
 
+  @property
+  def code(self) -> str:
+    """The C++ statement."""
+    return f"{self.kernel}({', '.join(a.cpp for a in self.args)});"
+
 
 @dataclass(frozen=True)
 class ConstantData:
@@ -60,12 +65,23 @@ class ConstantData:
 
 
 @dataclass(frozen=True)
-class OutputCopy:
-  """An output equal to an earlier one: copied from it after the kernels ran."""
+class CopyStep:
+  """A memcpy inside `call()`: a captured constant returned as an output, or an output equal to an earlier one."""
 
-  dst: int
-  src: int
+  dst: BufferRef
+  src: BufferRef | ConstantData
   nbytes: int
+
+  @property
+  def code(self) -> str:
+    """The C++ statement."""
+    src = self.src.cpp if isinstance(self.src, BufferRef) else self.src.name
+    return f"std::memcpy({self.dst.cpp}, {src}, {self.nbytes});"
+
+  @property
+  def args(self) -> tuple[BufferRef, ...]:
+    """The buffers the copy touches."""
+    return (self.dst, self.src) if isinstance(self.src, BufferRef) else (self.dst,)
 
 
 @dataclass(frozen=True)
@@ -73,10 +89,14 @@ class Program:
   """Everything the C++ templates need to emit one function's body."""
 
   kernels: tuple[RenderedKernel, ...]
-  steps: tuple[KernelStep, ...]
+  steps: tuple[KernelStep | CopyStep, ...]
   constants: tuple[ConstantData, ...]
-  copies: tuple[OutputCopy, ...]
   ws_size: int
+
+  @property
+  def used_params(self) -> set[str]:
+    """The `call()` parameters the steps use (`in0`, `out1`, `ws`, ...)."""
+    return {"ws" if r.kind == "ws" else f"{r.kind}{r.index}" for s in self.steps for r in s.args}
 
 
 def schedule(traced: TracedGraph) -> tuple[UOp, ...]:
@@ -135,7 +155,7 @@ def build_program(traced: TracedGraph, items: tuple[UOp, ...], progress: Progres
   """Lay out the workspace and render each distinct kernel of the schedule `items` once."""
   layout = _Layout(traced)
   kernels: dict[bytes, RenderedKernel] = {}
-  steps: list[KernelStep] = []
+  steps: list[KernelStep | CopyStep] = []
   constants: list[ConstantData] = []
   for item in items:
     ast, args = item.src[0], item.src[1:]
@@ -144,7 +164,11 @@ def build_program(traced: TracedGraph, items: tuple[UOp, ...], progress: Progres
       if src.device not in HOST_DEVICES:
         raise RuntimeError(f"internal: copy from device {src.device} is not a captured constant")
       ref = layout.ref(dst)
-      constants.append(ConstantData(f"const{len(constants)}", ref.index, dst.dtype, _constant_values(src)))
+      const = ConstantData(f"const{len(constants)}", ref.index if ref.kind == "ws" else -1, dst.dtype,
+                           _constant_values(src))  # fmt: skip
+      constants.append(const)
+      if ref.kind == "out":  # NOTE: a constant returned as an output is copied on every call
+        steps.append(CopyStep(ref, const, len(const.values) * dst.dtype.itemsize))
       continue
     if ast.op is not Ops.SINK:
       raise NotImplementedError(f"schedule item {ast.op} is not supported by anvil's C++ backend")
@@ -153,16 +177,17 @@ def build_program(traced: TracedGraph, items: tuple[UOp, ...], progress: Progres
       if progress is not None:
         progress.update(f"rendered kernel {len(kernels)}")
     steps.append(KernelStep(kernel.name, tuple(layout.ref(args[i]) for i in kernel.params)))
-  return Program(tuple(kernels.values()), tuple(steps), tuple(constants), _output_copies(traced), layout.size)
+  return Program(tuple(kernels.values()), (*steps, *_output_copies(traced)), tuple(constants), layout.size)
 
 
-def _output_copies(traced: TracedGraph) -> tuple[OutputCopy, ...]:
+def _output_copies(traced: TracedGraph) -> tuple[CopyStep, ...]:
   first: dict[int, int] = {}
   copies = []
   for i, slot in enumerate(traced.output_slots):
     if slot in first:
       spec = traced.outputs[i]
-      copies.append(OutputCopy(i, first[slot], spec.size * spec.dtype.itemsize))
+      src = BufferRef("out", first[slot], spec.dtype)
+      copies.append(CopyStep(BufferRef("out", i, spec.dtype), src, spec.size * spec.dtype.itemsize))
     else:
       first[slot] = i
   return tuple(copies)

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
+import tinygrad.codegen.opt.heuristic as heuristic
 from tinygrad import dtypes
 from tinygrad.codegen import to_program
+from tinygrad.codegen.opt import KernelOptError, Opt, OptOps
+from tinygrad.codegen.opt.postrange import Scheduler
 from tinygrad.device import Compiler
 from tinygrad.dtype import AddrSpace
 from tinygrad.helpers import Context, Target
 from tinygrad.renderer import Renderer
 from tinygrad.renderer.cstyle import ClangRenderer, base_rewrite
-from tinygrad.uop.ops import Ops, PatternMatcher, UOp, UPat, graph_rewrite
+from tinygrad.uop.ops import AxisType, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
 from anvil.codegen.arg import CPP_TYPES
 
@@ -123,12 +128,43 @@ class RenderedKernel:
 
 
 RENDERER = PortableCppRenderer()
+#: Loops whose trip count, times the lanes already unrolled, stays within this many lanes are fully unrolled.
+UNROLL_LANES = 16
+LOOP_AXES = (AxisType.LOOP, AxisType.WEAK, AxisType.GLOBAL, AxisType.REDUCE)
+
+
+def _unroll_small_loops(hand_coded: Callable[[Scheduler], Scheduler], k: Scheduler) -> Scheduler:
+  """tinygrad's hand-coded opts, then every remaining loop small enough fully unrolled (no loops, no lane selects)."""
+  k = hand_coded(k)
+  while True:
+    small = [(i, r) for i, r in enumerate(k.rngs) if r.arg[-1] in LOOP_AXES and isinstance(r.vmax, int)
+             and r.vmax + 1 > 1 and k.upcast_size() * (r.vmax + 1) <= UNROLL_LANES]  # fmt: skip
+    if not small:
+      return k
+    i, r = small[0]
+    reduce = r.arg[-1] is AxisType.REDUCE
+    try:
+      k.apply_opt(Opt(OptOps.UNROLL, k.unrollable_dims.index(i), 0) if reduce else Opt(OptOps.UPCAST, i, 0))
+    except KernelOptError:
+      k.shift_to(r, r.vmax + 1, AxisType.UNROLL if reduce else AxisType.UPCAST)
+
+
+@contextmanager
+def _small_loops_unrolled() -> Iterator[None]:
+  # NOTE: apply_opts imports hand_coded_optimizations at call time, so swapping the module attribute for the length of
+  # one to_program call changes the opts of anvil's kernels only; anvil's renderer type keys tinygrad's program cache.
+  original = heuristic.hand_coded_optimizations
+  heuristic.hand_coded_optimizations = lambda k: _unroll_small_loops(original, k)
+  try:
+    yield
+  finally:
+    heuristic.hand_coded_optimizations = original
 
 
 def render_kernel(ast: UOp, name: str) -> RenderedKernel:
   """Lower one scheduled kernel AST to a C++ function called `name`."""
   # NOTE: the linearizer orders equal-priority uops by their args, and None (sin) cannot be compared with "cos".
-  with Context(TUPLE_ORDER=0):
+  with Context(TUPLE_ORDER=0), _small_loops_unrolled():
     prg = to_program(graph_rewrite(ast, pm_mark_cos, name="anvil mark cos"), RENDERER)
   info = prg.arg
   source = prg.src[2].arg.replace(f"void {info.function_name}(", f"void {name}(", 1)

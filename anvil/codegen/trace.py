@@ -75,7 +75,7 @@ def trace(name: str, fn: Callable[..., Any], args: Sequence[Arg]) -> TracedGraph
     if out.dtype in dtypes.weaks:
       raise TypeError(f"{name}: output {i} has the weak dtype {out.dtype.name}; cast it, e.g. .cast(dtypes.float64)")
     cpp_type(out.dtype, f"{name}: output {i}")
-    if out.device != device:
+    if out.device is not None and out.device != device:
       raise ValueError(
         f"{name}: output {i} lives on device {out.device}, expected {device}; create captured tensors "
         "after `import anvil` so they share anvil's tracing device"

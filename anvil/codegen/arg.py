@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import keyword
+import math
 
 import numpy as np
 from tinygrad import dtypes
@@ -94,10 +95,7 @@ class Arg:
   @property
   def size(self) -> int:
     """Number of elements."""
-    n = 1
-    for d in self.shape:
-      n *= d
-    return n
+    return math.prod(self.shape)
 
   @property
   def constants(self) -> tuple[CodegenIntConstant, ...]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,10 +37,7 @@ class OutputSpec:
   @property
   def size(self) -> int:
     """Number of elements."""
-    n = 1
-    for d in self.shape:
-      n *= d
-    return n
+    return math.prod(self.shape)
 
 
 @dataclass(frozen=True)

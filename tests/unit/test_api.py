@@ -75,7 +75,7 @@ def test_decorator_shape_forms() -> None:
   assert all(a.dtype == av.dtypes.float64 for a in shapes_to_args((3, 4)))
 
 
-@pytest.mark.parametrize("name", ["1abc", "a-b", "class", "namespace", "__x", "_X", "with", "", "é"])
+@pytest.mark.parametrize("name", ["1abc", "a-b", "class", "namespace", "__x", "_X", "with", "", "é", "sin", "main"])
 def test_identifier_rules(name: str) -> None:
   with pytest.raises(ValueError, match=r"identifier|reserved"):
     check_identifier(name, "name")

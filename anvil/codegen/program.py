@@ -51,7 +51,8 @@ class KernelStep:
 
 @dataclass(frozen=True)
 class ConstantData:
-  """A captured constant: copied from a `static constexpr` array into the workspace by `init_ws()`."""
+  """A captured constant: a `static constexpr` array, copied into the workspace at byte `offset` by `init_ws()`, or
+  (offset -1) into an output by every `call()` that returns it."""
 
   name: str
   offset: int
@@ -163,6 +164,8 @@ def build_program(traced: TracedGraph, items: tuple[UOp, ...], progress: Progres
       dst, src = args
       if src.device not in HOST_DEVICES:
         raise RuntimeError(f"internal: copy from device {src.device} is not a captured constant")
+      if dst.max_numel() == 0:  # NOTE: C++ has no zero-length arrays, and there is nothing to copy
+        continue
       ref = layout.ref(dst)
       const = ConstantData(f"const{len(constants)}", ref.index if ref.kind == "ws" else -1, dst.dtype,
                            _constant_values(src))  # fmt: skip

@@ -732,3 +732,12 @@ def test_quadrotor_step_random(dx: np.ndarray, u: np.ndarray) -> None:
 @given(x=floats64(-3, 3, cartpole.NX), u=floats64(-20, 20, cartpole.NU))
 def test_cartpole_step_random(x: np.ndarray, u: np.ndarray) -> None:
   np.testing.assert_allclose(cart_step(x, u), cartpole.step_numpy(x, u), **F64)
+
+
+def test_empty_captured_constants() -> None:
+  empty, empty_rows = Tensor(np.zeros(0)), Tensor(np.zeros((2, 0)))
+  f = av.NumericalFunction("num_empty_consts", lambda x: (x.cat(empty) * 2, empty, empty_rows.sum(1) + x[:2]), Arg(3))
+  doubled, none, plus_zero = f(np.array([1.0, 2.0, 3.0]))
+  np.testing.assert_array_equal(doubled, [2.0, 4.0, 6.0])
+  assert none.shape == (0,)
+  np.testing.assert_array_equal(plus_zero, [1.0, 2.0])

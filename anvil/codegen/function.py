@@ -209,7 +209,7 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
     with stage(self.name, "schedule"):
       items = schedule(self.traced)
     with stage(self.name, "render") as progress:
-      return build_program(self.traced, items, progress)
+      return build_program(self.name, self.traced, items, progress)
 
   @cached_property
   def _code(self) -> dict[str, str]:

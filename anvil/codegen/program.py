@@ -139,11 +139,23 @@ def _constant_values(buf: UOp) -> tuple[str, ...]:
 class _Layout:
   """Assigns every buffer that is neither an input nor an output an aligned region of the workspace."""
 
-  def __init__(self, traced: TracedGraph):
+  def __init__(self, name: str, traced: TracedGraph):
     self.refs: dict[UOp, BufferRef] = {u: BufferRef("in", i, u.dtype) for i, u in enumerate(traced.inputs)}
     first_output = {slot: i for i, slot in reversed(list(enumerate(traced.output_slots)))}
     self.refs |= {u: BufferRef("out", first_output[j], u.dtype) for j, u in enumerate(traced.stores)}
     self.size = 0
+    self.written: set[BufferRef] = set()
+    self.name = name
+
+  def check_initialized(self, step: KernelStep, reads: list[bool]) -> None:
+    """Raise if the step reads a workspace buffer nothing wrote; record what it writes."""
+    for ref, read in zip(step.args, reads, strict=True):
+      if read and ref.kind == "ws" and ref not in self.written:
+        raise ValueError(
+          f"{self.name}: the function reads a tensor of {ref.dtype.name} that is neither an input nor a "
+          "captured constant (a Tensor.empty inside the function has no data)"
+        )
+    self.written.update(ref for ref, read in zip(step.args, reads, strict=True) if not read)
 
   def ref(self, buf: UOp) -> BufferRef:
     if (r := self.refs.get(buf)) is None:
@@ -152,9 +164,9 @@ class _Layout:
     return r
 
 
-def build_program(traced: TracedGraph, items: tuple[UOp, ...], progress: Progress | None = None) -> Program:
+def build_program(name: str, traced: TracedGraph, items: tuple[UOp, ...], progress: Progress | None = None) -> Program:
   """Lay out the workspace and render each distinct kernel of the schedule `items` once."""
-  layout = _Layout(traced)
+  layout = _Layout(name, traced)
   kernels: dict[bytes, RenderedKernel] = {}
   steps: list[KernelStep | CopyStep] = []
   constants: list[ConstantData] = []
@@ -167,6 +179,7 @@ def build_program(traced: TracedGraph, items: tuple[UOp, ...], progress: Progres
       if dst.max_numel() == 0:  # NOTE: C++ has no zero-length arrays, and there is nothing to copy
         continue
       ref = layout.ref(dst)
+      layout.written.add(ref)
       const = ConstantData(f"const{len(constants)}", ref.index if ref.kind == "ws" else -1, dst.dtype,
                            _constant_values(src))  # fmt: skip
       constants.append(const)
@@ -179,7 +192,9 @@ def build_program(traced: TracedGraph, items: tuple[UOp, ...], progress: Progres
       kernels[ast.key] = kernel = render_kernel(ast, f"k{len(kernels)}")
       if progress is not None:
         progress.update(f"rendered kernel {len(kernels)}")
-    steps.append(KernelStep(kernel.name, tuple(layout.ref(args[i]) for i in kernel.params)))
+    step = KernelStep(kernel.name, tuple(layout.ref(args[i]) for i in kernel.params))
+    layout.check_initialized(step, [i not in kernel.writes for i in kernel.params])
+    steps.append(step)
   return Program(tuple(kernels.values()), (*steps, *_output_copies(traced)), tuple(constants), layout.size)
 
 

@@ -120,11 +120,13 @@ class RenderedKernel:
     name: the C++ function name.
     source: the function definition.
     params: for each parameter, the index of the schedule argument it binds.
+    writes: the schedule arguments the kernel writes.
   """
 
   name: str
   source: str
   params: tuple[int, ...]
+  writes: tuple[int, ...]
 
 
 RENDERER = PortableCppRenderer()
@@ -168,4 +170,4 @@ def render_kernel(ast: UOp, name: str) -> RenderedKernel:
     prg = to_program(graph_rewrite(ast, pm_mark_cos, name="anvil mark cos"), RENDERER)
   info = prg.arg
   source = prg.src[2].arg.replace(f"void {info.function_name}(", f"void {name}(", 1)
-  return RenderedKernel(name, source, tuple(info.globals))
+  return RenderedKernel(name, source, tuple(info.globals), tuple(info.outs))

@@ -119,3 +119,10 @@ def test_compiler_failure_reports_first_errors_and_kept_source(
   assert kept.exists() and "anvil_jit_err_cc.cpp" in kept.read_text()
   assert not any(p.suffix == ".so" for p in (fresh_cache / "lib").glob("*")), "no library may be left behind"
   assert os.environ["CXX"] == str(fake)
+
+
+def test_reading_a_tensor_without_data() -> None:
+  stray = av.Tensor.empty(3, dtype=av.dtypes.float64)
+  f = av.NumericalFunction("err_stray", lambda x: x + stray, av.Arg(3))
+  with pytest.raises(ValueError, match=r"err_stray: the function reads a tensor .* neither an input nor a captured"):
+    f(np.ones(3))

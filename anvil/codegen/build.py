@@ -43,7 +43,7 @@ class Progress:
 
   def _print(self, final: bool) -> None:
     elapsed = time.perf_counter() - self._start
-    what = f"{self.stage} {self.detail}".strip() if not final else "done"
+    what = f"{self.stage} {self.detail}".strip() if not final else f"{self.stage} done"
     end = "\n" if final or not sys.stderr.isatty() else ""
     sys.stderr.write(
       f"\ranvil: building {self.name}: {what} ({elapsed:.1f} s)\x1b[K{end}"
@@ -79,6 +79,6 @@ def stage(name: str, what: str) -> Iterator[Progress]:
   finally:
     STAGE_COUNTS[what] += 1
     logger.info("%s: %s %.3f s", name, what, time.perf_counter() - start)
-    progress.stage = previous
     if outer:
       _active.pop(name).close()
+    progress.stage = previous

@@ -29,7 +29,7 @@ def test_long_builds_show_progress(capfd: pytest.CaptureFixture[str], monkeypatc
     progress.update("kernel 3/9")
     time.sleep(0.3)
   err = capfd.readouterr().err
-  assert "anvil: building fb_slow: render kernel 3/9" in err and "anvil: building fb_slow: done" in err
+  assert "anvil: building fb_slow: render kernel 3/9" in err and "anvil: building fb_slow: render done" in err
 
 
 def test_short_builds_stay_quiet(capfd: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,9 @@
+"""anvil.ad: derivatives and batching as functions: each transform returns a new NumericalFunction."""
+
+from anvil.ad.batching import VmapError as VmapError
+from anvil.ad.transforms import gradient as gradient
+from anvil.ad.transforms import hessian as hessian
+from anvil.ad.transforms import jacobian as jacobian
+from anvil.ad.transforms import jvp as jvp
+from anvil.ad.transforms import vjp as vjp
+from anvil.ad.transforms import vmap as vmap

@@ -1,0 +1,197 @@
+"""Derivatives and batching as functions: each transform takes a `NumericalFunction` and returns a new one.
+
+All of them are built from two primitives: tinygrad's reverse mode (`Tensor.gradient`) and the UOp batching rule of
+`anvil.ad.batching`. Forward mode is the double-VJP trick; dense Jacobians are one *batched* VJP (or JVP) with an
+identity seed, so their graph does not grow with the number of rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tinygrad import Tensor, dtypes
+
+from anvil.ad.batching import batch_graph, to_batch_last
+from anvil.codegen import Arg, NumericalFunction
+from anvil.codegen.build import stage
+
+Fn = NumericalFunction[..., Any]
+AxesLike = int | None | Sequence[int | None]
+
+
+def _check_wrt(fn: Fn, wrt: int, what: str) -> Arg:
+  if not isinstance(fn, NumericalFunction):
+    raise TypeError(f"{what}: expected a NumericalFunction, got {type(fn).__name__}")
+  if isinstance(wrt, bool) or not isinstance(wrt, int) or not 0 <= wrt < len(fn.inputs):
+    raise ValueError(f"{what}({fn.name}): wrt={wrt!r} is not an input index in [0, {len(fn.inputs)})")
+  arg = fn.inputs[wrt]
+  if not dtypes.is_float(arg.dtype):
+    raise TypeError(f"{what}({fn.name}): input {wrt} ({arg.name}) is {arg.dtype.name}; derivatives need a float input")
+  return arg
+
+
+def _single_output(fn: Fn, result: Any, what: str) -> Tensor:
+  outs = result if isinstance(result, (tuple, list)) else (result,)
+  if len(outs) != 1 or not isinstance(outs[0], Tensor):
+    raise ValueError(f"{what}({fn.name}): the function must return exactly one Tensor, got {len(outs)} outputs")
+  out = outs[0]
+  if not dtypes.is_float(out.dtype):
+    raise TypeError(f"{what}({fn.name}): the output is {out.dtype.name}; derivatives need a float output")
+  return out
+
+
+def _placeholders(args: Sequence[Arg]) -> list[Tensor]:
+  return [Tensor.empty(*a.shape, dtype=a.dtype) for a in args]
+
+
+def _derived(fn: Fn, name: str | None, suffix: str, body: Callable[..., Any], inputs: Sequence[Arg]) -> Fn:
+  """A NumericalFunction whose trace builds `body`'s graph inside a timed `derive` stage."""
+  new_name = name if name is not None else f"{fn.name}_{suffix}"
+
+  def traced(*xs: Tensor) -> Any:
+    with stage(new_name, "derive"):
+      return body(*xs)
+
+  return NumericalFunction(new_name, traced, tuple(inputs), device=fn.device)
+
+
+def _vjp_graph(fn: Fn, xs: Sequence[Tensor], wrt: int, cotangent: Tensor, what: str) -> Tensor:
+  out = _single_output(fn, fn.fn(*xs), what)
+  return out.gradient(xs[wrt], gradient=cotangent.cast(out.dtype))[0]
+
+
+def _jvp_graph(fn: Fn, xs: Sequence[Tensor], wrt: int, tangent: Tensor, what: str) -> Tensor:
+  out = _single_output(fn, fn.fn(*xs), what)
+  # NOTE: forward mode by the double-VJP trick: g(w) = J^T w is linear in the dummy cotangent w, so
+  # d/dw <g(w), v> = J v no longer refers to w.
+  w = Tensor.empty(*out.shape, dtype=out.dtype)
+  g = out.gradient(xs[wrt], gradient=w)[0]
+  return (g * tangent.cast(g.dtype)).sum().gradient(w)[0]
+
+
+def gradient(fn: Fn, wrt: int = 0, *, name: str | None = None) -> Fn:
+  """The gradient of a scalar-valued function with respect to input `wrt`, shaped like that input.
+
+  Example:
+    >>> f = NumericalFunction("f", lambda x, p: (x * x).sum() * p[0], (Arg(3), Arg(1)))
+    >>> df = gradient(f)          # df(x, p) == 2 * x * p[0]
+  """
+  _check_wrt(fn, wrt, "gradient")
+
+  def body(*xs: Tensor) -> Tensor:
+    out = _single_output(fn, fn.fn(*xs), "gradient")
+    if out.shape != ():
+      raise ValueError(f"gradient({fn.name}): the output has shape {out.shape}; gradient needs a scalar output")
+    return out.gradient(xs[wrt])[0]
+
+  return _derived(fn, name, "grad", body, fn.inputs)
+
+
+def vjp(fn: Fn, wrt: int = 0, *, name: str | None = None) -> Fn:
+  """Vector-Jacobian product: a new last input `ct` shaped like the output; returns ctᵀ·∂f/∂x_wrt shaped like x_wrt."""
+  _check_wrt(fn, wrt, "vjp")
+  out = _single_output(fn, fn.fn(*_placeholders(fn.inputs)), "vjp")
+  ct = Arg(tuple(int(d) for d in out.shape), out.dtype, "ct")
+  return _derived(fn, name, "vjp", lambda *xs: _vjp_graph(fn, xs[:-1], wrt, xs[-1], "vjp"), (*fn.inputs, ct))
+
+
+def jvp(fn: Fn, wrt: int = 0, *, name: str | None = None) -> Fn:
+  """Jacobian-vector product: a new last input `v` shaped like input `wrt`; returns ∂f/∂x_wrt·v, shaped like f."""
+  arg = _check_wrt(fn, wrt, "jvp")
+  tangent = Arg(arg.shape, arg.dtype, "v")
+  return _derived(fn, name, "jvp", lambda *xs: _jvp_graph(fn, xs[:-1], wrt, xs[-1], "jvp"), (*fn.inputs, tangent))
+
+
+def jacobian_graph(fn: Fn, xs: Sequence[Tensor], wrt: int, what: str = "jacobian") -> Tensor:
+  """The dense Jacobian of `fn` at the tensors `xs`, shape (output size, input size), as one batched pass."""
+  arg = _check_wrt(fn, wrt, what)
+  probe = _placeholders(fn.inputs)
+  out = _single_output(fn, fn.fn(*probe), what)
+  m, n = out.numel(), arg.size
+  dtype = out.dtype
+  if m <= n:  # reverse mode: one batched VJP over the m rows of an identity seed
+    seed_arg, seeds = Arg(tuple(int(d) for d in out.shape), dtype), Tensor.eye(m, dtype=dtype).reshape(m, *out.shape)
+    rows = _batched(fn, xs, wrt, seed_arg, seeds, m, _vjp_graph, what)
+    return rows.reshape(m, n)
+  seeds = Tensor.eye(n, dtype=arg.dtype).reshape(n, *arg.shape)  # forward mode: one batched JVP over n columns
+  cols = _batched(fn, xs, wrt, Arg(arg.shape, arg.dtype), seeds, n, _jvp_graph, what)
+  return cols.reshape(n, m).transpose(0, 1)
+
+
+def _batched(
+  fn: Fn,
+  xs: Sequence[Tensor],
+  wrt: int,
+  seed_arg: Arg,
+  seeds: Tensor,
+  size: int,
+  graph: Callable[[Fn, Sequence[Tensor], int, Tensor, str], Tensor],
+  what: str,
+) -> Tensor:
+  """`graph` (a VJP or JVP) traced once on placeholders, then batched over `size` seeds and bound to `xs`."""
+  probe = _placeholders(fn.inputs)
+  (seed,) = _placeholders((seed_arg,))
+  result = graph(fn, probe, wrt, seed, what)
+  (batched,) = batch_graph([result.uop], {seed.uop: to_batch_last(seeds.uop)},
+                           {p.uop: x.uop for p, x in zip(probe, xs, strict=True)}, size)  # fmt: skip
+  return Tensor(batched)
+
+
+def jacobian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> Fn:
+  """The dense Jacobian, shape (output size, input `wrt` size), built as one batched pass with an identity seed."""
+  _check_wrt(fn, wrt, "jacobian")
+  return _derived(fn, name, "jac", lambda *xs: jacobian_graph(fn, xs, wrt), fn.inputs)
+
+
+def hessian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> Fn:
+  """The dense Hessian (n, n) of a scalar-valued function with respect to input `wrt` (the Jacobian of its gradient)."""
+  grad = gradient(fn, wrt, name=f"{fn.name}_grad")
+  return _derived(fn, name, "hess", lambda *xs: jacobian_graph(grad, xs, wrt, "hessian"), fn.inputs)
+
+
+def _in_axes(fn: Fn, in_axes: AxesLike) -> tuple[int | None, ...]:
+  axes = tuple(in_axes) if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(fn.inputs)
+  if len(axes) != len(fn.inputs):
+    raise ValueError(f"vmap({fn.name}): in_axes has {len(axes)} entries for {len(fn.inputs)} inputs")
+  for i, a in enumerate(axes):
+    if a is not None and (isinstance(a, bool) or a != 0):
+      raise ValueError(f"vmap({fn.name}): in_axes[{i}] = {a!r}; only 0 (a leading batch axis) or None are supported")
+  return axes
+
+
+def vmap(fn: Fn, in_axes: AxesLike = 0, *, size: int, name: str | None = None) -> Fn:
+  """The function over a leading batch axis of length `size`, as one batched graph (not a loop of copies).
+
+  Args:
+    fn: the function to batch.
+    in_axes: per input, 0 if it gains a leading batch axis, None if it is shared by all batch entries (one value
+      for every input, or a sequence).
+    size: the batch size.
+    name: the new function's name (default `<name>_vmap`).
+
+  Every output gains a leading axis of length `size`, also outputs that do not depend on a batched input.
+
+  Example:
+    >>> F = NumericalFunction("F", step, (Arg(4), Arg(1)))
+    >>> FN = vmap(F, size=50)      # FN(X: (50, 4), U: (50, 1)) -> (50, 4), one kernel
+  """
+  if not isinstance(fn, NumericalFunction):
+    raise TypeError(f"vmap: expected a NumericalFunction, got {type(fn).__name__}")
+  if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+    raise ValueError(f"vmap({fn.name}): size must be a positive int, got {size!r}")
+  axes = _in_axes(fn, in_axes)
+  inputs = [Arg((size, *a.shape), a.dtype, a.name) if ax == 0 else a for a, ax in zip(fn.inputs, axes, strict=True)]
+
+  def body(*xs: Tensor) -> Any:
+    probe = _placeholders(fn.inputs)
+    result = fn.fn(*probe)
+    outs = result if isinstance(result, (tuple, list)) else (result,)
+    if not all(isinstance(o, Tensor) for o in outs):
+      raise TypeError(f"vmap({fn.name}): the function must return a Tensor or a tuple of Tensors")
+    batched = {p.uop: to_batch_last(x.uop) for p, x, ax in zip(probe, xs, axes, strict=True) if ax == 0}
+    shared = {p.uop: x.uop for p, x, ax in zip(probe, xs, axes, strict=True) if ax is None}
+    new = [Tensor(u) for u in batch_graph([o.uop for o in outs], batched, shared, size)]
+    return tuple(new) if isinstance(result, (tuple, list)) else new[0]
+
+  return _derived(fn, name, "vmap", body, inputs)

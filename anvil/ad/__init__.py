@@ -1,6 +1,8 @@
 """anvil.ad: derivatives and batching as functions: each transform returns a new NumericalFunction."""
 
 from anvil.ad.batching import VmapError as VmapError
+from anvil.ad.sparse import sphessian as sphessian
+from anvil.ad.sparse import spjacobian as spjacobian
 from anvil.ad.transforms import gradient as gradient
 from anvil.ad.transforms import hessian as hessian
 from anvil.ad.transforms import jacobian as jacobian

@@ -23,7 +23,7 @@ class VmapError(ValueError):
 def lift(u: UOp, size: int) -> UOp:
   """An unbatched value broadcast along a new trailing batch axis of length `size`."""
   n = len(u.shape)
-  return u._mop(Ops.EXPAND, (size, *u.shape))._mop(Ops.PERMUTE, (*range(1, n + 1), 0))
+  return u._mop(Ops.EXPAND, (size,))._mop(Ops.PERMUTE, (*range(1, n + 1), 0))  # EXPAND prepends axes
 
 
 def to_batch_last(u: UOp) -> UOp:

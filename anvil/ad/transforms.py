@@ -20,7 +20,7 @@ Fn = NumericalFunction[..., Any]
 AxesLike = int | None | Sequence[int | None]
 
 
-def _check_wrt(fn: Fn, wrt: int, what: str) -> Arg:
+def check_wrt(fn: Fn, wrt: int, what: str) -> Arg:
   if not isinstance(fn, NumericalFunction):
     raise TypeError(f"{what}: expected a NumericalFunction, got {type(fn).__name__}")
   if isinstance(wrt, bool) or not isinstance(wrt, int) or not 0 <= wrt < len(fn.inputs):
@@ -31,7 +31,7 @@ def _check_wrt(fn: Fn, wrt: int, what: str) -> Arg:
   return arg
 
 
-def _single_output(fn: Fn, result: Any, what: str) -> Tensor:
+def single_output(fn: Fn, result: Any, what: str) -> Tensor:
   outs = result if isinstance(result, (tuple, list)) else (result,)
   if len(outs) != 1 or not isinstance(outs[0], Tensor):
     raise ValueError(f"{what}({fn.name}): the function must return exactly one Tensor, got {len(outs)} outputs")
@@ -41,7 +41,7 @@ def _single_output(fn: Fn, result: Any, what: str) -> Tensor:
   return out
 
 
-def _placeholders(args: Sequence[Arg]) -> list[Tensor]:
+def placeholders(args: Sequence[Arg]) -> list[Tensor]:
   return [Tensor.empty(*a.shape, dtype=a.dtype) for a in args]
 
 
@@ -56,18 +56,30 @@ def _derived(fn: Fn, name: str | None, suffix: str, body: Callable[..., Any], in
   return NumericalFunction(new_name, traced, tuple(inputs), device=fn.device)
 
 
-def _vjp_graph(fn: Fn, xs: Sequence[Tensor], wrt: int, cotangent: Tensor, what: str) -> Tensor:
-  out = _single_output(fn, fn.fn(*xs), what)
-  return out.gradient(xs[wrt], gradient=cotangent.cast(out.dtype))[0]
+def vjp_graph(fn: Fn, xs: Sequence[Tensor], wrt: int, seed: Tensor, what: str) -> Tensor:
+  """seedᵀ·∂f/∂x_wrt (the seed is a cotangent, shaped like the output)."""
+  out = single_output(fn, fn.fn(*xs), what)
+  return out.gradient(xs[wrt], gradient=seed.cast(out.dtype))[0]
 
 
-def _jvp_graph(fn: Fn, xs: Sequence[Tensor], wrt: int, tangent: Tensor, what: str) -> Tensor:
-  out = _single_output(fn, fn.fn(*xs), what)
+def jvp_graph(fn: Fn, xs: Sequence[Tensor], wrt: int, seed: Tensor, what: str) -> Tensor:
+  """∂f/∂x_wrt·seed (the seed is a tangent, shaped like input `wrt`)."""
+  out = single_output(fn, fn.fn(*xs), what)
   # NOTE: forward mode by the double-VJP trick: g(w) = J^T w is linear in the dummy cotangent w, so
   # d/dw <g(w), v> = J v no longer refers to w.
   w = Tensor.empty(*out.shape, dtype=out.dtype)
   g = out.gradient(xs[wrt], gradient=w)[0]
-  return (g * tangent.cast(g.dtype)).sum().gradient(w)[0]
+  return (g * seed.cast(g.dtype)).sum().gradient(w)[0]
+
+
+def hvp_graph(fn: Fn, xs: Sequence[Tensor], wrt: int, seed: Tensor, what: str) -> Tensor:
+  """∇²f·seed for a scalar f (the seed is a direction, shaped like input `wrt`)."""
+  out = single_output(fn, fn.fn(*xs), what)
+  if out.shape != ():
+    raise ValueError(f"{what}({fn.name}): the output has shape {out.shape}; a Hessian needs a scalar output")
+  # NOTE: reverse over reverse: H v = grad_x <grad_x f, v>, one more reverse pass (H is symmetric).
+  g = out.gradient(xs[wrt])[0]
+  return (g * seed.cast(g.dtype)).sum().gradient(xs[wrt])[0]
 
 
 def gradient(fn: Fn, wrt: int = 0, *, name: str | None = None) -> Fn:
@@ -77,10 +89,10 @@ def gradient(fn: Fn, wrt: int = 0, *, name: str | None = None) -> Fn:
     >>> f = NumericalFunction("f", lambda x, p: (x * x).sum() * p[0], (Arg(3), Arg(1)))
     >>> df = gradient(f)          # df(x, p) == 2 * x * p[0]
   """
-  _check_wrt(fn, wrt, "gradient")
+  check_wrt(fn, wrt, "gradient")
 
   def body(*xs: Tensor) -> Tensor:
-    out = _single_output(fn, fn.fn(*xs), "gradient")
+    out = single_output(fn, fn.fn(*xs), "gradient")
     if out.shape != ():
       raise ValueError(f"gradient({fn.name}): the output has shape {out.shape}; gradient needs a scalar output")
     return out.gradient(xs[wrt])[0]
@@ -90,36 +102,36 @@ def gradient(fn: Fn, wrt: int = 0, *, name: str | None = None) -> Fn:
 
 def vjp(fn: Fn, wrt: int = 0, *, name: str | None = None) -> Fn:
   """Vector-Jacobian product: a new last input `ct` shaped like the output; returns ctᵀ·∂f/∂x_wrt shaped like x_wrt."""
-  _check_wrt(fn, wrt, "vjp")
-  out = _single_output(fn, fn.fn(*_placeholders(fn.inputs)), "vjp")
+  check_wrt(fn, wrt, "vjp")
+  out = single_output(fn, fn.fn(*placeholders(fn.inputs)), "vjp")
   ct = Arg(tuple(int(d) for d in out.shape), out.dtype, "ct")
-  return _derived(fn, name, "vjp", lambda *xs: _vjp_graph(fn, xs[:-1], wrt, xs[-1], "vjp"), (*fn.inputs, ct))
+  return _derived(fn, name, "vjp", lambda *xs: vjp_graph(fn, xs[:-1], wrt, xs[-1], "vjp"), (*fn.inputs, ct))
 
 
 def jvp(fn: Fn, wrt: int = 0, *, name: str | None = None) -> Fn:
   """Jacobian-vector product: a new last input `v` shaped like input `wrt`; returns ∂f/∂x_wrt·v, shaped like f."""
-  arg = _check_wrt(fn, wrt, "jvp")
+  arg = check_wrt(fn, wrt, "jvp")
   tangent = Arg(arg.shape, arg.dtype, "v")
-  return _derived(fn, name, "jvp", lambda *xs: _jvp_graph(fn, xs[:-1], wrt, xs[-1], "jvp"), (*fn.inputs, tangent))
+  return _derived(fn, name, "jvp", lambda *xs: jvp_graph(fn, xs[:-1], wrt, xs[-1], "jvp"), (*fn.inputs, tangent))
 
 
 def jacobian_graph(fn: Fn, xs: Sequence[Tensor], wrt: int, what: str = "jacobian") -> Tensor:
   """The dense Jacobian of `fn` at the tensors `xs`, shape (output size, input size), as one batched pass."""
-  arg = _check_wrt(fn, wrt, what)
-  probe = _placeholders(fn.inputs)
-  out = _single_output(fn, fn.fn(*probe), what)
-  m, n = out.numel(), arg.size
+  arg = check_wrt(fn, wrt, what)
+  probe = placeholders(fn.inputs)
+  out = single_output(fn, fn.fn(*probe), what)
+  m, n = int(out.numel()), arg.size
   dtype = out.dtype
   if m <= n:  # reverse mode: one batched VJP over the m rows of an identity seed
     seed_arg, seeds = Arg(tuple(int(d) for d in out.shape), dtype), Tensor.eye(m, dtype=dtype).reshape(m, *out.shape)
-    rows = _batched(fn, xs, wrt, seed_arg, seeds, m, _vjp_graph, what)
+    rows = batched_graph(fn, xs, wrt, seed_arg, seeds, m, vjp_graph, what)
     return rows.reshape(m, n)
   seeds = Tensor.eye(n, dtype=arg.dtype).reshape(n, *arg.shape)  # forward mode: one batched JVP over n columns
-  cols = _batched(fn, xs, wrt, Arg(arg.shape, arg.dtype), seeds, n, _jvp_graph, what)
+  cols = batched_graph(fn, xs, wrt, Arg(arg.shape, arg.dtype), seeds, n, jvp_graph, what)
   return cols.reshape(n, m).transpose(0, 1)
 
 
-def _batched(
+def batched_graph(
   fn: Fn,
   xs: Sequence[Tensor],
   wrt: int,
@@ -130,8 +142,8 @@ def _batched(
   what: str,
 ) -> Tensor:
   """`graph` (a VJP or JVP) traced once on placeholders, then batched over `size` seeds and bound to `xs`."""
-  probe = _placeholders(fn.inputs)
-  (seed,) = _placeholders((seed_arg,))
+  probe = placeholders(fn.inputs)
+  (seed,) = placeholders((seed_arg,))
   result = graph(fn, probe, wrt, seed, what)
   (batched,) = batch_graph([result.uop], {seed.uop: to_batch_last(seeds.uop)},
                            {p.uop: x.uop for p, x in zip(probe, xs, strict=True)}, size)  # fmt: skip
@@ -140,18 +152,25 @@ def _batched(
 
 def jacobian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> Fn:
   """The dense Jacobian, shape (output size, input `wrt` size), built as one batched pass with an identity seed."""
-  _check_wrt(fn, wrt, "jacobian")
+  check_wrt(fn, wrt, "jacobian")
   return _derived(fn, name, "jac", lambda *xs: jacobian_graph(fn, xs, wrt), fn.inputs)
 
 
 def hessian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> Fn:
-  """The dense Hessian (n, n) of a scalar-valued function with respect to input `wrt` (the Jacobian of its gradient)."""
-  grad = gradient(fn, wrt, name=f"{fn.name}_grad")
-  return _derived(fn, name, "hess", lambda *xs: jacobian_graph(grad, xs, wrt, "hessian"), fn.inputs)
+  """The dense Hessian (n, n) of a scalar-valued function with respect to input `wrt`: one batched Hessian-vector
+  product over an identity seed."""
+  arg = check_wrt(fn, wrt, "hessian")
+  n = arg.size
+
+  def body(*xs: Tensor) -> Tensor:
+    seeds = Tensor.eye(n, dtype=arg.dtype).reshape(n, *arg.shape)
+    return batched_graph(fn, xs, wrt, Arg(arg.shape, arg.dtype), seeds, n, hvp_graph, "hessian").reshape(n, n)
+
+  return _derived(fn, name, "hess", body, fn.inputs)
 
 
 def _in_axes(fn: Fn, in_axes: AxesLike) -> tuple[int | None, ...]:
-  axes = tuple(in_axes) if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(fn.inputs)
+  axes: tuple[int | None, ...] = tuple(in_axes) if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(fn.inputs)  # type: ignore[assignment]
   if len(axes) != len(fn.inputs):
     raise ValueError(f"vmap({fn.name}): in_axes has {len(axes)} entries for {len(fn.inputs)} inputs")
   for i, a in enumerate(axes):
@@ -184,7 +203,7 @@ def vmap(fn: Fn, in_axes: AxesLike = 0, *, size: int, name: str | None = None) -
   inputs = [Arg((size, *a.shape), a.dtype, a.name) if ax == 0 else a for a, ax in zip(fn.inputs, axes, strict=True)]
 
   def body(*xs: Tensor) -> Any:
-    probe = _placeholders(fn.inputs)
+    probe = placeholders(fn.inputs)
     result = fn.fn(*probe)
     outs = result if isinstance(result, (tuple, list)) else (result,)
     if not all(isinstance(o, Tensor) for o in outs):

@@ -203,13 +203,18 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
   def _key_extra(self) -> str:
     return ""
 
+  @property
+  def _gathers(self) -> dict[int, Sequence[int]]:
+    """Outputs computed compressed and expanded by an index table (see `build_program`); none here."""
+    return {}
+
   @cached_property
   def program(self) -> Program:
     """Scheduled kernels, workspace layout and rendered kernel sources (stages `schedule` and `render`)."""
     with stage(self.name, "schedule"):
       items = schedule(self.traced)
     with stage(self.name, "render") as progress:
-      return build_program(self.name, self.traced, items, progress)
+      return build_program(self.name, self.traced, items, progress, self._gathers)
 
   @cached_property
   def _code(self) -> dict[str, str]:

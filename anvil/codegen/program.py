@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from tinygrad import dtypes
@@ -86,11 +87,33 @@ class CopyStep:
 
 
 @dataclass(frozen=True)
+class GatherStep:
+  """`dst[k] = src[index[k]]` for every entry of a constant index table (sparse derivative values from a compressed
+  evaluation)."""
+
+  dst: BufferRef
+  src: BufferRef
+  index: ConstantData
+
+  @property
+  def code(self) -> str:
+    """The C++ statement."""
+    src = self.src.cpp
+    return (f"for (std::size_t k = 0; k < {len(self.index.values)}; ++k) {self.dst.cpp}[k] = "
+            f"{src}[{self.index.name}[k]];")  # fmt: skip
+
+  @property
+  def args(self) -> tuple[BufferRef, ...]:
+    """The buffers the gather touches."""
+    return (self.dst, self.src)
+
+
+@dataclass(frozen=True)
 class Program:
   """Everything the C++ templates need to emit one function's body."""
 
   kernels: tuple[RenderedKernel, ...]
-  steps: tuple[KernelStep | CopyStep, ...]
+  steps: tuple[KernelStep | CopyStep | GatherStep, ...]
   constants: tuple[ConstantData, ...]
   ws_size: int
 
@@ -139,10 +162,11 @@ def _constant_values(buf: UOp) -> tuple[str, ...]:
 class _Layout:
   """Assigns every buffer that is neither an input nor an output an aligned region of the workspace."""
 
-  def __init__(self, name: str, traced: TracedGraph):
+  def __init__(self, name: str, traced: TracedGraph, gathered: Collection[int]):
     self.refs: dict[UOp, BufferRef] = {u: BufferRef("in", i, u.dtype) for i, u in enumerate(traced.inputs)}
     first_output = {slot: i for i, slot in reversed(list(enumerate(traced.output_slots)))}
-    self.refs |= {u: BufferRef("out", first_output[j], u.dtype) for j, u in enumerate(traced.stores)}
+    self.refs |= {u: BufferRef("out", first_output[j], u.dtype) for j, u in enumerate(traced.stores)
+                  if first_output[j] not in gathered}  # fmt: skip
     self.size = 0
     self.written: set[BufferRef] = set()
     self.name = name
@@ -164,11 +188,22 @@ class _Layout:
     return r
 
 
-def build_program(name: str, traced: TracedGraph, items: tuple[UOp, ...], progress: Progress | None = None) -> Program:
-  """Lay out the workspace and render each distinct kernel of the schedule `items` once."""
-  layout = _Layout(name, traced)
+def build_program(
+  name: str,
+  traced: TracedGraph,
+  items: tuple[UOp, ...],
+  progress: Progress | None = None,
+  gathers: Mapping[int, Sequence[int]] | None = None,
+) -> Program:
+  """Lay out the workspace and render each distinct kernel of the schedule `items` once.
+
+  `gathers` maps an output index to an index table: that output is then `value[table[k]]` for each k, where `value`
+  is what the function computed for it (kept in the workspace).
+  """
+  gathers = gathers or {}
+  layout = _Layout(name, traced, gathers)
   kernels: dict[bytes, RenderedKernel] = {}
-  steps: list[KernelStep | CopyStep] = []
+  steps: list[KernelStep | CopyStep | GatherStep] = []
   constants: list[ConstantData] = []
   for item in items:
     ast, args = item.src[0], item.src[1:]
@@ -195,6 +230,10 @@ def build_program(name: str, traced: TracedGraph, items: tuple[UOp, ...], progre
     step = KernelStep(kernel.name, tuple(layout.ref(args[i]) for i in kernel.params))
     layout.check_initialized(step, [i not in kernel.writes for i in kernel.params])
     steps.append(step)
+  for i, table in gathers.items():
+    store = traced.stores[traced.output_slots[i]]
+    constants.append(index := ConstantData(f"gather{i}", -1, dtypes.int32, tuple(str(int(t)) for t in table)))
+    steps.append(GatherStep(BufferRef("out", i, store.dtype), layout.ref(store), index))
   return Program(tuple(kernels.values()), (*steps, *_output_copies(traced)), tuple(constants), layout.size)
 
 

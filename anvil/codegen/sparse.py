@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -52,6 +52,8 @@ class SparseNumericalFunction(NumericalFunction[..., Any]):
     inputs: one `Arg` per parameter of `fn`.
     pattern: a scipy sparse matrix/array (its structure is used) or `(shape, indices, indptr)`.
     device: "CPU".
+    gather: optional index table, one entry per nonzero: `fn` then returns a compressed vector and nonzero k is
+      `fn(...)[gather[k]]`, expanded in C++ (this is how compressed sparse derivatives are evaluated).
 
   Example:
     >>> pattern = scipy.sparse.csc_array(np.eye(3))
@@ -59,8 +61,20 @@ class SparseNumericalFunction(NumericalFunction[..., Any]):
     >>> D(np.ones(3)).toarray()
   """
 
-  def __init__(self, name: str, fn: Callable[..., Any], inputs: InputsLike, pattern: Any, device: str = "CPU") -> None:
+  def __init__(
+    self,
+    name: str,
+    fn: Callable[..., Any],
+    inputs: InputsLike,
+    pattern: Any,
+    device: str = "CPU",
+    *,
+    gather: ArrayLike | None = None,
+  ) -> None:
     self.shape, self.indices, self.indptr = _pattern(name, pattern)
+    self.gather = None if gather is None else np.asarray(gather, dtype=np.int64)
+    if self.gather is not None and (self.gather.shape != (self.nnz,) or np.any(self.gather < 0)):
+      raise ValueError(f"{name}: gather must hold one non-negative index per nonzero ({self.nnz})")
     super().__init__(name, fn, inputs, device)
 
   @property
@@ -70,9 +84,26 @@ class SparseNumericalFunction(NumericalFunction[..., Any]):
 
   @property
   def _key_extra(self) -> str:
-    return f"{self.shape}|{self.indices.tobytes().hex()}|{self.indptr.tobytes().hex()}"
+    gather = "" if self.gather is None else self.gather.tobytes().hex()
+    return f"{self.shape}|{self.indices.tobytes().hex()}|{self.indptr.tobytes().hex()}|{gather}"
+
+  @property
+  def _gathers(self) -> dict[int, Sequence[int]]:
+    return {} if self.gather is None else {0: self.gather.tolist()}
+
+  @property
+  def outputs(self) -> tuple[OutputSpec, ...]:
+    """The single output: the nnz values."""
+    return (OutputSpec((self.nnz,), self.traced.outputs[0].dtype),)
 
   def _check_outputs(self, outputs: tuple[OutputSpec, ...]) -> None:
+    if self.gather is not None:
+      if len(outputs) != 1 or len(outputs[0].shape) != 1 or (self.nnz and outputs[0].size <= self.gather.max()):
+        got = ", ".join(str(o.shape) for o in outputs)
+        raise ValueError(
+          f"{self.name}: with gather, the function must return one vector longer than max(gather), got {got}"
+        )
+      return
     if len(outputs) != 1 or outputs[0].shape != (self.nnz,):
       got = ", ".join(str(o.shape) for o in outputs)
       raise ValueError(

@@ -170,12 +170,13 @@ def test_vmap_of_quadrotor_and_of_derivatives() -> None:
 
 
 def test_vmap_multiple_outputs_and_unbatched_outputs() -> None:
-  f = av.NumericalFunction("ad_multi", lambda x, c: (x * c, c.sum(), A_T @ x), (Arg(3), Arg(3)))
+  f = av.NumericalFunction("ad_multi", lambda x, c: (x * c, c.sum(), A_T @ x, c * 2), (Arg(3), Arg(3)))
   fv = vmap(f, (0, None), size=4)
   xs, c = np.arange(12.0).reshape(4, 3), np.array([1.0, -1.0, 2.0])
-  a, s, m = fv(xs, c)
+  a, s, m, c2 = fv(xs, c)
   np.testing.assert_allclose(a, xs * c)
   np.testing.assert_allclose(s, np.full(4, 2.0))
+  np.testing.assert_allclose(c2, np.tile(c * 2, (4, 1)))
   np.testing.assert_allclose(m, xs @ A.T)
 
 

@@ -1,0 +1,110 @@
+"""Sparse derivatives: structural pattern, colouring, one batched compressed pass, a gather into CSC values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from numpy.typing import NDArray
+from tinygrad import Tensor
+
+from anvil.ad.coloring import color_columns, seed_matrix
+from anvil.ad.sparsity import hessian_sparsity, jacobian_sparsity
+from anvil.ad.transforms import (
+  Fn,
+  batched_graph,
+  check_wrt,
+  hvp_graph,
+  jvp_graph,
+  placeholders,
+  single_output,
+  vjp_graph,
+)
+from anvil.codegen import Arg, SparseNumericalFunction
+from anvil.codegen.build import stage
+
+
+def _compressed(
+  fn: Fn, xs: tuple[Tensor, ...], wrt: int, seeds: NDArray[np.float64], seed_arg: Arg, graph: Any, what: str
+) -> Tensor:
+  """`graph` (a JVP, VJP or HVP) batched over the rows of `seeds`, flattened to one vector."""
+  if seeds.shape[0] == 0:
+    return Tensor.zeros(1, dtype=seed_arg.dtype).contiguous()
+  seed_tensor = Tensor(seeds.reshape(seeds.shape[0], *seed_arg.shape).astype(np.float64))
+  # NOTE: colours innermost: the colours of one entry are unrolled into one loop iteration, where the C++ compiler
+  # shares the primal computation they all need (fused kernels otherwise recompute it per colour).
+  compressed = batched_graph(fn, xs, wrt, seed_arg, seed_tensor, seeds.shape[0], graph, what)
+  return compressed.reshape(seeds.shape[0], -1).transpose(0, 1).flatten()
+
+
+def _probe_output(fn: Fn, what: str) -> tuple[list[Tensor], Tensor]:
+  probe = placeholders(fn.inputs)
+  return probe, single_output(fn, fn.fn(*probe), what)
+
+
+def spjacobian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> SparseNumericalFunction:
+  """The Jacobian with respect to input `wrt` as a sparse function returning a `scipy.sparse.csc_array`.
+
+  The pattern is structural (from the graph, not from numerical zeros). Columns (or rows, whichever needs fewer
+  colours) sharing no row (column) are coloured together; one batched JVP (VJP) over the colour seeds evaluates the
+  compressed Jacobian and a generated gather scatters it into the CSC values.
+
+  Example:
+    >>> dg = spjacobian(g)              # dg(w, p) -> csc_array of shape (g size, w size)
+  """
+  arg = check_wrt(fn, wrt, "spjacobian")
+  new_name = name if name is not None else f"{fn.name}_spjac"
+  with stage(new_name, "derive"):
+    probe, out = _probe_output(fn, "spjacobian")
+    pattern = jacobian_sparsity([out.uop], [p.uop for p in probe], wrt)
+  m, n = pattern.shape
+  rows, cols = _csc_coordinates(pattern)
+  col_colors = color_columns(pattern)
+  row_colors = color_columns(sp.csc_array(pattern.T))
+  out_arg = Arg(tuple(int(d) for d in out.shape), out.dtype)
+  if col_colors.size == 0 or (row_colors.size and row_colors.max() < col_colors.max()):
+    seeds, gather = seed_matrix(row_colors, m), cols * (row_colors.max() + 1) + row_colors[rows]
+    seed_arg, graph = out_arg, vjp_graph
+  else:
+    seeds, gather = seed_matrix(col_colors, n), rows * (col_colors.max() + 1) + col_colors[cols]
+    seed_arg, graph = Arg(arg.shape, arg.dtype), jvp_graph
+
+  def compressed(*xs: Tensor) -> Tensor:
+    with stage(new_name, "derive"):
+      return _compressed(fn, xs, wrt, seeds, seed_arg, graph, "spjacobian")
+
+  return SparseNumericalFunction(new_name, compressed, fn.inputs, pattern, device=fn.device, gather=gather)
+
+
+def sphessian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> SparseNumericalFunction:
+  """The upper triangle of the Hessian of a scalar-valued function, as a sparse function returning a CSC array.
+
+  The pattern is structural; columns of the full symmetric pattern are coloured so that every entry is recovered
+  directly from one batched Hessian-vector product over the colour seeds.
+  """
+  arg = check_wrt(fn, wrt, "sphessian")
+  new_name = name if name is not None else f"{fn.name}_sphess"
+  with stage(new_name, "derive"):
+    probe, out = _probe_output(fn, "sphessian")
+    if out.shape != ():
+      raise ValueError(f"sphessian({fn.name}): the output has shape {out.shape}; a Hessian needs a scalar output")
+    upper = hessian_sparsity(out.uop, [p.uop for p in probe], wrt)
+  full = sp.csc_array(upper + upper.T)
+  n = upper.shape[0]
+  colors = color_columns(full)
+  seeds = seed_matrix(colors, n)
+  rows, cols = _csc_coordinates(upper)
+  gather = rows * (colors.max() + 1 if colors.size else 1) + colors[cols]
+
+  def compressed(*xs: Tensor) -> Tensor:
+    with stage(new_name, "derive"):
+      return _compressed(fn, xs, wrt, seeds, Arg(arg.shape, arg.dtype), hvp_graph, "sphessian")
+
+  return SparseNumericalFunction(new_name, compressed, fn.inputs, upper, device=fn.device, gather=gather)
+
+
+def _csc_coordinates(pattern: sp.csc_array) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+  """Row and column of every stored entry, in CSC order."""
+  cols = np.repeat(np.arange(pattern.shape[1]), np.diff(pattern.indptr))
+  return pattern.indices.astype(np.int64), cols

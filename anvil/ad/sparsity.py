@@ -1,0 +1,485 @@
+"""Structural Jacobian and Hessian sparsity patterns, read off a traced tinygrad graph without running it.
+
+The analysis walks the tensor-level graph (the UOps of the Tensors a function returned, before scheduling) along value
+edges only; shape arguments such as RESHAPE's `STACK` of sizes are never visited. Every node gets three arrays shaped
+like the node:
+
+* `deps`: for each element, a Python int used as a bitset of the elements of the differentiated input it may depend on;
+* `val`, `known`: the element's value where it is a trace-time constant (constant folding of `CONST`s, `arange`/`eye`
+  masks, captured numpy constants, zeros introduced by `PAD`, products with a known zero, branches a known mask picks).
+  A known element depends on nothing, which is what makes `eye(n) * A`, `triu` and `where(mask, ...)` exact.
+
+Jacobian rows are the `deps` of the outputs. For the Hessian, a reverse pass marks the elements whose adjoint can be
+nonzero, and every curved operation reached that way adds its second-order couplings ("nonlinear interactions"): a
+product `a*b` couples deps(a) with deps(b), a unary curved op (`sin`, `exp2`, `sqrt`, ...) couples deps(a) with itself.
+This is the structural form of edge pushing and is exact up to numerical cancellation (`x*y - y*x`).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.sparse
+from numpy.typing import NDArray
+from tinygrad import dtypes
+from tinygrad.dtype import DType
+from tinygrad.uop.ops import GroupOp, Ops, UOp
+
+from anvil.codegen.trace import HOST_DEVICES, constant_bytes
+
+Array = NDArray[Any]
+
+
+class SparsityError(ValueError):
+  """The traced graph contains an op the sparsity analysis has no rule for; the message names the op."""
+
+
+@dataclass(frozen=True)
+class _Node:
+  """What the forward pass knows about one UOp, element by element (every array is shaped like the UOp)."""
+
+  deps: Array  # object array of int bitsets over the elements of the differentiated input
+  val: Array  # the value where `known`, meaningless elsewhere
+  known: Array  # bool: the element is a trace-time constant, so its deps are empty
+  nz: Array  # bool: deps != 0
+
+
+@dataclass
+class _Couplings:
+  """Second-order couplings found by the reverse pass, deduplicated before they are expanded into rows."""
+
+  cliques: set[int] = field(default_factory=set)  # d couples with d
+  crosses: set[tuple[int, int]] = field(default_factory=set)  # a couples with b (and b with a)
+
+  def rows(self, n: int) -> list[int]:
+    """Row i of the symmetric Hessian pattern as a bitset, for i in range(n)."""
+    rows = [0] * n
+    for d in self.cliques:
+      for i in _bits(d):
+        rows[i] |= d
+    for a, b in self.crosses:
+      if a and b:
+        for i in _bits(a):
+          rows[i] |= b
+        for j in _bits(b):
+          rows[j] |= a
+    return rows
+
+
+# NOTE: the patterns must contain every entry tinygrad's reverse mode (which anvil's derivatives are built from) can
+# make nonzero. It gives comparisons and TRUNC a zero derivative and stops at DETACH (softmax's max shift is the typical
+# use), so those cut dependencies; it passes gradients straight through casts, even to ints, so casts keep them.
+# CDIV and FLOORDIV have no gradient rule; they are step functions.
+_CUT = {Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.TRUNC, Ops.DETACH, Ops.CDIV, Ops.FLOORDIV}
+_CURVED_UNARY = {Ops.SIN, Ops.EXP2, Ops.LOG2, Ops.SQRT, Ops.RECIPROCAL}
+_CURVED = _CURVED_UNARY | {Ops.MUL, Ops.MULACC, Ops.FDIV, Ops.POW}
+_PASS = {Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.COPY, Ops.CAST, Ops.DETACH, Ops.AFTER}
+_ELEMENTWISE = GroupOp.ALU | _PASS
+_SUPPORTED = GroupOp.Movement | _ELEMENTWISE | {Ops.CONST, Ops.BUFFER, Ops.REDUCE, Ops.STACK}
+
+
+def _cdiv(a: Array, b: Array) -> Array:
+  return np.sign(a) * np.sign(b) * (np.abs(a) // np.abs(b))
+
+
+# NOTE: values are only needed for constant folding; an op missing here (THREEFRY) simply yields unknown values.
+_EVAL: dict[Ops, Callable[..., Any]] = {
+  Ops.ADD: np.add, Ops.SUB: np.subtract, Ops.MUL: np.multiply, Ops.NEG: np.negative, Ops.MAX: np.maximum,
+  Ops.MULACC: lambda a, b, c: a * b + c, Ops.FDIV: np.divide, Ops.RECIPROCAL: lambda a: np.divide(1.0, a),
+  Ops.POW: lambda a, b: np.power(np.asarray(a, np.float64), b),
+  Ops.SQRT: np.sqrt, Ops.SIN: np.sin, Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.TRUNC: np.trunc,
+  Ops.CMPLT: np.less, Ops.CMPNE: np.not_equal, Ops.CMPEQ: np.equal,
+  Ops.AND: np.bitwise_and, Ops.OR: np.bitwise_or, Ops.XOR: np.bitwise_xor,
+  Ops.SHL: np.left_shift, Ops.SHR: np.right_shift,
+  Ops.CDIV: _cdiv, Ops.CMOD: np.fmod, Ops.FLOORDIV: np.floor_divide, Ops.FLOORMOD: np.mod,
+}  # fmt: skip
+_REDUCE_EVAL = {Ops.ADD: np.add, Ops.MUL: np.multiply, Ops.MAX: np.maximum}
+
+
+def jacobian_sparsity(outputs: Sequence[UOp], inputs: Sequence[UOp], wrt: int) -> scipy.sparse.csc_array:
+  """Structural sparsity pattern of the Jacobian of the outputs with respect to one input.
+
+  Args:
+    outputs: tensor-level UOps (`t.uop`) of the Tensors a function returned.
+    inputs: the `t.uop` of the function's input Tensors; they are leaves of the analysis, matched by identity.
+    wrt: index into `inputs` of the input to differentiate with respect to. The other inputs are unknown values that
+      contribute no variables.
+
+  Returns:
+    A boolean CSC array of shape (sum of the output sizes, size of `inputs[wrt]`) with sorted indices: row r is element
+    r of the concatenated row-major flattened outputs, column j element j of the flattened input.
+
+  Raises:
+    SparsityError: the graph contains an unsupported op (named in the message).
+    ValueError: `wrt` is not an index into `inputs`.
+
+  Example:
+    >>> x = Tensor.empty(4, dtype=dtypes.float64)
+    >>> jacobian_sparsity([(x * x.flip(0)).uop], [x.uop], 0).nnz
+    8
+  """
+  n = _input_size(inputs, wrt)
+  nodes = _forward(outputs, inputs, wrt)
+  rows = [_bits(d) for out in outputs for d in nodes[out].deps.reshape(-1).tolist()]
+  # NOTE: the rows of J are the columns of its transpose; scipy's transpose of CSC is CSR, so convert back
+  return _csc(rows, (n, len(rows))).T.tocsc()
+
+
+def hessian_sparsity(output: UOp, inputs: Sequence[UOp], wrt: int) -> scipy.sparse.csc_array:
+  """Upper triangle (with the diagonal) of the structural Hessian pattern of a scalar output with respect to one input.
+
+  Args:
+    output: tensor-level UOp (`t.uop`) of a scalar output. For a non-scalar output the pattern is the union of the
+      Hessians of its elements.
+    inputs: the `t.uop` of the function's input Tensors; they are leaves of the analysis, matched by identity.
+    wrt: index into `inputs` of the input to differentiate with respect to. The other inputs (such as multipliers) are
+      unknown values that contribute no variables.
+
+  Returns:
+    A boolean CSC array of shape (n, n), n the size of `inputs[wrt]`, holding rows i <= j of each column j, sorted.
+
+  Raises:
+    SparsityError: the graph contains an unsupported op (named in the message).
+    ValueError: `wrt` is not an index into `inputs`.
+
+  Example:
+    >>> x = Tensor.empty(4, dtype=dtypes.float64)
+    >>> hessian_sparsity((x * x.flip(0)).sum().uop, [x.uop], 0).nnz
+    2
+  """
+  n = _input_size(inputs, wrt)
+  nodes = _forward([output], inputs, wrt)
+  rows = _reverse(output, nodes, set(inputs)).rows(n)
+  return _csc([_bits(rows[j] & ((2 << j) - 1)) for j in range(n)], (n, n))
+
+
+def _input_size(inputs: Sequence[UOp], wrt: int) -> int:
+  if isinstance(wrt, bool) or not isinstance(wrt, int) or not 0 <= wrt < len(inputs):
+    raise ValueError(f"wrt={wrt!r} is not an index into the {len(inputs)} inputs")
+  return _size(inputs[wrt])
+
+
+def _csc(columns: list[list[int]], shape: tuple[int, int]) -> scipy.sparse.csc_array:
+  """A boolean CSC array from the sorted row indices of each column."""
+  indptr = np.cumsum([0] + [len(c) for c in columns])
+  indices = np.fromiter(itertools.chain.from_iterable(columns), np.int64, count=indptr[-1])
+  return scipy.sparse.csc_array((np.ones(indptr[-1], bool), indices, indptr), shape=shape)
+
+
+def _bits(d: int) -> list[int]:
+  """The positions of the set bits of d, ascending."""
+  if d.bit_count() > 64:  # NOTE: numpy's overhead only pays off for dense bitsets
+    raw = np.frombuffer(d.to_bytes((d.bit_length() + 7) // 8, "little"), np.uint8)
+    return np.flatnonzero(np.unpackbits(raw, bitorder="little")).tolist()
+  out = []
+  while d:
+    low = d & -d
+    out.append(low.bit_length() - 1)
+    d ^= low
+  return out
+
+
+def _shape(u: UOp) -> tuple[int, ...]:
+  if not all(isinstance(d, int) for d in u.shape):
+    raise SparsityError(f"symbolic shape {u.shape} of {u.op.name} is not supported")
+  return tuple(int(d) for d in u.shape)
+
+
+def _size(u: UOp) -> int:
+  return int(np.prod(_shape(u), dtype=np.int64))
+
+
+def _np_dtype(dt: DType) -> np.dtype:
+  if dt.fmt is not None:
+    return np.dtype(dt.fmt)
+  return np.dtype(np.float64 if dtypes.is_float(dt) else np.int64)
+
+
+def _objects(shape: tuple[int, ...]) -> Array:
+  return np.zeros(shape, dtype=object)
+
+
+# ---- forward pass: dependency bitsets and constant folding ----
+
+
+def _forward(roots: Sequence[UOp], inputs: Sequence[UOp], wrt: int) -> dict[UOp, _Node]:
+  """Every node reachable from `roots` along value edges, in topological order (dicts keep insertion order)."""
+  nodes = _leaves(inputs, wrt)
+  # NOTE: folding evaluates every node, also where inputs make it meaningless (1/0, casts of nan): ignore those.
+  with np.errstate(all="ignore"):
+    for u in _toposort(roots, nodes):
+      if u not in nodes:
+        nodes[u] = _evaluate(u, [nodes[s] for s in _operands(u)])
+  return nodes
+
+
+def _leaves(inputs: Sequence[UOp], wrt: int) -> dict[UOp, _Node]:
+  leaves: dict[UOp, _Node] = {}
+  for i, u in enumerate(inputs):
+    size = _size(u)
+    deps = np.array([1 << k for k in range(size)] if i == wrt else [0] * size, dtype=object)
+    # NOTE: an N-d input is RESHAPE(BUFFER); seed the buffer too (flat order), should the graph reach it directly.
+    views = [u, u.src[0]] if u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER else [u]
+    for v in views:
+      leaves.setdefault(v, _make(v, deps.reshape(_shape(v)), np.zeros(()), np.zeros((), bool)))
+  return leaves
+
+
+def _toposort(roots: Sequence[UOp], leaves: dict[UOp, _Node]) -> list[UOp]:
+  order: dict[UOp, None] = {}
+  stack = [(r, False) for r in reversed(roots)]
+  while stack:
+    u, expanded = stack.pop()
+    if u in order:
+      continue
+    if expanded or u in leaves:
+      order[u] = None
+      continue
+    stack.append((u, True))
+    stack.extend((s, False) for s in reversed(_operands(u)))
+  return list(order)
+
+
+def _operands(u: UOp) -> tuple[UOp, ...]:
+  """The value sources of u (shape arguments and store targets are not values)."""
+  if u.op not in _SUPPORTED:
+    raise SparsityError(f"sparsity: unsupported op {u.op.name}")
+  if u.op in GroupOp.Movement:
+    return (u.src[0],)
+  if u.op is Ops.AFTER:
+    return (_stored_value(u),)
+  if u.op in (Ops.CONST, Ops.BUFFER):
+    return ()
+  return u.src
+
+
+def _stored_value(u: UOp) -> UOp:
+  """The value an AFTER(buffer, STORE(buffer, value)) node holds (`Tensor.ones`, `full`, `assign` produce these)."""
+  if len(u.src) == 2 and u.src[1].op is Ops.STORE and u.src[1].src[0] is u.src[0]:
+    return u.src[1].src[1]
+  raise SparsityError("sparsity: unsupported op AFTER (only a store of a whole buffer is supported)")
+
+
+def _make(u: UOp, deps: Array, val: Array, known: Array | bool) -> _Node:
+  """A node's arrays, broadcast to its shape; known elements depend on nothing."""
+  shape = _shape(u)
+  known = np.broadcast_to(np.asarray(known, bool), shape)
+  if known.any():
+    deps = np.where(known, 0, deps)
+  deps = np.broadcast_to(np.asarray(deps, dtype=object), shape)
+  val = np.broadcast_to(np.asarray(val).astype(_np_dtype(u.dtype), copy=False), shape)
+  return _Node(deps, val, known, np.asarray(deps != 0, bool))
+
+
+def _evaluate(u: UOp, xs: list[_Node]) -> _Node:
+  if u.op in GroupOp.Movement:
+    x = xs[0]
+    return _make(u, _move(u, x.deps, 0), _move(u, x.val, 0), _move(u, x.known, True))
+  if u.op in _ELEMENTWISE:
+    return _elementwise(u, xs)
+  return _RULES[u.op](u, xs)
+
+
+def _slices(marg: Iterable[tuple[int, int]], shape: tuple[int, ...]) -> tuple[slice, ...]:
+  """The region (offset, size) per axis; `shape` gives the sizes when marg is PAD's (offset, new size)."""
+  return tuple(slice(o, o + s) for (o, _), s in zip(marg, shape, strict=True))
+
+
+def _embed(a: Array, shape: tuple[int, ...], region: tuple[slice, ...], fill: object) -> Array:
+  out = np.full(shape, fill, dtype=a.dtype)
+  out[region] = a
+  return out
+
+
+def _move(u: UOp, a: Array, fill: object) -> Array:
+  """Apply the movement op u to an array shaped like its source; PAD fills with `fill`."""
+  shape = _shape(u)
+  match u.op:
+    case Ops.RESHAPE:
+      return a.reshape(shape)
+    case Ops.EXPAND:
+      return np.broadcast_to(a, shape)
+    case Ops.PERMUTE:
+      return a.transpose(u.marg)
+    case Ops.FLIP:
+      return np.flip(a, tuple(i for i, f in enumerate(u.marg) if f))
+    case Ops.SHRINK:
+      return a[tuple(slice(o, o + s) for o, s in u.marg)]
+    case _:  # PAD
+      return _embed(a, shape, _slices(u.marg, a.shape), fill)
+
+
+def _unmove(u: UOp, live: Array, src: tuple[int, ...]) -> Array:
+  """Pull a boolean array shaped like the movement op u back to its source's shape."""
+  match u.op:
+    case Ops.RESHAPE:
+      return live.reshape(src)
+    case Ops.EXPAND:
+      return _unbroadcast(live, src)
+    case Ops.PERMUTE:
+      return live.transpose(np.argsort(u.marg))
+    case Ops.FLIP:
+      return np.flip(live, tuple(i for i, f in enumerate(u.marg) if f))
+    case Ops.SHRINK:
+      return _embed(live, src, tuple(slice(o, o + s) for o, s in u.marg), False)
+    case _:  # PAD
+      return live[_slices(u.marg, src)]
+
+
+def _unbroadcast(a: Array, shape: tuple[int, ...]) -> Array:
+  """Any-reduce a boolean array over the axes numpy broadcasting added to reach it from `shape`."""
+  lead = a.ndim - len(shape)
+  stretched = tuple(lead + i for i, d in enumerate(shape) if d == 1 and a.shape[lead + i] != 1)
+  return a.any(axis=tuple(range(lead)) + stretched).reshape(shape)
+
+
+def _union(deps: list[Array]) -> Array:
+  return functools.reduce(np.bitwise_or, deps) if deps else np.zeros((), dtype=object)
+
+
+def _elementwise(u: UOp, xs: list[_Node]) -> _Node:
+  """ALU ops (numpy broadcasting), casts and value-preserving ops."""
+  if u.op is Ops.WHERE:
+    return _where(u, *xs)
+  if u.op in _PASS:
+    val, known = xs[0].val, xs[0].known
+  elif u.op in _EVAL:
+    val = _EVAL[u.op](*(x.val for x in xs))
+    known = np.logical_and.reduce(np.broadcast_arrays(*(x.known for x in xs)))
+  else:  # NOTE: no value rule (THREEFRY): the value is unknown, the dependency rule below still holds
+    val, known = np.zeros(()), np.zeros((), bool)
+  if (absorbed := _absorbed(u, xs)) is not None:
+    mask, value = absorbed
+    known, val = known | mask, np.where(mask, value, val)
+  return _make(u, _objects(()) if u.op in _CUT else _union([x.deps for x in xs if x.nz.any()]), val, known)
+
+
+def _absorbed(u: UOp, xs: list[_Node]) -> tuple[Array, int] | None:
+  """Elements whose value is fixed by one known operand alone: x*0, x&0 and x**0."""
+  if u.op in (Ops.MUL, Ops.AND):
+    return np.logical_or.reduce(np.broadcast_arrays(*(x.known & (x.val == 0) for x in xs))), 0
+  if u.op is Ops.POW:
+    return xs[1].known & (xs[1].val == 0), 1
+  return None
+
+
+def _where(u: UOp, c: _Node, a: _Node, b: _Node) -> _Node:
+  """WHERE ignores its condition's dependencies; where the condition is known each element takes only its branch."""
+  pick = c.val.astype(bool)
+  val = np.where(pick, a.val, b.val)
+  known = c.known & np.where(pick, a.known, b.known)
+  deps = _union([x.deps for x in (a, b) if x.nz.any()])
+  if c.known.any():
+    deps = np.where(c.known, np.where(pick, a.deps, b.deps), deps)
+  return _make(u, deps, val, known)
+
+
+def _const(u: UOp, xs: list[_Node]) -> _Node:
+  return _make(u, _objects(()), np.asarray(u.arg), True)
+
+
+def _buffer(u: UOp, xs: list[_Node]) -> _Node:
+  """A buffer that is not an input: a captured host constant (known) or some other unknown value."""
+  if u.device in HOST_DEVICES and u.is_realized:
+    val = np.frombuffer(constant_bytes(u), dtype=_np_dtype(u.dtype)).reshape(_shape(u))
+    return _make(u, _objects(()), val, True)
+  return _make(u, _objects(()), np.zeros(()), False)
+
+
+def _reduce(u: UOp, xs: list[_Node]) -> _Node:
+  """REDUCE combines the leading arg[1] axes with arg[0] (ADD, MUL or MAX)."""
+  (x,), (op, n) = xs, u.arg
+  axes = tuple(range(n))
+  val = _REDUCE_EVAL[op].reduce(x.val, axis=axes, initial=_lowest(x.val.dtype) if op is Ops.MAX else None)
+  known = np.logical_and.reduce(x.known, axis=axes)
+  if op is Ops.MUL:
+    zero = np.logical_or.reduce(x.known & (x.val == 0), axis=axes)
+    known, val = known | zero, np.where(zero, 0, val)
+  return _make(u, np.bitwise_or.reduce(x.deps, axis=axes), val, known)
+
+
+def _lowest(dt: np.dtype) -> object:
+  return -np.inf if dt.kind == "f" else np.iinfo(dt).min if dt.kind in "iu" else False
+
+
+def _stack(u: UOp, xs: list[_Node]) -> _Node:
+  """A value STACK is `Tensor.stack`: a new leading axis."""
+  return _make(u, np.stack([x.deps for x in xs]), np.stack([x.val for x in xs]), np.stack([x.known for x in xs]))
+
+
+_RULES: dict[Ops, Callable[[UOp, list[_Node]], _Node]] = {
+  Ops.CONST: _const, Ops.BUFFER: _buffer, Ops.REDUCE: _reduce, Ops.STACK: _stack,
+}  # fmt: skip
+
+
+# ---- reverse pass: live adjoints and second-order couplings ----
+
+
+def _reverse(root: UOp, nodes: dict[UOp, _Node], inputs: set[UOp]) -> _Couplings:
+  """Propagate "adjoint can be nonzero" from every element of root and collect the couplings of curved ops."""
+  couplings = _Couplings()
+  live = {root: np.ones(_shape(root), bool)}
+  for u in reversed(nodes):
+    if (mask := live.pop(u, None)) is None or u in inputs:
+      continue
+    eff = mask & nodes[u].nz
+    if not eff.any():
+      continue
+    srcs = _operands(u)
+    xs = [nodes[s] for s in srcs]
+    _couple(u, xs, eff, couplings)
+    for s, x, pulled in zip(srcs, xs, _pullback(u, xs, eff), strict=True):
+      pulled = pulled & x.nz
+      if pulled.any():
+        live[s] = live[s] | pulled if s in live else pulled
+  return couplings
+
+
+def _pullback(u: UOp, xs: list[_Node], eff: Array) -> list[Array]:
+  """For each operand, the elements whose adjoint can be nonzero given the live elements `eff` of u."""
+  if u.op in GroupOp.Movement:
+    return [_unmove(u, eff, xs[0].deps.shape)]
+  if u.op is Ops.REDUCE:
+    return [np.broadcast_to(eff, xs[0].deps.shape)]
+  if u.op is Ops.STACK:
+    return list(eff)
+  if u.op is Ops.WHERE:
+    c = xs[0]
+    pick = c.val.astype(bool)
+    return [np.zeros(c.deps.shape, bool)] + [
+      _unbroadcast(eff & ~(c.known & (pick != branch)), x.deps.shape) for branch, x in ((True, xs[1]), (False, xs[2]))
+    ]
+  return [_unbroadcast(eff, x.deps.shape) for x in xs]
+
+
+def _couple(u: UOp, xs: list[_Node], eff: Array, out: _Couplings) -> None:
+  """Record the second-order couplings of the live elements `eff` of u (linear and piecewise-linear ops have none)."""
+  if u.op is Ops.REDUCE and u.arg[0] is Ops.MUL:
+    _couple_product(xs[0].deps, eff, out)
+  if u.op not in _CURVED:
+    return
+  at = [np.broadcast_to(x.deps, eff.shape)[eff] for x in xs]
+  if u.op in _CURVED_UNARY:
+    out.cliques.update(at[0].tolist())
+  elif u.op is Ops.POW:  # NOTE: x**0 and x**1 are not curved in x; a known base still leaves e -> b**e curved
+    e = xs[1]
+    curved = ~np.broadcast_to(e.known & ((e.val == 0) | (e.val == 1)), eff.shape)[eff]
+    out.cliques.update((at[0] | at[1])[curved].tolist())
+  else:  # MUL, MULACC, FDIV: a*b couples a with b; a/b is also curved in b
+    out.crosses.update(zip(at[0].tolist(), at[1].tolist(), strict=True))
+    if u.op is Ops.FDIV:
+      out.cliques.update(at[1].tolist())
+
+
+def _couple_product(deps: Array, eff: Array, out: _Couplings) -> None:
+  """A product over the leading axes couples each factor with the union of the others (not with itself)."""
+  d = deps.reshape(-1, eff.size)[:, eff.reshape(-1)]
+  zero = _objects((1, d.shape[1]))
+  before = np.concatenate([zero, np.bitwise_or.accumulate(d, axis=0)[:-1]])
+  after = np.concatenate([np.bitwise_or.accumulate(d[::-1], axis=0)[::-1][1:], zero])
+  out.crosses.update(zip(d.reshape(-1).tolist(), (before | after).reshape(-1).tolist(), strict=True))

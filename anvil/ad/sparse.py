@@ -23,19 +23,38 @@ from anvil.ad.transforms import (
 )
 from anvil.codegen import Arg, SparseNumericalFunction
 from anvil.codegen.build import stage
+from anvil.codegen.renderer import UNROLL_LANES
+
+
+def _colours_inner(size: int) -> bool:
+  """Layout of the compressed result. tinygrad fuses it into one kernel that recomputes the primal per loop iteration;
+  the unrolled (innermost, at most UNROLL_LANES) axis shares it. Entries innermost when a seed's result fits the
+  unroll (then the compiler hoists the primal out of the colour loop), colours innermost otherwise."""
+  return size > UNROLL_LANES
 
 
 def _compressed(
   fn: Fn, xs: tuple[Tensor, ...], wrt: int, seeds: NDArray[np.float64], seed_arg: Arg, graph: Any, what: str
 ) -> Tensor:
-  """`graph` (a JVP, VJP or HVP) batched over the rows of `seeds`, flattened to one vector."""
-  if seeds.shape[0] == 0:
+  """`graph` (a JVP, VJP or HVP) batched over the rows of `seeds`, flattened to one vector (see `_colours_inner`)."""
+  count = seeds.shape[0]
+  if count == 0:
     return Tensor.zeros(1, dtype=seed_arg.dtype).contiguous()
-  seed_tensor = Tensor(seeds.reshape(seeds.shape[0], *seed_arg.shape).astype(np.float64))
-  # NOTE: colours innermost: the colours of one entry are unrolled into one loop iteration, where the C++ compiler
-  # shares the primal computation they all need (fused kernels otherwise recompute it per colour).
-  compressed = batched_graph(fn, xs, wrt, seed_arg, seed_tensor, seeds.shape[0], graph, what)
-  return compressed.reshape(seeds.shape[0], -1).transpose(0, 1).flatten()
+  # NOTE: an identity seed is built from tinygrad's eye, whose zeros fold away at compile time; a general colouring's
+  # seeds are data.
+  identity = count == seeds.shape[1] and np.array_equal(seeds, np.eye(count))
+  seed_values = Tensor.eye(count, dtype=seed_arg.dtype) if identity else Tensor(seeds.astype(np.float64))
+  result = batched_graph(fn, xs, wrt, seed_arg, seed_values.reshape(count, *seed_arg.shape), count, graph, what)
+  result = result.reshape(count, -1)
+  return (result.transpose(0, 1) if _colours_inner(result.shape[1]) else result).flatten()
+
+
+def _gather(
+  colors: NDArray[np.int64], entries: NDArray[np.int64], colored: NDArray[np.int64], size: int
+) -> NDArray[np.int64]:
+  """Index of each nonzero in the flattened compressed result: `colored` picks the colour, `entries` the position."""
+  count = int(colors.max()) + 1 if colors.size else 1
+  return entries * count + colors[colored] if _colours_inner(size) else colors[colored] * size + entries
 
 
 def _probe_output(fn: Fn, what: str) -> tuple[list[Tensor], Tensor]:
@@ -60,14 +79,15 @@ def spjacobian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> SparseNumeri
     pattern = jacobian_sparsity([out.uop], [p.uop for p in probe], wrt)
   m, n = pattern.shape
   rows, cols = _csc_coordinates(pattern)
-  col_colors = color_columns(pattern)
-  row_colors = color_columns(sp.csc_array(pattern.T))
+  col_colors = _or_identity(color_columns(pattern))
+  row_colors = _or_identity(color_columns(sp.csc_array(pattern.T)))
   out_arg = Arg(tuple(int(d) for d in out.shape), out.dtype)
-  if col_colors.size == 0 or (row_colors.size and row_colors.max() < col_colors.max()):
-    seeds, gather = seed_matrix(row_colors, m), cols * (row_colors.max() + 1) + row_colors[rows]
+  # NOTE: fewer colours means fewer passes; on a tie, reverse mode (one VJP) is cheaper than the double-VJP JVP.
+  if col_colors.size == 0 or (row_colors.size and row_colors.max() <= col_colors.max()):
+    seeds, gather = seed_matrix(row_colors, m), _gather(row_colors, cols, rows, n)
     seed_arg, graph = out_arg, vjp_graph
   else:
-    seeds, gather = seed_matrix(col_colors, n), rows * (col_colors.max() + 1) + col_colors[cols]
+    seeds, gather = seed_matrix(col_colors, n), _gather(col_colors, rows, cols, m)
     seed_arg, graph = Arg(arg.shape, arg.dtype), jvp_graph
 
   def compressed(*xs: Tensor) -> Tensor:
@@ -92,16 +112,21 @@ def sphessian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> SparseNumeric
     upper = hessian_sparsity(out.uop, [p.uop for p in probe], wrt)
   full = sp.csc_array(upper + upper.T)
   n = upper.shape[0]
-  colors = color_columns(full)
+  colors = _or_identity(color_columns(full))
   seeds = seed_matrix(colors, n)
   rows, cols = _csc_coordinates(upper)
-  gather = rows * (colors.max() + 1 if colors.size else 1) + colors[cols]
+  gather = _gather(colors, rows, cols, n)
 
   def compressed(*xs: Tensor) -> Tensor:
     with stage(new_name, "derive"):
       return _compressed(fn, xs, wrt, seeds, Arg(arg.shape, arg.dtype), hvp_graph, "sphessian")
 
   return SparseNumericalFunction(new_name, compressed, fn.inputs, upper, device=fn.device, gather=gather)
+
+
+def _or_identity(colors: NDArray[np.int64]) -> NDArray[np.int64]:
+  """The colouring, or one colour per column when compression saves no pass (identity seeds fold to constants)."""
+  return np.arange(colors.size) if colors.size and colors.max() + 1 >= colors.size else colors
 
 
 def _csc_coordinates(pattern: sp.csc_array) -> tuple[NDArray[np.int64], NDArray[np.int64]]:

@@ -46,7 +46,7 @@ def _compressed(
   seed_values = Tensor.eye(count, dtype=seed_arg.dtype) if identity else Tensor(seeds.astype(np.float64))
   result = batched_graph(fn, xs, wrt, seed_arg, seed_values.reshape(count, *seed_arg.shape), count, graph, what)
   result = result.reshape(count, -1)
-  return (result.transpose(0, 1) if _colours_inner(result.shape[1]) else result).flatten()
+  return (result.transpose(0, 1) if _colours_inner(int(result.shape[1])) else result).flatten()
 
 
 def _gather(

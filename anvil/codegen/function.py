@@ -180,7 +180,7 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
   def traced(self) -> TracedGraph:
     """The traced tinygrad graph (stage `trace`)."""
     with stage(self.name, "trace"):
-      traced = trace(self.name, self.fn, self.inputs)
+      traced = trace(self.name, self._traced_fn, self.inputs)
     self._check_outputs(traced.outputs)
     return traced
 
@@ -202,6 +202,11 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
   @property
   def _key_extra(self) -> str:
     return ""
+
+  @property
+  def _traced_fn(self) -> Callable[..., Any]:
+    """What the C++ computes before any gather: `fn` itself here."""
+    return self.fn
 
   @property
   def _gathers(self) -> dict[int, Sequence[int]]:

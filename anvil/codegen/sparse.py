@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 from numpy.typing import ArrayLike, NDArray
+from tinygrad import Tensor
 
 from anvil.codegen.arg import Arg
 from anvil.codegen.decorator import shapes_to_args
@@ -76,6 +77,12 @@ class SparseNumericalFunction(NumericalFunction[..., Any]):
     if self.gather is not None and (self.gather.shape != (self.nnz,) or np.any(self.gather < 0)):
       raise ValueError(f"{name}: gather must hold one non-negative index per nonzero ({self.nnz})")
     super().__init__(name, fn, inputs, device)
+    self.compressed_fn = fn
+    if self.gather is not None:
+      # NOTE: `fn` keeps the meaning "returns the nnz values" for composing and differentiating again (a tinygrad
+      # gather); the generated code computes `compressed_fn` and expands it with a table instead.
+      index = Tensor(self.gather.astype(np.int32))
+      self.fn = lambda *xs: self.compressed_fn(*xs).flatten()[index]
 
   @property
   def nnz(self) -> int:
@@ -86,6 +93,10 @@ class SparseNumericalFunction(NumericalFunction[..., Any]):
   def _key_extra(self) -> str:
     gather = "" if self.gather is None else self.gather.tobytes().hex()
     return f"{self.shape}|{self.indices.tobytes().hex()}|{self.indptr.tobytes().hex()}|{gather}"
+
+  @property
+  def _traced_fn(self) -> Callable[..., Any]:
+    return self.compressed_fn
 
   @property
   def _gathers(self) -> dict[int, Sequence[int]]:

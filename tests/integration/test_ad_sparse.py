@@ -119,3 +119,13 @@ int main() {{
   np.testing.assert_array_equal(rebuilt.indices, expected.indices)
   np.testing.assert_array_equal(rebuilt.indptr, expected.indptr)
   np.testing.assert_allclose(rebuilt.toarray(), expected.toarray(), rtol=1e-15, atol=0)
+
+
+def test_sparse_derivatives_compose_and_differentiate_again() -> None:
+  f = av.NumericalFunction("sp_again", lambda x: Tensor.stack(x[0] * x[1], x[1].sin(), x[2] ** 3), Arg(3))
+  jac = spjacobian(f)
+  second = jacobian(jac)  # d(nonzeros of J)/dx
+  x = np.array([0.5, -0.25, 2.0])
+  np.testing.assert_allclose(second(x), fd_jacobian(lambda z: jac(z).data, x), rtol=1e-6, atol=1e-8)
+  total = av.NumericalFunction("sp_sum", lambda x: jac.fn(x).sum(), Arg(3))  # a sparse derivative inside other math
+  np.testing.assert_allclose(total(x), jac(x).sum(), rtol=1e-14)

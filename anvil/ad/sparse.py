@@ -9,7 +9,7 @@ import scipy.sparse as sp
 from numpy.typing import NDArray
 from tinygrad import Tensor
 
-from anvil.ad.coloring import color_columns, seed_matrix
+from anvil.ad.coloring import color_columns, seed_matrix, star_color, star_recovery
 from anvil.ad.sparsity import hessian_sparsity, jacobian_sparsity
 from anvil.ad.transforms import (
   Fn,
@@ -49,12 +49,10 @@ def _compressed(
   return (result.transpose(0, 1) if _colours_inner(int(result.shape[1])) else result).flatten()
 
 
-def _gather(
-  colors: NDArray[np.int64], entries: NDArray[np.int64], colored: NDArray[np.int64], size: int
-) -> NDArray[np.int64]:
-  """Index of each nonzero in the flattened compressed result: `colored` picks the colour, `entries` the position."""
-  count = int(colors.max()) + 1 if colors.size else 1
-  return entries * count + colors[colored] if _colours_inner(size) else colors[colored] * size + entries
+def _gather(entries: NDArray[np.int64], colors: NDArray[np.int64], count: int, size: int) -> NDArray[np.int64]:
+  """Index of each nonzero in the flattened compressed result, given its position and colour (layout as in
+  `_compressed`)."""
+  return entries * count + colors if _colours_inner(size) else colors * size + entries
 
 
 def _probe_output(fn: Fn, what: str) -> tuple[list[Tensor], Tensor]:
@@ -84,10 +82,12 @@ def spjacobian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> SparseNumeri
   out_arg = Arg(tuple(int(d) for d in out.shape), out.dtype)
   # NOTE: fewer colours means fewer passes; on a tie, reverse mode (one VJP) is cheaper than the double-VJP JVP.
   if col_colors.size == 0 or (row_colors.size and row_colors.max() <= col_colors.max()):
-    seeds, gather = seed_matrix(row_colors, m), _gather(row_colors, cols, rows, n)
+    seeds = seed_matrix(row_colors, m)
+    gather = _gather(cols, row_colors[rows], seeds.shape[0], n)
     seed_arg, graph = out_arg, vjp_graph
   else:
-    seeds, gather = seed_matrix(col_colors, n), _gather(col_colors, rows, cols, m)
+    seeds = seed_matrix(col_colors, n)
+    gather = _gather(rows, col_colors[cols], seeds.shape[0], m)
     seed_arg, graph = Arg(arg.shape, arg.dtype), jvp_graph
 
   def compressed(*xs: Tensor) -> Tensor:
@@ -100,8 +100,8 @@ def spjacobian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> SparseNumeri
 def sphessian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> SparseNumericalFunction:
   """The upper triangle of the Hessian of a scalar-valued function, as a sparse function returning a CSC array.
 
-  The pattern is structural; columns of the full symmetric pattern are coloured so that every entry is recovered
-  directly from one batched Hessian-vector product over the colour seeds.
+  The pattern is structural; a star colouring of the symmetric pattern lets every entry be recovered directly from one
+  batched Hessian-vector product over the colour seeds.
   """
   arg = check_wrt(fn, wrt, "sphessian")
   new_name = name if name is not None else f"{fn.name}_sphess"
@@ -110,12 +110,11 @@ def sphessian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> SparseNumeric
     if out.shape != ():
       raise ValueError(f"sphessian({fn.name}): the output has shape {out.shape}; a Hessian needs a scalar output")
     upper = hessian_sparsity(out.uop, [p.uop for p in probe], wrt)
-  full = sp.csc_array(upper + upper.T)
   n = upper.shape[0]
-  colors = _or_identity(color_columns(full))
+  colors = _or_identity(star_color(sp.csc_array(upper + upper.T)))
   seeds = seed_matrix(colors, n)
-  rows, cols = _csc_coordinates(upper)
-  gather = _gather(colors, rows, cols, n)
+  at_row, at_color = star_recovery(upper, colors)
+  gather = _gather(at_row, at_color, seeds.shape[0], n)
 
   def compressed(*xs: Tensor) -> Tensor:
     with stage(new_name, "derive"):

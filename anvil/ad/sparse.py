@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 from tinygrad import Tensor
 
-from anvil.ad.coloring import color_columns, seed_matrix, star_color, star_recovery
+from anvil.ad.coloring import color_columns, column_period, seed_matrix, star_color, star_recovery
 from anvil.ad.sparsity import hessian_sparsity, jacobian_sparsity
 from anvil.ad.transforms import (
   Fn,
@@ -25,34 +26,63 @@ from anvil.codegen import Arg, SparseNumericalFunction
 from anvil.codegen.build import stage
 from anvil.codegen.renderer import UNROLL_LANES
 
-
-def _colours_inner(size: int) -> bool:
-  """Layout of the compressed result. tinygrad fuses it into one kernel that recomputes the primal per loop iteration;
-  the unrolled (innermost, at most UNROLL_LANES) axis shares it. Entries innermost when a seed's result fits the
-  unroll (then the compiler hoists the primal out of the colour loop), colours innermost otherwise."""
-  return size > UNROLL_LANES
+SeedGraph = Callable[[Fn, Sequence[Tensor], int, Tensor, str], Tensor]
 
 
-def _compressed(
-  fn: Fn, xs: tuple[Tensor, ...], wrt: int, seeds: NDArray[np.float64], seed_arg: Arg, graph: Any, what: str
-) -> Tensor:
-  """`graph` (a JVP, VJP or HVP) batched over the rows of `seeds`, flattened to one vector (see `_colours_inner`)."""
-  count = seeds.shape[0]
-  if count == 0:
-    return Tensor.zeros(1, dtype=seed_arg.dtype).contiguous()
-  # NOTE: an identity seed is built from tinygrad's eye, whose zeros fold away at compile time; a general colouring's
-  # seeds are data.
-  identity = count == seeds.shape[1] and np.array_equal(seeds, np.eye(count))
-  seed_values = Tensor.eye(count, dtype=seed_arg.dtype) if identity else Tensor(seeds.astype(np.float64))
-  result = batched_graph(fn, xs, wrt, seed_arg, seed_values.reshape(count, *seed_arg.shape), count, graph, what)
-  result = result.reshape(count, -1)
-  return (result.transpose(0, 1) if _colours_inner(int(result.shape[1])) else result).flatten()
+@dataclass(frozen=True)
+class Compression:
+  """How a sparse derivative is evaluated: `graph` (a JVP, VJP or HVP) batched over the rows of `seeds`, and where
+  each nonzero lands in the flattened result.
+
+  Layout: tinygrad fuses the whole evaluation into one kernel, which recomputes the primal in every loop iteration.
+  When one seed's result is small (≤ UNROLL_LANES) it is the unrolled inner axis and the compiler hoists the primal
+  out of the loop over colours. Otherwise colours are innermost, and a stage-structured result (`period` entries per
+  stage) is shaped (stages, period, colours), so the compiler computes each stage's primal once per stage.
+  """
+
+  graph: SeedGraph
+  seeds: NDArray[np.float64]
+  seed_arg: Arg
+  size: int
+  period: int
+
+  @property
+  def count(self) -> int:
+    """Number of colours (seeds)."""
+    return int(self.seeds.shape[0])
+
+  @property
+  def colours_inner(self) -> bool:
+    """Whether colours are the innermost axis of the layout."""
+    return self.size > UNROLL_LANES
+
+  def gather(self, entries: NDArray[np.int64], colors: NDArray[np.int64]) -> NDArray[np.int64]:
+    """Index in the flattened result of each nonzero, given its position in a seed's result and its colour."""
+    return entries * self.count + colors if self.colours_inner else colors * self.size + entries
+
+  def evaluate(self, fn: Fn, xs: Sequence[Tensor], wrt: int, what: str) -> Tensor:
+    """The flattened compressed result at the tensors `xs`."""
+    if self.count == 0:
+      return Tensor.zeros(1, dtype=self.seed_arg.dtype).contiguous()
+    # NOTE: an identity seed is tinygrad's eye, whose zeros fold away at compile time; other seeds are data.
+    identity = self.count == self.seeds.shape[1] and np.array_equal(self.seeds, np.eye(self.count))
+    values = Tensor.eye(self.count, dtype=self.seed_arg.dtype) if identity else Tensor(self.seeds.astype(np.float64))
+    seeds = values.reshape(self.count, *self.seed_arg.shape)
+    result = batched_graph(fn, xs, wrt, self.seed_arg, seeds, self.count, self.graph, what).reshape(self.count, -1)
+    if not self.colours_inner:
+      return result.flatten()
+    pad = -self.size % self.period
+    stages = result.pad(((0, 0), (0, pad))).reshape(self.count, (self.size + pad) // self.period, self.period)
+    return stages.permute(1, 2, 0).flatten()
 
 
-def _gather(entries: NDArray[np.int64], colors: NDArray[np.int64], count: int, size: int) -> NDArray[np.int64]:
-  """Index of each nonzero in the flattened compressed result, given its position and colour (layout as in
-  `_compressed`)."""
-  return entries * count + colors if _colours_inner(size) else colors * size + entries
+def _compression(
+  graph: SeedGraph, colors: NDArray[np.int64], seed_arg: Arg, entries_pattern: sp.csc_array
+) -> Compression:
+  """A compression with one seed per colour (`colors` colours the seed's entries); `entries_pattern` has one column
+  per entry of a seed's result."""
+  size = entries_pattern.shape[1]
+  return Compression(graph, seed_matrix(colors, colors.size), seed_arg, size, column_period(entries_pattern))
 
 
 def _probe_output(fn: Fn, what: str) -> tuple[list[Tensor], Tensor]:
@@ -60,11 +90,21 @@ def _probe_output(fn: Fn, what: str) -> tuple[list[Tensor], Tensor]:
   return probe, single_output(fn, fn.fn(*probe), what)
 
 
+def _sparse(
+  fn: Fn, name: str, pattern: sp.csc_array, plan: Compression, gather: NDArray[np.int64], wrt: int, what: str
+) -> SparseNumericalFunction:
+  def compressed(*xs: Tensor) -> Tensor:
+    with stage(name, "derive"):
+      return plan.evaluate(fn, xs, wrt, what)
+
+  return SparseNumericalFunction(name, compressed, fn.inputs, pattern, device=fn.device, gather=gather)
+
+
 def spjacobian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> SparseNumericalFunction:
   """The Jacobian with respect to input `wrt` as a sparse function returning a `scipy.sparse.csc_array`.
 
-  The pattern is structural (from the graph, not from numerical zeros). Columns (or rows, whichever needs fewer
-  colours) sharing no row (column) are coloured together; one batched JVP (VJP) over the colour seeds evaluates the
+  The pattern is structural (from the graph, not from numerical zeros). Rows (or columns, whichever needs fewer
+  colours) sharing no column (row) are coloured together; one batched VJP (JVP) over the colour seeds evaluates the
   compressed Jacobian and a generated gather scatters it into the CSC values.
 
   Example:
@@ -75,26 +115,17 @@ def spjacobian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> SparseNumeri
   with stage(new_name, "derive"):
     probe, out = _probe_output(fn, "spjacobian")
     pattern = jacobian_sparsity([out.uop], [p.uop for p in probe], wrt)
-  m, n = pattern.shape
   rows, cols = _csc_coordinates(pattern)
   col_colors = _or_identity(color_columns(pattern))
   row_colors = _or_identity(color_columns(sp.csc_array(pattern.T)))
-  out_arg = Arg(tuple(int(d) for d in out.shape), out.dtype)
   # NOTE: fewer colours means fewer passes; on a tie, reverse mode (one VJP) is cheaper than the double-VJP JVP.
   if col_colors.size == 0 or (row_colors.size and row_colors.max() <= col_colors.max()):
-    seeds = seed_matrix(row_colors, m)
-    gather = _gather(cols, row_colors[rows], seeds.shape[0], n)
-    seed_arg, graph = out_arg, vjp_graph
+    plan = _compression(vjp_graph, row_colors, Arg(tuple(int(d) for d in out.shape), out.dtype), pattern)
+    gather = plan.gather(cols, row_colors[rows])
   else:
-    seeds = seed_matrix(col_colors, n)
-    gather = _gather(rows, col_colors[cols], seeds.shape[0], m)
-    seed_arg, graph = Arg(arg.shape, arg.dtype), jvp_graph
-
-  def compressed(*xs: Tensor) -> Tensor:
-    with stage(new_name, "derive"):
-      return _compressed(fn, xs, wrt, seeds, seed_arg, graph, "spjacobian")
-
-  return SparseNumericalFunction(new_name, compressed, fn.inputs, pattern, device=fn.device, gather=gather)
+    plan = _compression(jvp_graph, col_colors, Arg(arg.shape, arg.dtype), sp.csc_array(pattern.T))
+    gather = plan.gather(rows, col_colors[cols])
+  return _sparse(fn, new_name, pattern, plan, gather, wrt, "spjacobian")
 
 
 def sphessian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> SparseNumericalFunction:
@@ -110,17 +141,11 @@ def sphessian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> SparseNumeric
     if out.shape != ():
       raise ValueError(f"sphessian({fn.name}): the output has shape {out.shape}; a Hessian needs a scalar output")
     upper = hessian_sparsity(out.uop, [p.uop for p in probe], wrt)
-  n = upper.shape[0]
-  colors = _or_identity(star_color(sp.csc_array(upper + upper.T)))
-  seeds = seed_matrix(colors, n)
+  full = sp.csc_array(upper + upper.T)
+  colors = _or_identity(star_color(full))
+  plan = _compression(hvp_graph, colors, Arg(arg.shape, arg.dtype), full)
   at_row, at_color = star_recovery(upper, colors)
-  gather = _gather(at_row, at_color, seeds.shape[0], n)
-
-  def compressed(*xs: Tensor) -> Tensor:
-    with stage(new_name, "derive"):
-      return _compressed(fn, xs, wrt, seeds, Arg(arg.shape, arg.dtype), hvp_graph, "sphessian")
-
-  return SparseNumericalFunction(new_name, compressed, fn.inputs, upper, device=fn.device, gather=gather)
+  return _sparse(fn, new_name, upper, plan, plan.gather(at_row, at_color), wrt, "sphessian")
 
 
 def _or_identity(colors: NDArray[np.int64]) -> NDArray[np.int64]:

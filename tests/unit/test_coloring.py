@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from anvil.ad.coloring import color_columns, seed_matrix, star_color, star_recovery
+from anvil.ad.coloring import color_columns, column_period, seed_matrix, star_color, star_recovery
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -45,3 +45,12 @@ def test_colour_counts() -> None:
   assert color_columns(sp.csc_array(arrow)).max() + 1 == 30  # distance-2: every column meets row 0
   assert star_color(sp.csc_array(arrow)).max() + 1 == 2  # symmetric: the hub and everything else
   assert color_columns(sp.csc_array((5, 7))).max() + 1 == 1
+
+
+def test_column_period_finds_stage_structure() -> None:
+  stage = np.array([[1.0, 1.0, 0.0], [0.0, 1.0, 1.0]])
+  banded = sp.block_diag([stage] * 10, format="csc")
+  assert column_period(banded) == 3
+  assert column_period(sp.csc_array(np.ones((3, 40)))) == 1  # every column alike: no shift, no stages
+  rng = np.random.default_rng(0)
+  assert column_period(sp.random_array((50, 50), density=0.1, rng=rng, format="csc")) == 1

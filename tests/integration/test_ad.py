@@ -199,3 +199,35 @@ def test_errors() -> None:
   assign = av.NumericalFunction("ad_assign", lambda x: x.contiguous().assign(x * 2), Arg(3))
   with pytest.raises(VmapError, match="cannot batch"):
     vmap(assign, size=2)(np.ones((2, 3)))
+
+
+def more_ops(x: Tensor) -> Tensor:
+  """Reductions (max away from ties, mean), sigmoid, minimum, clip inside its range, exp2/log2, integer powers."""
+  r = Tensor.stack(x.max(), x.mean(), (x * x).min(), x.sigmoid().sum(), x.minimum(x * 0.5 + 2.0).sum())
+  s = (x.clip(-10.0, 10.0) * 0.5).exp2() + (x * x + 1.0).log2() + x**3 - (x * 2.0).cos() / (x.abs() + 1.0)
+  return r.cat(s, (x.reshape(2, 2) @ x.reshape(2, 2).T).flatten(), x[::-1] * x[1:].pad((0, 1)))
+
+
+def more_ops_numpy(x: np.ndarray) -> np.ndarray:
+  r = np.array([x.max(), x.mean(), (x * x).min(), (1 / (1 + np.exp(-x))).sum(), np.minimum(x, x * 0.5 + 2.0).sum()])
+  s = np.exp2(np.clip(x, -10, 10) * 0.5) + np.log2(x * x + 1.0) + x**3 - np.cos(2 * x) / (np.abs(x) + 1.0)
+  m = x.reshape(2, 2)
+  return np.concatenate([r, s, (m @ m.T).ravel(), x[::-1] * np.pad(x[1:], (0, 1))])
+
+
+@settings(max_examples=10, deadline=None)
+@given(hnp.arrays(np.float64, 4, elements=st.floats(-2, 2), unique=True))
+def test_more_ops_jacobian_and_hessian(x: np.ndarray) -> None:
+  f = MORE
+  np.testing.assert_allclose(f(x), more_ops_numpy(x), rtol=1e-12, atol=1e-12)
+  if np.min(np.abs(x)) < 1e-3 or np.min(np.abs(np.subtract.outer(x, x)) + np.eye(4)) < 1e-3:
+    return  # keep away from the kinks of abs, max and min
+  np.testing.assert_allclose(MORE_JAC(x), fd_jacobian(more_ops_numpy, x), rtol=1e-5, atol=1e-6)
+  total = lambda y: more_ops_numpy(y).sum()  # noqa: E731
+  reference = fd_jacobian(lambda z: fd_jacobian(total, z)[0], x, h=1e-4)
+  np.testing.assert_allclose(MORE_HESS(x), reference, rtol=1e-3, atol=1e-3)
+
+
+MORE = av.NumericalFunction("ad_more", more_ops, Arg(4))
+MORE_JAC = jacobian(MORE)
+MORE_HESS = hessian(av.NumericalFunction("ad_more_sum", lambda x: more_ops(x).sum(), Arg(4)))

@@ -223,7 +223,7 @@ def test_more_ops_jacobian_and_hessian(x: np.ndarray) -> None:
   if np.min(np.abs(x)) < 1e-3 or np.min(np.abs(np.subtract.outer(x, x)) + np.eye(4)) < 1e-3:
     return  # keep away from the kinks of abs, max and min
   np.testing.assert_allclose(MORE_JAC(x), fd_jacobian(more_ops_numpy, x), rtol=1e-5, atol=1e-6)
-  total = lambda y: more_ops_numpy(y).sum()  # noqa: E731
+  total = lambda y: more_ops_numpy(y).sum()
   reference = fd_jacobian(lambda z: fd_jacobian(total, z)[0], x, h=1e-4)
   np.testing.assert_allclose(MORE_HESS(x), reference, rtol=1e-3, atol=1e-3)
 

@@ -31,21 +31,13 @@ Temporary files go to build/bench/ (ignored by git).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib
 import json
 import os
 import platform
-import re
 import shutil
-import statistics
-import subprocess
 import sys
 import time
-import timeit
-from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,13 +49,29 @@ if str(ROOT) not in sys.path:
 
 import anvil as av  # noqa: E402
 from anvil.codegen.jit import find_compiler  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+  C_FLAGS,
+  CXX_FLAGS,
+  Exe,
+  Row,
+  c_compiler,
+  callgrind_costs,
+  casadi_backend,
+  flat,
+  fmt_array,
+  link_harness,
+  load_casadi,
+  math_call_sites,
+  med,
+  print_table,
+  sh,
+  tight_loops,
+  time_python,
+  verdict,
+)
 from examples.models import quadrotor  # noqa: E402
-from examples.models.backend import Backend  # noqa: E402
 
 BUILD = ROOT / "build" / "bench"
-OPT_FLAGS = ("-O3", "-fno-math-errno")
-CXX_FLAGS = (*OPT_FLAGS, "-std=c++17")
-C_FLAGS = (*OPT_FLAGS, "-std=c11")
 NX, NU = quadrotor.NX, quadrotor.NU
 X, U = quadrotor.TEST_X, quadrotor.TEST_U
 
@@ -151,70 +159,12 @@ print(json.dumps({{"import_s": t1 - t0, "build_s": t2 - t1, "stages": dict(STAGE
 """
 
 
-@dataclass
-class Exe:
-  """A compiled timing harness: the executable and the object file of the generated code it links."""
-
-  name: str
-  path: Path
-  obj: Path
-  compile_s: float
-  y: np.ndarray = field(default_factory=lambda: np.zeros(0))
-
-
-@dataclass
-class Row:
-  """One line of the result table."""
-
-  label: str
-  median: str
-  best: str = ""
-  target: str = ""
-  status: str = ""
-
-
-def sh(cmd: Sequence[str | Path], **kw: Any) -> subprocess.CompletedProcess[str]:
-  """Run a command, raising with its output on failure."""
-  proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
-  if proc.returncode != 0:
-    raise RuntimeError(f"command failed ({proc.returncode}): {' '.join(map(str, cmd))}\n{proc.stdout}\n{proc.stderr}")
-  return proc
-
-
-def c_compiler() -> str:
-  """The C compiler for CasADi's C: $CC, else cc, gcc or clang."""
-  for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
-    if name and (path := shutil.which(name)):
-      return path
-  raise RuntimeError("no C compiler found (looked for $CC, cc, gcc, clang)")
-
-
 def harness_source(include: str, setup: str) -> str:
   """The timing harness with the generated API's include and setup spliced in."""
   text = HARNESS.replace("@INCLUDE@", include).replace("@SETUP@", setup)
   for key, val in {"@NX@": str(NX), "@NU@": str(NU), "@X@": fmt_array(X), "@U@": fmt_array(U)}.items():
     text = text.replace(key, val)
   return text
-
-
-def fmt_array(a: np.ndarray) -> str:
-  return ", ".join(repr(float(v)) for v in a)
-
-
-def link_harness(name: str, gen_cmd: list[str], harness: Path, out_dir: Path) -> Exe:
-  """Compile the generated TU (gen_cmd, timed) and the harness, and link them."""
-  cxx = find_compiler()
-  obj = out_dir / f"{name}_gen.o"
-  compile_s = float("inf")
-  for _ in range(3):  # best of 3: the first run of a compiler on a cold disk cache is slow
-    t0 = time.perf_counter()
-    sh([*gen_cmd, "-c", "-o", obj])
-    compile_s = min(compile_s, time.perf_counter() - t0)
-  harness_obj = out_dir / f"{name}_harness.o"
-  sh([cxx, *CXX_FLAGS, "-I", out_dir, "-c", harness, "-o", harness_obj])
-  exe = out_dir / f"{name}_bench"
-  sh([cxx, *CXX_FLAGS, harness_obj, obj, "-o", exe, "-lm"])
-  return Exe(name, exe, obj, compile_s)
 
 
 # *** anvil ***
@@ -237,10 +187,6 @@ def build_anvil() -> tuple[av.NumericalFunction[..., Any], Exe, float]:
 # *** CasADi ***
 
 
-def casadi_backend(ca: Any) -> Backend:
-  return Backend(sin=ca.sin, cos=ca.cos, stack=lambda *xs: ca.vertcat(*xs))
-
-
 def build_casadi(ca: Any) -> tuple[Any, Exe, float]:
   """casadi.Function of the same step (SX) and the C++ harness linked with its generated C."""
   t0 = time.perf_counter()
@@ -261,46 +207,6 @@ def build_casadi(ca: Any) -> tuple[Any, Exe, float]:
 # *** measurements ***
 
 
-def run_exe(exe: Exe, calls: int, reps: int, warmup: int) -> tuple[np.ndarray, list[float]]:
-  """Run a harness; returns its output at (X, U) and the ns/call of each repetition."""
-  lines = sh([exe.path, str(calls), str(reps), str(warmup)]).stdout.splitlines()
-  y = np.array([float(v) for v in lines[0].split()[1:]])
-  return y, [float(ln.split()[1]) for ln in lines[1:] if ln.startswith("ns ")]
-
-
-def tight_loops(exes: Sequence[Exe], rounds: int, calls: int, reps: int) -> dict[str, list[list[float]]]:
-  """Round robin over the executables; per executable, the ns/call repetitions of each round."""
-  samples: dict[str, list[list[float]]] = {e.name: [] for e in exes}
-  for r in range(rounds):
-    order = exes if r % 2 == 0 else list(reversed(exes))  # alternate who goes first
-    for e in order:
-      y, ns = run_exe(e, calls, reps, warmup=calls // 5)
-      e.y = y
-      samples[e.name].append(ns)
-  return samples
-
-
-def callgrind_costs(path: Path) -> Counter[str]:
-  """Self instruction counts per object file (executable, libm, libc, ...) of a callgrind output file."""
-  names: dict[str, str] = {}
-  per_object: Counter[str] = Counter()
-  current, skip = "?", False
-  for ln in path.read_text().splitlines():
-    if m := re.match(r"c?ob=\((\d+)\)(?:\s+(.*))?", ln):
-      if m.group(2):
-        names[m.group(1)] = m.group(2)
-      if ln.startswith("ob="):
-        current = names.get(m.group(1), "?")
-    elif ln.startswith("calls="):
-      skip = True  # the next cost line is the inclusive cost of that call, not self cost
-    elif ln[:1].isdigit() or ln[:1] in "+-*":
-      if skip:
-        skip = False
-      elif len(parts := ln.split()) >= 2:
-        per_object[current] += int(parts[1])
-  return per_object
-
-
 def callgrind(exe: Exe, short: int = 1000, long: int = 11000) -> tuple[float, float]:
   """Instructions per evaluation (total, libm part), from the difference of two callgrind runs of different lengths."""
 
@@ -312,28 +218,6 @@ def callgrind(exe: Exe, short: int = 1000, long: int = 11000) -> tuple[float, fl
 
   (t1, m1), (t2, m2) = measure(short), measure(long)
   return (t2 - t1) / (long - short), (m2 - m1) / (long - short)
-
-
-def math_call_sites(obj: Path) -> Counter[str]:
-  """Static libm call sites in an object file (objdump -dr relocations)."""
-  if not shutil.which("objdump"):
-    return Counter()
-  text = sh(["objdump", "-dr", obj]).stdout
-  return Counter(re.findall(r"R_X86_64_(?:PLT32|PC32)\s+(sin|cos|sincos|tan|sqrt)(?:@\S+)?-0x4", text))
-
-
-def time_python(fns: dict[str, Callable[[], object]], rounds: int, target_s: float = 0.04) -> dict[str, list[float]]:
-  """us/call of each callable, one timeit sample per round, round robin."""
-  numbers = {}
-  for name, fn in fns.items():
-    n, _ = timeit.Timer(fn).autorange()
-    per_call = timeit.timeit(fn, number=n) / n
-    numbers[name] = max(1, int(target_s / per_call))
-  out: dict[str, list[float]] = {name: [] for name in fns}
-  for _ in range(rounds):
-    for name, fn in fns.items():
-      out[name].append(timeit.timeit(fn, number=numbers[name]) / numbers[name] * 1e6)
-  return out
 
 
 def build_time(cache: Path) -> dict[str, Any]:
@@ -349,27 +233,6 @@ def build_time(cache: Path) -> dict[str, Any]:
 # *** report ***
 
 
-def med(xs: Sequence[float]) -> float:
-  return statistics.median(xs)
-
-
-def flat(rounds: Sequence[Sequence[float]]) -> list[float]:
-  return [v for r in rounds for v in r]
-
-
-def verdict(value: float, limit: float) -> str:
-  return "PASS" if value <= limit else "MISS"
-
-
-def print_table(rows: Sequence[Row]) -> None:
-  head = Row("quantity", "median", "best", "target", "status")
-  w = [max(len(getattr(r, a)) for r in [head, *rows]) for a in ("label", "median", "best", "target")]
-  for i, r in enumerate([head, *rows]):
-    print(f"  {r.label:<{w[0]}}  {r.median:>{w[1]}}  {r.best:>{w[2]}}  {r.target:>{w[3]}}  {r.status}".rstrip())
-    if i == 0:
-      print("  " + "-" * (sum(w) + 6 + 8))
-
-
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--rounds", type=int, default=7, help="round-robin rounds of the C++ loops and Python calls")
@@ -379,9 +242,7 @@ def main() -> None:
   ap.add_argument("--no-build-time", action="store_true", help="skip the cold/warm build subprocesses")
   args = ap.parse_args()
 
-  ca: Any = None
-  with contextlib.suppress(ImportError):
-    ca = importlib.import_module("casadi")
+  ca: Any = load_casadi()
   BUILD.mkdir(parents=True, exist_ok=True)
   ref = quadrotor.step_numpy(X, U)
   cxx = find_compiler()

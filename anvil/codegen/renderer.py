@@ -72,7 +72,11 @@ class PortableCppRenderer(ClangRenderer):
     Ops.EXP2: lambda x, dtype: f"std::exp2({x})",
     Ops.LOG2: lambda x, dtype: f"std::log2({x})",
     Ops.TRUNC: lambda x, dtype: f"std::trunc({x})",
+    Ops.RECIPROCAL: lambda x, dtype: f"({'1.0f' if dtype == dtypes.float32 else '1.0'}/{x})",
   }
+  # NOTE: without FDIV tinygrad keeps a/b as a*(1/b): one division per divisor, shared by every quotient (derivatives
+  # of divisions divide by the same denominators many times).
+  code_for_op.pop(Ops.FDIV)
   string_rewrite = (
     PatternMatcher(
       [
@@ -132,15 +136,22 @@ class RenderedKernel:
 RENDERER = PortableCppRenderer()
 #: Loops whose trip count, times the lanes already unrolled, stays within this many lanes are fully unrolled.
 UNROLL_LANES = 16
+#: Kernels with at most this many iterations in all are unrolled completely: straight-line code, in which tinygrad
+#: folds index-dependent constants (identity seeds of small Jacobians) before the C++ compiler sees them.
+FULL_UNROLL_ITERATIONS = 256
 LOOP_AXES = (AxisType.LOOP, AxisType.WEAK, AxisType.GLOBAL, AxisType.REDUCE)
 
 
 def _unroll_small_loops(hand_coded: Callable[[Scheduler], Scheduler], k: Scheduler) -> Scheduler:
   """tinygrad's hand-coded opts, then every remaining loop small enough fully unrolled (no loops, no lane selects)."""
   k = hand_coded(k)
+  sizes = [r.vmax + 1 for r in k.rngs if isinstance(r.vmax, int)]
+  lanes = (
+    UNROLL_LANES if len(sizes) < len(k.rngs) or math.prod(sizes) > FULL_UNROLL_ITERATIONS else FULL_UNROLL_ITERATIONS
+  )
   while True:
     small = [(i, r) for i, r in enumerate(k.rngs) if r.arg[-1] in LOOP_AXES and isinstance(r.vmax, int)
-             and r.vmax + 1 > 1 and k.upcast_size() * (r.vmax + 1) <= UNROLL_LANES]  # fmt: skip
+             and r.vmax + 1 > 1 and k.upcast_size() * (r.vmax + 1) <= lanes]  # fmt: skip
     if not small:
       return k
     i, r = small[0]

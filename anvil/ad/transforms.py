@@ -21,6 +21,7 @@ AxesLike = int | None | Sequence[int | None]
 
 
 def check_wrt(fn: Fn, wrt: int, what: str) -> Arg:
+  """The Arg of input `wrt`, after checking that `fn` can be differentiated with respect to it."""
   if not isinstance(fn, NumericalFunction):
     raise TypeError(f"{what}: expected a NumericalFunction, got {type(fn).__name__}")
   if isinstance(wrt, bool) or not isinstance(wrt, int) or not 0 <= wrt < len(fn.inputs):
@@ -32,6 +33,7 @@ def check_wrt(fn: Fn, wrt: int, what: str) -> Arg:
 
 
 def single_output(fn: Fn, result: Any, what: str) -> Tensor:
+  """The one float Tensor `fn` returned, or an error naming the transform `what`."""
   outs = result if isinstance(result, (tuple, list)) else (result,)
   if len(outs) != 1 or not isinstance(outs[0], Tensor):
     raise ValueError(f"{what}({fn.name}): the function must return exactly one Tensor, got {len(outs)} outputs")
@@ -42,6 +44,7 @@ def single_output(fn: Fn, result: Any, what: str) -> Tensor:
 
 
 def placeholders(args: Sequence[Arg]) -> list[Tensor]:
+  """Empty tensors shaped like `args`, to trace a function on before its graph is rebuilt on other inputs."""
   return [Tensor.empty(*a.shape, dtype=a.dtype) for a in args]
 
 

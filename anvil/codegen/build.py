@@ -62,6 +62,9 @@ class Progress:
 
 
 _active: dict[str, Progress] = {}
+# NOTE: tinygrad keeps global state (hash-consing caches, Context variables) and is not thread-safe, so build stages
+# of all functions run one at a time; calling compiled functions needs no lock.
+_BUILD_LOCK = threading.RLock()
 
 
 @contextmanager
@@ -70,6 +73,12 @@ def stage(name: str, what: str) -> Iterator[Progress]:
 
   Nested stages of the same function share one progress indicator.
   """
+  with _BUILD_LOCK, _timed_stage(name, what) as progress:
+    yield progress
+
+
+@contextmanager
+def _timed_stage(name: str, what: str) -> Iterator[Progress]:
   outer = name not in _active
   progress = _active.setdefault(name, Progress(name)) if outer else _active[name]
   previous, progress.stage, progress.detail = progress.stage, what, ""

@@ -79,3 +79,25 @@ def test_cache_dir_defaults_to_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
   assert cache_dir() == tmp_path / "anvil"
   monkeypatch.setenv("ANVIL_CACHE_DIR", str(tmp_path / "x"))
   assert cache_dir() == tmp_path / "x"
+
+
+def test_builds_from_several_threads(fresh_cache: Path) -> None:
+  import threading
+
+  import numpy as np
+
+  import anvil as av
+
+  results: dict[int, np.ndarray] = {}
+
+  def build(k: int) -> None:
+    f = av.NumericalFunction(f"thread_fn{k}", lambda x: (x * (k + 1)).sin(), av.Arg(3))
+    results[k] = f(np.ones(3))
+
+  threads = [threading.Thread(target=build, args=(k,)) for k in range(4)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  for k in range(4):
+    np.testing.assert_allclose(results[k], np.sin(np.full(3, k + 1.0)), rtol=1e-15)

@@ -28,6 +28,7 @@ from anvil.codegen.jit import (
   load_library,
   write_atomic,
 )
+from anvil.codegen.module import module_code
 from anvil.codegen.program import Program, build_program, schedule
 from anvil.codegen.trace import OutputSpec, TracedGraph, graph_key, trace
 
@@ -276,8 +277,6 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
   @cached_property
   def library(self) -> str:
     """Path of the compiled shared library (stage `compile`, skipped when the disk cache has it)."""
-    from anvil.codegen.module import module_code
-
     lib_key = library_key(f"{self.key}|{array_data_offset()}")
     if (path := cached_library(lib_key)) is not None:
       return str(path)
@@ -291,7 +290,7 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
           lib_key,
           {f"{module}.hpp": code.header, f"{module}.cpp": code.source, "jit.cpp": wrapper},
           "jit.cpp",
-          f"{self.name}",
+          self.name,
         )
       )
 

@@ -231,6 +231,8 @@ def build_program(
     layout.check_initialized(step, [i not in kernel.writes for i in kernel.params])
     steps.append(step)
   for i, table in gathers.items():
+    if not len(table):  # NOTE: no nonzeros: nothing to gather, and C++ has no zero-length arrays
+      continue
     store = traced.stores[traced.output_slots[i]]
     constants.append(index := ConstantData(f"gather{i}", -1, dtypes.int32, tuple(str(int(t)) for t in table)))
     steps.append(GatherStep(BufferRef("out", i, store.dtype), layout.ref(store), index))

@@ -129,3 +129,13 @@ def test_sparse_derivatives_compose_and_differentiate_again() -> None:
   np.testing.assert_allclose(second(x), fd_jacobian(lambda z: jac(z).data, x), rtol=1e-6, atol=1e-8)
   total = av.NumericalFunction("sp_sum", lambda x: jac.fn(x).sum(), Arg(3))  # a sparse derivative inside other math
   np.testing.assert_allclose(total(x), jac(x).sum(), rtol=1e-14)
+
+
+def test_empty_sparse_jacobian_module_compiles(tmp_path: Path, cxx: str) -> None:
+  f = av.NumericalFunction("sp_indep", lambda x, y: y * 2, (Arg(3), Arg(2)))
+  jac = spjacobian(f, 0)
+  assert jac.nnz == 0 and jac(np.ones(3), np.ones(2)).shape == (2, 3)
+  av.generate_module("sp_empty_mod", [jac], out_dir=tmp_path)
+  cmd = [cxx, "-std=c++17", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-c", "sp_empty_mod.cpp", "-o", "m.o"]
+  build = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+  assert build.returncode == 0, build.stderr

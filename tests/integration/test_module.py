@@ -113,7 +113,20 @@ def module(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[av.Nume
 
 
 def _compile_and_run(cxx: str, out: Path, flags: list[str], exe: str) -> list[str]:
-  cmd = [cxx, "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", *flags, "main.cpp", "mod_all.cpp", "-o", exe]
+  cmd = [
+    cxx,
+    "-std=c++17",
+    "-O2",
+    "-Wall",
+    "-Wextra",
+    "-Wpedantic",
+    "-Werror",
+    *flags,
+    "main.cpp",
+    "mod_all.cpp",
+    "-o",
+    exe,
+  ]
   build = subprocess.run(cmd, cwd=out, capture_output=True, text=True)
   assert build.returncode == 0, build.stderr
   run = subprocess.run([str(out / exe)], cwd=out, capture_output=True, text=True)

@@ -182,14 +182,16 @@ def _in_axes(fn: Fn, in_axes: AxesLike) -> tuple[int | None, ...]:
   return axes
 
 
-def vmap(fn: Fn, in_axes: AxesLike = 0, *, size: int, name: str | None = None) -> Fn:
+def vmap(
+  fn: Fn, in_axes: AxesLike = 0, *, size: int | None = None, axis_size: int | None = None, name: str | None = None
+) -> Fn:
   """The function over a leading batch axis of length `size`, as one batched graph (not a loop of copies).
 
   Args:
     fn: the function to batch.
     in_axes: per input, 0 if it gains a leading batch axis, None if it is shared by all batch entries (one value
       for every input, or a sequence).
-    size: the batch size.
+    size: the batch size (required: generated code has fixed shapes). `axis_size` is accepted too, as in JAX.
     name: the new function's name (default `<name>_vmap`).
 
   Every output gains a leading axis of length `size`, also outputs that do not depend on a batched input.
@@ -200,6 +202,11 @@ def vmap(fn: Fn, in_axes: AxesLike = 0, *, size: int, name: str | None = None) -
   """
   if not isinstance(fn, NumericalFunction):
     raise TypeError(f"vmap: expected a NumericalFunction, got {type(fn).__name__}")
+  if size is None and axis_size is None:
+    raise TypeError(f"vmap({fn.name}): pass the batch size, e.g. vmap(fn, size=50); generated code has fixed shapes")
+  if size is not None and axis_size is not None and size != axis_size:
+    raise ValueError(f"vmap({fn.name}): size={size} and axis_size={axis_size} disagree")
+  size = size if size is not None else axis_size
   if isinstance(size, bool) or not isinstance(size, int) or size < 1:
     raise ValueError(f"vmap({fn.name}): size must be a positive int, got {size!r}")
   axes = _in_axes(fn, in_axes)

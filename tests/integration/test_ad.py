@@ -196,6 +196,9 @@ def test_errors() -> None:
     vmap(vec, 1, size=2)
   with pytest.raises(ValueError, match="size must be a positive int"):
     vmap(vec, size=0)
+  with pytest.raises(TypeError, match=r"pass the batch size, e.g. vmap\(fn, size=50\)"):
+    vmap(vec, (0,))
+  np.testing.assert_array_equal(vmap(vec, axis_size=2, name="ad_vec_axis")(np.ones((2, 3))), np.full((2, 3), 2.0))
   assign = av.NumericalFunction("ad_assign", lambda x: x.contiguous().assign(x * 2), Arg(3))
   with pytest.raises(VmapError, match="cannot batch"):
     vmap(assign, size=2)(np.ones((2, 3)))

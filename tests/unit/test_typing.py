@@ -19,8 +19,11 @@ def test_mypy_infers_call_results_and_flags_wrong_arity() -> None:
   )  # fmt: skip
   lines = proc.stdout.splitlines()
   revealed = [ln.split("Revealed type is ")[1].strip('"') for ln in lines if "Revealed type is" in ln]
-  array = "numpy.ndarray[tuple[Any, ...], numpy.dtype[Any]]"
-  assert revealed == [array, f"tuple[{array}, {array}]", array], proc.stdout
+  # NOTE: the spelling of ndarray's parameters depends on the numpy and mypy versions; the structure does not.
+  assert len(revealed) == 3, proc.stdout
+  single, pair, three_inputs = revealed
+  assert single.startswith("numpy.ndarray[") and three_inputs == single, proc.stdout
+  assert pair == f"tuple[{single}, {single}]", proc.stdout
   errors = [ln for ln in lines if ": error:" in ln]
   assert len(errors) == 1 and "Too few arguments" in errors[0] and ":30:" in errors[0], proc.stdout
 

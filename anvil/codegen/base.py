@@ -40,21 +40,26 @@ def check_identifier(name: object, what: str) -> str:
   return name
 
 
+TEMPLATES = Path(__file__).parent / "templates"
+
+
 @functools.cache
-def _environment() -> jinja2.Environment:
-  return jinja2.Environment(
-    loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+def _environment(folder: Path) -> jinja2.Environment:
+  env = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(folder),
     undefined=jinja2.StrictUndefined,
     trim_blocks=True,
     lstrip_blocks=True,
     keep_trailing_newline=True,
     autoescape=False,
   )
+  env.filters["float_hex"] = lambda v: float(v).hex()  # exact C++ literals for settings
+  return env
 
 
-def render_template(template: str, /, **context: Any) -> str:
-  """Fill the jinja2 `template` from this package's `templates/` folder."""
-  return _environment().get_template(template).render(**context)
+def render_template(template: str, /, folder: Path = TEMPLATES, **context: Any) -> str:
+  """Fill the jinja2 `template` from `folder` (default: this package's `templates/`)."""
+  return _environment(folder).get_template(template).render(**context)
 
 
 class FunctionBase(abc.ABC):
@@ -84,6 +89,10 @@ class FunctionBase(abc.ABC):
   def source_includes(self) -> tuple[str, ...]:
     """`#include` targets its source code needs."""
     return ()
+
+  def extra_files(self) -> dict[str, str]:
+    """Further files (relative path -> text) the generated code needs beside the module, e.g. C sources."""
+    return {}
 
   @property
   @abc.abstractmethod

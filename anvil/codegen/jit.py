@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -100,35 +101,77 @@ def cached_library(key: str) -> Path | None:
   return path if path.exists() else None
 
 
-def compile_library(key: str, sources: dict[str, str], main: str, what: str) -> Path:
+#: Flags for C sources linked into a library (OSQP's embedded solver): compiled as C, symbols hidden so they never
+#: clash with another copy (e.g. the osqp Python extension) in the same process.
+CFLAGS = ("-x", "c", "-std=c99", "-O3", "-fPIC", "-fvisibility=hidden")
+
+
+def _run_compiler(cmd: list[str], what: str, kept: Path) -> None:
+  try:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+  except OSError as e:
+    raise CompilerNotFoundError(f"{what}: cannot run the C++ compiler {cmd[0]}: {e}") from e
+  if proc.returncode != 0:
+    errors = [ln for ln in proc.stderr.splitlines() if "error" in ln] or proc.stderr.splitlines()
+    first = "\n".join(errors[:10])
+    raise CompileError(
+      f"{what}: the C++ compiler failed (exit {proc.returncode}); source kept at {kept}\n"
+      f"command: {' '.join(cmd)}\n{first}"
+    )
+
+
+def _c_object(cxx: str, src_dir: Path, filename: str, text: str, includes: list[str], what: str) -> Path:
+  """A C source compiled once into the cache, keyed on its text, its include folder's content and the flags."""
+  digest = hashlib.sha256(f"{compiler_identity(cxx)}|{CFLAGS}|{includes}|{filename}|{text}".encode())
+  for inc in sorted(includes):
+    for header in sorted(Path(inc).glob("*.h")):
+      digest.update(header.name.encode() + header.read_bytes())
+  obj = cache_dir() / "obj" / f"{digest.hexdigest()[:32]}.o"
+  if not obj.exists():
+    obj.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=obj.parent, prefix=f".{obj.stem}.", suffix=".o.tmp")
+    os.close(fd)
+    try:
+      _run_compiler([cxx, *CFLAGS, *(f"-I{i}" for i in includes), "-c", str(src_dir / filename), "-o", tmp], what,
+                    src_dir / filename)  # fmt: skip
+      os.replace(tmp, obj)
+    finally:
+      if os.path.exists(tmp):
+        os.unlink(tmp)
+  return obj
+
+
+def compile_library(
+  key: str,
+  sources: dict[str, str],
+  main: str,
+  what: str,
+  c_sources: Sequence[str] = (),
+  include_dirs: Sequence[str] = (),
+) -> Path:
   """Compile `main` (one of `sources`, all written beside it) into the cached library for `key`.
 
-  Sources are kept under the cache's `src/<key>/` so a compiler error can point at them. Concurrent builds of the
-  same key each compile into a private file and atomically rename it into place.
+  Sources are kept under the cache's `src/<key>/` so a compiler error can point at them. `c_sources` (also among
+  `sources`) are compiled as C into cached objects and linked in; `include_dirs` are relative to the source folder.
+  Concurrent builds of the same key each compile into a private file and atomically rename it into place.
   """
   cxx = find_compiler()
   src_dir = cache_dir() / "src" / key
   for filename, text in sources.items():
     write_atomic(src_dir / filename, text)
+  includes = [str(src_dir / d) for d in include_dirs]
+  objects = [str(_c_object(cxx, src_dir, c, sources[c], includes, what)) for c in c_sources]
   out = cache_dir() / "lib" / f"{key}.so"
   out.parent.mkdir(parents=True, exist_ok=True)
   fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{key}.", suffix=".so.tmp")
   os.close(fd)
-  cmd = [cxx, *cxxflags(), str(src_dir / main), "-o", tmp]
   try:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-  except OSError as e:
-    os.unlink(tmp)
-    raise CompilerNotFoundError(f"{what}: cannot run the C++ compiler {cxx}: {e}") from e
-  if proc.returncode != 0:
-    os.unlink(tmp)
-    errors = [ln for ln in proc.stderr.splitlines() if "error" in ln] or proc.stderr.splitlines()
-    first = "\n".join(errors[:10])
-    raise CompileError(
-      f"{what}: the C++ compiler failed (exit {proc.returncode}); source kept at {src_dir / main}\n"
-      f"command: {' '.join(cmd)}\n{first}"
-    )
-  os.replace(tmp, out)
+    _run_compiler([cxx, *cxxflags(), *(f"-I{i}" for i in includes), str(src_dir / main), *objects, "-o", tmp], what,
+                  src_dir / main)  # fmt: skip
+    os.replace(tmp, out)
+  finally:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
   return out
 
 

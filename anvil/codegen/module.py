@@ -113,6 +113,8 @@ def generate_module(
 ) -> tuple[Path, Path]:
   """Write `<module_name>.hpp` and `<module_name>.cpp` holding `fns`, everything they depend on, and `constants`.
 
+  Functions that need more files (an SQP solver's embedded OSQP C sources) write them beside the module.
+
   Args:
     module_name: a C++ identifier, used for the file names.
     fns: the functions to emit; their dependencies are pulled in and everything is toposorted.
@@ -137,6 +139,9 @@ def generate_module(
   header, source = out / f"{module_name}.hpp", out / f"{module_name}.cpp"
   write_atomic(header, code.header)
   write_atomic(source, code.source)
+  for f in code.functions:
+    for relative, text in f.extra_files().items():
+      write_atomic(out / relative, text)
   logger.info("generate_module: wrote %s and %s (%d functions)", header, source, len(code.functions))
   if verbosity >= 1:
     print(f"anvil: wrote {header} and {source}")

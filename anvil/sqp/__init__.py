@@ -1,0 +1,5 @@
+"""anvil.sqp: nonlinear programs solved by a generated C++ SQP loop calling embedded OSQP."""
+
+from anvil.sqp.options import SQPOptions as SQPOptions
+from anvil.sqp.result import SQPResult as SQPResult
+from anvil.sqp.solver import SQPFunction as SQPFunction

@@ -1,0 +1,311 @@
+"""`SQPFunction`: a nonlinear program solved by generated C++ (an SQP loop) calling embedded OSQP for its QPs."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import weakref
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from numpy.typing import ArrayLike, NDArray
+from tinygrad import Tensor
+
+from anvil.ad import gradient, sphessian, spjacobian
+from anvil.codegen import Arg, FunctionBase, NumericalFunction, SparseNumericalFunction
+from anvil.codegen.base import check_identifier, render_template
+from anvil.codegen.build import stage
+from anvil.codegen.jit import cached_library, codegen_fingerprint, compile_library, library_key, load_library
+from anvil.codegen.module import module_code
+from anvil.sqp.options import STATUSES, SQPOptions
+from anvil.sqp.osqp_code import RHO, EmbeddedOSQP
+from anvil.sqp.result import SQPResult
+
+Fn = NumericalFunction[..., Any]
+TEMPLATES = Path(__file__).parent / "templates"
+FUNCTION_NAMES = ("cost", "cost_gradient", "constraints", "constraint_jacobian", "lagrangian_hessian")
+
+
+@dataclass(frozen=True)
+class _SolverContext:
+  """What the SQP templates need."""
+
+  name: str
+  n: int
+  m: int
+  np: int
+  f: str
+  grad: str
+  g: str
+  jac: str
+  hess: str
+  jac_nnz: int
+  hess_nnz: int
+  p_nnz: int
+  a_nnz: int
+  prefix: str
+  rho: float
+  options: SQPOptions
+  tables: tuple[tuple[str, tuple[int, ...]], ...]
+  dependencies: tuple[str, ...]
+  vectors: tuple[tuple[str, int], ...]
+
+
+def _xp_args(fn: Fn, what: str) -> tuple[int, int]:
+  if not isinstance(fn, NumericalFunction) or len(fn.inputs) != 2 or len(fn.inputs[0].shape) != 1:
+    raise TypeError(f"SQPFunction: {what} must be a NumericalFunction of (x, p) with x a vector")
+  n, p = fn.inputs[0], fn.inputs[1]
+  if len(p.shape) != 1:
+    raise TypeError(f"SQPFunction: the parameter of {what} {fn.name} must be a vector (Arg(0) for none)")
+  return n.shape[0], p.shape[0]
+
+
+class SQPFunction(FunctionBase):
+  """minimize f(x, p) subject to lbg ≤ g(x, p) ≤ ubg and lbx ≤ x ≤ ubx, solved by generated C++.
+
+  The solver's C++ evaluates f, ∇f, g, the sparse ∂g/∂x and the sparse Lagrangian Hessian (its dependencies, emitted
+  in the same module), regularizes the Hessian only when a QP is nonconvex, solves each QP with OSQP's own C code
+  (embedded, the pattern fixed at code generation so each iteration only updates values and warm-starts), and takes
+  steps by a backtracking line search on the exact-penalty merit function f + μ‖violation‖₁.
+
+  Args:
+    name: a C++ identifier.
+    cost: a NumericalFunction of (x, p) returning a scalar.
+    constraints: a NumericalFunction of (x, p) returning a vector, or None.
+    options: SQPOptions.
+
+  Example:
+    >>> f = NumericalFunction("f", lambda x, p: (1 - x[0]) ** 2 + 100 * (x[1] - x[0] ** 2) ** 2, (Arg(2), Arg(0)))
+    >>> res = SQPFunction("rosen", f)(np.zeros(2), np.zeros(0), -np.inf * np.ones(2), np.inf * np.ones(2), [], [])
+  """
+
+  def __init__(self, name: str, cost: Fn, constraints: Fn | None = None, options: SQPOptions | None = None) -> None:
+    self.name = check_identifier(name, "SQPFunction name")
+    self.n, self.np = _xp_args(cost, "cost")
+    if constraints is not None and _xp_args(constraints, "constraints") != (self.n, self.np):
+      raise ValueError(f"{name}: cost and constraints must take the same x ({self.n}) and p ({self.np})")
+    if options is not None and not isinstance(options, SQPOptions):
+      raise TypeError(f"{name}: options must be SQPOptions, got {type(options).__name__}")
+    self.options = options or SQPOptions()
+    self.cost, self.constraints = cost, constraints
+    self.gradient = gradient(cost, 0, name=f"{name}_cost_gradient")
+
+  @cached_property
+  def m(self) -> int:
+    """Number of constraints."""
+    return 0 if self.constraints is None else self.constraints.outputs[0].size
+
+  @cached_property
+  def jacobian(self) -> SparseNumericalFunction | None:
+    """The sparse ∂g/∂x, or None without constraints."""
+    return (
+      None if self.constraints is None else spjacobian(self.constraints, 0, name=f"{self.name}_constraint_jacobian")
+    )
+
+  @cached_property
+  def hessian(self) -> SparseNumericalFunction:
+    """The upper triangle of the Hessian of sigma·f + λᵀg in x, a function of (x, p, sigma, λ)."""
+    cost, constraints = self.cost.fn, None if self.constraints is None else self.constraints.fn
+
+    def lagrangian(x: Tensor, p: Tensor, sigma: Tensor, lam: Tensor) -> Tensor:
+      value = sigma[0] * cost(x, p)
+      return value if constraints is None else value + (constraints(x, p) * lam).sum()
+
+    args = (Arg(self.n), Arg(self.np), Arg(1), Arg(self.m))
+    return sphessian(
+      NumericalFunction(f"{self.name}_lagrangian", lagrangian, args), 0, name=f"{self.name}_lagrangian_hessian"
+    )
+
+  def dependencies(self) -> tuple[FunctionBase, ...]:
+    """f, ∇f, g, ∂g/∂x and the Lagrangian Hessian."""
+    deps: list[FunctionBase] = [self.cost, self.gradient, self.hessian]
+    if self.constraints is not None and self.jacobian is not None:
+      deps[2:2] = [self.constraints, self.jacobian]
+    return tuple(deps)
+
+  @cached_property
+  def _qp(self) -> tuple[EmbeddedOSQP, dict[str, tuple[int, ...]]]:
+    """The OSQP solver for the fixed QP pattern, and the maps from derivative values into its matrices.
+
+    P is the upper triangle of the Lagrangian Hessian plus the full diagonal (for regularization); A stacks ∂g/∂x on
+    the identity (bounds on x are QP constraints).
+    """
+    n, m = self.n, self.m
+    hess = _pattern(self.hessian, (n, n))
+    jac = sp.csc_array((m, n)) if self.jacobian is None else _pattern(self.jacobian, (m, n))
+    eye = sp.csc_array(sp.eye_array(n, format="csc"))
+    p_pattern = _sorted(sp.triu(hess + eye))
+    a_pattern = _sorted(sp.vstack([jac, eye]))
+    tables = {
+      "hess_to_P": _positions(p_pattern, hess),
+      "diag_P": _positions(p_pattern, eye),
+      "jac_to_A": _positions(a_pattern, sp.vstack([jac, sp.csc_array((n, n))])),
+      "eye_to_A": _positions(a_pattern, sp.vstack([sp.csc_array((m, n)), eye])),
+    }
+    return EmbeddedOSQP(f"{self.name}_qp_", p_pattern, a_pattern, self.options), tables
+
+  def _context(self) -> _SolverContext:
+    osqp, tables = self._qp
+    jac = self.jacobian
+    n, m = self.n, self.m
+    vectors = (("grad", n), ("g", m), ("trial", n), ("g_trial", m), ("d", n), ("jac", 0 if jac is None else jac.nnz),
+               ("hess", self.hessian.nnz), ("Px", osqp.p_pattern.nnz), ("Ax", osqp.a_pattern.nnz), ("l", m + n),
+               ("u", m + n), ("lam_all", m + n))  # fmt: skip
+    return _SolverContext(
+      self.name, self.n, self.m, self.np, self.cost.name, self.gradient.name,
+      "" if self.constraints is None else self.constraints.name, "" if jac is None else jac.name, self.hessian.name,
+      0 if jac is None else jac.nnz, self.hessian.nnz, osqp.p_pattern.nnz, osqp.a_pattern.nnz, osqp.prefix, RHO,
+      self.options, tuple((k, v) for k, v in tables.items()), tuple(d.name for d in self.dependencies()), vectors,
+    )  # fmt: skip
+
+  @property
+  def header_code(self) -> str:
+    """The solver's declarations: sizes, Stats, Workspace, init_ws() and call()."""
+    return render_template("sqp.hpp.j2", folder=TEMPLATES, s=self._context())
+
+  @property
+  def source_code(self) -> str:
+    """The SQP loop."""
+    return render_template("sqp.cpp.j2", folder=TEMPLATES, s=self._context())
+
+  @property
+  def source_includes(self) -> tuple[str, ...]:
+    """OSQP's public header and the generated OSQP workspace."""
+    return ("<cstdio>", '"osqp.h"', f'"{self._qp[0].prefix}workspace.h"')
+
+  def extra_files(self) -> dict[str, str]:
+    """OSQP's C sources and the generated workspace, written beside the module (compile the `.c` files as C with
+    `-I` for `osqp`, `osqp/inc/public` and `osqp/inc/private`)."""
+    return self._qp[0].files
+
+  # *** JIT ***
+
+  @cached_property
+  def library(self) -> str:
+    """Path of the compiled solver library."""
+    osqp = self._qp[0]
+    module = f"anvil_jit_{self.name}"
+    code = module_code(module, [self])
+    wrapper = render_template("sqp_jit.cpp.j2", folder=TEMPLATES, s=self._context(), module=module)
+    sources = {f"{module}.hpp": code.header, f"{module}.cpp": code.source, "jit.cpp": wrapper, **osqp.files}
+    digest = hashlib.sha256("".join(f"{k}\0{v}\0" for k, v in sorted(sources.items())).encode()).hexdigest()
+    key = library_key(f"sqp|{codegen_fingerprint()}|{digest}")
+    if (path := cached_library(key)) is not None:
+      return str(path)
+    with stage(self.name, "compile"):
+      return str(compile_library(key, sources, "jit.cpp", self.name, osqp.c_sources, osqp.include_dirs))
+
+  @cached_property
+  def _entry(self) -> tuple[Any, ctypes.c_void_p]:
+    lib = load_library(self.library)
+    new, free, call = (
+      lib[f"anvil_{self.name}_ws_new"],
+      lib[f"anvil_{self.name}_ws_free"],
+      lib[f"anvil_{self.name}_call"],
+    )
+    new.restype, new.argtypes = ctypes.c_void_p, []
+    free.restype, free.argtypes = None, [ctypes.c_void_p]
+    call.restype = ctypes.c_int
+    call.argtypes = [ctypes.c_void_p] * 7
+    ws = ctypes.c_void_p(new())
+    weakref.finalize(self, free, ws.value)
+    return call, ws
+
+  def __call__(
+    self,
+    x0: ArrayLike,
+    p: ArrayLike,
+    lbx: ArrayLike,
+    ubx: ArrayLike,
+    lbg: ArrayLike = (),
+    ubg: ArrayLike = (),
+    lam_g0: ArrayLike | None = None,
+    lam_x0: ArrayLike | None = None,
+  ) -> SQPResult:
+    """Solve from x0 (optionally warm-starting the multipliers); ±inf bounds mean none."""
+    n, m = self.n, self.m
+    inputs = [self._vector("x0", x0, n, finite=True), self._vector("p", p, self.np, finite=True),
+              self._vector("lbx", lbx, n), self._vector("ubx", ubx, n), self._vector("lbg", lbg, m),
+              self._vector("ubg", ubg, m),
+              np.zeros(m) if lam_g0 is None else self._vector("lam_g0", lam_g0, m, finite=True),
+              np.zeros(n) if lam_x0 is None else self._vector("lam_x0", lam_x0, n, finite=True)]  # fmt: skip
+    for lo, hi, what in ((inputs[2], inputs[3], "x"), (inputs[4], inputs[5], "g")):
+      if np.any(lo > hi):
+        i = int(np.argmax(lo > hi))
+        raise ValueError(f"{self.name}: lb{what}[{i}] = {lo[i]} > ub{what}[{i}] = {hi[i]}")
+    outs = [np.empty(n), np.empty(1), np.empty(m), np.empty(n)]
+    history = np.zeros((self.options.max_iter + 1, 5))
+    ihistory = np.zeros((self.options.max_iter + 1, 2), dtype=np.int32)
+    info, worst = np.zeros(5, dtype=np.int32), np.zeros(1)
+    call, ws = self._entry
+    in_ptrs = (ctypes.c_void_p * 8)(*(a.ctypes.data for a in inputs))
+    out_ptrs = (ctypes.c_void_p * 4)(*(a.ctypes.data for a in outs))
+    call(in_ptrs, out_ptrs, history.ctypes.data, ihistory.ctypes.data, info.ctypes.data, worst.ctypes.data, ws)
+    return self._result(outs, history, ihistory, info, float(worst[0]))
+
+  def _vector(self, what: str, value: ArrayLike, size: int, finite: bool = False) -> NDArray[np.float64]:
+    try:
+      arr = np.ascontiguousarray(value, dtype=np.float64).reshape(-1) if np.size(value) else np.zeros(0)
+    except (TypeError, ValueError) as e:
+      raise TypeError(f"{self.name}: {what} must be a float vector: {e}") from None
+    if arr.shape != (size,):
+      raise ValueError(f"{self.name}: {what} must have length {size}, got {arr.size}")
+    if np.any(np.isnan(arr)) or (finite and not np.all(np.isfinite(arr))):
+      raise ValueError(f"{self.name}: {what} contains NaN{'' if not finite else ' or inf'}")
+    return arr
+
+  def _result(
+    self,
+    outs: list[NDArray[np.float64]],
+    history: NDArray[np.float64],
+    ihistory: NDArray[np.int32],
+    info: NDArray[np.int32],
+    worst_violation: float,
+  ) -> SQPResult:
+    iterations, status = int(info[0]), STATUSES[int(info[1])]
+    rows = slice(0, iterations + 1)
+    stats: dict[str, Any] = {name: history[rows, c].copy() for c, name in enumerate(
+      ("objective", "primal_infeasibility", "dual_infeasibility", "step", "regularization"))}  # fmt: skip
+    stats["qp_iterations"], stats["qp_status"] = ihistory[rows, 0].copy(), ihistory[rows, 1].copy()
+    if info[2] >= 0:
+      stats["failed_function"] = self._function_name(int(info[2]))
+      stats["failed_index"] = int(info[3])
+      stats["message"] = f"{stats['failed_function']} returned NaN/inf at output {int(info[3])}"
+    elif info[4] >= 0 and status != "converged":
+      kind = "g" if info[4] < self.m else "x"
+      index = int(info[4]) if info[4] < self.m else int(info[4]) - self.m
+      stats["most_violated"] = (kind, index, worst_violation)
+      stats["message"] = f"{status}: most violated constraint {kind}[{index}] by {worst_violation:.3e}"
+    else:
+      stats["message"] = status
+    return SQPResult(outs[0], float(outs[1][0]), outs[2], outs[3], status, iterations, stats)
+
+  def _function_name(self, which: int) -> str:
+    return {0: self.cost.name, 1: self.gradient.name, 2: getattr(self.constraints, "name", ""),
+            3: getattr(self.jacobian, "name", ""), 4: self.hessian.name}[which]  # fmt: skip
+
+
+def _pattern(fn: SparseNumericalFunction, shape: tuple[int, int]) -> sp.csc_array:
+  return sp.csc_array((np.ones(fn.nnz), fn.indices, fn.indptr), shape=shape)
+
+
+def _sorted(m: Any) -> sp.csc_array:
+  m = sp.csc_array(m)
+  m.sum_duplicates()
+  m.sort_indices()
+  return m
+
+
+def _positions(pattern: sp.csc_array, part: Any) -> tuple[int, ...]:
+  """For each stored entry of `part` (CSC order), its position among the stored entries of `pattern`."""
+  index = {}
+  for c in range(pattern.shape[1]):
+    for k in range(pattern.indptr[c], pattern.indptr[c + 1]):
+      index[(int(pattern.indices[k]), c)] = k
+  part = sp.csc_array(part)
+  cols = np.repeat(np.arange(part.shape[1]), np.diff(part.indptr))
+  return tuple(index[(int(r), int(c))] for r, c in zip(part.indices, cols, strict=True))

@@ -1,0 +1,139 @@
+"""SQPFunction on classic NLPs with known optima: objective, solution, multiplier signs, KKT residuals, statuses."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import anvil as av
+from anvil import Arg, Tensor
+from anvil.sqp import SQPFunction, SQPOptions
+
+INF = np.inf
+
+
+def kkt(res, grad_f: np.ndarray, jac: np.ndarray) -> float:
+  """Stationarity residual ‖∇f + Jᵀλ_g + λ_x‖∞ computed independently in numpy."""
+  return float(np.abs(grad_f + jac.T @ res.lam_g + res.lam_x).max())
+
+
+@pytest.fixture(scope="module")
+def rosenbrock() -> SQPFunction:
+  f = av.NumericalFunction(
+    "sqp_rosen_f", lambda x, p: (1 - x[0]) ** 2 + 100 * (x[1] - x[0] ** 2) ** 2, (Arg(2), Arg(0))
+  )
+  return SQPFunction("sqp_rosen", f)
+
+
+def test_rosenbrock(rosenbrock: SQPFunction) -> None:
+  res = rosenbrock(np.array([-1.2, 1.0]), np.zeros(0), np.full(2, -INF), np.full(2, INF))
+  assert res.success and res.status == "converged" and res.iterations < 50
+  np.testing.assert_allclose(res.x, [1.0, 1.0], atol=1e-6)
+  assert res.f < 1e-10
+  assert len(res.stats["objective"]) == res.iterations + 1 and res.stats["dual_infeasibility"][-1] <= 1e-8
+  again = rosenbrock(np.array([-1.2, 1.0]), np.zeros(0), np.full(2, -INF), np.full(2, INF))
+  assert again.iterations == res.iterations and again.stats is not res.stats, "every call returns its own stats"
+  np.testing.assert_array_equal(again.x, res.x)
+
+
+def test_hs071() -> None:
+  f = av.NumericalFunction("sqp_hs71_f", lambda x, p: x[0] * x[3] * (x[0] + x[1] + x[2]) + x[2], (Arg(4), Arg(0)))
+  g = av.NumericalFunction("sqp_hs71_g", lambda x, p: Tensor.stack(x[0] * x[1] * x[2] * x[3], (x * x).sum()),
+                           (Arg(4), Arg(0)))  # fmt: skip
+  res = SQPFunction("sqp_hs71", f, g)(np.array([1.0, 5.0, 5.0, 1.0]), np.zeros(0), np.ones(4), np.full(4, 5.0),
+                                      [25.0, 40.0], [INF, 40.0])  # fmt: skip
+  assert res.success
+  assert res.f == pytest.approx(17.0140173, rel=1e-6)
+  np.testing.assert_allclose(res.x, [1.0, 4.7429994, 3.8211503, 1.3794082], atol=1e-6)
+  assert res.lam_g[0] < 0 and res.lam_x[0] < 0, "active lower bounds carry negative multipliers"
+  x = res.x
+  grad = np.array([x[3] * (2 * x[0] + x[1] + x[2]), x[0] * x[3], x[0] * x[3] + 1, x[0] * (x[0] + x[1] + x[2])])
+  jac = np.array([[x[1] * x[2] * x[3], x[0] * x[2] * x[3], x[0] * x[1] * x[3], x[0] * x[1] * x[2]], 2 * x])
+  assert kkt(res, grad, jac) < 1e-6
+
+
+def test_active_bounds_and_equalities_with_a_parameter() -> None:
+  f = av.NumericalFunction("sqp_par_f", lambda x, p: ((x - p[:2]) ** 2).sum(), (Arg(2), Arg(3)))
+  g = av.NumericalFunction("sqp_par_g", lambda x, p: (x.sum() - p[2]).reshape(1), (Arg(2), Arg(3)))
+  solver = SQPFunction("sqp_par", f, g)
+  # equality x0 + x1 = 1 closest to (0, 0): (0.5, 0.5), multiplier -1
+  res = solver(np.zeros(2), np.array([0.0, 0.0, 1.0]), np.full(2, -INF), np.full(2, INF), [0.0], [0.0])
+  np.testing.assert_allclose(res.x, [0.5, 0.5], atol=1e-7)
+  np.testing.assert_allclose(res.lam_g, [-1.0], atol=1e-6)
+  # a new parameter without regenerating: target (2, -1) in the box [0, 1]^2, the equality relaxed to <= 5
+  res = solver(np.zeros(2), np.array([2.0, -1.0, 5.0]), np.zeros(2), np.ones(2), [-INF], [0.0])
+  assert res.success
+  np.testing.assert_allclose(res.x, [1.0, 0.0], atol=1e-7)
+  np.testing.assert_allclose(res.lam_x, [2.0, -2.0], atol=1e-6)  # upper active > 0, lower active < 0
+  np.testing.assert_allclose(res.lam_g, [0.0], atol=1e-6)
+
+
+def test_infeasible_problem_reports_a_status() -> None:
+  f = av.NumericalFunction("sqp_inf_f", lambda x, p: (x * x).sum(), (Arg(2), Arg(0)))
+  g = av.NumericalFunction("sqp_inf_g", lambda x, p: x.sum().reshape(1), (Arg(2), Arg(0)))
+  res = SQPFunction("sqp_inf", f, g)(np.zeros(2), np.zeros(0), np.zeros(2), np.ones(2), [3.0], [INF])
+  assert res.status in ("infeasible", "max_iterations") and not res.success
+  assert "g[0]" in res.stats["message"] or res.status == "infeasible"
+
+
+def test_nan_at_the_start_is_reported_by_name() -> None:
+  f = av.NumericalFunction("sqp_nan_f", lambda x, p: x.log().sum(), (Arg(2), Arg(0)))
+  res = SQPFunction("sqp_nan", f)(np.array([-1.0, 1.0]), np.zeros(0), np.full(2, -INF), np.full(2, INF))
+  assert res.status == "numerical_error"
+  assert res.stats["failed_function"] == "sqp_nan_f" and "sqp_nan_f returned NaN/inf" in res.stats["message"]
+
+
+def test_bad_inputs_raise(rosenbrock: SQPFunction) -> None:
+  z, lo, hi = np.zeros(0), np.full(2, -INF), np.full(2, INF)
+  with pytest.raises(ValueError, match="x0 must have length 2, got 3"):
+    rosenbrock(np.zeros(3), z, lo, hi)
+  with pytest.raises(ValueError, match=r"lbx\[1\] = 2.0 > ubx\[1\] = 1.0"):
+    rosenbrock(np.zeros(2), z, np.array([0.0, 2.0]), np.ones(2))
+  with pytest.raises(ValueError, match="x0 contains NaN"):
+    rosenbrock(np.array([np.nan, 0.0]), z, lo, hi)
+  with pytest.raises(ValueError, match="lbx contains NaN"):
+    rosenbrock(np.zeros(2), z, np.array([np.nan, 0.0]), hi)
+  with pytest.raises(TypeError, match=r"cost must be a NumericalFunction of"):
+    SQPFunction("sqp_bad", av.NumericalFunction("sqp_bad_f", lambda x: x.sum(), Arg(2)))
+  with pytest.raises(ValueError, match=r"SQPOptions\.tol"):
+    SQPOptions(tol=-1.0)
+
+
+def test_standalone_module_matches_python(tmp_path: Path) -> None:
+  f = av.NumericalFunction("sqp_mod_f", lambda x, p: ((x - p) ** 2).sum() + (x[0] * x[1]).sin(), (Arg(2), Arg(2)))
+  g = av.NumericalFunction("sqp_mod_g", lambda x, p: (x * x).sum().reshape(1), (Arg(2), Arg(2)))
+  solver = SQPFunction("sqp_mod", f, g, SQPOptions(max_iter=60))
+  p = np.array([1.0, 2.0])
+  res = solver(np.zeros(2), p, np.full(2, -INF), np.full(2, INF), [-INF], [1.0])
+  assert res.success
+  av.generate_module("nlp_solver", [solver], out_dir=tmp_path)
+  main = """#include <cstdio>
+#include <cmath>
+#include "nlp_solver.hpp"
+int main() {
+  const double x0[2] = {0.0, 0.0}, p[2] = {1.0, 2.0}, lbx[2] = {-HUGE_VAL, -HUGE_VAL}, ubx[2] = {HUGE_VAL, HUGE_VAL};
+  const double lbg[1] = {-HUGE_VAL}, ubg[1] = {1.0}, zero[2] = {0.0, 0.0};
+  double x[2], f, lam_g[1], lam_x[2];
+  static sqp_mod::Stats stats;
+  sqp_mod::WS_t ws = sqp_mod::init_ws();
+  int status = sqp_mod::call(x0, p, lbx, ubx, lbg, ubg, zero, zero, x, &f, lam_g, lam_x, stats, ws);
+  std::printf("%d %d %.17g %.17g %.17g\\n", status, stats.iterations, x[0], x[1], f);
+}
+"""
+  (tmp_path / "main.cpp").write_text(main)
+  sources = sorted(str(s.relative_to(tmp_path)) for s in tmp_path.glob("osqp/**/*.c"))
+  inc = ["-Iosqp", "-Iosqp/inc/public", "-Iosqp/inc/private"]
+  objects = []
+  for src in sources:
+    obj = src.replace("/", "_") + ".o"
+    subprocess.run(["cc", "-std=c99", "-O2", *inc, "-c", src, "-o", obj], cwd=tmp_path, check=True)
+    objects.append(obj)
+  build = subprocess.run(["c++", "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", *inc, "main.cpp", "nlp_solver.cpp",
+                          *objects, "-o", "main", "-lm"], cwd=tmp_path, capture_output=True, text=True)  # fmt: skip
+  assert build.returncode == 0, build.stderr
+  out = subprocess.run([str(tmp_path / "main")], capture_output=True, text=True, check=True).stdout.split()
+  assert int(out[0]) == 0 and int(out[1]) == res.iterations
+  np.testing.assert_allclose([float(v) for v in out[2:]], [*res.x, res.f], rtol=1e-12, atol=1e-14)

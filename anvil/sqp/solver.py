@@ -49,6 +49,8 @@ class _SolverContext:
   a_nnz: int
   prefix: str
   rho: float
+  elastic_prefix: str
+  ae_nnz: int
   options: SQPOptions
   tables: tuple[tuple[str, tuple[int, ...]], ...]
   dependencies: tuple[str, ...]
@@ -128,37 +130,49 @@ class SQPFunction(FunctionBase):
     return tuple(deps)
 
   @cached_property
-  def _qp(self) -> tuple[EmbeddedOSQP, dict[str, tuple[int, ...]]]:
-    """The OSQP solver for the fixed QP pattern, and the maps from derivative values into its matrices.
+  def _qp(self) -> tuple[EmbeddedOSQP, EmbeddedOSQP, dict[str, tuple[int, ...]]]:
+    """The OSQP solvers for the fixed QP patterns, and the maps from derivative values into their matrices.
 
     P is the upper triangle of the Lagrangian Hessian plus the full diagonal (for regularization); A stacks ∂g/∂x on
-    the identity (bounds on x are QP constraints).
+    the identity (bounds on x are QP constraints). The elastic QP adds slacks v, w ≥ 0 to every constraint row
+    (J d + v - w), so it is always feasible; its P and A extend the same patterns.
     """
     n, m = self.n, self.m
     hess = _pattern(self.hessian, (n, n))
     jac = sp.csc_array((m, n)) if self.jacobian is None else _pattern(self.jacobian, (m, n))
-    eye = sp.csc_array(sp.eye_array(n, format="csc"))
+    eye, eye_m = sp.csc_array(sp.eye_array(n, format="csc")), sp.csc_array(sp.eye_array(m, format="csc"))
+    zeros = lambda r, c: sp.csc_array((r, c))
     p_pattern = _sorted(sp.triu(hess + eye))
     a_pattern = _sorted(sp.vstack([jac, eye]))
+    pe_pattern = _sorted(sp.block_diag([p_pattern, zeros(2 * m, 2 * m)]))
+    slack = sp.csc_array(sp.vstack([sp.hstack([eye_m, -eye_m]), zeros(n, 2 * m), sp.eye_array(2 * m)]))
+    ae_pattern = _sorted(sp.hstack([sp.vstack([jac, eye, zeros(2 * m, n)]), slack]))
+    no_slack = zeros(3 * m + n, 2 * m)
     tables = {
       "hess_to_P": _positions(p_pattern, hess),
       "diag_P": _positions(p_pattern, eye),
-      "jac_to_A": _positions(a_pattern, sp.vstack([jac, sp.csc_array((n, n))])),
-      "eye_to_A": _positions(a_pattern, sp.vstack([sp.csc_array((m, n)), eye])),
+      "jac_to_A": _positions(a_pattern, sp.vstack([jac, zeros(n, n)])),
+      "eye_to_A": _positions(a_pattern, sp.vstack([zeros(m, n), eye])),
+      "jac_to_Ae": _positions(ae_pattern, sp.hstack([sp.vstack([jac, zeros(n + 2 * m, n)]), no_slack])),
+      "eye_to_Ae": _positions(ae_pattern, sp.hstack([sp.vstack([zeros(m, n), eye, zeros(2 * m, n)]), no_slack])),
+      "slack_to_Ae": _positions(ae_pattern, sp.hstack([zeros(3 * m + n, n), slack])),
     }
-    return EmbeddedOSQP(f"{self.name}_qp_", p_pattern, a_pattern, self.options), tables
+    normal = EmbeddedOSQP(f"{self.name}_qp_", p_pattern, a_pattern, self.options)
+    return normal, EmbeddedOSQP(f"{self.name}_elastic_", pe_pattern, ae_pattern, self.options), tables
 
   def _context(self) -> _SolverContext:
-    osqp, tables = self._qp
+    osqp, elastic, tables = self._qp
     jac = self.jacobian
     n, m = self.n, self.m
     vectors = (("grad", n), ("g", m), ("trial", n), ("g_trial", m), ("d", n), ("jac", 0 if jac is None else jac.nnz),
                ("hess", self.hessian.nnz), ("Px", osqp.p_pattern.nnz), ("Ax", osqp.a_pattern.nnz), ("l", m + n),
-               ("u", m + n), ("lam_all", m + n))  # fmt: skip
+               ("u", m + n), ("lam_all", m + n), ("slack_values", 2 * m), ("Axe", elastic.a_pattern.nnz),
+               ("qe", n + 2 * m), ("le", n + 3 * m), ("ue", n + 3 * m))  # fmt: skip
     return _SolverContext(
       self.name, self.n, self.m, self.np, self.cost.name, self.gradient.name,
       "" if self.constraints is None else self.constraints.name, "" if jac is None else jac.name, self.hessian.name,
       0 if jac is None else jac.nnz, self.hessian.nnz, osqp.p_pattern.nnz, osqp.a_pattern.nnz, osqp.prefix, RHO,
+      elastic.prefix, elastic.a_pattern.nnz,
       self.options, tuple((k, v) for k, v in tables.items()), tuple(d.name for d in self.dependencies()), vectors,
     )  # fmt: skip
 
@@ -175,29 +189,36 @@ class SQPFunction(FunctionBase):
   @property
   def source_includes(self) -> tuple[str, ...]:
     """OSQP's public header and the generated OSQP workspace."""
-    return ("<cstdio>", '"osqp.h"', f'"{self._qp[0].prefix}workspace.h"')
+    return ("<cstdio>", '"osqp.h"', *(f'"{qp.prefix}workspace.h"' for qp in self._qp[:2]))
 
   def extra_files(self) -> dict[str, str]:
     """OSQP's C sources and the generated workspace, written beside the module (compile the `.c` files as C with
     `-I` for `osqp`, `osqp/inc/public` and `osqp/inc/private`)."""
-    return self._qp[0].files
+    return {**self._qp[0].files, **self._qp[1].files}
 
   # *** JIT ***
 
   @cached_property
   def library(self) -> str:
     """Path of the compiled solver library."""
-    osqp = self._qp[0]
+    osqp, elastic, _ = self._qp
     module = f"anvil_jit_{self.name}"
     code = module_code(module, [self])
     wrapper = render_template("sqp_jit.cpp.j2", folder=TEMPLATES, s=self._context(), module=module)
-    sources = {f"{module}.hpp": code.header, f"{module}.cpp": code.source, "jit.cpp": wrapper, **osqp.files}
+    sources = {
+      f"{module}.hpp": code.header,
+      f"{module}.cpp": code.source,
+      "jit.cpp": wrapper,
+      **osqp.files,
+      **elastic.files,
+    }
     digest = hashlib.sha256("".join(f"{k}\0{v}\0" for k, v in sorted(sources.items())).encode()).hexdigest()
     key = library_key(f"sqp|{codegen_fingerprint()}|{digest}")
     if (path := cached_library(key)) is not None:
       return str(path)
     with stage(self.name, "compile"):
-      return str(compile_library(key, sources, "jit.cpp", self.name, osqp.c_sources, osqp.include_dirs))
+      c_sources = sorted({*osqp.c_sources, *elastic.c_sources})
+      return str(compile_library(key, sources, "jit.cpp", self.name, c_sources, osqp.include_dirs))
 
   @cached_property
   def _entry(self) -> tuple[Any, ctypes.c_void_p]:

@@ -137,3 +137,22 @@ int main() {
   out = subprocess.run([str(tmp_path / "main")], capture_output=True, text=True, check=True).stdout.split()
   assert int(out[0]) == 0 and int(out[1]) == res.iterations
   np.testing.assert_allclose([float(v) for v in out[2:]], [*res.x, res.f], rtol=1e-12, atol=1e-14)
+
+
+def test_inconsistent_linearization_at_the_start_is_recovered() -> None:
+  # at x = 0 the linearized circle constraint reads 0 = 1: the elastic QP keeps the solver going
+  f = av.NumericalFunction("sqp_circle_f", lambda x, p: (x[0] - 2) ** 2 + x[1] ** 2, (Arg(2), Arg(0)))
+  g = av.NumericalFunction("sqp_circle_g", lambda x, p: (x * x).sum().reshape(1), (Arg(2), Arg(0)))
+  res = SQPFunction("sqp_circle", f, g)(np.zeros(2), np.zeros(0), np.full(2, -INF), np.full(2, INF), [1.0], [1.0])
+  assert res.success
+  np.testing.assert_allclose(res.x, [1.0, 0.0], atol=1e-7)
+  np.testing.assert_allclose(res.lam_g, [1.0], atol=1e-6)
+
+
+def test_locally_infeasible_constraints_end_at_the_least_violation() -> None:
+  f = av.NumericalFunction("sqp_far_f", lambda x, p: (x * x).sum(), (Arg(2), Arg(0)))
+  g = av.NumericalFunction("sqp_far_g", lambda x, p: x.sum().reshape(1), (Arg(2), Arg(0)))
+  res = SQPFunction("sqp_far", f, g)(np.zeros(2), np.zeros(0), np.zeros(2), np.ones(2), [3.0], [INF])
+  assert res.status == "infeasible"
+  np.testing.assert_allclose(res.x, [1.0, 1.0], atol=1e-6)  # the feasible point closest to x0 + x1 >= 3
+  assert res.stats["most_violated"][:2] == ("g", 0) and res.stats["most_violated"][2] == pytest.approx(1.0, abs=1e-6)

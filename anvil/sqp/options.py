@@ -31,7 +31,7 @@ class SQPOptions:
   regularization_max: float = 1e8
   """Largest regularization tried before the iteration reports a numerical error."""
   armijo: float = 1e-4
-  """Sufficient decrease of the exact-penalty merit function a step must achieve."""
+  """Sufficient (Armijo) decrease of f a step must achieve when the filter asks for objective decrease."""
   backtrack: float = 0.5
   """Step length reduction per line-search trial."""
   min_step: float = 1e-10

@@ -72,7 +72,8 @@ class SQPFunction(FunctionBase):
   The solver's C++ evaluates f, ∇f, g, the sparse ∂g/∂x and the sparse Lagrangian Hessian (its dependencies, emitted
   in the same module), regularizes the Hessian only when a QP is nonconvex, solves each QP with OSQP's own C code
   (embedded, the pattern fixed at code generation so each iteration only updates values and warm-starts), and takes
-  steps by a backtracking line search on the exact-penalty merit function f + μ‖violation‖₁.
+  steps by a backtracking filter line search (objective vs L1 violation, Wächter and Biegler); inconsistent linearized
+  constraints fall back to an elastic QP.
 
   Args:
     name: a C++ identifier.
@@ -167,7 +168,8 @@ class SQPFunction(FunctionBase):
     vectors = (("grad", n), ("g", m), ("trial", n), ("g_trial", m), ("d", n), ("jac", 0 if jac is None else jac.nnz),
                ("hess", self.hessian.nnz), ("Px", osqp.p_pattern.nnz), ("Ax", osqp.a_pattern.nnz), ("l", m + n),
                ("u", m + n), ("lam_all", m + n), ("slack_values", 2 * m), ("Axe", elastic.a_pattern.nnz),
-               ("qe", n + 2 * m), ("le", n + 3 * m), ("ue", n + 3 * m))  # fmt: skip
+               ("qe", n + 2 * m), ("le", n + 3 * m), ("ue", n + 3 * m), ("filter_theta", self.options.max_iter + 1),
+               ("filter_phi", self.options.max_iter + 1))  # fmt: skip
     return _SolverContext(
       self.name, self.n, self.m, self.np, self.cost.name, self.gradient.name,
       "" if self.constraints is None else self.constraints.name, "" if jac is None else jac.name, self.hessian.name,

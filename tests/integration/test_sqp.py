@@ -156,3 +156,26 @@ def test_locally_infeasible_constraints_end_at_the_least_violation() -> None:
   assert res.status == "infeasible"
   np.testing.assert_allclose(res.x, [1.0, 1.0], atol=1e-6)  # the feasible point closest to x0 + x1 >= 3
   assert res.stats["most_violated"][:2] == ("g", 0) and res.stats["most_violated"][2] == pytest.approx(1.0, abs=1e-6)
+
+
+@pytest.mark.slow
+def test_p2_cartpole_swing_up() -> None:
+  from examples.models import shooting
+
+  n = 50
+  size = shooting.size(n)
+  f = av.NumericalFunction("swing_cost", lambda w, x0: shooting.stage_cost(w, n), (Arg(size), Arg(4)))
+  g = av.NumericalFunction("swing_defects", lambda w, x0: shooting.defects(w, x0, n), (Arg(size), Arg(4)))
+  x_init = np.array([0.0, np.pi, 0.0, 0.0])
+  lbx, ubx = np.full(size, -INF), np.full(size, INF)
+  lbx[4 : 5 * n : 5], ubx[4 : 5 * n : 5] = -20.0, 20.0  # |u| <= 20
+  lbx[0 : 5 * n : 5], ubx[0 : 5 * n : 5] = -2.0, 2.0  # |xc| <= 2
+  lbx[5 * n :], ubx[5 * n :] = 0.0, 0.0  # x_N = 0
+  w0 = np.zeros(size)
+  for k in range(n + 1):
+    w0[5 * k : 5 * k + 4] = x_init * (1 - k / n)
+  res = SQPFunction("swing_up", f, g)(w0, x_init, lbx, ubx, np.zeros(4 * n + 4), np.zeros(4 * n + 4))
+  assert res.success and res.iterations <= 40
+  assert res.f == pytest.approx(173.28254, rel=1e-6)  # the local optimum IPOPT and CasADi's sqpmethod find
+  assert np.abs(shooting.defects_numpy(res.x, x_init, n)).max() < 1e-8
+  assert np.all(res.x >= lbx - 1e-8) and np.all(res.x <= ubx + 1e-8)

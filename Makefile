@@ -38,6 +38,7 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench_eval.py
 	$(PY) benchmarks/bench_ad.py
+	$(PY) benchmarks/bench_sqp.py
 
 clean:
 	rm -rf build $(VENV) .pytest_cache .ruff_cache .mypy_cache

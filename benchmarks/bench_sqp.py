@@ -38,10 +38,10 @@ if str(ROOT) not in sys.path:
   sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import casadi_backend, load_casadi, verdict  # noqa: E402
+from examples.models import shooting  # noqa: E402
 
 N = 50
 X_INIT = np.array([0.0, np.pi, 0.0, 0.0])
-INF = np.inf
 TARGET_ITERATIONS = 40
 TARGET_RATIO = 0.5  # anvil solve time / IPOPT solve time
 SQPMETHOD_OPTIONS: dict[str, Any] = {
@@ -79,15 +79,9 @@ class Problem:
 
 
 def problem(n: int = N) -> Problem:
-  size = 5 * n + 4
-  lbx, ubx = np.full(size, -INF), np.full(size, INF)
-  lbx[4 : 5 * n : 5], ubx[4 : 5 * n : 5] = -20.0, 20.0  # |u| <= 20
-  lbx[0 : 5 * n : 5], ubx[0 : 5 * n : 5] = -2.0, 2.0  # |xc| <= 2
-  lbx[5 * n :], ubx[5 * n :] = 0.0, 0.0  # x_N = 0
-  w0 = np.zeros(size)
-  for k in range(n + 1):
-    w0[5 * k : 5 * k + 4] = X_INIT * (1 - k / n)
-  return Problem(size, lbx, ubx, np.zeros(4 * n + 4), np.zeros(4 * n + 4), w0)
+  x_init, lbx, ubx, w0 = shooting.swing_up(n)
+  assert np.array_equal(x_init, X_INIT)
+  return Problem(shooting.size(n), lbx, ubx, np.zeros(4 * n + 4), np.zeros(4 * n + 4), w0)
 
 
 def median_ms(fn: Callable[[], object], solves: int) -> float:
@@ -108,7 +102,6 @@ def run_anvil(prob: Problem, solves: int) -> tuple[Result, float, str]:
   import anvil as av
   from anvil import Arg
   from anvil.sqp import SQPFunction
-  from examples.models import shooting
 
   assert shooting.size(N) == prob.size
   t0 = time.perf_counter()

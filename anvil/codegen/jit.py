@@ -128,17 +128,23 @@ def _c_object(cxx: str, src_dir: Path, filename: str, text: str, includes: list[
       digest.update(header.name.encode() + header.read_bytes())
   obj = cache_dir() / "obj" / f"{digest.hexdigest()[:32]}.o"
   if not obj.exists():
-    obj.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=obj.parent, prefix=f".{obj.stem}.", suffix=".o.tmp")
-    os.close(fd)
-    try:
-      _run_compiler([cxx, *CFLAGS, *(f"-I{i}" for i in includes), "-c", str(src_dir / filename), "-o", tmp], what,
-                    src_dir / filename)  # fmt: skip
-      os.replace(tmp, obj)
-    finally:
-      if os.path.exists(tmp):
-        os.unlink(tmp)
+    _compile_to(
+      [cxx, *CFLAGS, *(f"-I{i}" for i in includes), "-c", str(src_dir / filename)], obj, what, src_dir / filename
+    )
   return obj
+
+
+def _compile_to(cmd: list[str], out: Path, what: str, kept: Path) -> None:
+  """Run `cmd -o <private file>` and atomically rename the result to `out`; nothing is left behind on failure."""
+  out.parent.mkdir(parents=True, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.stem}.", suffix=f"{out.suffix}.tmp")
+  os.close(fd)
+  try:
+    _run_compiler([*cmd, "-o", tmp], what, kept)
+    os.replace(tmp, out)
+  finally:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
 
 
 def compile_library(
@@ -162,16 +168,9 @@ def compile_library(
   includes = [str(src_dir / d) for d in include_dirs]
   objects = [str(_c_object(cxx, src_dir, c, sources[c], includes, what)) for c in c_sources]
   out = cache_dir() / "lib" / f"{key}.so"
-  out.parent.mkdir(parents=True, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{key}.", suffix=".so.tmp")
-  os.close(fd)
-  try:
-    _run_compiler([cxx, *cxxflags(), *(f"-I{i}" for i in includes), str(src_dir / main), *objects, "-o", tmp], what,
-                  src_dir / main)  # fmt: skip
-    os.replace(tmp, out)
-  finally:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
+  _compile_to(
+    [cxx, *cxxflags(), *(f"-I{i}" for i in includes), str(src_dir / main), *objects], out, what, src_dir / main
+  )
   return out
 
 

@@ -41,6 +41,20 @@ def lagrangian(w: Tensor, x_init: Tensor, lam: Tensor, n: int) -> Tensor:
   return stage_cost(w, n) + (defects(w, x_init, n) * lam).sum()
 
 
+def swing_up(n: int = 50) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+  """The swing-up NLP's data: x_init = [0, pi, 0, 0], bounds |u| <= 20, |xc| <= 2, x_N = 0 (as bounds on w), and an
+  initial guess interpolating linearly from x_init to 0. Returns (x_init, lbx, ubx, w0)."""
+  x_init = np.array([0.0, np.pi, 0.0, 0.0])
+  lbx, ubx = np.full(size(n), -np.inf), np.full(size(n), np.inf)
+  lbx[NX : STAGE * n : STAGE], ubx[NX : STAGE * n : STAGE] = -20.0, 20.0
+  lbx[0 : STAGE * n : STAGE], ubx[0 : STAGE * n : STAGE] = -2.0, 2.0
+  lbx[STAGE * n :], ubx[STAGE * n :] = 0.0, 0.0
+  w0 = np.zeros(size(n))
+  for k in range(n + 1):
+    w0[STAGE * k : STAGE * k + NX] = x_init * (1 - k / n)
+  return x_init, lbx, ubx, w0
+
+
 def defects_numpy(w: np.ndarray, x_init: np.ndarray, n: int) -> np.ndarray:
   """g(w) evaluated with numpy, stage by stage."""
   stages = w[: STAGE * n].reshape(n, STAGE)

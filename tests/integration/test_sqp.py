@@ -166,14 +166,7 @@ def test_p2_cartpole_swing_up() -> None:
   size = shooting.size(n)
   f = av.NumericalFunction("swing_cost", lambda w, x0: shooting.stage_cost(w, n), (Arg(size), Arg(4)))
   g = av.NumericalFunction("swing_defects", lambda w, x0: shooting.defects(w, x0, n), (Arg(size), Arg(4)))
-  x_init = np.array([0.0, np.pi, 0.0, 0.0])
-  lbx, ubx = np.full(size, -INF), np.full(size, INF)
-  lbx[4 : 5 * n : 5], ubx[4 : 5 * n : 5] = -20.0, 20.0  # |u| <= 20
-  lbx[0 : 5 * n : 5], ubx[0 : 5 * n : 5] = -2.0, 2.0  # |xc| <= 2
-  lbx[5 * n :], ubx[5 * n :] = 0.0, 0.0  # x_N = 0
-  w0 = np.zeros(size)
-  for k in range(n + 1):
-    w0[5 * k : 5 * k + 4] = x_init * (1 - k / n)
+  x_init, lbx, ubx, w0 = shooting.swing_up(n)
   res = SQPFunction("swing_up", f, g)(w0, x_init, lbx, ubx, np.zeros(4 * n + 4), np.zeros(4 * n + 4))
   assert res.success and res.iterations <= 40
   assert res.f == pytest.approx(173.28254, rel=1e-6)  # the local optimum IPOPT and CasADi's sqpmethod find

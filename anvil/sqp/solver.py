@@ -80,13 +80,23 @@ class SQPFunction(FunctionBase):
     cost: a NumericalFunction of (x, p) returning a scalar.
     constraints: a NumericalFunction of (x, p) returning a vector, or None.
     options: SQPOptions.
+    hessian: optional Hessian approximation replacing the exact Lagrangian Hessian (e.g. Gauss-Newton): a
+      SparseNumericalFunction of (x, p, sigma, λ) returning the upper triangle of an n x n matrix.
 
   Example:
     >>> f = NumericalFunction("f", lambda x, p: (1 - x[0]) ** 2 + 100 * (x[1] - x[0] ** 2) ** 2, (Arg(2), Arg(0)))
     >>> res = SQPFunction("rosen", f)(np.zeros(2), np.zeros(0), -np.inf * np.ones(2), np.inf * np.ones(2), [], [])
   """
 
-  def __init__(self, name: str, cost: Fn, constraints: Fn | None = None, options: SQPOptions | None = None) -> None:
+  def __init__(
+    self,
+    name: str,
+    cost: Fn,
+    constraints: Fn | None = None,
+    options: SQPOptions | None = None,
+    *,
+    hessian: SparseNumericalFunction | None = None,
+  ) -> None:
     self.name = check_identifier(name, "SQPFunction name")
     self.n, self.np = _xp_args(cost, "cost")
     if constraints is not None and _xp_args(constraints, "constraints") != (self.n, self.np):
@@ -96,6 +106,17 @@ class SQPFunction(FunctionBase):
     self.options = options or SQPOptions()
     self.cost, self.constraints = cost, constraints
     self.gradient = gradient(cost, 0, name=f"{name}_cost_gradient")
+    self._hessian = None if hessian is None else self._check_hessian(hessian)
+
+  def _check_hessian(self, hessian: SparseNumericalFunction) -> SparseNumericalFunction:
+    expected = ((self.n,), (self.np,), (1,), (self.m,))
+    if not isinstance(hessian, SparseNumericalFunction) or tuple(a.shape for a in hessian.inputs) != expected:
+      raise TypeError(f"{self.name}: hessian must be a SparseNumericalFunction of (x, p, sigma, lam) shaped {expected}")
+    rows = hessian.indices
+    cols = np.repeat(np.arange(hessian.shape[1]), np.diff(hessian.indptr))
+    if hessian.shape != (self.n, self.n) or np.any(rows > cols):
+      raise ValueError(f"{self.name}: hessian must return the upper triangle of an {self.n}x{self.n} matrix")
+    return hessian
 
   @cached_property
   def m(self) -> int:
@@ -111,7 +132,10 @@ class SQPFunction(FunctionBase):
 
   @cached_property
   def hessian(self) -> SparseNumericalFunction:
-    """The upper triangle of the Hessian of sigma·f + λᵀg in x, a function of (x, p, sigma, λ)."""
+    """The upper triangle of the Hessian of sigma·f + λᵀg in x (or the approximation given), a function of
+    (x, p, sigma, λ)."""
+    if self._hessian is not None:
+      return self._hessian
     cost, constraints = self.cost.fn, None if self.constraints is None else self.constraints.fn
 
     def lagrangian(x: Tensor, p: Tensor, sigma: Tensor, lam: Tensor) -> Tensor:
@@ -200,27 +224,23 @@ class SQPFunction(FunctionBase):
 
   # *** JIT ***
 
+  def jit_wrapper(self, module: str, include_module: bool = True) -> str:
+    """The JIT entry points (`anvil_<name>_ws_new/_ws_free/_call`) and the stats export a wrapper of this solver
+    reuses; `include_module` adds the `#include` of the module source and the export macro."""
+    return render_template(
+      "sqp_jit.cpp.j2", folder=TEMPLATES, s=self._context(), module=module, include_module=include_module
+    )
+
+  @property
+  def qp_solvers(self) -> tuple[EmbeddedOSQP, ...]:
+    """The embedded OSQP solvers (normal and elastic) whose C sources the module needs."""
+    return self._qp[:2]
+
   @cached_property
   def library(self) -> str:
     """Path of the compiled solver library."""
-    osqp, elastic, _ = self._qp
     module = f"anvil_jit_{self.name}"
-    code = module_code(module, [self])
-    wrapper = render_template("sqp_jit.cpp.j2", folder=TEMPLATES, s=self._context(), module=module)
-    sources = {
-      f"{module}.hpp": code.header,
-      f"{module}.cpp": code.source,
-      "jit.cpp": wrapper,
-      **osqp.files,
-      **elastic.files,
-    }
-    digest = hashlib.sha256("".join(f"{k}\0{v}\0" for k, v in sorted(sources.items())).encode()).hexdigest()
-    key = library_key(f"sqp|{codegen_fingerprint()}|{digest}")
-    if (path := cached_library(key)) is not None:
-      return str(path)
-    with stage(self.name, "compile"):
-      c_sources = sorted({*osqp.c_sources, *elastic.c_sources})
-      return str(compile_library(key, sources, "jit.cpp", self.name, c_sources, osqp.include_dirs))
+    return solver_library(self, module, self.jit_wrapper(module), self.qp_solvers)
 
   @cached_property
   def _entry(self) -> tuple[Any, ctypes.c_void_p]:
@@ -261,9 +281,7 @@ class SQPFunction(FunctionBase):
         i = int(np.argmax(lo > hi))
         raise ValueError(f"{self.name}: lb{what}[{i}] = {lo[i]} > ub{what}[{i}] = {hi[i]}")
     outs = [np.empty(n), np.empty(1), np.empty(m), np.empty(n)]
-    history = np.zeros((self.options.max_iter + 1, 5))
-    ihistory = np.zeros((self.options.max_iter + 1, 2), dtype=np.int32)
-    info, worst = np.zeros(5, dtype=np.int32), np.zeros(1)
+    (history, ihistory, info), worst = self.stats_buffers(), np.zeros(1)
     call, ws = self._entry
     in_ptrs = (ctypes.c_void_p * 8)(*(a.ctypes.data for a in inputs))
     out_ptrs = (ctypes.c_void_p * 4)(*(a.ctypes.data for a in outs))
@@ -289,6 +307,18 @@ class SQPFunction(FunctionBase):
     info: NDArray[np.int32],
     worst_violation: float,
   ) -> SQPResult:
+    iterations, status, stats = self.unpack_stats(history, ihistory, info, worst_violation)
+    return SQPResult(outs[0], float(outs[1][0]), outs[2], outs[3], status, iterations, stats)
+
+  def stats_buffers(self) -> tuple[NDArray[np.float64], NDArray[np.int32], NDArray[np.int32]]:
+    """Fresh arrays the JIT export of Stats fills: history, ihistory and info."""
+    rows = self.options.max_iter + 1
+    return np.zeros((rows, 5)), np.zeros((rows, 2), dtype=np.int32), np.zeros(5, dtype=np.int32)
+
+  def unpack_stats(
+    self, history: NDArray[np.float64], ihistory: NDArray[np.int32], info: NDArray[np.int32], worst_violation: float
+  ) -> tuple[int, str, dict[str, Any]]:
+    """(iterations, status, stats dict) from the arrays the JIT export of Stats filled."""
     iterations, status = int(info[0]), STATUSES[int(info[1])]
     rows = slice(0, iterations + 1)
     stats: dict[str, Any] = {name: history[rows, c].copy() for c, name in enumerate(
@@ -305,11 +335,27 @@ class SQPFunction(FunctionBase):
       stats["message"] = f"{status}: most violated constraint {kind}[{index}] by {worst_violation:.3e}"
     else:
       stats["message"] = status
-    return SQPResult(outs[0], float(outs[1][0]), outs[2], outs[3], status, iterations, stats)
+    return iterations, status, stats
 
   def _function_name(self, which: int) -> str:
     return {0: self.cost.name, 1: self.gradient.name, 2: getattr(self.constraints, "name", ""),
             3: getattr(self.jacobian, "name", ""), 4: self.hessian.name}[which]  # fmt: skip
+
+
+def solver_library(fn: FunctionBase, module: str, wrapper: str, qps: tuple[EmbeddedOSQP, ...]) -> str:
+  """Compile (or find in the cache) the JIT library of a solver module: `fn` and its dependencies, the `wrapper`
+  holding its entry points (it includes `<module>.cpp`), and the C sources of the embedded QP solvers `qps`."""
+  code = module_code(module, [fn])
+  sources = {f"{module}.hpp": code.header, f"{module}.cpp": code.source, "jit.cpp": wrapper}
+  for qp in qps:
+    sources.update(qp.files)
+  digest = hashlib.sha256("".join(f"{k}\0{v}\0" for k, v in sorted(sources.items())).encode()).hexdigest()
+  key = library_key(f"solver|{codegen_fingerprint()}|{digest}")
+  if (path := cached_library(key)) is not None:
+    return str(path)
+  with stage(fn.name, "compile"):
+    c_sources = sorted({c for qp in qps for c in qp.c_sources})
+    return str(compile_library(key, sources, "jit.cpp", fn.name, c_sources, qps[0].include_dirs))
 
 
 def _pattern(fn: SparseNumericalFunction, shape: tuple[int, int]) -> sp.csc_array:

@@ -1,0 +1,8 @@
+"""anvil.mpc: nonlinear MPC transcribed by multiple shooting into a generated SQP solver, and closed-loop tools."""
+
+from anvil.mpc.controller import MPCFunction as MPCFunction
+from anvil.mpc.costs import LeastSquares as LeastSquares
+from anvil.mpc.integrators import rk4 as rk4
+from anvil.mpc.options import MPCOptions as MPCOptions
+from anvil.mpc.result import MPCSolution as MPCSolution
+from anvil.mpc.soft import Soft as Soft

@@ -1,0 +1,378 @@
+"""`MPCFunction`: a nonlinear MPC controller generated as C++, callable from Python and shippable as a module."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from anvil.codegen import FunctionBase
+from anvil.codegen.base import check_identifier, render_template
+from anvil.codegen.jit import load_library
+from anvil.mpc.options import MPCOptions
+from anvil.mpc.result import MPCSolution
+from anvil.mpc.soft import Soft
+from anvil.mpc.transcription import Cost, Fn, Transcription
+from anvil.sqp import SQPFunction
+from anvil.sqp.solver import solver_library
+
+TEMPLATES = Path(__file__).parent / "templates"
+Bounds = tuple[ArrayLike, ArrayLike]
+F64 = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class _ControllerContext:
+  """What the MPC templates need."""
+
+  name: str
+  sqp: str
+  nx: int
+  nu: int
+  N: int
+  np: int
+  nh: int
+  nhN: int
+  ns: int
+  nw: int
+  ng: int
+  rti: bool
+  warm_start: bool
+  vectors: tuple[tuple[str, int], ...]
+  tables: tuple[tuple[str, tuple[int, ...]], ...]
+
+
+class MPCFunction(FunctionBase):
+  """Nonlinear MPC: minimize Σ_k l(x_k, u_k, p_k) + l_N(x_N, p_N) over a horizon of N stages subject to the
+  dynamics x_{k+1} = F(x_k, u_k, p_k), x_0 = the measured state, bounds on states and inputs, and path and terminal
+  constraints; transcribed by multiple shooting into an `SQPFunction` (batched over stages).
+
+  Everything that changes between control steps (x0, parameters, per-stage references, every bound) is a call-time
+  argument of the Python controller and of the generated C++ `call()`; the previous solution, shifted by one stage,
+  warm-starts the next call.
+
+  Args:
+    name: a C++ identifier.
+    dynamics: NumericalFunction (x, u) or (x, u, p) -> x_next (e.g. from `rk4`).
+    stage_cost: NumericalFunction (x, u[, p]) -> scalar, or `LeastSquares`.
+    terminal_cost: NumericalFunction (x[, p]) -> scalar, `LeastSquares`, or None.
+    horizon: N >= 1.
+    x_bounds: default (lower, upper) state bounds, each (nx,) or per stage (N + 1, nx) (row 0 is unused: x_0 is
+      fixed; row N bounds x_N unless x_terminal_bounds is given). ±inf: no bound.
+    u_bounds: default input bounds, (nu,) or (N, nu).
+    constraints: optional path constraints h(x, u[, p]) -> (nh,), kept within constraint_bounds at stages 0..N-1.
+    constraint_bounds: default (lower, upper), (nh,) or (N, nh).
+    terminal_constraints: optional h_N(x[, p]) -> (nhN,); terminal_constraint_bounds: its (lower, upper).
+    x_terminal_bounds: default bounds on x_N, (nx,).
+    soft: bounds to soften, {"x" | "u" | "constraints" | "x_terminal" | "terminal_constraints": Soft(...)}.
+    options: MPCOptions.
+
+  Example:
+    >>> F = rk4("F", ode, 0.05, nx=4, nu=1)
+    >>> mpc = MPCFunction("cartpole", F, l, lN, horizon=30, u_bounds=([-20.0], [20.0]))
+    >>> sol = mpc(np.array([0.5, 0.3, 0.0, 0.0])); sol.u0
+  """
+
+  def __init__(
+    self,
+    name: str,
+    dynamics: Fn,
+    stage_cost: Cost,
+    terminal_cost: Cost | None = None,
+    horizon: int = 20,
+    x_bounds: Bounds | None = None,
+    u_bounds: Bounds | None = None,
+    constraints: Fn | None = None,
+    constraint_bounds: Bounds | None = None,
+    terminal_constraints: Fn | None = None,
+    terminal_constraint_bounds: Bounds | None = None,
+    x_terminal_bounds: Bounds | None = None,
+    soft: Mapping[str, Soft] | None = None,
+    options: MPCOptions | None = None,
+  ) -> None:
+    self.name = check_identifier(name, "MPCFunction name")
+    if options is not None and not isinstance(options, MPCOptions):
+      raise TypeError(f"{name}: options must be MPCOptions, got {type(options).__name__}")
+    self.options = options or MPCOptions()
+    self.ocp = Transcription(
+      name, dynamics, stage_cost, terminal_cost, horizon, constraints, terminal_constraints, soft
+    )
+    if constraints is None and constraint_bounds is not None:
+      raise ValueError(f"{name}: constraint_bounds given without constraints")
+    if terminal_constraints is None and terminal_constraint_bounds is not None:
+      raise ValueError(f"{name}: terminal_constraint_bounds given without terminal_constraints")
+    self.defaults = self._bounds(x_bounds, u_bounds, constraint_bounds, x_terminal_bounds, terminal_constraint_bounds)
+
+  # *** sizes ***
+
+  @property
+  def nx(self) -> int:
+    """States."""
+    return self.ocp.nx
+
+  @property
+  def nu(self) -> int:
+    """Inputs."""
+    return self.ocp.nu
+
+  @property
+  def N(self) -> int:
+    """Horizon."""
+    return self.ocp.N
+
+  @property
+  def np(self) -> int:
+    """Parameters per stage."""
+    return self.ocp.np
+
+  @property
+  def stage_cost(self) -> Cost:
+    """The stage cost l(x, u[, p])."""
+    return self.ocp.stage_cost
+
+  # *** the NLP and its solver ***
+
+  @cached_property
+  def sqp(self) -> SQPFunction:
+    """The SQP solver of the multiple-shooting NLP."""
+    cost, constraints = self.ocp.functions()
+    sqp_options = self.options.sqp
+    if self.options.mode == "rti":
+      sqp_options = dataclasses.replace(sqp_options, max_iter=1)
+    hessian = self.ocp.gauss_newton_hessian() if self.options.hessian == "gauss_newton" else None
+    return SQPFunction(f"{self.name}_sqp", cost, constraints, sqp_options, hessian=hessian)
+
+  def dependencies(self) -> tuple[FunctionBase, ...]:
+    """The SQP solver (and through it every generated function)."""
+    return (self.sqp,)
+
+  @cached_property
+  def _context(self) -> _ControllerContext:
+    ocp = self.ocp
+    shift_w, shift_g, shift_lam_x = _shift_tables(ocp)
+    entries = ocp.soft_entries
+    tables = {
+      "soft_in_g": tuple(int(e.in_g) for e in entries),
+      "soft_index": tuple(e.index for e in entries),
+      "shift_w": shift_w,
+      "shift_g": shift_g,
+      "shift_lam_x": shift_lam_x,
+    }
+    nw, ng = ocp.nw, ocp.ng
+    vectors = (("w", nw), ("w_out", nw), ("lbw", nw), ("ubw", nw), ("lam_x", nw), ("lam_x_out", nw), ("lbg", ng),
+               ("ubg", ng), ("lam_g", ng), ("lam_g_out", ng), ("params", ocp.n_params))  # fmt: skip
+    return _ControllerContext(
+      self.name, self.sqp.name, ocp.nx, ocp.nu, ocp.N, ocp.np, ocp.nh, ocp.nhN, ocp.ns, nw, ng,
+      self.options.mode == "rti", self.options.warm_start, vectors, tuple(tables.items()),
+    )  # fmt: skip
+
+  @property
+  def header_code(self) -> str:
+    """The controller's declarations: sizes, Stats, Workspace, init_ws(), reset(), set_guess() and call()."""
+    return render_template("mpc.hpp.j2", folder=TEMPLATES, m=self._context)
+
+  @property
+  def source_code(self) -> str:
+    """Bounds and parameters of the NLP, the shifted warm start and the SQP call."""
+    return render_template("mpc.cpp.j2", folder=TEMPLATES, m=self._context)
+
+  @property
+  def source_includes(self) -> tuple[str, ...]:
+    """`<chrono>` for the solve time."""
+    return ("<chrono>",)
+
+  # *** bounds ***
+
+  def _bounds(
+    self,
+    x_bounds: Bounds | None,
+    u_bounds: Bounds | None,
+    constraint_bounds: Bounds | None,
+    x_terminal_bounds: Bounds | None,
+    terminal_constraint_bounds: Bounds | None,
+    defaults: dict[str, F64] | None = None,
+  ) -> dict[str, F64]:
+    """Per-stage bound arrays (lbx, ubx, lbu, ubu, lbh, ubh, lbhN, ubhN), checked, from what the user gave."""
+    N, nx, nu, nh, nhN = self.N, self.nx, self.nu, self.ocp.nh, self.ocp.nhN
+    out: dict[str, F64] = {}
+    spec = (("x", x_bounds, N + 1, nx), ("u", u_bounds, N, nu), ("h", constraint_bounds, N, nh))
+    for key, given, rows, size in spec:
+      if given is None and defaults is not None:
+        out[f"lb{key}"], out[f"ub{key}"] = defaults[f"lb{key}"], defaults[f"ub{key}"]
+      else:
+        out[f"lb{key}"], out[f"ub{key}"] = _stage_bounds(self.name, f"{key}_bounds", given, rows, size)
+    if x_terminal_bounds is not None:
+      lo, hi = _stage_bounds(self.name, "x_terminal_bounds", x_terminal_bounds, 1, nx)
+      out["lbx"], out["ubx"] = out["lbx"].copy(), out["ubx"].copy()
+      out["lbx"][N], out["ubx"][N] = lo[0], hi[0]
+    if terminal_constraint_bounds is None and defaults is not None:
+      out["lbhN"], out["ubhN"] = defaults["lbhN"], defaults["ubhN"]
+    else:
+      lo, hi = _stage_bounds(self.name, "terminal_constraint_bounds", terminal_constraint_bounds, 1, nhN)
+      out["lbhN"], out["ubhN"] = lo[0], hi[0]
+    return out
+
+  # *** JIT ***
+
+  @cached_property
+  def library(self) -> str:
+    """Path of the compiled controller library (the controller, its SQP solver, OSQP and every function)."""
+    module = f"anvil_jit_{self.name}"
+    wrapper = render_template(
+      "mpc_jit.cpp.j2", folder=TEMPLATES, m=self._context, module=module,
+      sqp_wrapper=self.sqp.jit_wrapper(module, include_module=False),
+    )  # fmt: skip
+    return solver_library(self, module, wrapper, self.sqp.qp_solvers)
+
+  @cached_property
+  def _entry(self) -> tuple[Any, Any, Any, ctypes.c_void_p]:
+    lib = load_library(self.library)
+    new, free, call = (
+      lib[f"anvil_{self.name}_ws_new"],
+      lib[f"anvil_{self.name}_ws_free"],
+      lib[f"anvil_{self.name}_call"],
+    )
+    reset, guess = lib[f"anvil_{self.name}_reset"], lib[f"anvil_{self.name}_set_guess"]
+    new.restype, new.argtypes = ctypes.c_void_p, []
+    free.restype, free.argtypes = None, [ctypes.c_void_p]
+    reset.restype, reset.argtypes = None, [ctypes.c_void_p]
+    guess.restype, guess.argtypes = None, [ctypes.c_void_p] * 3
+    call.restype, call.argtypes = ctypes.c_int, [ctypes.c_void_p] * 7
+    ws = ctypes.c_void_p(new())
+    weakref.finalize(self, free, ws.value)
+    return call, reset, guess, ws
+
+  def reset(self) -> None:
+    """Forget the previous solution: the next call starts cold."""
+    _, reset, _, ws = self._entry
+    reset(ws)
+
+  def set_guess(self, x: ArrayLike, u: ArrayLike) -> None:
+    """Start the next call from the trajectory x (N + 1, nx) and inputs u (N, nu)."""
+    xs = _array(self.name, "x guess", x, (self.N + 1, self.nx))
+    us = _array(self.name, "u guess", u, (self.N, self.nu))
+    _, _, guess, ws = self._entry
+    guess(xs.ctypes.data, us.ctypes.data, ws)
+
+  def __call__(
+    self,
+    x0: ArrayLike,
+    p: ArrayLike | None = None,
+    *,
+    x_bounds: Bounds | None = None,
+    u_bounds: Bounds | None = None,
+    constraint_bounds: Bounds | None = None,
+    x_terminal_bounds: Bounds | None = None,
+    terminal_constraint_bounds: Bounds | None = None,
+  ) -> MPCSolution:
+    """Solve from the state x0; p is the parameter ((np,) shared by all stages, or (N + 1, np) per stage); bounds
+    given here replace the defaults for this call only."""
+    state = _array(self.name, "x0", x0, (self.nx,))
+    params = self._params(p)
+    changed = (x_bounds, u_bounds, constraint_bounds, x_terminal_bounds, terminal_constraint_bounds)
+    bounds = self.defaults if all(b is None for b in changed) else self._bounds(*changed, defaults=self.defaults)
+    x, u = np.empty((self.N + 1, self.nx)), np.empty((self.N, self.nu))
+    (history, ihistory, info), scalars = self.sqp.stats_buffers(), np.zeros(3)
+    call, _, _, ws = self._entry
+    order = ("lbx", "ubx", "lbu", "ubu", "lbh", "ubh", "lbhN", "ubhN")
+    inputs = (ctypes.c_void_p * 10)(state.ctypes.data, params.ctypes.data, *(bounds[k].ctypes.data for k in order))
+    outputs = (ctypes.c_void_p * 2)(x.ctypes.data, u.ctypes.data)
+    call(inputs, outputs, history.ctypes.data, ihistory.ctypes.data, info.ctypes.data, scalars.ctypes.data, ws)
+    iterations, status, stats = self.sqp.unpack_stats(history, ihistory, info, float(scalars[0]))
+    return MPCSolution(x, u, status, iterations, float(scalars[1]), float(scalars[2]), self.options.mode == "rti",
+                       stats)  # fmt: skip
+
+  def _params(self, p: ArrayLike | None) -> F64:
+    N, np_ = self.N, self.np
+    if p is None:
+      if np_:
+        raise ValueError(f"{self.name}: the functions take a parameter p of length {np_}; pass p")
+      return np.zeros(0)
+    arr = _array(self.name, "p", p, None)
+    if arr.shape == (np_,):
+      return np.ascontiguousarray(np.broadcast_to(arr, (N + 1, np_)))
+    if arr.shape != (N + 1, np_):
+      raise ValueError(f"{self.name}: p must have shape ({np_},) or per stage ({N + 1}, {np_}), got {arr.shape}")
+    return arr
+
+
+def _array(name: str, what: str, value: ArrayLike, shape: tuple[int, ...] | None) -> F64:
+  """A C-contiguous float64 copy of value, checked for shape and NaN/inf."""
+  try:
+    arr = np.array(value, dtype=np.float64, order="C", copy=True)
+  except (TypeError, ValueError) as e:
+    raise TypeError(f"{name}: {what} must be an array of floats: {e}") from None
+  if shape is not None and arr.shape != shape:
+    if arr.size == int(np.prod(shape)) and arr.ndim <= 1 and len(shape) == 1:
+      arr = arr.reshape(shape)
+    else:
+      raise ValueError(f"{name}: {what} must have shape {shape}, got {arr.shape}")
+  if not np.all(np.isfinite(arr)):
+    raise ValueError(f"{name}: {what} contains NaN or inf")
+  return arr
+
+
+def _stage_bounds(name: str, what: str, given: Bounds | None, rows: int, size: int) -> tuple[F64, F64]:
+  """(lower, upper) as (rows, size) arrays from None (no bounds), (size,) or (rows, size) values; lower <= upper."""
+  if given is None:
+    return np.full((rows, size), -np.inf), np.full((rows, size), np.inf)
+  if not isinstance(given, (tuple, list)) or len(given) != 2:
+    raise TypeError(f"{name}: {what} must be a pair (lower, upper)")
+  pair = []
+  for side, value in zip(("lower", "upper"), given, strict=True):
+    try:
+      arr = np.array(value, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+      raise TypeError(f"{name}: {what} {side} must be an array of floats: {e}") from None
+    if arr.shape in ((), (size,)):
+      arr = np.broadcast_to(arr, (rows, size))
+    elif arr.shape != (rows, size):
+      raise ValueError(
+        f"{name}: {what} {side} must have shape ({size},) or per stage ({rows}, {size}), got {arr.shape}"
+      )
+    if np.any(np.isnan(arr)):
+      raise ValueError(f"{name}: {what} {side} contains NaN")
+    pair.append(np.ascontiguousarray(arr))
+  lo, hi = pair
+  if np.any(lo > hi):
+    k, i = np.argwhere(lo > hi)[0]
+    raise ValueError(f"{name}: {what}: lower > upper at stage {k}, component {i} ({lo[k, i]} > {hi[k, i]})")
+  return lo, hi
+
+
+def _shift_tables(ocp: Transcription) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+  """Source index of each entry of w, λ_g and λ_x when the previous solution is shifted by one stage (-1: zero)."""
+  N, nx, nz, nh, ns = ocp.N, ocp.nx, ocp.nz, ocp.nh, ocp.ns
+  w = list(range(ocp.nw))
+  for k in range(N - 1):
+    for i in range(nz):
+      w[k * nz + i] = (k + 1) * nz + i
+  for i in range(nx):
+    w[(N - 1) * nz + i] = N * nz + i  # x_{N-1} <- x_N; u_{N-1} and x_N are repeated
+  entries = ocp.soft_entries
+  where = {(e.group, e.stage, e.component): j for j, e in enumerate(entries)}
+  successor = [where.get((e.group, e.stage + 1, e.component), j) for j, e in enumerate(entries)]
+  slack0 = N * nz + nx
+  for j, s in enumerate(successor):
+    w[slack0 + j] = slack0 + s
+  lam_x = [-1 if i < nx else v for i, v in enumerate(w)]
+  g = list(range(ocp.ng))
+  for i in range(nx):
+    g[i] = nx + i  # the x_0 constraint takes the multiplier of the first defect
+  for k in range(N - 1):
+    for i in range(nx):
+      g[nx + k * nx + i] = nx + (k + 1) * nx + i
+    for i in range(nh):
+      g[nx * (N + 1) + k * nh + i] = nx * (N + 1) + (k + 1) * nh + i
+  rows = ocp.ng - 2 * ns
+  for j, s in enumerate(successor):
+    g[rows + j], g[rows + ns + j] = rows + s, rows + ns + s
+  return tuple(w), tuple(g), tuple(lam_x)

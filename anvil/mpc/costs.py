@@ -1,0 +1,62 @@
+"""`LeastSquares`: a cost given as a weighted residual, ‖r‖²_W = rᵀ W r, which admits a Gauss-Newton Hessian."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from tinygrad import Tensor
+
+from anvil.codegen import NumericalFunction
+
+
+@dataclass(frozen=True, eq=False)
+class LeastSquares:
+  """A stage or terminal cost rᵀ W r with residual r = `residual(x, u[, p])` (stage) or `residual(x[, p])`.
+
+  With `MPCOptions(hessian="gauss_newton")` the cost's Hessian is approximated by 2 Jᵀ W J (J = ∂r/∂(x, u)) and the
+  constraints' curvature is dropped, as acados does for its NONLINEAR_LS costs.
+
+  Args:
+    residual: a NumericalFunction returning a vector r of length nr.
+    weight: an nr x nr symmetric positive semidefinite matrix (or a length-nr vector: its diagonal).
+
+  Example:
+    >>> r = NumericalFunction("r", lambda x, u: x.cat(u), (Arg(4), Arg(1)))
+    >>> LeastSquares(r, np.array([1.0, 1.0, 0.1, 0.1, 0.01]))     # the P2 stage cost
+  """
+
+  residual: NumericalFunction[..., Any]
+  weight: NDArray[np.float64] = field(repr=False)
+
+  def __init__(self, residual: NumericalFunction[..., Any], weight: ArrayLike) -> None:
+    if not isinstance(residual, NumericalFunction) or len(residual.outputs) != 1:
+      raise TypeError("LeastSquares: residual must be a NumericalFunction returning one vector")
+    if len(residual.outputs[0].shape) != 1:
+      raise ValueError(f"LeastSquares({residual.name}): the residual must be a vector, got {residual.outputs[0].shape}")
+    nr = residual.outputs[0].shape[0]
+    w = np.asarray(weight, dtype=np.float64)
+    w = np.diag(w) if w.ndim == 1 else w
+    if w.shape != (nr, nr):
+      raise ValueError(f"LeastSquares({residual.name}): weight must be {nr}x{nr} (or a length-{nr} diagonal)")
+    if not np.all(np.isfinite(w)) or not np.allclose(w, w.T) or np.linalg.eigvalsh((w + w.T) / 2).min() < -1e-12:
+      raise ValueError(f"LeastSquares({residual.name}): weight must be finite, symmetric and positive semidefinite")
+    object.__setattr__(self, "residual", residual)
+    object.__setattr__(self, "weight", (w + w.T) / 2)
+
+  @property
+  def inputs(self) -> tuple[Any, ...]:
+    """The residual's inputs."""
+    return self.residual.inputs
+
+  @property
+  def name(self) -> str:
+    """The residual's name."""
+    return self.residual.name
+
+  def value(self, *xs: Tensor) -> Tensor:
+    """rᵀ W r as a Tensor expression."""
+    r = self.residual.fn(*xs)
+    return (r * (Tensor(self.weight) @ r)).sum()

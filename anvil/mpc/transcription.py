@@ -1,0 +1,281 @@
+"""Multiple shooting: an optimal control problem over N stages as one nonlinear program, batched over the stages.
+
+Decision vector w = [x_0, u_0, x_1, u_1, ..., x_{N-1}, u_{N-1}, x_N, s] (s: the slacks of softened bounds).
+Constraints g(w, p) = [x_0 - x_init; x_{k+1} - F(x_k, u_k, p_k) (k < N); h(x_k, u_k, p_k) (k < N); h_N(x_N, p_N);
+v_e + s_e (e: softened bound); v_e - s_e]. The NLP parameter is [x_init; p_0 ... p_N]. Every stage function is
+evaluated once for all stages through `vmap`, so the graph, the kernel count and the build time do not grow with N.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from tinygrad import Tensor
+
+from anvil.ad import jacobian, vmap
+from anvil.codegen import Arg, NumericalFunction, SparseNumericalFunction
+from anvil.mpc.costs import LeastSquares
+from anvil.mpc.soft import SOFT_GROUPS, Soft
+
+Fn = NumericalFunction[..., Any]
+Cost = Fn | LeastSquares
+
+
+@dataclass(frozen=True)
+class SoftEntry:
+  """One softened bound: its group, stage, component, and where its bound lives (in w's bounds or g's)."""
+
+  group: str
+  stage: int
+  component: int
+  in_g: bool
+  index: int
+  l1: float
+  l2: float
+
+
+def _stage_inputs(fn: Cost, what: str, sizes: tuple[int, ...], np_: int) -> bool:
+  """Check `fn` takes inputs of `sizes` (plus p of np_ when np_ > 0, optionally); True when it takes p."""
+  if not isinstance(fn, (NumericalFunction, LeastSquares)):
+    raise TypeError(f"MPCFunction: {what} must be a NumericalFunction (or LeastSquares), got {type(fn).__name__}")
+  shapes = tuple(a.shape for a in fn.inputs)
+  plain = tuple((s,) for s in sizes)
+  if shapes == plain:
+    return False
+  if np_ and shapes == (*plain, (np_,)):
+    return True
+  expected = " or ".join(str(s) for s in ([plain, (*plain, (np_,))] if np_ else [plain]))
+  raise ValueError(f"MPCFunction: {what} {fn.name} must take inputs shaped {expected}, got {shapes}")
+
+
+def _output_size(fn: Cost, what: str, scalar: bool) -> int:
+  if isinstance(fn, LeastSquares):
+    return 1
+  outs = fn.outputs
+  if len(outs) != 1 or (scalar and outs[0].size != 1) or (not scalar and len(outs[0].shape) != 1):
+    raise ValueError(f"MPCFunction: {what} {fn.name} must return {'a scalar' if scalar else 'one vector'}")
+  return outs[0].size
+
+
+class Transcription:
+  """The multiple-shooting NLP of an OCP: sizes, the layout of w and g, and the NLP's cost and constraints."""
+
+  def __init__(
+    self,
+    name: str,
+    dynamics: Fn,
+    stage_cost: Cost,
+    terminal_cost: Cost | None,
+    horizon: int,
+    constraints: Fn | None,
+    terminal_constraints: Fn | None,
+    soft: Mapping[str, Soft] | None,
+  ) -> None:
+    if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
+      raise ValueError(f"MPCFunction({name}): horizon must be an int >= 1, got {horizon!r}")
+    if not isinstance(dynamics, NumericalFunction) or len(dynamics.inputs) not in (2, 3):
+      raise TypeError(f"MPCFunction({name}): dynamics must be a NumericalFunction of (x, u) or (x, u, p)")
+    self.name, self.N = name, horizon
+    self.nx, self.nu = dynamics.inputs[0].size, dynamics.inputs[1].size
+    self.np = dynamics.inputs[2].size if len(dynamics.inputs) == 3 else 0
+    with_p = ((dynamics, 2), (stage_cost, 2), (terminal_cost, 1), (constraints, 2), (terminal_constraints, 1))
+    sizes = {f.inputs[k].size for f, k in with_p if f is not None and len(f.inputs) > k}
+    if len(sizes) > 1:
+      raise ValueError(f"MPCFunction({name}): the functions' parameter inputs differ in size: {sorted(sizes)}")
+    self.np = sizes.pop() if sizes else 0
+    stage, final = (self.nx, self.nu), (self.nx,)
+    self.dynamics, self.stage_cost, self.terminal_cost = dynamics, stage_cost, terminal_cost
+    self.constraints, self.terminal_constraints = constraints, terminal_constraints
+    self.takes_p = {
+      "dynamics": _stage_inputs(dynamics, "dynamics", stage, self.np),
+      "stage_cost": _stage_inputs(stage_cost, "stage_cost", stage, self.np),
+      "terminal_cost": terminal_cost is not None and _stage_inputs(terminal_cost, "terminal_cost", final, self.np),
+      "constraints": constraints is not None and _stage_inputs(constraints, "constraints", stage, self.np),
+      "terminal_constraints": terminal_constraints is not None
+      and _stage_inputs(terminal_constraints, "terminal_constraints", final, self.np),
+    }
+    if dynamics.outputs[0].shape != (self.nx,) or len(dynamics.outputs) != 1:
+      raise ValueError(f"MPCFunction({name}): dynamics {dynamics.name} must return x_next of shape ({self.nx},)")
+    _output_size(stage_cost, "stage_cost", True)
+    if terminal_cost is not None:
+      _output_size(terminal_cost, "terminal_cost", True)
+    self.nh = 0 if constraints is None else _output_size(constraints, "constraints", False)
+    self.nhN = 0 if terminal_constraints is None else _output_size(terminal_constraints, "terminal_constraints", False)
+    self.soft = dict(soft or {})
+    for group, spec in self.soft.items():
+      if group not in SOFT_GROUPS:
+        raise ValueError(f"MPCFunction({name}): soft groups are {SOFT_GROUPS}, got {group!r}")
+      if not isinstance(spec, Soft):
+        raise TypeError(f"MPCFunction({name}): soft[{group!r}] must be a Soft, got {type(spec).__name__}")
+
+  # *** layout ***
+
+  @property
+  def nz(self) -> int:
+    """Variables per stage, [x_k; u_k]."""
+    return self.nx + self.nu
+
+  @cached_property
+  def soft_entries(self) -> tuple[SoftEntry, ...]:
+    """Every softened bound, group by group, stage-major; entry e owns slack w[n_states_inputs + e]."""
+    N, nx, nu, nz, nh = self.N, self.nx, self.nu, self.nz, self.nh
+    heads = {"h": nx * (N + 1), "hN": nx * (N + 1) + N * nh}
+    groups = {
+      "x": (nx, range(1, N), False, lambda k, c: k * nz + c),
+      "u": (nu, range(N), False, lambda k, c: k * nz + nx + c),
+      "constraints": (nh, range(N), True, lambda k, c: heads["h"] + k * nh + c),
+      "x_terminal": (nx, range(N, N + 1), False, lambda k, c: N * nz + c),
+      "terminal_constraints": (self.nhN, range(N, N + 1), True, lambda k, c: heads["hN"] + c),
+    }
+    entries = []
+    for group in SOFT_GROUPS:
+      if (spec := self.soft.get(group)) is None:
+        continue
+      size, stages, in_g, index = groups[group]
+      comps = spec.components(size, group)
+      entries += [SoftEntry(group, k, c, in_g, index(k, c), spec.l1, spec.l2) for k in stages for c in comps]
+    return tuple(entries)
+
+  @property
+  def ns(self) -> int:
+    """Number of slack variables."""
+    return len(self.soft_entries)
+
+  @property
+  def nw(self) -> int:
+    """Number of NLP variables."""
+    return self.N * self.nz + self.nx + self.ns
+
+  @property
+  def ng(self) -> int:
+    """Number of NLP constraints."""
+    return self.nx * (self.N + 1) + self.N * self.nh + self.nhN + 2 * self.ns
+
+  @property
+  def n_params(self) -> int:
+    """Length of the NLP parameter [x_init; p_0 ... p_N]."""
+    return self.nx + (self.N + 1) * self.np
+
+  # *** the NLP, traced ***
+
+  def split(self, w: Tensor, params: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """X (N, nx), U (N, nu), x_N, slacks, x_init and P (N + 1, np) from the NLP's variables and parameter."""
+    N, nx, nz = self.N, self.nx, self.nz
+    stages = w[: N * nz].reshape(N, nz)
+    P = params[nx:].reshape(N + 1, self.np) if self.np else params[:0].reshape(N + 1, 0)
+    return stages[:, :nx], stages[:, nx:], w[N * nz : N * nz + nx], w[N * nz + nx :], params[:nx], P
+
+  def _stage(self, fn: Cost, key: str, X: Tensor, U: Tensor, P: Tensor) -> Tensor:
+    f = _as_function(fn)
+    args = (X, U, P[: self.N]) if self.takes_p[key] else (X, U)
+    return vmap(f, size=self.N).fn(*args)
+
+  def _final(self, fn: Cost, key: str, xN: Tensor, P: Tensor) -> Tensor:
+    args = (xN, P[self.N]) if self.takes_p[key] else (xN,)
+    return _as_function(fn).fn(*args)
+
+  def cost(self, w: Tensor, params: Tensor) -> Tensor:
+    """Σ_k l(x_k, u_k, p_k) + l_N(x_N, p_N) + Σ_e l1_e s_e + l2_e s_e²."""
+    X, U, xN, S, _, P = self.split(w, params)
+    total = self._stage(self.stage_cost, "stage_cost", X, U, P).sum()
+    if self.terminal_cost is not None:
+      total = total + self._final(self.terminal_cost, "terminal_cost", xN, P).reshape(())
+    if self.ns:
+      l1 = Tensor(np.array([e.l1 for e in self.soft_entries]))
+      l2 = Tensor(np.array([e.l2 for e in self.soft_entries]))
+      total = total + (S * l1 + S * S * l2).sum()
+    return total
+
+  def constraint_values(self, w: Tensor, params: Tensor) -> Tensor:
+    """g(w, p), see the module docstring."""
+    X, U, xN, S, x_init, P = self.split(w, params)
+    following = X[1:].cat(xN.reshape(1, self.nx)) if self.N > 1 else xN.reshape(1, self.nx)
+    parts = [X[0] - x_init, (following - self._stage(self.dynamics, "dynamics", X, U, P)).flatten()]
+    tables = {"x": X[1:], "u": U, "x_terminal": xN.reshape(1, self.nx)}
+    if self.constraints is not None:
+      tables["constraints"] = self._stage(self.constraints, "constraints", X, U, P).reshape(self.N, self.nh)
+      parts.append(tables["constraints"].flatten())
+    if self.terminal_constraints is not None:
+      hN = self._final(self.terminal_constraints, "terminal_constraints", xN, P).reshape(1, self.nhN)
+      parts.append(hN.flatten())
+      tables["terminal_constraints"] = hN
+    if self.ns:
+      values = self._softened(tables)
+      parts += [values + S, values - S]
+    return parts[0].cat(*parts[1:])
+
+  def _softened(self, tables: dict[str, Tensor]) -> Tensor:
+    """The value each softened bound constrains, in soft_entries order (stage-major per group; basic slices only)."""
+    pieces = []
+    for group in SOFT_GROUPS:
+      spec, table = self.soft.get(group), tables.get(group)
+      if spec is None or table is None or table.shape[0] == 0:
+        continue
+      comps = spec.components(int(table.shape[1]), group)
+      pieces.append(Tensor.stack(*[table[:, c] for c in comps], dim=1).flatten())
+    return pieces[0].cat(*pieces[1:])
+
+  # *** NLP functions ***
+
+  def functions(self) -> tuple[Fn, Fn]:
+    """The NLP's cost and constraints as NumericalFunctions of (w, params)."""
+    args = (Arg(self.nw, name="w"), Arg(self.n_params, name="params"))
+    cost = NumericalFunction(f"{self.name}_nlp_cost", self.cost, args)
+    return cost, NumericalFunction(f"{self.name}_nlp_constraints", self.constraint_values, args)
+
+  def gauss_newton_hessian(self) -> SparseNumericalFunction:
+    """Upper triangle of sigma·(blockdiag(2 J_kᵀ W J_k, 2 J_Nᵀ W_N J_N) + diag(2 l2)): the Gauss-Newton Hessian."""
+    costs = [c for c in (self.stage_cost, self.terminal_cost) if c is not None]
+    if not all(isinstance(c, LeastSquares) for c in costs):
+      raise ValueError(f"MPCFunction({self.name}): hessian='gauss_newton' needs costs given as LeastSquares")
+    N, nx, nz = self.N, self.nx, self.nz
+    blocks = [(nz, k * nz) for k in range(N)] + ([(nx, N * nz)] if self.terminal_cost is not None else [])
+    rows, cols, gather = [], [], []
+    offset = 0
+    for size, start in blocks:
+      for j in range(size):
+        for i in range(j + 1):
+          rows.append(start + i)
+          cols.append(start + j)
+          gather.append(offset + i * size + j)
+      offset += size * size
+    for e in range(self.ns):
+      rows.append(N * nz + nx + e)
+      cols.append(N * nz + nx + e)
+      gather.append(offset + e)
+    pattern = sp.csc_array((np.ones(len(rows)), (rows, cols)), shape=(self.nw, self.nw))
+    pattern.sort_indices()
+    order = np.lexsort((rows, cols))
+    stage_ls, final_ls = self.stage_cost, self.terminal_cost
+    assert isinstance(stage_ls, LeastSquares)
+
+    def values(w: Tensor, params: Tensor, sigma: Tensor, lam: Tensor) -> Tensor:
+      X, U, xN, _, _, P = self.split(w, params)
+      stage_args = (X, U, P[:N]) if self.takes_p["stage_cost"] else (X, U)
+      J = (
+        vmap(jacobian(stage_ls.residual, 0), size=N)
+        .fn(*stage_args)
+        .cat(vmap(jacobian(stage_ls.residual, 1), size=N).fn(*stage_args), dim=2)
+      )
+      W = Tensor(stage_ls.weight)
+      pieces = [(J.permute(0, 2, 1) @ (W @ J) * 2).flatten()]
+      if isinstance(final_ls, LeastSquares):
+        JN = jacobian(final_ls.residual, 0).fn(*((xN, P[N]) if self.takes_p["terminal_cost"] else (xN,)))
+        pieces.append((JN.T @ (Tensor(final_ls.weight) @ JN) * 2).flatten())
+      if self.ns:
+        pieces.append(Tensor(np.array([2 * e.l2 for e in self.soft_entries])))
+      return pieces[0].cat(*pieces[1:]) * sigma[0]
+
+    args = (Arg(self.nw), Arg(self.n_params), Arg(1), Arg(self.ng))
+    return SparseNumericalFunction(f"{self.name}_gauss_newton", values, args, pattern, gather=np.asarray(gather)[order])
+
+
+def _as_function(fn: Cost) -> Fn:
+  if isinstance(fn, LeastSquares):
+    return NumericalFunction(f"{fn.name}_cost", fn.value, fn.inputs)
+  return fn

@@ -4,5 +4,8 @@ from anvil.mpc.controller import MPCFunction as MPCFunction
 from anvil.mpc.costs import LeastSquares as LeastSquares
 from anvil.mpc.integrators import rk4 as rk4
 from anvil.mpc.options import MPCOptions as MPCOptions
+from anvil.mpc.plotting import plot_closed_loop as plot_closed_loop
 from anvil.mpc.result import MPCSolution as MPCSolution
+from anvil.mpc.simulation import ClosedLoop as ClosedLoop
+from anvil.mpc.simulation import simulate as simulate
 from anvil.mpc.soft import Soft as Soft

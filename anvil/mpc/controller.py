@@ -280,13 +280,13 @@ class MPCFunction(FunctionBase):
     changed = (x_bounds, u_bounds, constraint_bounds, x_terminal_bounds, terminal_constraint_bounds)
     bounds = self.defaults if all(b is None for b in changed) else self._bounds(*changed, defaults=self.defaults)
     x, u = np.empty((self.N + 1, self.nx)), np.empty((self.N, self.nu))
-    (history, ihistory, info), scalars = self.sqp.stats_buffers(), np.zeros(3)
+    (history, ihistory, info), scalars = self.sqp.stats_buffers(), np.zeros(7)
     call, _, _, ws = self._entry
     order = ("lbx", "ubx", "lbu", "ubu", "lbh", "ubh", "lbhN", "ubhN")
     inputs = (ctypes.c_void_p * 10)(state.ctypes.data, params.ctypes.data, *(bounds[k].ctypes.data for k in order))
     outputs = (ctypes.c_void_p * 2)(x.ctypes.data, u.ctypes.data)
     call(inputs, outputs, history.ctypes.data, ihistory.ctypes.data, info.ctypes.data, scalars.ctypes.data, ws)
-    iterations, status, stats = self.sqp.unpack_stats(history, ihistory, info, float(scalars[0]))
+    iterations, status, stats = self.sqp.unpack_stats(history, ihistory, info, float(scalars[0]), scalars[3:])
     return MPCSolution(x, u, status, iterations, float(scalars[1]), float(scalars[2]), self.options.mode == "rti",
                        stats)  # fmt: skip
 

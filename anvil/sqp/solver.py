@@ -27,6 +27,7 @@ from anvil.sqp.result import SQPResult
 
 Fn = NumericalFunction[..., Any]
 TEMPLATES = Path(__file__).parent / "templates"
+TIME_NAMES = ("time_evaluation", "time_qp_update", "time_qp_solve", "time_line_search")
 FUNCTION_NAMES = ("cost", "cost_gradient", "constraints", "constraint_jacobian", "lagrangian_hessian")
 
 
@@ -215,7 +216,7 @@ class SQPFunction(FunctionBase):
   @property
   def source_includes(self) -> tuple[str, ...]:
     """OSQP's public header and the generated OSQP workspace."""
-    return ("<cstdio>", '"osqp.h"', *(f'"{qp.prefix}workspace.h"' for qp in self._qp[:2]))
+    return ("<chrono>", "<cstdio>", '"osqp.h"', *(f'"{qp.prefix}workspace.h"' for qp in self._qp[:2]))
 
   def extra_files(self) -> dict[str, str]:
     """OSQP's C sources and the generated workspace, written beside the module (compile the `.c` files as C with
@@ -281,12 +282,12 @@ class SQPFunction(FunctionBase):
         i = int(np.argmax(lo > hi))
         raise ValueError(f"{self.name}: lb{what}[{i}] = {lo[i]} > ub{what}[{i}] = {hi[i]}")
     outs = [np.empty(n), np.empty(1), np.empty(m), np.empty(n)]
-    (history, ihistory, info), worst = self.stats_buffers(), np.zeros(1)
+    (history, ihistory, info), scalars = self.stats_buffers(), np.zeros(5)
     call, ws = self._entry
     in_ptrs = (ctypes.c_void_p * 8)(*(a.ctypes.data for a in inputs))
     out_ptrs = (ctypes.c_void_p * 4)(*(a.ctypes.data for a in outs))
-    call(in_ptrs, out_ptrs, history.ctypes.data, ihistory.ctypes.data, info.ctypes.data, worst.ctypes.data, ws)
-    return self._result(outs, history, ihistory, info, float(worst[0]))
+    call(in_ptrs, out_ptrs, history.ctypes.data, ihistory.ctypes.data, info.ctypes.data, scalars.ctypes.data, ws)
+    return self._result(outs, history, ihistory, info, scalars[0], scalars[1:])
 
   def _vector(self, what: str, value: ArrayLike, size: int, finite: bool = False) -> NDArray[np.float64]:
     try:
@@ -306,8 +307,9 @@ class SQPFunction(FunctionBase):
     ihistory: NDArray[np.int32],
     info: NDArray[np.int32],
     worst_violation: float,
+    times: NDArray[np.float64],
   ) -> SQPResult:
-    iterations, status, stats = self.unpack_stats(history, ihistory, info, worst_violation)
+    iterations, status, stats = self.unpack_stats(history, ihistory, info, worst_violation, times)
     return SQPResult(outs[0], float(outs[1][0]), outs[2], outs[3], status, iterations, stats)
 
   def stats_buffers(self) -> tuple[NDArray[np.float64], NDArray[np.int32], NDArray[np.int32]]:
@@ -316,14 +318,22 @@ class SQPFunction(FunctionBase):
     return np.zeros((rows, 5)), np.zeros((rows, 2), dtype=np.int32), np.zeros(5, dtype=np.int32)
 
   def unpack_stats(
-    self, history: NDArray[np.float64], ihistory: NDArray[np.int32], info: NDArray[np.int32], worst_violation: float
+    self,
+    history: NDArray[np.float64],
+    ihistory: NDArray[np.int32],
+    info: NDArray[np.int32],
+    worst_violation: float,
+    times: NDArray[np.float64],
   ) -> tuple[int, str, dict[str, Any]]:
-    """(iterations, status, stats dict) from the arrays the JIT export of Stats filled."""
+    """(iterations, status, stats dict) from the arrays the JIT export of Stats filled (times: seconds spent in
+    evaluations, QP updates, QP solves and the line search)."""
     iterations, status = int(info[0]), STATUSES[int(info[1])]
     rows = slice(0, iterations + 1)
     stats: dict[str, Any] = {name: history[rows, c].copy() for c, name in enumerate(
       ("objective", "primal_infeasibility", "dual_infeasibility", "step", "regularization"))}  # fmt: skip
     stats["qp_iterations"], stats["qp_status"] = ihistory[rows, 0].copy(), ihistory[rows, 1].copy()
+    for name, seconds in zip(TIME_NAMES, times, strict=True):
+      stats[name] = float(seconds)
     if info[2] >= 0:
       stats["failed_function"] = self._function_name(int(info[2]))
       stats["failed_index"] = int(info[3])

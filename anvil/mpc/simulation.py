@@ -1,0 +1,159 @@
+"""`simulate`: run an MPC controller in closed loop with a plant, and collect the metrics a practitioner checks."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from anvil.mpc.controller import MPCFunction
+from anvil.mpc.costs import LeastSquares
+
+F64 = NDArray[np.float64]
+Plant = Callable[[F64, F64], Any]
+Params = ArrayLike | Callable[[int], ArrayLike] | None
+
+
+@dataclass(frozen=True)
+class ClosedLoop:
+  """A closed-loop run: trajectories and metrics.
+
+  Attributes:
+    x: states, (steps + 1, nx). u: applied inputs, (steps, nu).
+    stage_costs: l(x_t, u_t) per step; cost: their sum (the closed-loop cost).
+    solve_times: seconds per controller call (measured in the generated C++).
+    iterations: SQP iterations per step. statuses: the controller's status per step.
+    violations: per step, the largest violation of the controller's default state and input bounds by (x_t, u_t).
+    x_bounds, u_bounds: those bounds (for plots).
+  """
+
+  x: F64
+  u: F64
+  stage_costs: F64
+  solve_times: F64
+  iterations: NDArray[np.int64]
+  statuses: tuple[str, ...]
+  violations: F64
+  x_bounds: tuple[F64, F64] = field(repr=False)
+  u_bounds: tuple[F64, F64] = field(repr=False)
+
+  @property
+  def cost(self) -> float:
+    """Σ_t l(x_t, u_t) over the run."""
+    return float(self.stage_costs.sum())
+
+  @property
+  def status_counts(self) -> dict[str, int]:
+    """How many steps ended with each status."""
+    return dict(Counter(self.statuses))
+
+  @property
+  def failures(self) -> int:
+    """Steps whose controller call did not succeed."""
+    return sum(1 for s in self.statuses if s not in ("converged", "max_iterations"))
+
+  @property
+  def metrics(self) -> dict[str, Any]:
+    """Closed-loop cost, violation and solve-time statistics (median/p95/max, ms), status counts."""
+    ms = self.solve_times * 1e3
+    return {
+      "steps": len(self.statuses),
+      "cost": self.cost,
+      "max_violation": float(self.violations.max(initial=0.0)),
+      "solve_ms_median": float(np.median(ms)) if ms.size else 0.0,
+      "solve_ms_p95": float(np.percentile(ms, 95)) if ms.size else 0.0,
+      "solve_ms_max": float(ms.max(initial=0.0)),
+      "sqp_iterations_mean": float(self.iterations.mean()) if self.iterations.size else 0.0,
+      "status_counts": self.status_counts,
+    }
+
+  def summary(self) -> str:
+    """The metrics as a small table."""
+    return "\n".join(f"{k:>20}: {v:.6g}" if isinstance(v, float) else f"{k:>20}: {v}" for k, v in self.metrics.items())
+
+
+def simulate(
+  mpc: MPCFunction,
+  plant: Plant,
+  x0: ArrayLike,
+  steps: int,
+  p: Params = None,
+  *,
+  progress: bool | None = None,
+) -> ClosedLoop:
+  """Run `steps` control steps: u_t = mpc(x_t, p_t).u0, x_{t+1} = plant(x_t, u_t).
+
+  Args:
+    mpc: the controller (its warm start carries over between steps; it is reset before the run).
+    plant: (x, u) -> x_next: a Python callable or a NumericalFunction (e.g. the model itself, or a mismatched one).
+    x0: the initial state.
+    steps: number of control steps.
+    p: the controller's parameter: an array (the same every step) or a callable t -> p_t (time-varying references).
+    progress: print a progress bar to stderr (default: for runs of more than 100 steps on a terminal).
+
+  A controller failure does not stop the run: the step is counted under its status and the input held at the last
+  usable value (zeros at the start) when the returned one is not finite.
+  """
+  if not isinstance(mpc, MPCFunction):
+    raise TypeError(f"simulate: mpc must be an MPCFunction, got {type(mpc).__name__}")
+  if not callable(plant):
+    raise TypeError(f"simulate: plant must be callable (x, u) -> x_next, got {type(plant).__name__}")
+  if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+    raise ValueError(f"simulate: steps must be an int >= 0, got {steps!r}")
+  x = np.array(x0, dtype=np.float64).reshape(-1)
+  if x.shape != (mpc.nx,) or not np.all(np.isfinite(x)):
+    raise ValueError(f"simulate: x0 must be {mpc.nx} finite numbers, got {np.asarray(x0)!r}")
+  show = progress if progress is not None else steps > 100 and sys.stderr.isatty()
+  xs, us, costs, times, its, statuses = [x], [], [], [], [], []
+  u_last = np.zeros(mpc.nu)
+  mpc.reset()
+  start = time.perf_counter()
+  for t in range(steps):
+    p_t = p(t) if callable(p) else p
+    sol = mpc(x, p_t)
+    u = sol.u0.copy() if np.all(np.isfinite(sol.u0)) else u_last
+    costs.append(_stage_cost(mpc, x, u, p_t))
+    x = np.asarray(plant(x, u), dtype=np.float64).reshape(mpc.nx)
+    xs.append(x)
+    us.append(u)
+    times.append(sol.solve_time)
+    its.append(sol.iterations)
+    statuses.append(sol.status)
+    u_last = u
+    if show:
+      _progress(mpc.name, t + 1, steps, time.perf_counter() - start)
+  if show:
+    sys.stderr.write("\n")
+  X, U = np.array(xs), np.array(us).reshape(steps, mpc.nu)
+  bounds = mpc.defaults
+  x_lo, x_hi, u_lo, u_hi = bounds["lbx"][-1], bounds["ubx"][-1], bounds["lbu"][0], bounds["ubu"][0]
+  violation = np.maximum(np.maximum(x_lo - X[1:], X[1:] - x_hi).max(axis=1, initial=0.0),
+                         np.maximum(u_lo - U, U - u_hi).max(axis=1, initial=0.0)) if steps else np.zeros(0)  # fmt: skip
+  return ClosedLoop(X, U, np.array(costs), np.array(times), np.array(its, dtype=np.int64), tuple(statuses),
+                    np.maximum(violation, 0.0), (x_lo, x_hi), (u_lo, u_hi))  # fmt: skip
+
+
+def _stage_cost(mpc: MPCFunction, x: F64, u: F64, p: ArrayLike | None) -> float:
+  """l(x_t, u_t[, p_t]) evaluated by the generated stage-cost function (p: stage 0's parameter)."""
+  cost = mpc.stage_cost
+  fn = cost.residual if isinstance(cost, LeastSquares) else cost
+  args: list[Any] = [x, u]
+  if len(fn.inputs) == 3:
+    pp = np.asarray(p, dtype=np.float64)
+    args.append(pp if pp.ndim == 1 else pp[0])
+  value = np.asarray(fn(*args), dtype=np.float64)
+  return float(value @ cost.weight @ value) if isinstance(cost, LeastSquares) else float(value.reshape(()))
+
+
+def _progress(name: str, done: int, total: int, elapsed: float) -> None:
+  width = 30
+  filled = width * done // max(total, 1)
+  rate = done / elapsed if elapsed > 0 else 0.0
+  sys.stderr.write(f"\r{name} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {rate:.0f} steps/s")
+  sys.stderr.flush()

@@ -17,6 +17,7 @@ from numpy.typing import ArrayLike, NDArray
 from anvil.codegen import FunctionBase
 from anvil.codegen.base import check_identifier, render_template
 from anvil.codegen.jit import load_library
+from anvil.mpc.costs import LeastSquares
 from anvil.mpc.options import MPCOptions
 from anvil.mpc.result import MPCSolution
 from anvil.mpc.soft import Soft
@@ -35,6 +36,8 @@ class _ControllerContext:
 
   name: str
   sqp: str
+  dynamics: str
+  dynamics_takes_p: bool
   nx: int
   nu: int
   N: int
@@ -150,9 +153,16 @@ class MPCFunction(FunctionBase):
     hessian = self.ocp.gauss_newton_hessian() if self.options.hessian == "gauss_newton" else None
     return SQPFunction(f"{self.name}_sqp", cost, constraints, sqp_options, hessian=hessian)
 
+  @property
+  def model_functions(self) -> tuple[Fn, Fn]:
+    """The dynamics and the stage cost (its residual for a LeastSquares cost): emitted in the module too, for the
+    cold-start rollout and for robot code that simulates or scores with the same model."""
+    cost = self.ocp.stage_cost
+    return self.ocp.dynamics, cost.residual if isinstance(cost, LeastSquares) else cost
+
   def dependencies(self) -> tuple[FunctionBase, ...]:
-    """The SQP solver (and through it every generated function)."""
-    return (self.sqp,)
+    """The model functions and the SQP solver (and through it every generated function)."""
+    return (*self.model_functions, self.sqp)
 
   @cached_property
   def _context(self) -> _ControllerContext:
@@ -170,7 +180,8 @@ class MPCFunction(FunctionBase):
     vectors = (("w", nw), ("w_out", nw), ("lbw", nw), ("ubw", nw), ("lam_x", nw), ("lam_x_out", nw), ("lbg", ng),
                ("ubg", ng), ("lam_g", ng), ("lam_g_out", ng), ("params", ocp.n_params))  # fmt: skip
     return _ControllerContext(
-      self.name, self.sqp.name, ocp.nx, ocp.nu, ocp.N, ocp.np, ocp.nh, ocp.nhN, ocp.ns, nw, ng,
+      self.name, self.sqp.name, ocp.dynamics.name, ocp.takes_p["dynamics"], ocp.nx, ocp.nu, ocp.N, ocp.np, ocp.nh,
+      ocp.nhN, ocp.ns, nw, ng,
       self.options.mode == "rti", self.options.warm_start, vectors, tuple(tables.items()),
     )  # fmt: skip
 

@@ -36,8 +36,6 @@ class _ControllerContext:
 
   name: str
   sqp: str
-  dynamics: str
-  dynamics_takes_p: bool
   nx: int
   nu: int
   N: int
@@ -155,8 +153,8 @@ class MPCFunction(FunctionBase):
 
   @property
   def model_functions(self) -> tuple[Fn, Fn]:
-    """The dynamics and the stage cost (its residual for a LeastSquares cost): emitted in the module too, for the
-    cold-start rollout and for robot code that simulates or scores with the same model."""
+    """The dynamics and the stage cost (its residual for a LeastSquares cost): emitted in the module too, for robot
+    code (and the C++ harness) that simulates or scores with the same model."""
     cost = self.ocp.stage_cost
     return self.ocp.dynamics, cost.residual if isinstance(cost, LeastSquares) else cost
 
@@ -180,7 +178,7 @@ class MPCFunction(FunctionBase):
     vectors = (("w", nw), ("w_out", nw), ("lbw", nw), ("ubw", nw), ("lam_x", nw), ("lam_x_out", nw), ("lbg", ng),
                ("ubg", ng), ("lam_g", ng), ("lam_g_out", ng), ("params", ocp.n_params))  # fmt: skip
     return _ControllerContext(
-      self.name, self.sqp.name, ocp.dynamics.name, ocp.takes_p["dynamics"], ocp.nx, ocp.nu, ocp.N, ocp.np, ocp.nh,
+      self.name, self.sqp.name, ocp.nx, ocp.nu, ocp.N, ocp.np, ocp.nh,
       ocp.nhN, ocp.ns, nw, ng,
       self.options.mode == "rti", self.options.warm_start, vectors, tuple(tables.items()),
     )  # fmt: skip

@@ -23,6 +23,7 @@ from anvil.codegen.jit import cached_library, codegen_fingerprint, compile_libra
 from anvil.codegen.module import module_code
 from anvil.sqp.options import STATUSES, SQPOptions
 from anvil.sqp.osqp_code import RHO, EmbeddedOSQP
+from anvil.sqp.polish import PolishKKT
 from anvil.sqp.result import SQPResult
 
 Fn = NumericalFunction[..., Any]
@@ -56,6 +57,8 @@ class _SolverContext:
   tables: tuple[tuple[str, tuple[int, ...]], ...]
   dependencies: tuple[str, ...]
   vectors: tuple[tuple[str, int], ...]
+  int_vectors: tuple[tuple[str, int], ...]
+  k_size: int
 
 
 def _xp_args(fn: Fn, what: str) -> tuple[int, int]:
@@ -188,19 +191,28 @@ class SQPFunction(FunctionBase):
 
   def _context(self) -> _SolverContext:
     osqp, elastic, tables = self._qp
+    kkt = PolishKKT(osqp.p_pattern, osqp.a_pattern)
+    a = osqp.a_pattern
+    tables = {**tables, **kkt.tables, "A_i": tuple(int(i) for i in a.indices), "A_p": tuple(int(i) for i in a.indptr)}
     jac = self.jacobian
     n, m = self.n, self.m
+    size, l_nnz = kkt.size, max(kkt.l_nnz, 1)
+    polish_vectors = (("Kx", kkt.nnz), ("Lx", l_nnz), ("D", size), ("Dinv", size), ("fwork", size),
+                      ("ksol", size), ("krhs", size), ("kres", size), ("polish_d", n), ("polish_y", m + n))  # fmt: skip
+    int_vectors = (("Li", l_nnz), ("Lp", size + 1), ("Lnz", size), ("etree", size), ("iwork", 3 * size),
+                   ("bwork", size), ("active", m + n))  # fmt: skip
     vectors = (("grad", n), ("g", m), ("trial", n), ("g_trial", m), ("d", n), ("jac", 0 if jac is None else jac.nnz),
                ("hess", self.hessian.nnz), ("Px", osqp.p_pattern.nnz), ("Ax", osqp.a_pattern.nnz), ("l", m + n),
                ("u", m + n), ("lam_all", m + n), ("slack_values", 2 * m), ("Axe", elastic.a_pattern.nnz),
                ("qe", n + 2 * m), ("le", n + 3 * m), ("ue", n + 3 * m), ("filter_theta", self.options.max_iter + 1),
-               ("filter_phi", self.options.max_iter + 1))  # fmt: skip
+               ("filter_phi", self.options.max_iter + 1), *polish_vectors)  # fmt: skip
     return _SolverContext(
       self.name, self.n, self.m, self.np, self.cost.name, self.gradient.name,
       "" if self.constraints is None else self.constraints.name, "" if jac is None else jac.name, self.hessian.name,
       0 if jac is None else jac.nnz, self.hessian.nnz, osqp.p_pattern.nnz, osqp.a_pattern.nnz, osqp.prefix, RHO,
       elastic.prefix, elastic.a_pattern.nnz,
       self.options, tuple((k, v) for k, v in tables.items()), tuple(d.name for d in self.dependencies()), vectors,
+      int_vectors, size,
     )  # fmt: skip
 
   @property
@@ -216,7 +228,14 @@ class SQPFunction(FunctionBase):
   @property
   def source_includes(self) -> tuple[str, ...]:
     """OSQP's public header and the generated OSQP workspace."""
-    return ("<chrono>", "<cstdio>", '"osqp.h"', *(f'"{qp.prefix}workspace.h"' for qp in self._qp[:2]))
+    return (
+      "<algorithm>",
+      "<chrono>",
+      "<cstdio>",
+      '"osqp.h"',
+      '"qdldl.h"',
+      *(f'"{qp.prefix}workspace.h"' for qp in self._qp[:2]),
+    )
 
   def extra_files(self) -> dict[str, str]:
     """OSQP's C sources and the generated workspace, written beside the module (compile the `.c` files as C with

@@ -15,13 +15,20 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
-def test_demo_runs_and_matches_numpy() -> None:
+def test_demo_python_and_cpp_closed_loops_match() -> None:
+  """`make demo`: the cart-pole MPC's closed loop from Python and from the standalone C++ harness, one table."""
+  png = ROOT / "build" / "demo" / "cartpole_closed_loop.png"
+  png.unlink(missing_ok=True)
   proc = subprocess.run([sys.executable, "examples/demo.py"], cwd=ROOT, capture_output=True, text=True,
                         env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
   assert proc.returncode == 0, proc.stderr
-  errors = [float(e) for e in re.findall(r"max \|(?:anvil|C\+\+) - numpy\| = ([0-9.e+-]+)", proc.stdout)]
-  assert len(errors) == 2 and max(errors) < 1e-12, proc.stdout
-  assert (ROOT / "build" / "demo" / "quadrotor.hpp").exists()
+  costs = re.search(r"^closed-loop cost\s+([0-9.]+)\s+([0-9.]+)\s*$", proc.stdout, re.MULTILINE)
+  assert costs, proc.stdout
+  for cost in costs.groups():
+    assert float(cost) == pytest.approx(5.478384, rel=1e-5), proc.stdout
+  deviation = re.search(r"^max \|x_py - x_cpp\| over the run\s+([0-9.e+-]+)\s*$", proc.stdout, re.MULTILINE)
+  assert deviation and float(deviation.group(1)) < 1e-9, proc.stdout
+  assert png.exists()
 
 
 def test_readme_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

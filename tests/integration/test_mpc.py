@@ -1,0 +1,243 @@
+"""MPCFunction: the P2 closed-loop references, call-time parameters and bounds, soft constraints, Gauss-Newton, RTI,
+errors; checked against CasADi IPOPT on the same OCPs and against numpy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import anvil as av
+from anvil import Arg, Tensor
+from anvil.mpc import LeastSquares, MPCFunction, MPCOptions, Soft, rk4, simulate
+from examples.models import cartpole
+from examples.models import cartpole_mpc as cm
+from examples.models.backend import TINYGRAD
+
+N_SMALL = 10
+INF = np.inf
+# NOTE: the SQP stops at scaled KKT residuals <= 1e-8 with QPs solved by OSQP (ADMM), so inputs whose curvature is
+# small (the last ones of a horizon) are accurate to ~1e-5, not to IPOPT's 1e-12 (the issue 7 QP solver tightens it).
+U_ATOL = 5e-5
+
+
+@pytest.fixture(scope="module")
+def stabilizing() -> MPCFunction:
+  return cm.stabilizing("test_mpc_stab")
+
+
+def test_p2_stabilizing_closed_loop_reference(stabilizing: MPCFunction) -> None:
+  cl = simulate(stabilizing, cartpole.step_numpy, cm.X0_STABILIZE, cm.STEPS_STABILIZE)
+  assert cl.cost == pytest.approx(cm.COST_STABILIZE, rel=1e-5)
+  assert np.linalg.norm(cl.x[-1]) < 1e-5
+  assert cl.status_counts == {"converged": cm.STEPS_STABILIZE} and cl.failures == 0
+  assert cl.metrics["max_violation"] == 0.0 and cl.solve_times.shape == (cm.STEPS_STABILIZE,)
+  np.testing.assert_allclose(cl.stage_costs[0], cm.X0_STABILIZE @ cartpole.Q @ cm.X0_STABILIZE
+                             + cartpole.R * cl.u[0] @ cl.u[0], rtol=1e-14)  # fmt: skip
+
+
+def casadi_ocp(
+  x0: np.ndarray, n: int, x_ref: np.ndarray | None = None, u_max: float = 20.0, soft_xc: tuple[float, ...] = ()
+) -> np.ndarray:
+  """The P2 OCP (stage cost (x - r)ᵀQ(x - r) + R u², terminal 10 Q, |u| <= u_max, |xc| <= 2) solved by IPOPT; with
+  soft_xc = (bound, l1, l2) the cart position of x_1..x_N is instead kept in ±bound by slacks costing l1 s + l2 s².
+  Returns the optimal inputs."""
+  ca = pytest.importorskip("casadi")
+  from examples.models.backend import Backend
+
+  b = Backend(sin=ca.sin, cos=ca.cos, stack=lambda *xs: ca.vertcat(*xs))
+  refs = np.zeros((n + 1, 4)) if x_ref is None else x_ref
+  X, U, S = ca.SX.sym("X", 4, n + 1), ca.SX.sym("U", 1, n), ca.SX.sym("S", n if soft_xc else 0)
+  J, g, lbg, ubg = 0, [X[:, 0] - x0], [0.0] * 4, [0.0] * 4
+  for k in range(n):
+    e = X[:, k] - refs[k]
+    J += ca.dot(e, ca.DM(cartpole.Q) @ e) + cartpole.R * U[0, k] ** 2
+    g.append(X[:, k + 1] - cartpole.step(X[:, k], U[:, k], b))
+    lbg, ubg = lbg + [0.0] * 4, ubg + [0.0] * 4
+  e = X[:, n] - refs[n]
+  J += 10 * ca.dot(e, ca.DM(cartpole.Q) @ e)
+  if soft_xc:
+    bound, l1, l2 = soft_xc
+    J += l1 * ca.sum1(S) + l2 * ca.sumsqr(S)
+    g += [X[0, 1:].T + S, X[0, 1:].T - S]
+    lbg, ubg = lbg + [-bound] * n + [-INF] * n, ubg + [INF] * n + [bound] * n
+  w = ca.vertcat(ca.vec(X), ca.vec(U), S)
+  xc_max = INF if soft_xc else 2.0
+  lbw = np.concatenate([np.tile([-xc_max, -INF, -INF, -INF], n + 1), np.full(n, -u_max), np.zeros(S.shape[0])])
+  ubw = np.concatenate([-lbw[: 5 * n + 4], np.full(S.shape[0], INF)])
+  solver = ca.nlpsol("s", "ipopt", {"x": w, "f": J, "g": ca.vertcat(*g)},
+                     {"ipopt.print_level": 0, "print_time": 0, "ipopt.tol": 1e-12})  # fmt: skip
+  res = solver(x0=np.zeros(w.shape[0]), lbx=lbw, ubx=ubw, lbg=lbg, ubg=ubg)
+  assert solver.stats()["success"]
+  return np.array(res["x"]).reshape(-1)[4 * (n + 1) : 4 * (n + 1) + n]
+
+
+@pytest.fixture(scope="module")
+def tracking() -> MPCFunction:
+  """Cart-pole tracking a per-stage reference state passed as the parameter p_k (np = 4)."""
+  Q = Tensor(np.diag(cartpole.Q).copy())
+  F = cm.dynamics("test_mpc_trk_F")
+  track = lambda x, u, r: ((x - r) * (x - r) * Q).sum() + cartpole.R * (u * u).sum()
+  cost = av.NumericalFunction("test_mpc_trk_l", track, (Arg(4), Arg(1), Arg(4)))
+  lN = av.NumericalFunction("test_mpc_trk_lN", lambda x, r: 10 * ((x - r) * (x - r) * Q).sum(), (Arg(4), Arg(4)))
+  x_bounds, u_bounds = cm.bounds()
+  return MPCFunction("test_mpc_trk", F, cost, lN, horizon=N_SMALL, x_bounds=x_bounds, u_bounds=u_bounds)
+
+
+def test_per_stage_references_match_ipopt(tracking: MPCFunction) -> None:
+  x0 = np.array([0.3, -0.2, 0.1, 0.0])
+  refs = np.zeros((N_SMALL + 1, 4))
+  refs[:, 0] = np.linspace(0.0, 1.0, N_SMALL + 1)
+  tracking.reset()
+  sol = tracking(x0, refs)
+  assert sol.success and sol.x.shape == (N_SMALL + 1, 4) and sol.u.shape == (N_SMALL, 1)
+  np.testing.assert_allclose(sol.u[:, 0], casadi_ocp(x0, N_SMALL, refs), atol=U_ATOL)
+  np.testing.assert_allclose(sol.x[0], x0, atol=1e-8)
+  for k in range(N_SMALL):  # the predicted trajectory obeys the model
+    np.testing.assert_allclose(sol.x[k + 1], cartpole.step_numpy(sol.x[k], sol.u[k]), atol=1e-8)
+  shared = tracking(x0, np.array([0.5, 0.0, 0.0, 0.0]))
+  per_stage = tracking(x0, np.tile([0.5, 0.0, 0.0, 0.0], (N_SMALL + 1, 1)))
+  np.testing.assert_allclose(shared.u, per_stage.u, atol=U_ATOL)
+  assert not np.allclose(shared.u, sol.u, atol=1e-3)
+
+
+def test_call_time_bounds_replace_defaults_for_one_call(tracking: MPCFunction) -> None:
+  x0, p = np.array([0.0, 0.5, 0.0, 0.0]), np.zeros(4)
+  tracking.reset()
+  free = tracking(x0, p)
+  assert np.abs(free.u).max() > 3.0
+  tight = tracking(x0, p, u_bounds=([-3.0], [3.0]))
+  assert tight.success and np.abs(tight.u).max() <= 3.0 + 1e-7
+  np.testing.assert_allclose(tight.u[:, 0], casadi_ocp(x0, N_SMALL, u_max=3.0), atol=U_ATOL)
+  again = tracking(x0, p)
+  np.testing.assert_allclose(again.u, free.u, atol=U_ATOL)
+  stage_wise = np.full((N_SMALL, 1), 20.0)
+  stage_wise[0] = 1.0
+  first = tracking(x0, p, u_bounds=(-stage_wise, stage_wise))
+  assert abs(first.u0[0]) <= 1.0 + 1e-7 and np.abs(first.u[1:]).max() > 1.0
+
+
+def test_warm_start_and_guess(tracking: MPCFunction) -> None:
+  x0, p = np.array([0.2, 0.1, 0.0, 0.0]), np.zeros(4)
+  tracking.reset()
+  cold = tracking(x0, p)
+  warm = tracking(x0, p)  # the shifted previous solution
+  np.testing.assert_allclose(warm.u, cold.u, atol=U_ATOL)
+  tracking.set_guess(cold.x, cold.u)
+  exact = tracking(x0, p)
+  assert exact.success and exact.iterations <= cold.iterations
+  np.testing.assert_allclose(exact.u, cold.u, atol=U_ATOL)
+  with pytest.raises(ValueError, match="x guess"):
+    tracking.set_guess(np.zeros((3, 4)), cold.u)
+
+
+def test_gauss_newton_hessian_and_closed_loop() -> None:
+  r = av.NumericalFunction("test_mpc_gn_r", lambda x, u: x.cat(u), (Arg(4), Arg(1)))
+  rN = av.NumericalFunction("test_mpc_gn_rN", lambda x: x * 1.0, (Arg(4),))
+  weight = np.concatenate([np.diag(cartpole.Q), [cartpole.R]])
+  x_bounds, u_bounds = cm.bounds()
+  mpc = MPCFunction("test_mpc_gn", cm.dynamics("test_mpc_gn_F"), LeastSquares(r, weight),
+                    LeastSquares(rN, 10 * np.diag(cartpole.Q)), horizon=30, x_bounds=x_bounds, u_bounds=u_bounds,
+                    options=MPCOptions(hessian="gauss_newton"))  # fmt: skip
+  # the Gauss-Newton Hessian of these linear residuals is exactly 2 blockdiag(W, ..., W, W_N)
+  w = np.random.default_rng(0).normal(size=mpc.ocp.nw)
+  H = mpc.sqp.hessian(w, np.zeros(mpc.ocp.n_params), np.ones(1), np.zeros(mpc.ocp.ng)).toarray()
+  expected = 2 * np.diag(np.concatenate([np.tile(weight, 30), 10 * np.diag(cartpole.Q)]))
+  np.testing.assert_allclose(H, np.triu(expected), atol=1e-14)
+  cl = simulate(mpc, cartpole.step_numpy, cm.X0_STABILIZE, cm.STEPS_STABILIZE)
+  assert cl.cost == pytest.approx(cm.COST_STABILIZE, rel=1e-5) and cl.failures == 0
+
+
+def test_real_time_iteration() -> None:
+  mpc = cm.stabilizing("test_mpc_rti", MPCOptions(mode="rti"))
+  cl = simulate(mpc, cartpole.step_numpy, cm.X0_STABILIZE, 100)
+  assert set(cl.iterations.tolist()) <= {0, 1} and cl.failures == 0  # 0: the shifted guess was already optimal
+  assert np.linalg.norm(cl.x[-1]) < 1e-3
+  # one iteration per step from the shifted solution tracks the fully converged closed loop closely
+  full = simulate(cm.stabilizing("test_mpc_stab"), cartpole.step_numpy, cm.X0_STABILIZE, 100)
+  assert cl.cost == pytest.approx(full.cost, rel=1e-2)
+
+
+SOFT = Soft(indices=(0,), l1=10.0, l2=10.0)
+
+
+@pytest.fixture(scope="module")
+def narrow() -> dict[str, MPCFunction]:
+  """|xc| <= 0.1 as a hard bound and softened (L1 + L2 penalty on x_1 .. x_N)."""
+  u_bounds = (np.array([-20.0]), np.array([20.0]))
+  x_hi = np.array([0.1, INF, INF, INF])
+  make = lambda name, soft: MPCFunction(name, cm.dynamics(f"{name}_F"), cm.stage_cost(f"{name}_l"),
+                                        cm.terminal_cost(f"{name}_lN"), horizon=N_SMALL, x_bounds=(-x_hi, x_hi),
+                                        u_bounds=u_bounds, soft=soft)  # fmt: skip
+  return {"hard": make("test_mpc_hard", None), "soft": make("test_mpc_soft", {"x": SOFT, "x_terminal": SOFT})}
+
+
+def test_soft_bounds_make_an_infeasible_problem_solvable(narrow: dict[str, MPCFunction]) -> None:
+  hard, soft = narrow["hard"], narrow["soft"]
+  assert soft.ocp.ns == N_SMALL  # x_1 .. x_N
+  moving = np.array([0.0, 0.0, 2.0, 0.0])  # the cart cannot stop within |xc| <= 0.1
+  hard.reset(), soft.reset()
+  infeasible, relaxed = hard(moving), soft(moving)
+  assert not infeasible.success and infeasible.status != "converged"
+  assert relaxed.success and relaxed.x[1:, 0].max() > 0.1
+  np.testing.assert_allclose(relaxed.u[:, 0], casadi_ocp(moving, N_SMALL, soft_xc=(0.1, SOFT.l1, SOFT.l2)),
+                             atol=U_ATOL)  # fmt: skip
+  for k in range(N_SMALL):
+    np.testing.assert_allclose(relaxed.x[k + 1], cartpole.step_numpy(relaxed.x[k], relaxed.u[k]), atol=1e-8)
+
+
+def test_failures_inside_simulate_are_reported(narrow: dict[str, MPCFunction]) -> None:
+  cl = simulate(narrow["hard"], cartpole.step_numpy, np.array([0.0, 0.0, 4.0, 0.0]), 3)
+  assert cl.failures >= 1 and sum(cl.status_counts.values()) == 3
+  assert np.all(np.isfinite(cl.u)) and cl.violations.max() > 0
+
+
+def test_rk4_matches_the_reference_model() -> None:
+  F = rk4("test_mpc_rk4", lambda x, u: cartpole.ode(x, u, TINYGRAD), cartpole.H, nx=4, nu=1)
+  np.testing.assert_allclose(F(cartpole.TEST_X, cartpole.TEST_U), cartpole.step_numpy(cartpole.TEST_X, cartpole.TEST_U),
+                             rtol=1e-14, atol=1e-15)  # fmt: skip
+  two = rk4("test_mpc_rk4_2", lambda x, u, p: -p[0] * x + u, 0.1, nx=1, nu=1, np=1, steps=2)
+  h, a = 0.05, 0.7
+  step = lambda x: (
+    x + h / 6 * sum(c * k for c, k in zip((1, 2, 2, 1), _stages(lambda y: -a * y + 1.0, x, h), strict=True))
+  )
+  np.testing.assert_allclose(two(np.array([2.0]), np.array([1.0]), np.array([a])), step(step(2.0)), rtol=1e-14)
+
+
+def _stages(f: Any, x: float, h: float) -> list[float]:
+  k1 = f(x)
+  k2 = f(x + h / 2 * k1)
+  k3 = f(x + h / 2 * k2)
+  return [k1, k2, k3, f(x + h * k3)]
+
+
+def test_bad_inputs_raise_clear_errors(tracking: MPCFunction) -> None:
+  F, cost = cm.dynamics("test_mpc_err_F"), cm.stage_cost("test_mpc_err_l")
+  with pytest.raises(ValueError, match="horizon"):
+    MPCFunction("test_mpc_err", F, cost, horizon=0)
+  with pytest.raises(ValueError, match="lower > upper"):
+    MPCFunction("test_mpc_err", F, cost, horizon=5, u_bounds=([1.0], [-1.0]))
+  with pytest.raises(ValueError, match="soft groups"):
+    MPCFunction("test_mpc_err", F, cost, horizon=5, soft={"y": Soft()})
+  with pytest.raises(ValueError, match="inputs shaped"):
+    MPCFunction("test_mpc_err", F, av.NumericalFunction("test_mpc_err_l3", lambda x: x.sum(), (Arg(4),)), horizon=5)
+  with pytest.raises(TypeError, match="options"):
+    MPCFunction("test_mpc_err", F, cost, horizon=5, options=object())  # type: ignore[arg-type]
+  with pytest.raises(ValueError, match="qp_solver"):
+    MPCOptions(qp_solver="nope")
+  p = np.zeros(4)
+  with pytest.raises(ValueError, match="x0 must have shape"):
+    tracking(np.zeros(3), p)
+  with pytest.raises(ValueError, match="NaN"):
+    tracking(np.array([0.0, np.nan, 0.0, 0.0]), p)
+  with pytest.raises(ValueError, match="pass p"):
+    tracking(np.zeros(4))
+  with pytest.raises(ValueError, match="p must have shape"):
+    tracking(np.zeros(4), np.zeros((3, 4)))
+  with pytest.raises(ValueError, match="lower > upper at stage 2"):
+    lo = np.full((N_SMALL, 1), -1.0)
+    lo[2] = 2.0
+    tracking(np.zeros(4), p, u_bounds=(lo, np.ones((N_SMALL, 1))))
+  with pytest.raises(ValueError, match="x_bounds lower must have shape"):
+    tracking(np.zeros(4), p, x_bounds=(np.zeros(3), np.ones(3)))

@@ -200,7 +200,7 @@ class SQPFunction(FunctionBase):
     polish_vectors = (("Kx", kkt.nnz), ("Lx", l_nnz), ("D", size), ("Dinv", size), ("fwork", size),
                       ("ksol", size), ("krhs", size), ("kres", size), ("polish_d", n), ("polish_y", m + n))  # fmt: skip
     int_vectors = (("Li", l_nnz), ("Lp", size + 1), ("Lnz", size), ("etree", size), ("iwork", 3 * size),
-                   ("bwork", size), ("active", m + n))  # fmt: skip
+                   ("bwork", size), ("active", m + n), ("previous_active", m + n))  # fmt: skip
     vectors = (("grad", n), ("g", m), ("trial", n), ("g_trial", m), ("d", n), ("jac", 0 if jac is None else jac.nnz),
                ("hess", self.hessian.nnz), ("Px", osqp.p_pattern.nnz), ("Ax", osqp.a_pattern.nnz), ("l", m + n),
                ("u", m + n), ("lam_all", m + n), ("slack_values", 2 * m), ("Axe", elastic.a_pattern.nnz),

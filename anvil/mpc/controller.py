@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
+import hashlib
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -12,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import osqp
 from numpy.typing import ArrayLike, NDArray
 
 from anvil.codegen import FunctionBase
 from anvil.codegen.base import check_identifier, render_template
-from anvil.codegen.jit import load_library
+from anvil.codegen.jit import cache_dir, cached_library, library_key, load_library, write_atomic
 from anvil.mpc.costs import LeastSquares
 from anvil.mpc.options import MPCOptions
 from anvil.mpc.result import MPCSolution
@@ -239,37 +242,51 @@ class MPCFunction(FunctionBase):
       "mpc_jit.cpp.j2", folder=TEMPLATES, m=self._context, module=module,
       sqp_wrapper=self.sqp.jit_wrapper(module, include_module=False),
     )  # fmt: skip
-    return solver_library(self, module, wrapper, self.sqp.qp_solvers)
+    # NOTE: a warm process finds the controller by a key of the user's functions and the OCP's structure alone, so
+    # it skips tracing and deriving the NLP's functions (which the full key of the generated code needs).
+    quick = cached_library(self._problem_key)
+    if quick is not None:
+      return str(quick)
+    path = solver_library(self, module, wrapper, self.sqp.qp_solvers)
+    write_atomic(cache_dir() / "lib" / f"{self._problem_key}.so", Path(path).read_bytes())
+    return path
 
   @cached_property
-  def _entry(self) -> tuple[Any, Any, Any, ctypes.c_void_p]:
+  def _problem_key(self) -> str:
+    """Cache key of the controller from what determines its code: anvil's and OSQP's sources, the options, the OCP's
+    sizes and softened bounds, and the keys of the user's functions (their traced graphs)."""
+    ocp = self.ocp
+    parts = [self.name, anvil_fingerprint(), osqp.__version__, repr(self.options), repr(ocp.soft_entries),
+             f"{ocp.N}|{ocp.nx}|{ocp.nu}|{ocp.np}|{ocp.nh}|{ocp.nhN}"]  # fmt: skip
+    for fn in (ocp.dynamics, ocp.stage_cost, ocp.terminal_cost, ocp.constraints, ocp.terminal_constraints):
+      if isinstance(fn, LeastSquares):
+        parts.append(f"{fn.residual.key}|{fn.weight.tobytes().hex()}")
+      else:
+        parts.append("-" if fn is None else fn.key)
+    return library_key("mpc|" + hashlib.sha256("\0".join(parts).encode()).hexdigest())
+
+  @cached_property
+  def _entry(self) -> _Entry:
     lib = load_library(self.library)
-    new, free, call = (
-      lib[f"anvil_{self.name}_ws_new"],
-      lib[f"anvil_{self.name}_ws_free"],
-      lib[f"anvil_{self.name}_call"],
-    )
-    reset, guess = lib[f"anvil_{self.name}_reset"], lib[f"anvil_{self.name}_set_guess"]
+    new, free = lib[f"anvil_{self.name}_ws_new"], lib[f"anvil_{self.name}_ws_free"]
     new.restype, new.argtypes = ctypes.c_void_p, []
     free.restype, free.argtypes = None, [ctypes.c_void_p]
-    reset.restype, reset.argtypes = None, [ctypes.c_void_p]
-    guess.restype, guess.argtypes = None, [ctypes.c_void_p] * 3
-    call.restype, call.argtypes = ctypes.c_int, [ctypes.c_void_p] * 7
-    ws = ctypes.c_void_p(new())
-    weakref.finalize(self, free, ws.value)
-    return call, reset, guess, ws
+    entry = _Entry(lib, self.name, ctypes.c_void_p(new()), self.sqp.stats_buffers(), self.N, self.nx, self.nu, self.np)
+    weakref.finalize(self, free, entry.ws.value)
+    entry.default_inputs = entry.inputs(self.defaults)
+    return entry
 
   def reset(self) -> None:
     """Forget the previous solution: the next call starts cold."""
-    _, reset, _, ws = self._entry
-    reset(ws)
+    entry = self._entry
+    entry.reset(entry.ws)
 
   def set_guess(self, x: ArrayLike, u: ArrayLike) -> None:
     """Start the next call from the trajectory x (N + 1, nx) and inputs u (N, nu)."""
     xs = _array(self.name, "x guess", x, (self.N + 1, self.nx))
     us = _array(self.name, "u guess", u, (self.N, self.nu))
-    _, _, guess, ws = self._entry
-    guess(xs.ctypes.data, us.ctypes.data, ws)
+    entry = self._entry
+    entry.set_guess(xs.ctypes.data, us.ctypes.data, entry.ws)
 
   def __call__(
     self,
@@ -284,20 +301,26 @@ class MPCFunction(FunctionBase):
   ) -> MPCSolution:
     """Solve from the state x0; p is the parameter ((np,) shared by all stages, or (N + 1, np) per stage); bounds
     given here replace the defaults for this call only."""
-    state = _array(self.name, "x0", x0, (self.nx,))
-    params = self._params(p)
+    e = self._entry
+    if x0.__class__ is np.ndarray and x0.dtype == np.float64 and x0.shape == e.x0.shape:
+      np.copyto(e.x0, x0)
+    else:
+      np.copyto(e.x0, _array(self.name, "x0", x0, (self.nx,)))
+    if not np.isfinite(e.x0).all():
+      raise ValueError(f"{self.name}: x0 contains NaN or inf")
+    if p is not None or self.np:
+      np.copyto(e.p, self._params(p))
     changed = (x_bounds, u_bounds, constraint_bounds, x_terminal_bounds, terminal_constraint_bounds)
-    bounds = self.defaults if all(b is None for b in changed) else self._bounds(*changed, defaults=self.defaults)
-    x, u = np.empty((self.N + 1, self.nx)), np.empty((self.N, self.nu))
-    (history, ihistory, info), scalars = self.sqp.stats_buffers(), np.zeros(7)
-    call, _, _, ws = self._entry
-    order = ("lbx", "ubx", "lbu", "ubu", "lbh", "ubh", "lbhN", "ubhN")
-    inputs = (ctypes.c_void_p * 10)(state.ctypes.data, params.ctypes.data, *(bounds[k].ctypes.data for k in order))
-    outputs = (ctypes.c_void_p * 2)(x.ctypes.data, u.ctypes.data)
-    call(inputs, outputs, history.ctypes.data, ihistory.ctypes.data, info.ctypes.data, scalars.ctypes.data, ws)
-    iterations, status, stats = self.sqp.unpack_stats(history, ihistory, info, float(scalars[0]), scalars[3:])
-    return MPCSolution(x, u, status, iterations, float(scalars[1]), float(scalars[2]), self.options.mode == "rti",
-                       stats)  # fmt: skip
+    if all(b is None for b in changed):
+      inputs = e.default_inputs
+    else:
+      bounds = self._bounds(*changed, defaults=self.defaults)
+      inputs = e.inputs(bounds)
+    e.call(inputs, e.outputs, e.pointers[0], e.pointers[1], e.pointers[2], e.pointers[3], e.ws)
+    history, ihistory, info = e.stats
+    iterations, status, stats = self.sqp.unpack_stats(history, ihistory, info, float(e.scalars[0]), e.scalars[3:])
+    return MPCSolution(e.x.copy(), e.u.copy(), status, iterations, float(e.scalars[1]), float(e.scalars[2]),
+                       self.options.mode == "rti", stats)  # fmt: skip
 
   def _params(self, p: ArrayLike | None) -> F64:
     N, np_ = self.N, self.np
@@ -311,6 +334,49 @@ class MPCFunction(FunctionBase):
     if arr.shape != (N + 1, np_):
       raise ValueError(f"{self.name}: p must have shape ({np_},) or per stage ({N + 1}, {np_}), got {arr.shape}")
     return arr
+
+
+class _Entry:
+  """The loaded controller: its entry points, workspace, and the buffers and pointers one call passes (allocated once,
+  so a call converts nothing but x0 and p)."""
+
+  BOUNDS = ("lbx", "ubx", "lbu", "ubu", "lbh", "ubh", "lbhN", "ubhN")
+
+  def __init__(
+    self, lib: Any, name: str, ws: ctypes.c_void_p, stats: tuple[Any, ...], N: int, nx: int, nu: int, np_: int
+  ) -> None:
+    self.call, self.reset, self.set_guess = (
+      lib[f"anvil_{name}_call"],
+      lib[f"anvil_{name}_reset"],
+      lib[f"anvil_{name}_set_guess"],
+    )
+    self.call.restype, self.call.argtypes = ctypes.c_int, [ctypes.c_void_p] * 7
+    self.reset.restype, self.reset.argtypes = None, [ctypes.c_void_p]
+    self.set_guess.restype, self.set_guess.argtypes = None, [ctypes.c_void_p] * 3
+    self.ws, self.stats = ws, stats
+    self.x0, self.p = np.zeros(nx), np.zeros((N + 1, np_))
+    self.x, self.u, self.scalars = np.zeros((N + 1, nx)), np.zeros((N, nu)), np.zeros(7)
+    self.outputs = (ctypes.c_void_p * 2)(self.x.ctypes.data, self.u.ctypes.data)
+    self.pointers = tuple(a.ctypes.data for a in (*stats, self.scalars))
+    self.keep: list[Any] = []
+    self.default_inputs: Any = None
+
+  def inputs(self, bounds: dict[str, F64]) -> Any:
+    """The pointer array of one call's inputs: x0, p and the bounds (kept alive while in use)."""
+    self.keep = [bounds]
+    return (ctypes.c_void_p * 10)(
+      self.x0.ctypes.data, self.p.ctypes.data, *(bounds[k].ctypes.data for k in self.BOUNDS)
+    )
+
+
+@functools.cache
+def anvil_fingerprint() -> str:
+  """A hash of every source and template of the anvil package (derivatives, solver and controller code included)."""
+  root = Path(__file__).parent.parent
+  h = hashlib.sha256()
+  for path in sorted([*root.rglob("*.py"), *root.rglob("*.j2")]):
+    h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+  return h.hexdigest()[:16]
 
 
 def _array(name: str, what: str, value: ArrayLike, shape: tuple[int, ...] | None) -> F64:

@@ -18,8 +18,8 @@ class SQPOptions:
   max_iter: int = 100
   """Maximum number of SQP iterations (each solves one QP)."""
   tol: float = 1e-8
-  """Termination: primal infeasibility ≤ tol and dual infeasibility (stationarity of the Lagrangian) ≤ tol, both
-  scaled by max(1, size of the terms they are made of)."""
+  """Termination: primal infeasibility ≤ tol, and dual infeasibility (stationarity of the Lagrangian) and
+  complementarity (|multiplier| x distance to its bound) ≤ tol · max(1, ‖∇f‖∞)."""
   qp_eps_abs: float = 1e-10
   """OSQP's absolute tolerance for each QP."""
   qp_eps_rel: float = 1e-10

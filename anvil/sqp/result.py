@@ -21,7 +21,7 @@ class SQPResult:
     status: "converged", "max_iterations", "infeasible" or "numerical_error".
     iterations: SQP iterations taken.
     stats: per-iteration history (arrays over iterations: objective, primal_infeasibility, dual_infeasibility,
-      step, regularization, qp_iterations, qp_status), seconds spent (time_evaluation, time_qp_update,
+      step, regularization, complementarity, qp_iterations, qp_status), seconds spent (time_evaluation, time_qp_update,
       time_qp_solve, time_line_search) plus diagnostics (`message`, and for failures the most
       violated constraints and, for a NaN/inf, the function and output index that produced it).
   """

@@ -28,6 +28,7 @@ from anvil.sqp.result import SQPResult
 
 Fn = NumericalFunction[..., Any]
 TEMPLATES = Path(__file__).parent / "templates"
+HISTORY_NAMES = ("objective", "primal_infeasibility", "dual_infeasibility", "step", "regularization", "complementarity")
 TIME_NAMES = ("time_evaluation", "time_qp_update", "time_qp_solve", "time_line_search")
 FUNCTION_NAMES = ("cost", "cost_gradient", "constraints", "constraint_jacobian", "lagrangian_hessian")
 
@@ -334,7 +335,7 @@ class SQPFunction(FunctionBase):
   def stats_buffers(self) -> tuple[NDArray[np.float64], NDArray[np.int32], NDArray[np.int32]]:
     """Fresh arrays the JIT export of Stats fills: history, ihistory and info."""
     rows = self.options.max_iter + 1
-    return np.zeros((rows, 5)), np.zeros((rows, 2), dtype=np.int32), np.zeros(5, dtype=np.int32)
+    return np.zeros((rows, 6)), np.zeros((rows, 2), dtype=np.int32), np.zeros(5, dtype=np.int32)
 
   def unpack_stats(
     self,
@@ -348,8 +349,7 @@ class SQPFunction(FunctionBase):
     evaluations, QP updates, QP solves and the line search)."""
     iterations, status = int(info[0]), STATUSES[int(info[1])]
     rows = slice(0, iterations + 1)
-    stats: dict[str, Any] = {name: history[rows, c].copy() for c, name in enumerate(
-      ("objective", "primal_infeasibility", "dual_infeasibility", "step", "regularization"))}  # fmt: skip
+    stats: dict[str, Any] = {name: history[rows, c].copy() for c, name in enumerate(HISTORY_NAMES)}
     stats["qp_iterations"], stats["qp_status"] = ihistory[rows, 0].copy(), ihistory[rows, 1].copy()
     for name, seconds in zip(TIME_NAMES, times, strict=True):
       stats[name] = float(seconds)

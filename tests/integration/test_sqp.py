@@ -53,6 +53,12 @@ def test_hs071() -> None:
   grad = np.array([x[3] * (2 * x[0] + x[1] + x[2]), x[0] * x[3], x[0] * x[3] + 1, x[0] * (x[0] + x[1] + x[2])])
   jac = np.array([[x[1] * x[2] * x[3], x[0] * x[2] * x[3], x[0] * x[1] * x[3], x[0] * x[1] * x[2]], 2 * x])
   assert kkt(res, grad, jac) < 1e-6
+  # complementarity, recomputed here: multipliers vanish off their bounds
+  g = np.array([np.prod(x), x @ x])
+  distance_g = np.where(res.lam_g > 0, 40.0 - g, g - 25.0)
+  distance_x = np.where(res.lam_x > 0, 5.0 - x, x - 1.0)
+  assert max(np.abs(res.lam_g * distance_g).max(), np.abs(res.lam_x * distance_x).max()) < 1e-7
+  assert res.stats["complementarity"][-1] < 1e-7
 
 
 def test_active_bounds_and_equalities_with_a_parameter() -> None:

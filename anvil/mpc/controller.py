@@ -26,6 +26,7 @@ from anvil.mpc.result import MPCSolution
 from anvil.mpc.soft import Soft
 from anvil.mpc.transcription import Cost, Fn, Transcription
 from anvil.sqp import SQPFunction
+from anvil.sqp.options import STATUSES
 from anvil.sqp.solver import solver_library
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -281,6 +282,14 @@ class MPCFunction(FunctionBase):
     entry = self._entry
     entry.reset(entry.ws)
 
+  def prepare(self) -> str:
+    """Real-time iteration: the preparation phase, to run while waiting for the next state. It shifts the previous
+    solution and linearizes and factors the QP there, so the next call only solves it (the feedback phase). A no-op
+    in full-SQP mode, before the first call and after reset(). Returns "converged" or "numerical_error" (a NaN/inf,
+    reported in detail by the next call)."""
+    entry = self._entry
+    return STATUSES[entry.prepare(entry.ws)]
+
   def set_guess(self, x: ArrayLike, u: ArrayLike) -> None:
     """Start the next call from the trajectory x (N + 1, nx) and inputs u (N, nu)."""
     xs = _array(self.name, "x guess", x, (self.N + 1, self.nx))
@@ -300,7 +309,8 @@ class MPCFunction(FunctionBase):
     terminal_constraint_bounds: Bounds | None = None,
   ) -> MPCSolution:
     """Solve from the state x0; p is the parameter ((np,) shared by all stages, or (N + 1, np) per stage); bounds
-    given here replace the defaults for this call only."""
+    given here replace the defaults for this call only. In real-time-iteration mode this is the feedback phase (it
+    prepares first unless `prepare()` was called since the last call)."""
     e = self._entry
     if x0.__class__ is np.ndarray and x0.dtype == np.float64 and x0.shape == e.x0.shape:
       np.copyto(e.x0, x0)
@@ -350,6 +360,8 @@ class _Entry:
       lib[f"anvil_{name}_reset"],
       lib[f"anvil_{name}_set_guess"],
     )
+    self.prepare = lib[f"anvil_{name}_prepare"]
+    self.prepare.restype, self.prepare.argtypes = ctypes.c_int, [ctypes.c_void_p]
     self.call.restype, self.call.argtypes = ctypes.c_int, [ctypes.c_void_p] * 7
     self.reset.restype, self.reset.argtypes = None, [ctypes.c_void_p]
     self.set_guess.restype, self.set_guess.argtypes = None, [ctypes.c_void_p] * 3

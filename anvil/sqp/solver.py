@@ -206,7 +206,8 @@ class SQPFunction(FunctionBase):
                ("hess", self.hessian.nnz), ("Px", osqp.p_pattern.nnz), ("Ax", osqp.a_pattern.nnz), ("l", m + n),
                ("u", m + n), ("lam_all", m + n), ("slack_values", 2 * m), ("Axe", elastic.a_pattern.nnz),
                ("qe", n + 2 * m), ("le", n + 3 * m), ("ue", n + 3 * m), ("filter_theta", self.options.max_iter + 1),
-               ("filter_phi", self.options.max_iter + 1), *polish_vectors)  # fmt: skip
+               ("filter_phi", self.options.max_iter + 1), ("rti_prepared", 1), ("rti_failure", 2), ("rti_times", 2),
+               ("rti_regularization", 1), *polish_vectors)  # fmt: skip
     return _SolverContext(
       self.name, self.n, self.m, self.np, self.cost.name, self.gradient.name,
       "" if self.constraints is None else self.constraints.name, "" if jac is None else jac.name, self.hessian.name,

@@ -157,6 +157,16 @@ def test_real_time_iteration() -> None:
   # one iteration per step from the shifted solution tracks the fully converged closed loop closely
   full = simulate(cm.stabilizing("test_mpc_stab"), cartpole.step_numpy, cm.X0_STABILIZE, 100)
   assert cl.cost == pytest.approx(full.cost, rel=1e-2)
+  # the preparation/feedback split (prepare() while waiting for the state) computes the same closed loop
+  mpc.reset()
+  x, xs = cm.X0_STABILIZE.copy(), []
+  for _ in range(100):
+    sol = mpc(x)
+    assert sol.success and sol.real_time_iteration
+    x = cartpole.step_numpy(x, sol.u0)
+    xs.append(x)
+    assert mpc.prepare() == "converged"
+  np.testing.assert_allclose(np.array(xs), cl.x[1:], atol=1e-10)
 
 
 SOFT = Soft(indices=(0,), l1=10.0, l2=10.0)

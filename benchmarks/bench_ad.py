@@ -56,13 +56,12 @@ if str(ROOT) not in sys.path:
 
 import anvil as av  # noqa: E402
 from anvil.ad import jacobian, sphessian, spjacobian  # noqa: E402
-from anvil.codegen.jit import find_compiler  # noqa: E402
+from anvil.codegen.jit import find_c_compiler, find_compiler  # noqa: E402
 from benchmarks.common import (  # noqa: E402
   C_FLAGS,
   CXX_FLAGS,
   Exe,
   Row,
-  c_compiler,
   casadi_backend,
   flat,
   fmt_array,
@@ -363,7 +362,7 @@ def casadi_harness(
   ny = int(fun.sparsity_out(0).nnz())
   harness = out / "harness.cpp"
   harness.write_text(harness_source(f'#include "{fun.name()}.h"', casadi_setup(fun.name(), inputs, ny), inputs, ny))
-  cmd = [c_compiler(), *C_FLAGS, str(source)]
+  cmd = [find_c_compiler(), *C_FLAGS, str(source)]
   if limit_s is None:
     return link_harness(label, cmd, harness, out), None
   obj = out / f"{label}_gen.o"
@@ -803,7 +802,7 @@ def main() -> None:
   print(f"  anvil {av.__version__}, casadi {ca.__version__ if ca else 'not installed'}, numpy {np.__version__}")
   print(
     f"  {Path(cxx).name} ({sh([cxx, '--version']).stdout.splitlines()[0]})"
-    + (f"; C for CasADi: {Path(c_compiler()).name}" if ca else "")
+    + (f"; C for CasADi: {Path(find_c_compiler()).name}" if ca else "")
   )
   print(
     f"  generated code: {' '.join(CXX_FLAGS)} (anvil) / {' '.join(C_FLAGS)} (CasADi); harness {' '.join(CXX_FLAGS)}"

@@ -48,13 +48,12 @@ if str(ROOT) not in sys.path:
   sys.path.insert(0, str(ROOT))
 
 import anvil as av  # noqa: E402
-from anvil.codegen.jit import find_compiler  # noqa: E402
+from anvil.codegen.jit import find_c_compiler, find_compiler  # noqa: E402
 from benchmarks.common import (  # noqa: E402
   C_FLAGS,
   CXX_FLAGS,
   Exe,
   Row,
-  c_compiler,
   callgrind_costs,
   casadi_backend,
   flat,
@@ -200,7 +199,7 @@ def build_casadi(ca: Any) -> tuple[Any, Exe, float]:
   gen.generate(f"{out}/")
   harness = out / "harness.cpp"
   harness.write_text(harness_source('#include "quad_cas.h"', CASADI_SETUP.replace("@NX@", str(NX))))
-  exe = link_harness("casadi", [c_compiler(), *C_FLAGS, str(out / "quad_cas.c")], harness, out)
+  exe = link_harness("casadi", [find_c_compiler(), *C_FLAGS, str(out / "quad_cas.c")], harness, out)
   return fun, exe, build_s
 
 
@@ -249,7 +248,7 @@ def main() -> None:
   cxx_version = sh([cxx, "--version"]).stdout.splitlines()[0]
   print("P1 quadrotor RK4 step (12 states, 4 inputs, h = 0.02 s) at the check point of problems.md")
   print(f"  anvil {av.__version__}, casadi {ca.__version__ if ca else 'not installed'}, numpy {np.__version__}")
-  print(f"  {Path(cxx).name} ({cxx_version})" + (f"; C for CasADi: {Path(c_compiler()).name}" if ca else ""))
+  print(f"  {Path(cxx).name} ({cxx_version})" + (f"; C for CasADi: {Path(find_c_compiler()).name}" if ca else ""))
   print(
     f"  generated code: {' '.join(CXX_FLAGS)} (anvil) / {' '.join(C_FLAGS)} (CasADi); harness {' '.join(CXX_FLAGS)}"
   )

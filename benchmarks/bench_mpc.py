@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
   sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import casadi_backend, load_casadi, verdict  # noqa: E402
+from benchmarks.common import casadi_backend, casadi_solver, load_casadi, verdict  # noqa: E402
 from examples.cpp.harness import build_harness, run_harness  # noqa: E402
 from examples.models import cartpole, cartpole_mpc  # noqa: E402
 
@@ -161,16 +161,7 @@ def shift(v: np.ndarray, block: int, tail: int) -> np.ndarray:
 def run_casadi(ca: Any, label: str, plugin: str, opts: dict[str, Any], steps: int, notes: list[str]) -> Loop:
   """Closed loop with a CasADi nlpsol, warm-started from the shifted previous solution; plant: numpy RK4."""
   nlp, lbw, ubw = casadi_nlp(ca)
-  while True:
-    try:
-      solver = ca.nlpsol(f"bench_mpc_{plugin}", plugin, nlp, opts)
-      break
-    except RuntimeError as e:
-      bad = next((k for k in opts if f"'{k}'" in str(e) or f'"{k}"' in str(e)), None)
-      if bad is None:
-        raise
-      notes.append(f"{plugin}: option {bad!r} rejected, dropped")
-      opts = {k: v for k, v in opts.items() if k != bad}
+  solver = casadi_solver(ca, f"bench_mpc_{plugin}", plugin, nlp, opts, notes)
   nz, ng = NX + NU, NX * (N + 1)
   x = cartpole_mpc.X0_STABILIZE.copy()
   w0 = np.concatenate([np.tile(np.concatenate([x, np.zeros(NU)]), N), x])

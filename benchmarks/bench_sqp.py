@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
   sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import casadi_backend, load_casadi, verdict  # noqa: E402
+from benchmarks.common import casadi_backend, casadi_solver, load_casadi, verdict  # noqa: E402
 from examples.models import shooting  # noqa: E402
 
 N = 50
@@ -144,16 +144,7 @@ def run_casadi(ca: Any, prob: Problem, solves: int, notes: list[str]) -> list[Re
   solvers = [("CasADi IPOPT", "ipopt", ipopt_opts), ("CasADi sqpmethod+qrqp", "sqpmethod", sqp_opts)]
   out = []
   for label, plugin, opts in solvers:
-    while True:
-      try:
-        solver = ca.nlpsol(f"bench_{plugin}", plugin, nlp, opts)
-        break
-      except RuntimeError as e:
-        bad = next((k for k in opts if f"'{k}'" in str(e) or f'"{k}"' in str(e)), None)
-        if bad is None:
-          raise
-        notes.append(f"{plugin}: option {bad!r} rejected, dropped")
-        opts = {k: v for k, v in opts.items() if k != bad}
+    solver = casadi_solver(ca, f"bench_{plugin}", plugin, nlp, opts, notes)
     args = dict(x0=prob.w0, p=X_INIT, lbx=prob.lbx, ubx=prob.ubx, lbg=prob.lbg, ubg=prob.ubg)
     sol = solver(**args)  # first solve: warm-up, not timed
     stats = solver.stats()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import os
 import re
 import shutil
 import statistics
@@ -62,19 +61,24 @@ def sh(cmd: Sequence[str | Path], **kw: Any) -> subprocess.CompletedProcess[str]
   return proc
 
 
-def c_compiler() -> str:
-  """The C compiler for CasADi's C: $CC, else cc, gcc or clang."""
-  for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
-    if name and (path := shutil.which(name)):
-      return path
-  raise RuntimeError("no C compiler found (looked for $CC, cc, gcc, clang)")
-
-
 def load_casadi() -> Any:
   """The casadi module, or None when it is not installed."""
   with contextlib.suppress(ImportError):
     return importlib.import_module("casadi")
   return None
+
+
+def casadi_solver(ca: Any, name: str, plugin: str, nlp: dict[str, Any], opts: dict[str, Any], notes: list[str]) -> Any:
+  """`ca.nlpsol(name, plugin, nlp, opts)`, dropping (and noting) options this CasADi version rejects."""
+  while True:
+    try:
+      return ca.nlpsol(name, plugin, nlp, opts)
+    except RuntimeError as e:
+      bad = next((k for k in opts if f"'{k}'" in str(e) or f'"{k}"' in str(e)), None)
+      if bad is None:
+        raise
+      notes.append(f"{plugin}: option {bad!r} rejected, dropped")
+      opts = {k: v for k, v in opts.items() if k != bad}
 
 
 def casadi_backend(ca: Any) -> Backend:

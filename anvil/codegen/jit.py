@@ -47,6 +47,15 @@ def find_compiler() -> str:
   )
 
 
+def find_c_compiler() -> str:
+  """The C compiler for C sources built outside the JIT (e.g. OSQP's in a standalone build): $CC if set, else the
+  first of cc, gcc, clang on PATH."""
+  for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+    if name and (path := shutil.which(name)):
+      return path
+  raise CompilerNotFoundError("no C compiler found (looked for $CC, cc, gcc, clang); install one, e.g. gcc")
+
+
 @functools.cache
 def compiler_identity(cxx: str) -> str:
   """The compiler's path and first `--version` line (part of every cache key)."""

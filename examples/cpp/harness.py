@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import csv
 import os
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -20,7 +19,7 @@ from numpy.typing import ArrayLike, NDArray
 
 import anvil
 from anvil.codegen import NumericalFunction
-from anvil.codegen.jit import find_compiler
+from anvil.codegen.jit import find_c_compiler, find_compiler
 from anvil.mpc import MPCFunction
 
 HERE = Path(__file__).resolve().parent
@@ -85,14 +84,6 @@ def write_module(
   return source
 
 
-def c_compiler() -> str:
-  """The C compiler for OSQP's sources: $CC, else cc, gcc or clang."""
-  for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
-    if name and (path := shutil.which(name)):
-      return path
-  raise RuntimeError("no C compiler found (looked for $CC, cc, gcc, clang)")
-
-
 def _run(cmd: Sequence[str | Path], cwd: Path) -> None:
   proc = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True)
   if proc.returncode != 0:
@@ -112,7 +103,7 @@ def build_harness(
   output on failure."""
   out = Path(out_dir).resolve()
   source = write_module(mpc, out, module, x0)
-  cxx, cc = compiler or find_compiler(), c_compiler()
+  cxx, cc = compiler or find_compiler(), find_c_compiler()
   inc = [f"-I{out / i}" for i in INCLUDES]
   (out / "obj").mkdir(exist_ok=True)
   c_sources = sorted((out / "osqp" / "src").glob("*.c")) + sorted((out / "osqp").glob("*workspace.c"))

@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_eval.py
 	$(PY) benchmarks/bench_ad.py
 	$(PY) benchmarks/bench_sqp.py
+	$(PY) benchmarks/bench_mpc.py
 
 clean:
 	rm -rf build $(VENV) .pytest_cache .ruff_cache .mypy_cache

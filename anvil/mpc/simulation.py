@@ -29,7 +29,8 @@ class ClosedLoop:
     stage_costs: l(x_t, u_t) per step; cost: their sum (the closed-loop cost).
     solve_times: seconds per controller call (measured in the generated C++).
     iterations: SQP iterations per step. statuses: the controller's status per step.
-    violations: per step, the largest violation of the controller's default state and input bounds by (x_t, u_t).
+    violations: per step, the largest violation of the controller's default path state bounds (those of stage 1)
+      and input bounds (stage 0) by (x_{t+1}, u_t).
     x_bounds, u_bounds: those bounds (for plots).
   """
 
@@ -132,7 +133,8 @@ def simulate(
     sys.stderr.write("\n")
   X, U = np.array(xs), np.array(us).reshape(steps, mpc.nu)
   bounds = mpc.defaults
-  x_lo, x_hi, u_lo, u_hi = bounds["lbx"][-1], bounds["ubx"][-1], bounds["lbu"][0], bounds["ubu"][0]
+  path = 1 if mpc.N > 1 else mpc.N  # the path bounds (row N holds the terminal ones)
+  x_lo, x_hi, u_lo, u_hi = bounds["lbx"][path], bounds["ubx"][path], bounds["lbu"][0], bounds["ubu"][0]
   violation = np.maximum(np.maximum(x_lo - X[1:], X[1:] - x_hi).max(axis=1, initial=0.0),
                          np.maximum(u_lo - U, U - u_hi).max(axis=1, initial=0.0)) if steps else np.zeros(0)  # fmt: skip
   return ClosedLoop(X, U, np.array(costs), np.array(times), np.array(its, dtype=np.int64), tuple(statuses),

@@ -113,7 +113,10 @@ def run_anvil(prob: Problem, solves: int) -> tuple[Result, float, str]:
   build_s = time.perf_counter() - t0
   ms = median_ms(solve, solves)
   qp = res.stats["qp_iterations"]
-  qp_note = f"{int(qp.sum())} QP iterations in all, at most {int(qp.max())} in one SQP iteration"
+  times = {k: res.stats[f"time_{k}"] * 1e3 for k in ("evaluation", "qp_update", "qp_solve", "line_search")}
+  qp_note = (f"{int(qp.sum())} QP iterations in all, at most {int(qp.max())} in one SQP iteration\n"
+             f"  anvil time inside the generated C++ (its own timers): {sum(times.values()):.2f} ms = "
+             + ", ".join(f"{k} {v:.2f}" for k, v in times.items()))  # fmt: skip
   return Result("anvil SQPFunction", res.status, res.iterations, float(res.f), ms), build_s, qp_note
 
 

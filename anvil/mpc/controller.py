@@ -73,9 +73,11 @@ class MPCFunction(FunctionBase):
     x_bounds: default (lower, upper) state bounds, each (nx,) or per stage (N + 1, nx) (row 0 is unused: x_0 is
       fixed; row N bounds x_N unless x_terminal_bounds is given). ±inf: no bound.
     u_bounds: default input bounds, (nu,) or (N, nu).
-    constraints: optional path constraints h(x, u[, p]) -> (nh,), kept within constraint_bounds at stages 0..N-1.
+    constraints: optional path constraints h(x, u[, p]) -> (nh,), kept within constraint_bounds at stages 0..N-1
+      (or the pair (h, (lower, upper))).
     constraint_bounds: default (lower, upper), (nh,) or (N, nh).
-    terminal_constraints: optional h_N(x[, p]) -> (nhN,); terminal_constraint_bounds: its (lower, upper).
+    terminal_constraints: optional h_N(x[, p]) -> (nhN,) (or (h_N, (lower, upper))); terminal_constraint_bounds: its
+      (lower, upper).
     x_terminal_bounds: default bounds on x_N, (nx,).
     soft: bounds to soften, {"x" | "u" | "constraints" | "x_terminal" | "terminal_constraints": Soft(...)}.
     options: MPCOptions.
@@ -107,6 +109,10 @@ class MPCFunction(FunctionBase):
     if options is not None and not isinstance(options, MPCOptions):
       raise TypeError(f"{name}: options must be MPCOptions, got {type(options).__name__}")
     self.options = options or MPCOptions()
+    constraints, constraint_bounds = _with_bounds(name, "constraints", constraints, constraint_bounds)
+    terminal_constraints, terminal_constraint_bounds = _with_bounds(
+      name, "terminal_constraints", terminal_constraints, terminal_constraint_bounds
+    )
     self.ocp = Transcription(
       name, dynamics, stage_cost, terminal_cost, horizon, constraints, terminal_constraints, soft
     )
@@ -344,6 +350,15 @@ class MPCFunction(FunctionBase):
     if arr.shape != (N + 1, np_):
       raise ValueError(f"{self.name}: p must have shape ({np_},) or per stage ({N + 1}, {np_}), got {arr.shape}")
     return arr
+
+
+def _with_bounds(name: str, what: str, fn: Any, bounds: Bounds | None) -> tuple[Any, Bounds | None]:
+  """Constraints given as (function, (lower, upper)) split into the function and its bounds."""
+  if isinstance(fn, tuple):
+    if len(fn) != 2 or bounds is not None:
+      raise ValueError(f"{name}: {what} must be a function, or (function, (lower, upper)) without {what[:-1]}_bounds")
+    return fn[0], fn[1]
+  return fn, bounds
 
 
 class _Entry:

@@ -38,11 +38,17 @@ def test_p2_stabilizing_closed_loop_reference(stabilizing: MPCFunction) -> None:
 
 
 def casadi_ocp(
-  x0: np.ndarray, n: int, x_ref: np.ndarray | None = None, u_max: float = 20.0, soft_xc: tuple[float, ...] = ()
+  x0: np.ndarray,
+  n: int,
+  x_ref: np.ndarray | None = None,
+  u_max: float = 20.0,
+  soft_xc: tuple[float, ...] = (),
+  tip_max: float | None = None,
 ) -> np.ndarray:
   """The P2 OCP (stage cost (x - r)ᵀQ(x - r) + R u², terminal 10 Q, |u| <= u_max, |xc| <= 2) solved by IPOPT; with
-  soft_xc = (bound, l1, l2) the cart position of x_1..x_N is instead kept in ±bound by slacks costing l1 s + l2 s².
-  Returns the optimal inputs."""
+  soft_xc = (bound, l1, l2) the cart position of x_1..x_N is instead kept in ±bound by slacks costing l1 s + l2 s²;
+  with tip_max the pole tip xc + 0.5 sin(theta) stays in ±tip_max at stages 0..n-1 and theta_N = 0. Returns the
+  optimal inputs."""
   ca = pytest.importorskip("casadi")
   from examples.models.backend import Backend
 
@@ -57,6 +63,9 @@ def casadi_ocp(
     lbg, ubg = lbg + [0.0] * 4, ubg + [0.0] * 4
   e = X[:, n] - refs[n]
   J += 10 * ca.dot(e, ca.DM(cartpole.Q) @ e)
+  if tip_max is not None:
+    g += [X[0, :n].T + 0.5 * ca.sin(X[1, :n].T), X[1, n]]
+    lbg, ubg = lbg + [-tip_max] * n + [0.0], ubg + [tip_max] * n + [0.0]
   if soft_xc:
     bound, l1, l2 = soft_xc
     J += l1 * ca.sum1(S) + l2 * ca.sumsqr(S)
@@ -116,6 +125,25 @@ def test_call_time_bounds_replace_defaults_for_one_call(tracking: MPCFunction) -
   stage_wise[0] = 1.0
   first = tracking(x0, p, u_bounds=(-stage_wise, stage_wise))
   assert abs(first.u0[0]) <= 1.0 + 1e-7 and np.abs(first.u[1:]).max() > 1.0
+
+
+def test_path_and_terminal_constraints_match_ipopt() -> None:
+  tip = av.NumericalFunction("test_mpc_tip", lambda x, u: (x[0] + 0.5 * x[1].sin()).reshape(1), (Arg(4), Arg(1)))
+  upright = av.NumericalFunction("test_mpc_upright", lambda x: x[1:2] * 1.0, (Arg(4),))
+  x_bounds, u_bounds = cm.bounds()
+  mpc = MPCFunction("test_mpc_tipc", cm.dynamics("test_mpc_tipc_F"), cm.stage_cost("test_mpc_tipc_l"),
+                    cm.terminal_cost("test_mpc_tipc_lN"), horizon=N_SMALL, x_bounds=x_bounds, u_bounds=u_bounds,
+                    constraints=(tip, ([-0.2], [0.2])), terminal_constraints=upright,
+                    terminal_constraint_bounds=([0.0], [0.0]))  # fmt: skip
+  x0 = np.array([0.0, 0.3, 0.0, 0.0])
+  sol = mpc(x0)
+  assert sol.success
+  tips = sol.x[:N_SMALL, 0] + 0.5 * np.sin(sol.x[:N_SMALL, 1])
+  assert np.abs(tips).max() <= 0.2 + 1e-8 and abs(sol.x[N_SMALL, 1]) <= 1e-8
+  assert np.abs(tips).max() > 0.2 - 1e-6, "the tip constraint is active somewhere (else this test shows nothing)"
+  np.testing.assert_allclose(sol.u[:, 0], casadi_ocp(x0, N_SMALL, tip_max=0.2), rtol=1e-6, atol=U_ATOL)
+  loose = mpc(x0, constraint_bounds=([-1.0], [1.0]))  # bounds of the path constraints are call-time too
+  np.testing.assert_allclose(loose.u[:, 0], casadi_ocp(x0, N_SMALL, tip_max=1.0), rtol=1e-6, atol=U_ATOL)
 
 
 def test_warm_start_and_guess(tracking: MPCFunction) -> None:

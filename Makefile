@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_ad.py
 	$(PY) benchmarks/bench_sqp.py
 	$(PY) benchmarks/bench_mpc.py
+	$(PY) benchmarks/bench_qp.py
 
 clean:
 	rm -rf build $(VENV) .pytest_cache .ruff_cache .mypy_cache

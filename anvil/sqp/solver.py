@@ -385,7 +385,7 @@ def solver_library(fn: FunctionBase, module: str, wrapper: str, qps: tuple[Embed
     return str(path)
   with stage(fn.name, "compile"):
     c_sources = sorted({c for qp in qps for c in qp.c_sources})
-    return str(compile_library(key, sources, "jit.cpp", fn.name, c_sources, qps[0].include_dirs))
+    return str(compile_library(key, sources, "jit.cpp", fn.name, c_sources, qps[0].include_dirs if qps else []))
 
 
 def _pattern(fn: SparseNumericalFunction, shape: tuple[int, int]) -> sp.csc_array:

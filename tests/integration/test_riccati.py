@@ -1,0 +1,160 @@
+"""RiccatiQP: random OCP-structured QPs against OSQP at high accuracy, KKT residuals recomputed in numpy, statuses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import osqp
+import pytest
+import scipy.sparse as sp
+
+from anvil.mpc.riccati import RiccatiQP
+
+
+def random_qp(rng: np.random.Generator, nx: int, nu: int, N: int, ng: int, ngN: int, pull: float) -> dict[str, Any]:
+  """Stable-ish random dynamics, PD stage costs, a linear term `pull` driving states into box rows, general rows."""
+  nz = nx + nu
+  A = np.eye(nx) + 0.1 * rng.normal(size=(N, nx, nx))
+  B = 0.1 * rng.normal(size=(N, nx, nu))
+  c = 0.01 * rng.normal(size=(N, nx))
+  M = rng.normal(size=(N, nz, nz))
+  H = np.einsum("kij,klj->kil", M, M) / nz + 0.1 * np.eye(nz)
+  g = pull * rng.normal(size=(N, nz))
+  MN = rng.normal(size=(nx, nx))
+  HN, gN = MN @ MN.T / nx + np.eye(nx), pull * rng.normal(size=nx)
+  G = np.concatenate([np.eye(nz)[None].repeat(N, 0), rng.normal(size=(N, ng - nz, nz))], axis=1)
+  lo, hi = -np.ones((N, ng)), np.ones((N, ng))
+  lo[0, :nx], hi[0, :nx] = -np.inf, np.inf  # x_0 is fixed: no bounds on it
+  lo[:, nz:], hi[:, nz:] = -1.5, 1.5
+  GN = rng.normal(size=(ngN, nx))
+  loN, hiN = -np.ones(ngN), np.full(ngN, np.inf)
+  x0 = 0.5 * rng.uniform(-1, 1, size=nx)
+  return dict(H=H, g=g, HN=HN, gN=gN, A=A, B=B, c=c, x0=x0, G=G, lo=lo, hi=hi, GN=GN, loN=loN, hiN=hiN)
+
+
+def osqp_form(d: dict[str, Any]) -> tuple[sp.csc_matrix, np.ndarray, sp.csc_matrix, np.ndarray, np.ndarray]:
+  """The same QP in w = [x_0 .. x_N, u_0 .. u_{N-1}] as OSQP takes it: (triu P, q, A, l, u)."""
+  N, nx, nu = d["B"].shape[0], d["B"].shape[1], d["B"].shape[2]
+  nw = (N + 1) * nx + N * nu
+  xi = lambda k: np.arange(k * nx, (k + 1) * nx)
+  ui = lambda k: (N + 1) * nx + np.arange(k * nu, (k + 1) * nu)
+  P, q = np.zeros((nw, nw)), np.zeros(nw)
+  rows, lo, hi = [], [], []
+
+  def row(entries: list[tuple[np.ndarray, np.ndarray]], low: float, high: float) -> None:
+    r = np.zeros(nw)
+    for idx, vals in entries:
+      r[idx] += vals
+    rows.append(r)
+    lo.append(low)
+    hi.append(high)
+
+  for i in range(nx):
+    row([(xi(0)[i : i + 1], np.ones(1))], d["x0"][i], d["x0"][i])
+  for k in range(N):
+    z = np.concatenate([xi(k), ui(k)])
+    P[np.ix_(z, z)] += d["H"][k]
+    q[z] += d["g"][k]
+    for i in range(nx):
+      row(
+        [(xi(k), d["A"][k][i]), (ui(k), d["B"][k][i]), (xi(k + 1)[i : i + 1], -np.ones(1))],
+        -d["c"][k][i],
+        -d["c"][k][i],
+      )
+    for m in range(d["G"].shape[1]):
+      row([(z, d["G"][k][m])], d["lo"][k][m], d["hi"][k][m])
+  P[np.ix_(xi(N), xi(N))] += d["HN"]
+  q[xi(N)] += d["gN"]
+  for m in range(d["GN"].shape[0]):
+    row([(xi(N), d["GN"][m])], d["loN"][m], d["hiN"][m])
+  return sp.csc_matrix(np.triu(P)), q, sp.csc_matrix(np.array(rows)), np.clip(lo, -1e30, 1e30), np.clip(hi, -1e30, 1e30)
+
+
+def osqp_reference(d: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+  """The QP solved by OSQP (eps 1e-10, polished): (x, u)."""
+  N, nx, nu = d["B"].shape[0], d["B"].shape[1], d["B"].shape[2]
+  solver = osqp.OSQP()
+  solver.setup(*osqp_form(d), eps_abs=1e-10, eps_rel=1e-10, polishing=True, verbose=False, max_iter=500000)
+  res = solver.solve(raise_error=False)
+  assert res.info.status == "solved" and res.info.status_polish == 1
+  return res.x[: (N + 1) * nx].reshape(N + 1, nx), res.x[(N + 1) * nx :].reshape(N, nu)
+
+
+def kkt_residuals(d: dict[str, Any], sol: Any) -> tuple[float, float]:
+  """Stationarity and dynamics residuals recomputed in numpy from the returned primal and dual values."""
+  N, nx = d["B"].shape[0], d["B"].shape[1]
+  stat = 0.0
+  for k in range(N):
+    z = np.concatenate([sol.x[k], sol.u[k]])
+    r = d["H"][k] @ z + d["g"][k] + np.concatenate([d["A"][k].T, d["B"][k].T]) @ sol.pi[k] + d["G"][k].T @ sol.lam[k]
+    if k > 0:
+      r[:nx] -= sol.pi[k - 1]
+    stat = max(stat, np.abs(r if k else r[nx:]).max())
+  rN = d["HN"] @ sol.x[N] + d["gN"] - sol.pi[N - 1] + d["GN"].T @ sol.lamN
+  dyn = max(np.abs(d["A"][k] @ sol.x[k] + d["B"][k] @ sol.u[k] + d["c"][k] - sol.x[k + 1]).max() for k in range(N))
+  return max(stat, np.abs(rN).max()), dyn
+
+
+@pytest.mark.parametrize("nx,nu,N,extra", [(4, 1, 30, 1), (2, 2, 10, 0), (6, 3, 20, 2), (3, 1, 50, 1)])
+def test_random_qps_match_osqp(nx: int, nu: int, N: int, extra: int) -> None:
+  rng = np.random.default_rng(nx * 100 + N)
+  ng = nx + nu + extra
+  qp = RiccatiQP(f"riccati_t_{nx}_{nu}_{N}", nx, nu, N, ng=ng, ngN=1)
+  for pull in (0.1, 3.0):  # few and many active bounds
+    d = random_qp(rng, nx, nu, N, ng, 1, pull)
+    sol = qp(1e-10, **d)
+    assert sol.status == "solved" and sol.iterations < 40
+    x_ref, u_ref = osqp_reference(d)
+    np.testing.assert_allclose(sol.x, x_ref, atol=1e-6)
+    np.testing.assert_allclose(sol.u, u_ref, atol=1e-6)
+    stat, dyn = kkt_residuals(d, sol)
+    assert stat < 1e-8 and dyn < 1e-8
+    z = np.concatenate([sol.x[:N], sol.u], axis=1)
+    values = np.einsum("kmz,kz->km", d["G"], z)
+    assert np.all(values >= d["lo"] - 1e-8) and np.all(values <= d["hi"] + 1e-8)
+    # complementarity and signs: a multiplier is nonzero only at its bound, positive at an upper one
+    assert np.all(np.where(sol.lam > 1e-7, np.abs(values - d["hi"]), 0.0) < 1e-6)
+    assert np.all(np.where(sol.lam < -1e-7, np.abs(values - d["lo"]), 0.0) < 1e-6)
+    if pull > 1:
+      assert np.sum(np.abs(sol.lam) > 1e-6) >= 3, "the strong pull makes bounds active"
+
+
+def test_statuses_nonconvex_and_infeasible() -> None:
+  rng = np.random.default_rng(7)
+  qp = RiccatiQP("riccati_t_status", 2, 1, 5, ng=3, ngN=0)
+  d = random_qp(rng, 2, 1, 5, 3, 0, 0.1)
+  d["H"] = d["H"].copy()
+  d["H"][:, 2, 2] = -10.0  # negative curvature in u: the reduced Hessian is indefinite
+  assert qp(1e-8, **d).status == "nonconvex"
+  d = random_qp(rng, 2, 1, 5, 3, 0, 0.1)
+  d["lo"], d["hi"] = d["lo"].copy(), d["hi"].copy()
+  d["lo"][1:, 0], d["hi"][1:, 0] = 50.0, 60.0  # x_1[0] >= 50 cannot be reached from |x0| <= 0.5 with |u| <= 1
+  assert qp(1e-8, **d).status in ("infeasible", "max_iterations")
+
+
+def test_bad_data_raise() -> None:
+  qp = RiccatiQP("riccati_t_bad", 2, 1, 3, ng=0, ngN=0)
+  d = {k: np.zeros(v) for k, v in qp.shapes.items() if k not in ("G", "lo", "hi", "GN", "loN", "hiN")}
+  with pytest.raises(ValueError, match="H must have shape"):
+    qp(**{**d, "H": np.zeros((3, 2, 2))})
+  with pytest.raises(TypeError, match="missing data field 'A'"):
+    qp(**{k: v for k, v in d.items() if k != "A"})
+  with pytest.raises(ValueError, match="nu must be"):
+    RiccatiQP("riccati_t_bad2", 2, 0, 3)
+
+
+@pytest.mark.parametrize("compiler", ["g++", "clang++"])
+def test_module_compiles_warning_free(tmp_path: Any, compiler: str) -> None:
+  import shutil
+  import subprocess
+
+  import anvil as av
+
+  if shutil.which(compiler) is None:
+    pytest.skip(f"{compiler} not installed")
+  qp = RiccatiQP("riccati_t_module", 4, 1, 10, ng=5, ngN=1)
+  _, source = av.generate_module("riccati_module", [qp], out_dir=tmp_path)
+  flags = ["-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", "-c", str(source), "-o", str(tmp_path / "m.o")]
+  proc = subprocess.run([compiler, *flags], capture_output=True, text=True)
+  assert proc.returncode == 0, proc.stderr

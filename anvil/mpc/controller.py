@@ -23,6 +23,7 @@ from anvil.codegen.jit import cache_dir, cached_library, library_key, load_libra
 from anvil.mpc.costs import LeastSquares
 from anvil.mpc.options import MPCOptions
 from anvil.mpc.result import MPCSolution
+from anvil.mpc.riccati import OCPStructure
 from anvil.mpc.soft import Soft
 from anvil.mpc.transcription import Cost, Fn, Transcription
 from anvil.sqp import SQPFunction
@@ -121,6 +122,8 @@ class MPCFunction(FunctionBase):
     if terminal_constraints is None and terminal_constraint_bounds is not None:
       raise ValueError(f"{name}: terminal_constraint_bounds given without terminal_constraints")
     self.defaults = self._bounds(x_bounds, u_bounds, constraint_bounds, x_terminal_bounds, terminal_constraint_bounds)
+    if self.options.qp_solver == "riccati" and self.ocp.ns:
+      raise ValueError(f"{name}: qp_solver='riccati' does not support soft constraints yet; use qp_solver='osqp'")
 
   # *** sizes ***
 
@@ -159,7 +162,11 @@ class MPCFunction(FunctionBase):
     if self.options.mode == "rti":
       sqp_options = dataclasses.replace(sqp_options, max_iter=1)
     hessian = self.ocp.gauss_newton_hessian() if self.options.hessian == "gauss_newton" else None
-    return SQPFunction(f"{self.name}_sqp", cost, constraints, sqp_options, hessian=hessian)
+    structured = None
+    if self.options.qp_solver == "riccati":
+      ocp = self.ocp
+      structured = lambda hess, jac: OCPStructure(self.name, ocp.N, ocp.nx, ocp.nu, ocp.nh, ocp.nhN, hess, jac)
+    return SQPFunction(f"{self.name}_sqp", cost, constraints, sqp_options, hessian=hessian, structured_qp=structured)
 
   @property
   def model_functions(self) -> tuple[Fn, Fn]:

@@ -8,7 +8,7 @@ from anvil.sqp import SQPOptions
 
 MODES = ("sqp", "rti")
 HESSIANS = ("exact", "gauss_newton")
-QP_SOLVERS = ("osqp",)
+QP_SOLVERS = ("osqp", "riccati")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,7 +26,9 @@ class MPCOptions:
   """"exact": the Lagrangian Hessian (regularized only when a QP is nonconvex). "gauss_newton": 2 JᵀWJ of the
   LeastSquares costs (needs every cost given as LeastSquares; other costs keep their exact Hessian)."""
   qp_solver: str = "osqp"
-  """The QP solver inside the SQP iterations: "osqp" (OSQP's embedded C code)."""
+  """The QP solver inside the SQP iterations: "osqp" (OSQP's embedded C code, polished) or "riccati" (a generated
+  interior point exploiting the stage structure by a Riccati recursion; OSQP stays for the elastic fallback; no soft
+  constraints yet)."""
   sqp: SQPOptions = field(default_factory=lambda: SQPOptions(max_iter=50))
   """Settings of the underlying SQP solver (iteration limit, tolerances, verbosity...)."""
   warm_start: bool = True

@@ -160,3 +160,85 @@ class RiccatiQP(FunctionBase):
     status = QP_STATUSES[int(info[0])]
     return OCPQPSolution(x.reshape(N + 1, nx), u.reshape(N, nu), pi.reshape(N, nx), lam, lamN[: self.ngN], status,
                          int(info[1]), residuals, float(res[4]))  # fmt: skip
+
+
+class OCPStructure:
+  """How the multiple-shooting NLP's QP maps onto `RiccatiQP`'s stage blocks: index tables (into `Data` viewed as one
+  flat double array) for every Hessian, Jacobian, gradient and bound entry the SQP loop produces, so its C++ fills
+  the structured QP by table lookups and maps the solution (steps and multipliers) back.
+
+  Layout (anvil.mpc.transcription): w = [x_0, u_0, ..., x_{N-1}, u_{N-1}, x_N]; g = [x_0 - x_init (nx); defects
+  x_{k+1} - F_k (N nx); h_k (N nh); h_N (nhN)]. Stage k's inequality rows are its nz box rows then its nh path
+  constraints; stage N's are nx box rows then nhN terminal constraints. Soft constraints (slacks) are not stage-local
+  in this layout and are not supported here.
+  """
+
+  def __init__(self, name: str, N: int, nx: int, nu: int, nh: int, nhN: int, hessian: Any, jacobian: Any) -> None:
+    self.N, self.nx, self.nu, self.nh, self.nhN = N, nx, nu, nh, nhN
+    self.nz = nz = nx + nu
+    self.nw, self.ng = N * nz + nx, nx * (N + 1) + N * nh + nhN
+    self.solver = RiccatiQP(f"{name}_ocp_qp", nx, nu, N, ng=nz + nh, ngN=nx + nhN, max_iter=60)
+    shapes = self.solver.shapes
+    offsets, at = {}, 0
+    for field in RiccatiQP.FIELDS:
+      offsets[field] = at
+      at += int(np.prod(shapes[field]))
+    self.offsets, self.data_size = offsets, at
+    self.tables = self._tables(hessian, jacobian, shapes)
+
+  def _block(self, var: int) -> tuple[int, int]:
+    """(stage, index within the stage's z) of variable var; stage N is x_N."""
+    return (var // self.nz, var % self.nz) if var < self.N * self.nz else (self.N, var - self.N * self.nz)
+
+  def _tables(self, hessian: Any, jacobian: Any, shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    o, N, nx, nz, nh, nhN = self.offsets, self.N, self.nx, self.nz, self.nh, self.nhN
+    mg = shapes["G"][1]
+
+    def h_at(k: int, i: int, j: int) -> int:
+      return o["H"] + (k * nz + i) * nz + j if k < N else o["HN"] + i * nx + j
+
+    hess, mirror = [], []
+    cols = np.repeat(np.arange(hessian.shape[1]), np.diff(hessian.indptr))
+    for r, c in zip(hessian.indices, cols, strict=True):
+      (kr, ir), (kc, ic) = self._block(int(r)), self._block(int(c))
+      if kr != kc:
+        raise ValueError("qp_solver='riccati': the Lagrangian Hessian couples two stages")
+      hess.append(h_at(kr, ir, ic))
+      mirror.append(h_at(kr, ic, ir) if ir != ic else -1)
+    jac, sign = [], []
+    cols = np.repeat(np.arange(jacobian.shape[1]), np.diff(jacobian.indptr))
+    for r, c in zip(jacobian.indices, cols, strict=True):
+      k, j = self._block(int(c))
+      r = int(r)
+      if r < nx or (r < nx * (N + 1) and k == (r - nx) // nx + 1):
+        offset, factor = -1, 0  # x_0 = x_init and the x_{k+1} of a defect: identity, implicit in the QP
+      elif r < nx * (N + 1):
+        kd, i = (r - nx) // nx, (r - nx) % nx
+        if k != kd:
+          raise ValueError("qp_solver='riccati': a defect depends on another stage than its own")
+        offset, factor = o["A"] + (k * nx + i) * nx + j if j < nx else o["B"] + (k * nx + i) * self.nu + j - nx, -1
+      elif r < nx * (N + 1) + N * nh:
+        kh, m = (r - nx * (N + 1)) // nh, (r - nx * (N + 1)) % nh
+        if k != kh:
+          raise ValueError("qp_solver='riccati': a path constraint depends on another stage than its own")
+        offset, factor = o["G"] + (k * mg + nz + m) * nz + j, 1
+      else:
+        m = r - nx * (N + 1) - N * nh
+        if k != N:
+          raise ValueError("qp_solver='riccati': a terminal constraint depends on more than x_N")
+        offset, factor = o["GN"] + (nx + m) * nx + j, 1
+      jac.append(offset)
+      sign.append(factor)
+    diag = [h_at(*self._block(v), self._block(v)[1]) for v in range(self.nw)]
+    grad = [o["g"] + k * nz + i if k < N else o["gN"] + i for k, i in map(self._block, range(self.nw))]
+    # bound rows of the QP [g rows; bounds on w]: where their lower bound goes (-1: not an inequality of the OCP QP)
+    lo = [-1] * (nx * (N + 1))
+    lo += [o["lo"] + k * mg + nz + m for k in range(N) for m in range(nh)]
+    lo += [o["loN"] + nx + m for m in range(nhN)]
+    lo += [o["lo"] + k * mg + i if k < N else o["loN"] + i for k, i in map(self._block, range(self.nw))]
+    box = [o["G"] + (k * mg + i) * nz + i for k in range(N) for i in range(nz)]
+    box += [o["GN"] + i * nx + i for i in range(nx)]
+    hi_shift = (o["hi"] - o["lo"], o["hiN"] - o["loN"])
+    tables = {"ocp_hess": hess, "ocp_hess_mirror": mirror, "ocp_jac": jac, "ocp_jac_sign": sign, "ocp_diag": diag,
+              "ocp_grad": grad, "ocp_lo": lo, "ocp_box": box, "ocp_hi_shift": list(hi_shift)}  # fmt: skip
+    return {k: tuple(v) for k, v in tables.items()}

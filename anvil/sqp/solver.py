@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -60,6 +61,7 @@ class _SolverContext:
   vectors: tuple[tuple[str, int], ...]
   int_vectors: tuple[tuple[str, int], ...]
   k_size: int
+  ocp: Any
 
 
 def _xp_args(fn: Fn, what: str) -> tuple[int, int]:
@@ -87,6 +89,8 @@ class SQPFunction(FunctionBase):
     options: SQPOptions.
     hessian: optional Hessian approximation replacing the exact Lagrangian Hessian (e.g. Gauss-Newton): a
       SparseNumericalFunction of (x, p, sigma, λ) returning the upper triangle of an n x n matrix.
+    structured_qp: optional factory (hessian, jacobian) -> a stage structure (anvil.mpc.riccati.OCPStructure) whose
+      generated interior-point solver then solves the QPs instead of OSQP (which stays for the elastic fallback).
 
   Example:
     >>> f = NumericalFunction("f", lambda x, p: (1 - x[0]) ** 2 + 100 * (x[1] - x[0] ** 2) ** 2, (Arg(2), Arg(0)))
@@ -101,6 +105,7 @@ class SQPFunction(FunctionBase):
     options: SQPOptions | None = None,
     *,
     hessian: SparseNumericalFunction | None = None,
+    structured_qp: Callable[[SparseNumericalFunction, SparseNumericalFunction | None], Any] | None = None,
   ) -> None:
     self.name = check_identifier(name, "SQPFunction name")
     self.n, self.np = _xp_args(cost, "cost")
@@ -112,6 +117,7 @@ class SQPFunction(FunctionBase):
     self.cost, self.constraints = cost, constraints
     self.gradient = gradient(cost, 0, name=f"{name}_cost_gradient")
     self._hessian = None if hessian is None else self._check_hessian(hessian)
+    self._structured_qp = structured_qp
 
   def _check_hessian(self, hessian: SparseNumericalFunction) -> SparseNumericalFunction:
     expected = ((self.n,), (self.np,), (1,), (self.m,))
@@ -152,11 +158,18 @@ class SQPFunction(FunctionBase):
       NumericalFunction(f"{self.name}_lagrangian", lagrangian, args), 0, name=f"{self.name}_lagrangian_hessian"
     )
 
+  @cached_property
+  def ocp(self) -> Any:
+    """The stage structure of the QPs when a structured QP solver is used, else None."""
+    return None if self._structured_qp is None else self._structured_qp(self.hessian, self.jacobian)
+
   def dependencies(self) -> tuple[FunctionBase, ...]:
-    """f, ∇f, g, ∂g/∂x and the Lagrangian Hessian."""
+    """f, ∇f, g, ∂g/∂x, the Lagrangian Hessian (and the structured QP solver)."""
     deps: list[FunctionBase] = [self.cost, self.gradient, self.hessian]
     if self.constraints is not None and self.jacobian is not None:
       deps[2:2] = [self.constraints, self.jacobian]
+    if self.ocp is not None:
+      deps.append(self.ocp.solver)
     return tuple(deps)
 
   @cached_property
@@ -195,6 +208,8 @@ class SQPFunction(FunctionBase):
     kkt = PolishKKT(osqp.p_pattern, osqp.a_pattern)
     a = osqp.a_pattern
     tables = {**tables, **kkt.tables, "A_i": tuple(int(i) for i in a.indices), "A_p": tuple(int(i) for i in a.indptr)}
+    if self.ocp is not None:
+      tables.update(self.ocp.tables)
     jac = self.jacobian
     n, m = self.n, self.m
     size, l_nnz = kkt.size, max(kkt.l_nnz, 1)
@@ -214,7 +229,7 @@ class SQPFunction(FunctionBase):
       0 if jac is None else jac.nnz, self.hessian.nnz, osqp.p_pattern.nnz, osqp.a_pattern.nnz, osqp.prefix, RHO,
       elastic.prefix, elastic.a_pattern.nnz,
       self.options, tuple((k, v) for k, v in tables.items()), tuple(d.name for d in self.dependencies()), vectors,
-      int_vectors, size,
+      int_vectors, size, self.ocp,
     )  # fmt: skip
 
   @property

@@ -280,3 +280,32 @@ def test_bad_inputs_raise_clear_errors(tracking: MPCFunction) -> None:
     tracking(np.zeros(4), p, u_bounds=(lo, np.ones((N_SMALL, 1))))
   with pytest.raises(ValueError, match="x_bounds lower must have shape"):
     tracking(np.zeros(4), p, x_bounds=(np.zeros(3), np.ones(3)))
+
+
+def test_riccati_qp_solver_reproduces_the_references(tmp_path: Any) -> None:
+  mpc = cm.stabilizing("test_mpc_ric", MPCOptions(qp_solver="riccati"))
+  cl = simulate(mpc, cartpole.step_numpy, cm.X0_STABILIZE, cm.STEPS_STABILIZE)
+  assert cl.cost == pytest.approx(cm.COST_STABILIZE, rel=1e-5)
+  assert np.linalg.norm(cl.x[-1]) < 1e-5 and cl.failures == 0
+  swing = cm.swing_up("test_mpc_ric_swing", MPCOptions(qp_solver="riccati"))
+  swing.set_guess(*cm.swing_up_guess(cm.X0_SWING_UP))
+  sol = swing(cm.X0_SWING_UP)  # the swing-up NLP through the transcription, QPs by the Riccati interior point
+  assert sol.success and sol.cost == pytest.approx(173.28254, rel=1e-6)
+  # the generated controller (SQP loop + Riccati QP) compiles warning-free
+  import shutil
+  import subprocess
+
+  cxx = shutil.which("g++") or shutil.which("clang++")
+  _, source = av.generate_module("ric_controller", [mpc], out_dir=tmp_path)
+  flags = ["-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", "-I", str(tmp_path / "osqp"), "-I",
+           str(tmp_path / "osqp/inc/public"), "-I", str(tmp_path / "osqp/inc/private"), "-c", str(source), "-o",
+           str(tmp_path / "m.o")]  # fmt: skip
+  proc = subprocess.run([cxx, *flags], capture_output=True, text=True)
+  assert proc.returncode == 0, proc.stderr[:2000]
+
+
+def test_riccati_qp_solver_rejects_soft_constraints() -> None:
+  with pytest.raises(ValueError, match="riccati"):
+    MPCFunction("test_mpc_ric_soft", cm.dynamics("test_mpc_ric_soft_F"), cm.stage_cost("test_mpc_ric_soft_l"),
+                horizon=5, x_bounds=(-np.ones(4), np.ones(4)), soft={"x": Soft()},
+                options=MPCOptions(qp_solver="riccati"))  # fmt: skip

@@ -25,10 +25,10 @@ class MPCOptions:
   hessian: str = "exact"
   """"exact": the Lagrangian Hessian (regularized only when a QP is nonconvex). "gauss_newton": 2 JᵀWJ of the
   LeastSquares costs (needs every cost given as LeastSquares; other costs keep their exact Hessian)."""
-  qp_solver: str = "osqp"
-  """The QP solver inside the SQP iterations: "osqp" (OSQP's embedded C code, polished) or "riccati" (a generated
-  interior point exploiting the stage structure by a Riccati recursion; OSQP stays for the elastic fallback; no soft
-  constraints yet)."""
+  qp_solver: str = "riccati"
+  """The QP solver inside the SQP iterations: "riccati" (the default: a generated interior point exploiting the stage
+  structure by a Riccati recursion; OSQP stays for the elastic fallback; no soft constraints yet) or "osqp" (OSQP's
+  embedded C code, polished; any structure, soft constraints included)."""
   sqp: SQPOptions = field(default_factory=lambda: SQPOptions(max_iter=50))
   """Settings of the underlying SQP solver (iteration limit, tolerances, verbosity...)."""
   warm_start: bool = True

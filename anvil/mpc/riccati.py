@@ -121,14 +121,14 @@ class RiccatiQP(FunctionBase):
     new.restype, new.argtypes = ctypes.c_void_p, []
     free.restype, free.argtypes = None, [ctypes.c_void_p]
     solve.restype = ctypes.c_int
-    solve.argtypes = [ctypes.c_void_p, ctypes.c_double, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    solve.argtypes = [ctypes.c_void_p, ctypes.c_double, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     ws = ctypes.c_void_p(new())
     weakref.finalize(self, free, ws.value)
     return solve, ws
 
-  def __call__(self, tol: float = 1e-8, **data: ArrayLike) -> OCPQPSolution:
+  def __call__(self, tol: float = 1e-8, warm_start: bool = False, **data: ArrayLike) -> OCPQPSolution:
     """Solve to `tol`; `data` holds every field of FIELDS (G/lo/hi and GN/loN/hiN may be omitted or empty when ng or
-    ngN is 0); ±inf bounds mean none."""
+    ngN is 0); ±inf bounds mean none. warm_start starts from the previous call's solution (if it was solved)."""
     shapes = self.shapes
     parts = []
     for field in self.FIELDS:
@@ -153,7 +153,7 @@ class RiccatiQP(FunctionBase):
     sizes = ((N + 1) * nx, N * nu, N * nx, N * max(self.ng, 1), max(self.ngN, 1), 5)
     out, info = np.zeros(sum(sizes)), np.zeros(2, dtype=np.int32)
     solve, ws = self._entry
-    solve(flat.ctypes.data, float(tol), out.ctypes.data, info.ctypes.data, ws)
+    solve(flat.ctypes.data, float(tol), int(bool(warm_start)), out.ctypes.data, info.ctypes.data, ws)
     x, u, pi, lam, lamN, res = np.split(out, np.cumsum(sizes)[:-1])
     residuals = (float(res[0]), float(res[1]), float(res[2]), float(res[3]))
     lam = lam.reshape(N, -1)[:, : self.ng]

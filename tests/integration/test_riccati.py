@@ -158,3 +158,17 @@ def test_module_compiles_warning_free(tmp_path: Any, compiler: str) -> None:
   flags = ["-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", "-c", str(source), "-o", str(tmp_path / "m.o")]
   proc = subprocess.run([compiler, *flags], capture_output=True, text=True)
   assert proc.returncode == 0, proc.stderr
+
+
+def test_warm_start_from_the_previous_solution() -> None:
+  rng = np.random.default_rng(3)
+  qp = RiccatiQP("riccati_t_warm", 4, 1, 30, ng=6, ngN=1)
+  d = random_qp(rng, 4, 1, 30, 6, 1, 3.0)
+  cold = qp(1e-10, **d)
+  nudged = {**d, "g": d["g"] * 1.01, "x0": d["x0"] * 1.01}  # the next QP of an SQP or MPC: close to the last one
+  warm = qp(1e-10, warm_start=True, **nudged)  # starts from the solution of d
+  again_cold = qp(1e-10, **nudged)
+  assert cold.status == again_cold.status == warm.status == "solved"
+  np.testing.assert_allclose(warm.u, again_cold.u, atol=1e-7)
+  np.testing.assert_allclose(warm.x, osqp_reference(nudged)[0], atol=1e-6)
+  assert warm.iterations <= again_cold.iterations

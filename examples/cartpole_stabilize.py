@@ -6,7 +6,6 @@ closed-loop cost with the reference (CasADi IPOPT and sqpmethod agree on it), an
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -17,16 +16,14 @@ sys.path.insert(0, str(ROOT))
 from anvil.mpc import plot_closed_loop, simulate  # noqa: E402
 from examples.models import cartpole  # noqa: E402
 from examples.models import cartpole_mpc as cm  # noqa: E402
+from examples.models.cli import example_arguments  # noqa: E402
 
-NAMES = ("xc", "theta", "xc_dot", "theta_dot")
+NAMES = cm.STATE_NAMES
 
 
 def main() -> None:
   """Run the benchmark's closed loop for `--steps` steps of 0.05 s (the reference cost is for 200), report and plot."""
-  parser = argparse.ArgumentParser(description=__doc__)
-  parser.add_argument("--out", type=Path, default=ROOT / "build" / "examples")
-  parser.add_argument("--steps", type=int, default=cm.STEPS_STABILIZE)
-  args = parser.parse_args()
+  args = example_arguments(__doc__, cm.STEPS_STABILIZE)
 
   mpc = cm.stabilizing("cartpole_stabilize")
   start = time.perf_counter()
@@ -38,7 +35,6 @@ def main() -> None:
   error = cl.cost - cm.COST_STABILIZE
   print(f"closed-loop cost {cl.cost:.6f}, reference {cm.COST_STABILIZE:.6f} ({cm.STEPS_STABILIZE} steps): "
         f"difference {error:.2e}, relative {error / cm.COST_STABILIZE:.2e}")  # fmt: skip
-  args.out.mkdir(parents=True, exist_ok=True)
   print(f"plot: {plot_closed_loop(cl, args.out / 'cartpole_stabilize.png', cartpole.H, NAMES)}")
 
 

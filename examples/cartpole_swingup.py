@@ -6,7 +6,6 @@ pendulum reached upright and stayed there (|theta| < 0.05 rad over the last seco
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -19,16 +18,14 @@ sys.path.insert(0, str(ROOT))
 from anvil.mpc import plot_closed_loop, simulate  # noqa: E402
 from examples.models import cartpole  # noqa: E402
 from examples.models import cartpole_mpc as cm  # noqa: E402
+from examples.models.cli import example_arguments  # noqa: E402
 
-NAMES = ("xc", "theta", "xc_dot", "theta_dot")
+NAMES = cm.STATE_NAMES
 
 
 def main() -> None:
   """Swing the pendulum up from hanging (theta = pi) for `--steps` steps of 0.05 s, report and plot."""
-  parser = argparse.ArgumentParser(description=__doc__)
-  parser.add_argument("--out", type=Path, default=ROOT / "build" / "examples")
-  parser.add_argument("--steps", type=int, default=100)
-  args = parser.parse_args()
+  args = example_arguments(__doc__, 100)
 
   mpc = cm.swing_up("cartpole_swing_up")
   # A cold start (every state = x0) does not converge: start the first solve from a ramp to upright.
@@ -45,7 +42,6 @@ def main() -> None:
   theta = np.angle(np.exp(1j * cl.x[-last_second:, 1]))  # wrapped to (-pi, pi]
   upright = bool(np.all(np.abs(theta) < 0.05))
   print(f"upright over the last second: {upright} (max |theta| {np.abs(theta).max():.4f} rad)")
-  args.out.mkdir(parents=True, exist_ok=True)
   print(f"plot: {plot_closed_loop(cl, args.out / 'cartpole_swingup.png', cartpole.H, NAMES)}")
 
 

@@ -10,7 +10,6 @@ closed-loop metrics on the true plant and the cost compared with the true-model 
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import os
 import sys
@@ -31,8 +30,9 @@ from anvil import Arg, NumericalFunction  # noqa: E402
 from anvil.mpc import MPCFunction, plot_closed_loop, simulate  # noqa: E402
 from examples.models import cartpole  # noqa: E402
 from examples.models import cartpole_mpc as cm  # noqa: E402
+from examples.models.cli import example_arguments  # noqa: E402
 
-NAMES = ("xc", "theta", "xc_dot", "theta_dot")
+NAMES = cm.STATE_NAMES
 #: The sampling box around the upright: half-widths of xc, theta, xc_dot, theta_dot and the force u.
 BOX = np.array([1.0, 0.8, 2.5, 4.0, 20.0])
 SIZES = (5, 32, 32, 4)
@@ -89,10 +89,7 @@ def mlp(layers: list[tuple[np.ndarray, np.ndarray]], z: np.ndarray) -> np.ndarra
 
 def main() -> None:
   """Fit the model, build the MPC on it, run `--steps` steps of 0.05 s on the true cart-pole, report and plot."""
-  parser = argparse.ArgumentParser(description=__doc__)
-  parser.add_argument("--out", type=Path, default=ROOT / "build" / "examples")
-  parser.add_argument("--steps", type=int, default=cm.STEPS_STABILIZE)
-  args = parser.parse_args()
+  args = example_arguments(__doc__, cm.STEPS_STABILIZE)
 
   rng = np.random.default_rng(0)
   start = time.perf_counter()
@@ -134,7 +131,6 @@ def main() -> None:
   error = cl.cost - cm.COST_STABILIZE
   print(f"closed-loop cost on the true plant {cl.cost:.6f}; the true-model MPC's {cm.COST_STABILIZE:.6f} "
         f"({cm.STEPS_STABILIZE} steps): relative difference {error / cm.COST_STABILIZE:+.2%}")  # fmt: skip
-  args.out.mkdir(parents=True, exist_ok=True)
   print(f"plot: {plot_closed_loop(cl, args.out / 'learned_model.png', cartpole.H, NAMES)}")
 
 

@@ -6,7 +6,6 @@ and the RMS position error, and plots the run.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from anvil import Arg, NumericalFunction  # noqa: E402
 from anvil.mpc import MPCFunction, plot_closed_loop, rk4, simulate  # noqa: E402
 from examples.models import quadrotor  # noqa: E402
 from examples.models.backend import TINYGRAD  # noqa: E402
+from examples.models.cli import example_arguments  # noqa: E402
 
 N = 20  # horizon: 0.4 s
 RADIUS, ALTITUDE, PERIOD = 1.0, 1.0, 4.0  # the circle: 1 m radius at 1 m altitude, one lap in 4 s (200 steps)
@@ -56,10 +56,7 @@ def terminal_cost(x: Tensor, p: Tensor) -> Tensor:
 
 def main() -> None:
   """Build the tracking MPC, fly `--steps` steps of 0.02 s around the circle, report and plot."""
-  parser = argparse.ArgumentParser(description=__doc__)
-  parser.add_argument("--out", type=Path, default=ROOT / "build" / "examples")
-  parser.add_argument("--steps", type=int, default=200)
-  args = parser.parse_args()
+  args = example_arguments(__doc__, 200)
 
   nx, nu, dt = quadrotor.NX, quadrotor.NU, quadrotor.H
   # every function takes the same parameter p; the model ignores it
@@ -83,7 +80,6 @@ def main() -> None:
   print(cl.summary())
   error = np.linalg.norm(cl.x[:, 0:3] - reference(np.arange(args.steps + 1) * dt)[:, 0:3], axis=1)
   print(f"RMS position error: {np.sqrt(np.mean(error**2)):.4f} m (max {error.max():.4f} m)")
-  args.out.mkdir(parents=True, exist_ok=True)
   print(f"plot: {plot_closed_loop(cl, args.out / 'quadrotor_tracking.png', dt, NAMES)}")
 
 

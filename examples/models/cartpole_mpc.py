@@ -19,6 +19,7 @@ STEPS_STABILIZE = 200
 #: Σ l over the 200 closed-loop steps (CasADi IPOPT and sqpmethod agree on it).
 COST_STABILIZE = 5.478384
 X0_SWING_UP = np.array([0.0, np.pi, 0.0, 0.0])
+STATE_NAMES = ("xc", "theta", "xc_dot", "theta_dot")
 
 
 def dynamics(name: str) -> NumericalFunction:

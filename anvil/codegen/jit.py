@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -175,11 +176,21 @@ def compile_library(
   for filename, text in sources.items():
     write_atomic(src_dir / filename, text)
   includes = [str(src_dir / d) for d in include_dirs]
-  objects = [str(_c_object(cxx, src_dir, c, sources[c], includes, what)) for c in c_sources]
   out = cache_dir() / "lib" / f"{key}.so"
-  _compile_to(
-    [cxx, *cxxflags(), *(f"-I{i}" for i in includes), str(src_dir / main), *objects], out, what, src_dir / main
-  )
+  if not c_sources:
+    _compile_to([cxx, *cxxflags(), *(f"-I{i}" for i in includes), str(src_dir / main)], out, what, src_dir / main)
+    return out
+  # NOTE: the C sources (cached objects) and the C++ translation unit compile in parallel, then one link.
+  flags = [f for f in cxxflags() if f != "-shared"]
+  main_object = src_dir / f"{Path(main).stem}.o"
+  with ThreadPoolExecutor(max_workers=min(len(c_sources) + 1, os.cpu_count() or 2)) as pool:
+    cxx_job = pool.submit(
+      _compile_to, [cxx, *flags, *(f"-I{i}" for i in includes), "-c", str(src_dir / main)], main_object, what,
+      src_dir / main,
+    )  # fmt: skip
+    objects = [str(o) for o in pool.map(lambda c: _c_object(cxx, src_dir, c, sources[c], includes, what), c_sources)]
+    cxx_job.result()
+  _compile_to([cxx, *cxxflags(), str(main_object), *objects], out, what, src_dir / main)
   return out
 
 

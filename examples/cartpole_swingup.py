@@ -31,10 +31,9 @@ def main() -> None:
   # A cold start (every state = x0) does not converge: start the first solve from a ramp to upright.
   guess = cm.swing_up_guess(cm.X0_SWING_UP)
   start = time.perf_counter()
-  mpc.set_guess(*guess)  # the first use builds the controller (trace, generate, compile) or loads it from the cache
+  mpc.reset()  # the first use builds the controller (trace, generate, compile) or loads it from the cache
   print(f"build: {time.perf_counter() - start:.1f} s")
-  mpc.reset = lambda: mpc.set_guess(*guess)  # simulate() resets the controller before its first step: keep the guess
-  cl = simulate(mpc, cartpole.step_numpy, cm.X0_SWING_UP, args.steps)
+  cl = simulate(mpc, cartpole.step_numpy, cm.X0_SWING_UP, args.steps, guess=guess)
   print(cl.summary())
   print(f"path bounds: max |xc| {np.abs(cl.x[:, 0]).max():.3f} m (<= 2), max |u| {np.abs(cl.u).max():.3f} N (<= 20)")
 

@@ -119,13 +119,9 @@ def main() -> None:
     x_bounds=x_bounds,
     u_bounds=u_bounds,
   )
-  # The default cold start rolls the model out from x0 with u = 0: the pendulum falls, far out of the data the model
-  # knows. Start the first solve from x0 held over the horizon instead.
-  guess = (np.tile(cm.X0_STABILIZE, (mpc.N + 1, 1)), np.zeros((mpc.N, 1)))
   start = time.perf_counter()
-  mpc.set_guess(*guess)  # the first use builds the controller (trace, generate, compile) or loads it from the cache
+  mpc.reset()  # the first use builds the controller (trace, generate, compile) or loads it from the cache
   print(f"build: {time.perf_counter() - start:.1f} s")
-  mpc.reset = lambda: mpc.set_guess(*guess)  # simulate() resets the controller before its first step: keep the guess
   cl = simulate(mpc, cartpole.step_numpy, cm.X0_STABILIZE, args.steps)
   print(cl.summary())
   error = cl.cost - cm.COST_STABILIZE

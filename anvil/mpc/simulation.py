@@ -86,16 +86,19 @@ def simulate(
   steps: int,
   p: Params = None,
   *,
+  guess: tuple[ArrayLike, ArrayLike] | None = None,
   progress: bool | None = None,
 ) -> ClosedLoop:
   """Run `steps` control steps: u_t = mpc(x_t, p_t).u0, x_{t+1} = plant(x_t, u_t).
 
   Args:
-    mpc: the controller (its warm start carries over between steps; it is reset before the run).
+    mpc: the controller (reset before the run; its warm start carries over between steps).
     plant: (x, u) -> x_next: a Python callable or a NumericalFunction (e.g. the model itself, or a mismatched one).
     x0: the initial state.
     steps: number of control steps.
     p: the controller's parameter: an array (the same every step) or a callable t -> p_t (time-varying references).
+    guess: optional (x (N + 1, nx), u (N, nu)) trajectory the first solve starts from (e.g. a swing-up's ramp);
+      later steps warm-start from the shifted previous solution.
     progress: print a progress bar to stderr (default: for runs of more than 100 steps on a terminal).
 
   A controller failure does not stop the run: the step is counted under its status and the input held at the last
@@ -114,6 +117,8 @@ def simulate(
   xs, us, costs, times, its, statuses = [x], [], [], [], [], []
   u_last = np.zeros(mpc.nu)
   mpc.reset()
+  if guess is not None:
+    mpc.set_guess(*guess)
   start = time.perf_counter()
   for t in range(steps):
     p_t = p(t) if callable(p) else p

@@ -305,3 +305,13 @@ def test_riccati_qp_solver_rejects_soft_constraints() -> None:
     MPCFunction("test_mpc_ric_soft", cm.dynamics("test_mpc_ric_soft_F"), cm.stage_cost("test_mpc_ric_soft_l"),
                 horizon=5, x_bounds=(-np.ones(4), np.ones(4)), soft={"x": Soft()},
                 options=MPCOptions(qp_solver="riccati"))  # fmt: skip
+
+
+def test_simulate_starts_from_a_given_guess() -> None:
+  swing = cm.swing_up("test_mpc_stab_riccati_swing", MPCOptions(qp_solver="riccati"))
+  guess = cm.swing_up_guess(cm.X0_SWING_UP)
+  cl = simulate(swing, cartpole.step_numpy, cm.X0_SWING_UP, 2, guess=guess)
+  swing.set_guess(*guess)
+  first = swing(cm.X0_SWING_UP)  # the same first solve, started by hand
+  assert cl.statuses[0] == "converged" and first.success
+  np.testing.assert_allclose(cl.u[0], first.u0, atol=1e-12)

@@ -89,14 +89,18 @@ def write_atomic(path: Path, data: str | bytes) -> None:
 
 
 @functools.cache
-def codegen_fingerprint() -> str:
-  """anvil's version and a hash of the code generator's own sources and templates, so any change to them (an upgrade,
-  or an edit in an editable install) invalidates every cached artefact."""
+def sources_fingerprint(root: Path) -> str:
+  """anvil's version and a hash of every Python source and jinja2 template under `root`."""
   h = hashlib.sha256(__version__.encode())
-  root = Path(__file__).parent
   for path in sorted([*root.rglob("*.py"), *root.rglob("*.j2")]):
     h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
   return h.hexdigest()[:16]
+
+
+def codegen_fingerprint() -> str:
+  """The fingerprint of the code generator's own sources and templates, so any change to them (an upgrade, or an edit
+  in an editable install) invalidates every cached artefact."""
+  return sources_fingerprint(Path(__file__).parent)
 
 
 def library_key(source_key: str) -> str:

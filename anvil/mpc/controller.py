@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import functools
 import hashlib
 import weakref
 from collections.abc import Mapping
@@ -19,7 +18,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from anvil.codegen import FunctionBase
 from anvil.codegen.base import check_identifier, render_template
-from anvil.codegen.jit import cache_dir, cached_library, library_key, load_library, write_atomic
+from anvil.codegen.jit import cache_dir, cached_library, library_key, load_library, sources_fingerprint, write_atomic
 from anvil.mpc.costs import LeastSquares
 from anvil.mpc.options import MPCOptions
 from anvil.mpc.result import MPCSolution
@@ -270,7 +269,8 @@ class MPCFunction(FunctionBase):
     """Cache key of the controller from what determines its code: anvil's and OSQP's sources, the options, the OCP's
     sizes and softened bounds, and the keys of the user's functions (their traced graphs)."""
     ocp = self.ocp
-    parts = [self.name, anvil_fingerprint(), osqp.__version__, repr(self.options), repr(ocp.soft_entries),
+    anvil_sources = sources_fingerprint(Path(__file__).parent.parent)
+    parts = [self.name, anvil_sources, osqp.__version__, repr(self.options), repr(ocp.soft_entries),
              f"{ocp.N}|{ocp.nx}|{ocp.nu}|{ocp.np}|{ocp.nh}|{ocp.nhN}"]  # fmt: skip
     for fn in (ocp.dynamics, ocp.stage_cost, ocp.terminal_cost, ocp.constraints, ocp.terminal_constraints):
       if isinstance(fn, LeastSquares):
@@ -401,16 +401,6 @@ class _Entry:
     return (ctypes.c_void_p * 10)(
       self.x0.ctypes.data, self.p.ctypes.data, *(bounds[k].ctypes.data for k in self.BOUNDS)
     )
-
-
-@functools.cache
-def anvil_fingerprint() -> str:
-  """A hash of every source and template of the anvil package (derivatives, solver and controller code included)."""
-  root = Path(__file__).parent.parent
-  h = hashlib.sha256()
-  for path in sorted([*root.rglob("*.py"), *root.rglob("*.j2")]):
-    h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
-  return h.hexdigest()[:16]
 
 
 def _array(name: str, what: str, value: ArrayLike, shape: tuple[int, ...] | None) -> F64:

@@ -203,6 +203,7 @@ class SQPFunction(FunctionBase):
     normal = EmbeddedOSQP(f"{self.name}_qp_", p_pattern, a_pattern, self.options)
     return normal, EmbeddedOSQP(f"{self.name}_elastic_", pe_pattern, ae_pattern, self.options), tables
 
+  @cached_property
   def _context(self) -> _SolverContext:
     osqp, elastic, tables = self._qp
     kkt = PolishKKT(osqp.p_pattern, osqp.a_pattern)
@@ -235,12 +236,12 @@ class SQPFunction(FunctionBase):
   @property
   def header_code(self) -> str:
     """The solver's declarations: sizes, Stats, Workspace, init_ws() and call()."""
-    return render_template("sqp.hpp.j2", folder=TEMPLATES, s=self._context())
+    return render_template("sqp.hpp.j2", folder=TEMPLATES, s=self._context)
 
   @property
   def source_code(self) -> str:
     """The SQP loop."""
-    return render_template("sqp.cpp.j2", folder=TEMPLATES, s=self._context())
+    return render_template("sqp.cpp.j2", folder=TEMPLATES, s=self._context)
 
   @property
   def source_includes(self) -> tuple[str, ...]:
@@ -265,7 +266,7 @@ class SQPFunction(FunctionBase):
     """The JIT entry points (`anvil_<name>_ws_new/_ws_free/_call`) and the stats export a wrapper of this solver
     reuses; `include_module` adds the `#include` of the module source and the export macro."""
     return render_template(
-      "sqp_jit.cpp.j2", folder=TEMPLATES, s=self._context(), module=module, include_module=include_module
+      "sqp_jit.cpp.j2", folder=TEMPLATES, s=self._context, module=module, include_module=include_module
     )
 
   @property

@@ -82,7 +82,7 @@ def run(n: int, reps: int) -> dict[str, float]:
   solver = osqp.OSQP()
   solver.setup(*base, eps_abs=1e-6, eps_rel=1e-6, polishing=False, verbose=False)
   for d in data:
-    _, u_ref = osqp_reference(d)
+    _, u_ref, _ = osqp_reference(d)
     for _ in range(reps):
       sol = qp(1e-8, **d)
       anvil_times.append(sol.solve_time)

@@ -121,8 +121,6 @@ class MPCFunction(FunctionBase):
     if terminal_constraints is None and terminal_constraint_bounds is not None:
       raise ValueError(f"{name}: terminal_constraint_bounds given without terminal_constraints")
     self.defaults = self._bounds(x_bounds, u_bounds, constraint_bounds, x_terminal_bounds, terminal_constraint_bounds)
-    if self.options.qp_solver == "riccati" and self.ocp.ns:
-      raise ValueError(f"{name}: qp_solver='riccati' does not support soft constraints yet; use qp_solver='osqp'")
 
   # *** sizes ***
 
@@ -164,7 +162,10 @@ class MPCFunction(FunctionBase):
     structured = None
     if self.options.qp_solver == "riccati":
       ocp = self.ocp
-      structured = lambda hess, jac: OCPStructure(self.name, ocp.N, ocp.nx, ocp.nu, ocp.nh, ocp.nhN, hess, jac)
+      stages = tuple(e.stage for e in ocp.soft_entries)
+      structured = lambda hess, jac: OCPStructure(
+        self.name, ocp.N, ocp.nx, ocp.nu, ocp.nh, ocp.nhN, hess, jac, slack_stages=stages
+      )
     return SQPFunction(f"{self.name}_sqp", cost, constraints, sqp_options, hessian=hessian, structured_qp=structured)
 
   @property

@@ -249,6 +249,7 @@ class SQPFunction(FunctionBase):
     return (
       "<algorithm>",
       "<chrono>",
+      "<cstddef>",
       "<cstdio>",
       '"osqp.h"',
       '"qdldl.h"',

@@ -199,15 +199,18 @@ def test_real_time_iteration() -> None:
 SOFT = Soft(indices=(0,), l1=10.0, l2=10.0)
 
 
-@pytest.fixture(scope="module")
-def narrow() -> dict[str, MPCFunction]:
-  """|xc| <= 0.1 as a hard bound and softened (L1 + L2 penalty on x_1 .. x_N)."""
+@pytest.fixture(scope="module", params=["osqp", "riccati"])
+def narrow(request: pytest.FixtureRequest) -> dict[str, MPCFunction]:
+  """|xc| <= 0.1 as a hard bound and softened (L1 + L2 penalty on x_1 .. x_N), with each QP solver (the Riccati QP
+  carries the slacks as stage inputs, x_N's as terminal inputs, and pads stage 0, which has none)."""
   u_bounds = (np.array([-20.0]), np.array([20.0]))
   x_hi = np.array([0.1, INF, INF, INF])
+  options = MPCOptions(qp_solver=request.param)
   make = lambda name, soft: MPCFunction(name, cm.dynamics(f"{name}_F"), cm.stage_cost(f"{name}_l"),
                                         cm.terminal_cost(f"{name}_lN"), horizon=N_SMALL, x_bounds=(-x_hi, x_hi),
-                                        u_bounds=u_bounds, soft=soft, options=MPCOptions(qp_solver="osqp"))  # fmt: skip
-  return {"hard": make("test_mpc_hard", None), "soft": make("test_mpc_soft", {"x": SOFT, "x_terminal": SOFT})}
+                                        u_bounds=u_bounds, soft=soft, options=options)  # fmt: skip
+  soft = make(f"test_mpc_soft_{request.param}", {"x": SOFT, "x_terminal": SOFT})
+  return {"hard": make(f"test_mpc_hard_{request.param}", None), "soft": soft}
 
 
 def test_soft_bounds_make_an_infeasible_problem_solvable(narrow: dict[str, MPCFunction]) -> None:
@@ -300,11 +303,30 @@ def test_riccati_qp_solver_swing_up_and_module(tmp_path: Any) -> None:
   assert proc.returncode == 0, proc.stderr[:2000]
 
 
-def test_riccati_qp_solver_rejects_soft_constraints() -> None:
-  with pytest.raises(ValueError, match="riccati"):
-    MPCFunction("test_mpc_ric_soft", cm.dynamics("test_mpc_ric_soft_F"), cm.stage_cost("test_mpc_ric_soft_l"),
-                horizon=5, x_bounds=(-np.ones(4), np.ones(4)), soft={"x": Soft()},
-                options=MPCOptions(qp_solver="riccati"))  # fmt: skip
+def test_soft_path_input_and_terminal_constraints_agree_across_qp_solvers() -> None:
+  """Softened path constraints, input bounds and terminal constraints: the Riccati QP (slacks as stage and terminal
+  inputs) and OSQP (slacks as plain variables) solve the same NLP to the same point, with the slacks in use."""
+  tip = av.NumericalFunction("test_mpc_stip", lambda x, u: (x[0] + 0.5 * x[1].sin()).reshape(1), (Arg(4), Arg(1)))
+  upright = av.NumericalFunction("test_mpc_supright", lambda x: x[1:3] * 1.0, (Arg(4),))
+  x_bounds, _ = cm.bounds()
+  soft = {"constraints": Soft(l1=5.0, l2=50.0), "u": Soft(l1=1.0, l2=10.0), "terminal_constraints": Soft(l2=100.0)}
+  solutions = {}
+  for qp in ("riccati", "osqp"):
+    name = f"test_mpc_soft3_{qp}"
+    mpc = MPCFunction(name, cm.dynamics(f"{name}_F"), cm.stage_cost(f"{name}_l"),
+                      cm.terminal_cost(f"{name}_lN"), horizon=N_SMALL, x_bounds=x_bounds,
+                      u_bounds=([-2.0], [2.0]), constraints=(tip, ([-0.05], [0.05])), terminal_constraints=upright,
+                      terminal_constraint_bounds=([0.0, 0.0], [0.0, 0.0]), soft=soft,
+                      options=MPCOptions(qp_solver=qp))  # fmt: skip
+    solutions[qp] = mpc(np.array([0.3, 0.4, 0.5, 0.0]))
+    assert solutions[qp].success, (qp, solutions[qp].status)
+  ric, ref = solutions["riccati"], solutions["osqp"]
+  np.testing.assert_allclose(ric.u, ref.u, atol=U_ATOL)
+  np.testing.assert_allclose(ric.x, ref.x, atol=U_ATOL)
+  assert ric.cost == pytest.approx(ref.cost, rel=1e-8)
+  tips = ric.x[:N_SMALL, 0] + 0.5 * np.sin(ric.x[:N_SMALL, 1])
+  assert np.abs(ric.u).max() > 2.0 + 1e-4 and np.abs(tips).max() > 0.05 + 1e-4, "the slacks are in use"
+  assert np.abs(ric.x[N_SMALL, 1:3]).max() > 1e-4
 
 
 def test_simulate_starts_from_a_given_guess() -> None:

@@ -34,11 +34,13 @@ def random_qp(rng: np.random.Generator, nx: int, nu: int, N: int, ng: int, ngN: 
 
 
 def osqp_form(d: dict[str, Any]) -> tuple[sp.csc_matrix, np.ndarray, sp.csc_matrix, np.ndarray, np.ndarray]:
-  """The same QP in w = [x_0 .. x_N, u_0 .. u_{N-1}] as OSQP takes it: (triu P, q, A, l, u)."""
+  """The same QP in w = [x_0 .. x_N, u_0 .. u_{N-1}, u_N] as OSQP takes it: (triu P, q, A, l, u)."""
   N, nx, nu = d["B"].shape[0], d["B"].shape[1], d["B"].shape[2]
-  nw = (N + 1) * nx + N * nu
+  nuN = d["HN"].shape[0] - nx
+  nw = (N + 1) * nx + N * nu + nuN
   xi = lambda k: np.arange(k * nx, (k + 1) * nx)
   ui = lambda k: (N + 1) * nx + np.arange(k * nu, (k + 1) * nu)
+  zN = np.concatenate([xi(N), (N + 1) * nx + N * nu + np.arange(nuN)])
   P, q = np.zeros((nw, nw)), np.zeros(nw)
   rows, lo, hi = [], [], []
 
@@ -64,21 +66,22 @@ def osqp_form(d: dict[str, Any]) -> tuple[sp.csc_matrix, np.ndarray, sp.csc_matr
       )
     for m in range(d["G"].shape[1]):
       row([(z, d["G"][k][m])], d["lo"][k][m], d["hi"][k][m])
-  P[np.ix_(xi(N), xi(N))] += d["HN"]
-  q[xi(N)] += d["gN"]
+  P[np.ix_(zN, zN)] += d["HN"]
+  q[zN] += d["gN"]
   for m in range(d["GN"].shape[0]):
-    row([(xi(N), d["GN"][m])], d["loN"][m], d["hiN"][m])
+    row([(zN, d["GN"][m])], d["loN"][m], d["hiN"][m])
   return sp.csc_matrix(np.triu(P)), q, sp.csc_matrix(np.array(rows)), np.clip(lo, -1e30, 1e30), np.clip(hi, -1e30, 1e30)
 
 
-def osqp_reference(d: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-  """The QP solved by OSQP (eps 1e-10, polished): (x, u)."""
+def osqp_reference(d: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """The QP solved by OSQP (eps 1e-10, polished): (x, u, u_N)."""
   N, nx, nu = d["B"].shape[0], d["B"].shape[1], d["B"].shape[2]
   solver = osqp.OSQP()
   solver.setup(*osqp_form(d), eps_abs=1e-10, eps_rel=1e-10, polishing=True, verbose=False, max_iter=500000)
   res = solver.solve(raise_error=False)
   assert res.info.status == "solved" and res.info.status_polish == 1
-  return res.x[: (N + 1) * nx].reshape(N + 1, nx), res.x[(N + 1) * nx :].reshape(N, nu)
+  nxs, nus = (N + 1) * nx, N * nu
+  return res.x[:nxs].reshape(N + 1, nx), res.x[nxs : nxs + nus].reshape(N, nu), res.x[nxs + nus :]
 
 
 def kkt_residuals(d: dict[str, Any], sol: Any) -> tuple[float, float]:
@@ -91,7 +94,9 @@ def kkt_residuals(d: dict[str, Any], sol: Any) -> tuple[float, float]:
     if k > 0:
       r[:nx] -= sol.pi[k - 1]
     stat = max(stat, np.abs(r if k else r[nx:]).max())
-  rN = d["HN"] @ sol.x[N] + d["gN"] - sol.pi[N - 1] + d["GN"].T @ sol.lamN
+  zN = np.concatenate([sol.x[N], sol.uN])
+  rN = d["HN"] @ zN + d["gN"] + d["GN"].T @ sol.lamN
+  rN[:nx] -= sol.pi[N - 1]
   dyn = max(np.abs(d["A"][k] @ sol.x[k] + d["B"][k] @ sol.u[k] + d["c"][k] - sol.x[k + 1]).max() for k in range(N))
   return max(stat, np.abs(rN).max()), dyn
 
@@ -105,7 +110,7 @@ def test_random_qps_match_osqp(nx: int, nu: int, N: int, extra: int) -> None:
     d = random_qp(rng, nx, nu, N, ng, 1, pull)
     sol = qp(1e-10, **d)
     assert sol.status == "solved" and sol.iterations < 40
-    x_ref, u_ref = osqp_reference(d)
+    x_ref, u_ref, _ = osqp_reference(d)
     np.testing.assert_allclose(sol.x, x_ref, atol=1e-6)
     np.testing.assert_allclose(sol.u, u_ref, atol=1e-6)
     stat, dyn = kkt_residuals(d, sol)
@@ -172,3 +177,51 @@ def test_warm_start_from_the_previous_solution() -> None:
   np.testing.assert_allclose(warm.u, again_cold.u, atol=1e-7)
   np.testing.assert_allclose(warm.x, osqp_reference(nudged)[0], atol=1e-6)
   assert warm.iterations <= again_cold.iterations
+
+
+def soft_terminal_qp(rng: np.random.Generator, nx: int, N: int) -> dict[str, Any]:
+  """One input u and one slack s per stage (s enters no dynamics: B's column is 0), |u| <= 1, a path row a'z <= 0.2
+  softened by s (a'z - s <= 0.2, s >= 0, cost 10 s + 50 s^2), x_N = 0 as true equalities (lo = hi), and a terminal
+  row c'x_N >= 0.1 softened by the terminal input u_N (c'x_N + u_N >= 0.1, u_N >= 0, cost 5 u_N + 20 u_N^2)."""
+  d = random_qp(rng, nx, 2, N, nx + 3, 1, 1.0)
+  d["B"] = d["B"].copy()
+  d["B"][:, :, 1] = 0.0
+  d["H"], d["g"] = d["H"].copy(), d["g"].copy()
+  d["H"][:, nx + 1, :], d["H"][:, :, nx + 1] = 0.0, 0.0
+  d["H"][:, nx + 1, nx + 1], d["g"][:, nx + 1] = 100.0, 10.0
+  d["G"] = d["G"].copy()
+  d["G"][:, nx + 2, nx + 1] = -1.0
+  d["lo"], d["hi"] = d["lo"].copy(), d["hi"].copy()
+  d["lo"][:, nx + 1], d["hi"][:, nx + 1] = 0.0, np.inf  # s >= 0
+  d["lo"][:, nx + 2], d["hi"][:, nx + 2] = -np.inf, 0.2
+  d["lo"][:, :nx], d["hi"][:, :nx] = -np.inf, np.inf
+  d["HN"] = np.block([[d["HN"], np.zeros((nx, 1))], [np.zeros((1, nx)), np.full((1, 1), 40.0)]])
+  d["gN"] = np.append(d["gN"], 5.0)
+  c = rng.normal(size=nx)
+  d["GN"] = np.vstack([np.hstack([np.eye(nx), np.zeros((nx, 1))]), np.append(c, 1.0), np.append(np.zeros(nx), 1.0)])
+  d["loN"], d["hiN"] = np.append(np.zeros(nx), [0.1, 0.0]), np.append(np.zeros(nx), [np.inf, np.inf])
+  return d
+
+
+def test_true_equalities_and_soft_rows_match_osqp() -> None:
+  """Terminal x_N = 0 as lo = hi rows (true equalities: free multipliers, no slacks) and soft rows whose slacks are
+  stage inputs (and a terminal input) agree with OSQP, at tol 1e-10, where lo = hi as two bounds stalls."""
+  rng = np.random.default_rng(11)
+  nx, N = 4, 30
+  qp = RiccatiQP("riccati_t_soft_eq", nx, 2, N, ng=nx + 3, ngN=nx + 2, nuN=1)
+  for _ in range(3):
+    d = soft_terminal_qp(rng, nx, N)
+    sol = qp(1e-10, **d)
+    assert sol.status == "solved" and sol.iterations < 40, (sol.status, sol.iterations)
+    x_ref, u_ref, uN_ref = osqp_reference(d)
+    np.testing.assert_allclose(sol.x, x_ref, atol=1e-6)
+    np.testing.assert_allclose(sol.u, u_ref, atol=1e-6)
+    np.testing.assert_allclose(sol.uN, uN_ref, atol=1e-6)
+    assert np.abs(sol.x[N]).max() < 1e-10, "the terminal equality holds to the tolerance"
+    stat, dyn = kkt_residuals(d, sol)
+    assert stat < 1e-8 and dyn < 1e-8
+    assert sol.u[:, 1].max() > 1e-3, "some path row needs its slack"
+    assert np.all(sol.u[:, 1] >= -1e-9) and sol.uN[0] >= -1e-9
+  warm = qp(1e-10, warm_start=True, **{**d, "g": d["g"] * 1.01})
+  assert warm.status == "solved"
+  np.testing.assert_allclose(warm.u, osqp_reference({**d, "g": d["g"] * 1.01})[1], atol=1e-6)

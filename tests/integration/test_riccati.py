@@ -135,7 +135,23 @@ def test_statuses_nonconvex_and_infeasible() -> None:
   d = random_qp(rng, 2, 1, 5, 3, 0, 0.1)
   d["lo"], d["hi"] = d["lo"].copy(), d["hi"].copy()
   d["lo"][1:, 0], d["hi"][1:, 0] = 50.0, 60.0  # x_1[0] >= 50 cannot be reached from |x0| <= 0.5 with |u| <= 1
-  assert qp(1e-8, **d).status in ("infeasible", "max_iterations")
+  assert qp(1e-8, **d).status == "infeasible"
+
+
+def test_infeasible_equalities_end_with_a_status() -> None:
+  """x_N = (5, 5) as true equalities: out of reach from |x_{N-1}| <= 1 with |u| <= 1 (OSQP agrees: primal
+  infeasible), the interior point stops with "infeasible" after a few iterations; with wide bounds it is solved."""
+  rng = np.random.default_rng(8)
+  qp = RiccatiQP("riccati_t_status_eq", 2, 1, 5, ng=3, ngN=2)
+  d = random_qp(rng, 2, 1, 5, 3, 2, 0.1)
+  d["GN"], d["loN"], d["hiN"] = np.eye(2), np.full(2, 5.0), np.full(2, 5.0)
+  solver = osqp.OSQP()
+  solver.setup(*osqp_form(d), eps_abs=1e-9, eps_rel=1e-9, verbose=False, max_iter=200000)
+  assert solver.solve(raise_error=False).info.status == "primal infeasible"
+  sol = qp(1e-8, **d)
+  assert sol.status == "infeasible" and sol.iterations < 30 and sol.residuals[1] > 1e-3
+  wide = qp(1e-8, **{**d, "lo": 100 * d["lo"], "hi": 100 * d["hi"]})
+  assert wide.status == "solved" and np.abs(wide.x[-1] - 5.0).max() < 1e-8
 
 
 def test_bad_data_raise() -> None:

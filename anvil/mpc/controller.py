@@ -164,7 +164,17 @@ class MPCFunction(FunctionBase):
       ocp = self.ocp
       stages = tuple(e.stage for e in ocp.soft_entries)
       structured = lambda hess, jac: OCPStructure(
-        self.name, ocp.N, ocp.nx, ocp.nu, ocp.nh, ocp.nhN, hess, jac, slack_stages=stages
+        self.name,
+        ocp.N,
+        ocp.nx,
+        ocp.nu,
+        ocp.nh,
+        ocp.nhN,
+        hess,
+        jac,
+        slack_stages=stages,
+        max_iter=self.options.riccati_max_iter,
+        tol_min=self.options.riccati_tol,
       )
     return SQPFunction(f"{self.name}_sqp", cost, constraints, sqp_options, hessian=hessian, structured_qp=structured)
 

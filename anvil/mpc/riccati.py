@@ -180,6 +180,7 @@ class OCPStructure:
   Stage k's rows are its box rows (x_k, u_k, its slacks), its nh path constraints, then two rows per slack (v + s, v -
   s); stage N's likewise with x_N, its slacks and the nhN terminal constraints. Stages with fewer slacks than the most
   any stage has are padded with slacks fixed at 0 (box rows with lower = upper = 0, never written by the tables).
+  Each QP is solved to 1e-2 of the SQP's KKT error, within [tol_min, 1e-6], in at most max_iter iterations.
   """
 
   def __init__(
@@ -193,8 +194,11 @@ class OCPStructure:
     hessian: Any,
     jacobian: Any,
     slack_stages: tuple[int, ...] = (),
+    max_iter: int = 60,
+    tol_min: float = 1e-10,
   ) -> None:
     self.N, self.nx, self.nu, self.nh, self.nhN = N, nx, nu, nh, nhN
+    self.tol_min = float(tol_min)
     self.nz = nx + nu
     self.slack_stages = tuple(slack_stages)
     counts = np.bincount(np.asarray(self.slack_stages, dtype=int), minlength=N + 1)
@@ -204,7 +208,7 @@ class OCPStructure:
     nu_qp, self.nzN = nu + self.ns_stage, nx + self.nsN
     self.nz_qp = nx + nu_qp
     ng, ngN = self.nz_qp + nh + 2 * self.ns_stage, self.nzN + nhN + 2 * self.nsN
-    self.solver = RiccatiQP(f"{name}_ocp_qp", nx, nu_qp, N, ng=ng, ngN=ngN, max_iter=60, nuN=self.nsN)
+    self.solver = RiccatiQP(f"{name}_ocp_qp", nx, nu_qp, N, ng=ng, ngN=ngN, max_iter=max_iter, nuN=self.nsN)
     self.offsets, self.data_size = _flat_offsets(self.solver.shapes)
     sizes = {"x": ((N + 1) * nx,), "u": (N * nu_qp,), "pi": (N * nx,), "lam": (N * max(ng, 1),),
              "lamN": (max(ngN, 1),), "uN": (max(self.nsN, 1),)}  # fmt: skip

@@ -267,6 +267,10 @@ def test_bad_inputs_raise_clear_errors(tracking: MPCFunction) -> None:
     MPCFunction("test_mpc_err", F, cost, horizon=5, options=object())  # type: ignore[arg-type]
   with pytest.raises(ValueError, match="qp_solver"):
     MPCOptions(qp_solver="nope")
+  with pytest.raises(ValueError, match="riccati_max_iter"):
+    MPCOptions(riccati_max_iter=0)
+  with pytest.raises(ValueError, match="riccati_tol"):
+    MPCOptions(riccati_tol=1e-3)
   p = np.zeros(4)
   with pytest.raises(ValueError, match="x0 must have shape"):
     tracking(np.zeros(3), p)
@@ -317,8 +321,11 @@ def test_soft_path_input_and_terminal_constraints_agree_across_qp_solvers() -> N
                       cm.terminal_cost(f"{name}_lN"), horizon=N_SMALL, x_bounds=x_bounds,
                       u_bounds=([-2.0], [2.0]), constraints=(tip, ([-0.05], [0.05])), terminal_constraints=upright,
                       terminal_constraint_bounds=([0.0, 0.0], [0.0, 0.0]), soft=soft,
-                      options=MPCOptions(qp_solver=qp))  # fmt: skip
+                      options=MPCOptions(qp_solver=qp, riccati_max_iter=40, riccati_tol=1e-9))  # fmt: skip
     solutions[qp] = mpc(np.array([0.3, 0.4, 0.5, 0.0]))
+    if qp == "riccati":
+      assert (mpc.sqp.ocp.solver.max_iter, mpc.sqp.ocp.tol_min) == (40, 1e-9)
+      assert (mpc.sqp.ocp.ns_stage, mpc.sqp.ocp.nsN) == (2, 2), "tip and input slacks per stage, 2 terminal slacks"
     assert solutions[qp].success, (qp, solutions[qp].status)
   ric, ref = solutions["riccati"], solutions["osqp"]
   np.testing.assert_allclose(ric.u, ref.u, atol=U_ATOL)

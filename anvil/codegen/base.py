@@ -90,6 +90,12 @@ class FunctionBase(abc.ABC):
     """`#include` targets its source code needs."""
     return ()
 
+  @property
+  def build_size(self) -> int:
+    """How much scheduling and rendering producing the code still takes (graph nodes; 0: none, the code is at hand):
+    a module builds the functions with the most in parallel first."""
+    return 0
+
   def extra_files(self) -> dict[str, str]:
     """Further files (relative path -> text) the generated code needs beside the module, e.g. C sources."""
     return {}

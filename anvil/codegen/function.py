@@ -8,6 +8,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from numpy.typing import ArrayLike, NDArray
@@ -222,9 +223,18 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
     with stage(self.name, "render") as progress:
       return build_program(self.name, self.traced, items, progress, self._gathers)
 
+  @property
+  def build_size(self) -> int:
+    """The traced graph's node count while the code is neither in memory nor in the on-disk cache, else 0."""
+    return 0 if "_code" in self.__dict__ or self._code_path.exists() else len(self.traced.call.toposort())
+
+  @property
+  def _code_path(self) -> Path:
+    return cache_dir() / "code" / f"{self.key}.json"
+
   @cached_property
   def _code(self) -> dict[str, str]:
-    path = cache_dir() / "code" / f"{self.key}.json"
+    path = self._code_path
     try:
       return json.loads(path.read_text())
     except (OSError, ValueError):

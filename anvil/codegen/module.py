@@ -10,6 +10,7 @@ from pathlib import Path
 from anvil.codegen.base import FunctionBase, check_identifier, render_template
 from anvil.codegen.constant import CodegenIntConstant
 from anvil.codegen.jit import write_atomic
+from anvil.codegen.parallel import build_in_parallel
 from anvil.version import __version__
 
 logger = logging.getLogger("anvil")
@@ -77,6 +78,7 @@ def module_code(
   """Render the header and source of a module holding `fns`, their dependencies and `constants`."""
   check_identifier(module_name, "generate_module: module_name")
   ordered = toposort(fns)
+  build_in_parallel(ordered)
   consts = sort_constants([*constants, *(c for f in ordered for c in f.codegen_constants)])
   header_includes = _dedup(inc for f in ordered for inc in f.header_includes)
   source_includes = _dedup(inc for f in ordered for inc in f.source_includes)

@@ -101,3 +101,35 @@ def test_builds_from_several_threads(fresh_cache: Path) -> None:
     t.join()
   for k in range(4):
     np.testing.assert_allclose(results[k], np.sin(np.full(3, k + 1.0)), rtol=1e-15)
+
+
+def test_functions_of_a_module_build_in_parallel_workers(fresh_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+  """Two uncached functions are scheduled and rendered in forked workers: the parent does neither, finds their code in
+  the cache, and it is the code a build in this process makes."""
+  import numpy as np
+
+  import anvil as av
+  from anvil.codegen import STAGE_COUNTS
+  from anvil.codegen.parallel import build_in_parallel, build_jobs
+
+  make = lambda: [av.NumericalFunction("par_a", lambda x: x.sin() * 2.0, (av.Arg(3),)),
+                  av.NumericalFunction("par_b", lambda x: (x * x).sum().reshape(1), (av.Arg(3),))]  # fmt: skip
+  monkeypatch.setenv("ANVIL_BUILD_JOBS", "2")
+  fns = make()
+  assert all(f.build_size > 0 for f in fns)
+  before = dict(STAGE_COUNTS)
+  build_in_parallel(fns)
+  assert all(f.build_size == 0 for f in fns), "the workers left the code in the cache"
+  codes = [(f.header_code, f.source_code) for f in fns]
+  assert {k: STAGE_COUNTS[k] - before.get(k, 0) for k in ("schedule", "render")} == {"schedule": 0, "render": 0}
+  monkeypatch.setenv("ANVIL_CACHE_DIR", str(fresh_cache.parent / "sequential"))
+  monkeypatch.setenv("ANVIL_BUILD_JOBS", "1")
+  here = make()
+  build_in_parallel(here)  # one job: nothing happens until the code is read
+  assert all(f.build_size > 0 for f in here)
+  assert codes == [(f.header_code, f.source_code) for f in here]
+  x = np.array([0.1, -0.4, 2.0])
+  np.testing.assert_allclose(fns[0](x), 2.0 * np.sin(x), rtol=1e-15)
+  monkeypatch.setenv("ANVIL_BUILD_JOBS", "zero")
+  with pytest.raises(ValueError, match="ANVIL_BUILD_JOBS"):
+    build_jobs()

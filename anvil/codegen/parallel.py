@@ -1,0 +1,50 @@
+"""Building several functions at once: the uncached functions of a module are scheduled and rendered in forked worker
+processes, which leave their code in the on-disk cache where the parent then reads it (tinygrad's rewrites are pure
+Python, so threads would not run them side by side)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from collections.abc import Sequence
+
+from anvil.codegen.base import FunctionBase
+
+_pending: list[FunctionBase] = []  # what the forked workers build, by index (they inherit it)
+
+
+def build_jobs() -> int:
+  """Worker processes for a build: $ANVIL_BUILD_JOBS, else the cores this process may run on."""
+  if value := os.environ.get("ANVIL_BUILD_JOBS"):
+    if not value.isdigit() or int(value) < 1:
+      raise ValueError(f"ANVIL_BUILD_JOBS must be a positive integer, got {value!r}")
+    return int(value)
+  return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _build(index: int) -> bool:
+  """In a worker: render one function (its code lands in the cache); False if that failed (the parent then builds it
+  again and raises the error itself)."""
+  try:
+    return bool(_pending[index].header_code)
+  except Exception:  # the parent's own build reports it
+    return False
+
+
+def build_in_parallel(fns: Sequence[FunctionBase]) -> None:
+  """Build the functions among `fns` whose code still needs scheduling and rendering in forked workers (largest
+  first), when there are at least two of them and two workers, on Linux; otherwise nothing happens here and they are
+  built one after the other when their code is read."""
+  global _pending
+  sizes = {f: f.build_size for f in fns}
+  pending = sorted((f for f in fns if sizes[f] > 0), key=lambda f: -sizes[f])
+  jobs = min(len(pending), build_jobs())
+  if jobs < 2 or sys.platform != "linux":
+    return
+  _pending = pending
+  try:
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+      pool.map(_build, range(len(_pending)), chunksize=1)
+  finally:
+    _pending = []

@@ -174,8 +174,11 @@ def test_module_compiles_warning_free(tmp_path: Any, compiler: str) -> None:
 
   if shutil.which(compiler) is None:
     pytest.skip(f"{compiler} not installed")
-  qp = RiccatiQP("riccati_t_module", 4, 1, 10, ng=5, ngN=1)
-  _, source = av.generate_module("riccati_module", [qp], out_dir=tmp_path)
+  plain, terminal_inputs = (
+    RiccatiQP("riccati_t_module", 4, 1, 10, ng=5, ngN=1),
+    RiccatiQP("riccati_t_mod2", 3, 2, 4, nuN=2),
+  )
+  _, source = av.generate_module("riccati_module", [plain, terminal_inputs], out_dir=tmp_path)
   flags = ["-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", "-c", str(source), "-o", str(tmp_path / "m.o")]
   proc = subprocess.run([compiler, *flags], capture_output=True, text=True)
   assert proc.returncode == 0, proc.stderr

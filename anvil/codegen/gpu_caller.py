@@ -128,7 +128,7 @@ def _is_cuda_array(value: object) -> bool:
 def _import_input(name: str, index: int, arg: Arg, value: object) -> dlpack.Imported:
   what = f"{name}: input {index} ({arg.name})"
   if not _is_cuda_array(value):
-    raise TypeError(f"{what}: is a host array while other inputs are CUDA arrays; pass all inputs on one side")
+    raise TypeError(f"{what} is a host array while other inputs are CUDA arrays; pass all inputs on one side")
   array = dlpack.import_array(value, stream=1)  # NOTE: 1 is the legacy default stream, which the kernels run on
   problem = (
     f"lives on CUDA device {array.device[1]}, anvil uses device 0" if array.device[1] != 0

@@ -214,7 +214,7 @@ def test_cuda_batched_p1_matches_numpy_for_1000_states() -> None:
   yd = fb(xd, ud)
   assert isinstance(yd, av.CudaArray) and yd.shape == (1000, 12)
   np.testing.assert_allclose(np.asarray(yd), expected, rtol=1e-12, atol=1e-12)
-  with pytest.raises(TypeError, match="input 1 \\(u\\): is a host array"):
+  with pytest.raises(TypeError, match="input 1 \\(u\\) is a host array"):
     fb(xd, U)
 
 

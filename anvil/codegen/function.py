@@ -317,7 +317,7 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
       sources[f"{module}.cpp"] = code.source
       sources["jit.cpp"] = render_template("jit.cpp.j2", fn=ctx, module=module, data_offset=array_data_offset() or 0)
     else:
-      sources["jit.cpp"] = render_template("gpu_jit.cpp.j2", fn=ctx, gpu=self.gpu_layout, module=module)
+      sources["jit.cpp"] = render_template("gpu_jit.cpp.j2", fn=ctx, device=self.device, module=module)
     with stage(self.name, "compile"):
       return str(compile_library(lib_key, sources, "jit.cpp", self.name, toolchain=toolchain))
 

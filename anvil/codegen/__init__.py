@@ -1,4 +1,4 @@
-"""anvil.codegen: trace tinygrad math, render portable C++, compile it, call it; emit modules."""
+"""anvil.codegen: trace tinygrad math, render C++ or CUDA/Metal kernels, compile it, call it; emit modules."""
 
 from anvil.codegen.arg import Arg as Arg
 from anvil.codegen.base import FunctionBase as FunctionBase

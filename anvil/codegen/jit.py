@@ -22,7 +22,7 @@ from anvil.version import __version__
 CXXFLAGS = ("-O3", "-std=c++17", "-fPIC", "-shared", "-fno-math-errno")
 COMPILERS = ("c++", "g++", "clang++")
 #: Flags of every CUDA module build: nvcc drives the host C++ compiler; the module loads the CUDA driver and NVRTC at
-#: run time, so it links neither the CUDA runtime nor the driver.
+#: run time, so it links neither the CUDA runtime nor the driver. ANVIL_CXXFLAGS does not apply to it.
 NVCC_FLAGS = ("-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC,-fno-math-errno", "--cudart", "none")
 
 
@@ -53,12 +53,12 @@ def find_compiler() -> str:
 
 
 def find_nvcc() -> str:
-  """nvcc: $NVCC if set, else nvcc on PATH, else $CUDA_PATH/bin/nvcc or /usr/local/cuda/bin/nvcc."""
+  """nvcc: $NVCC if set, else nvcc on PATH, else $CUDA_PATH/bin/nvcc ($CUDA_PATH defaults to /usr/local/cuda)."""
   if nvcc := os.environ.get("NVCC"):
     if (path := shutil.which(nvcc)) is None:
       raise CompilerNotFoundError(f"NVCC={nvcc!r} is not an executable; install the CUDA toolkit or point NVCC at nvcc")
     return path
-  for candidate in ("nvcc", f"{os.environ.get('CUDA_PATH', '/usr/local/cuda')}/bin/nvcc", "/usr/local/cuda/bin/nvcc"):
+  for candidate in ("nvcc", os.path.join(os.environ.get("CUDA_PATH", "/usr/local/cuda"), "bin", "nvcc")):
     if path := shutil.which(candidate):
       return path
   raise CompilerNotFoundError(

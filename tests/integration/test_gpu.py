@@ -202,7 +202,7 @@ U = np.array([quadrotor.TEST_U * (1 - 0.05 * np.sin(k)) for k in range(1000)])
 @needs_cuda
 @pytest.mark.parametrize(("dtype", "rtol"), [(F64, 1e-12), (F32, 2e-5)], ids=["float64", "float32"])
 def test_cuda_p1_matches_numpy(dtype: object, rtol: float) -> None:
-  f = quad(f"gpu_p1_{dtype}", "CUDA", dtype)
+  f = quad(f"gpu_p1_{dtype.name}", "CUDA", dtype)
   y = f(quadrotor.TEST_X, quadrotor.TEST_U)
   assert y.dtype == np.dtype(dtype.fmt)  # type: ignore[attr-defined]
   np.testing.assert_allclose(y, quadrotor.step_numpy(quadrotor.TEST_X, quadrotor.TEST_U), rtol=rtol, atol=rtol)

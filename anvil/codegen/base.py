@@ -70,6 +70,8 @@ class FunctionBase(abc.ABC):
   """
 
   name: str
+  #: Where the generated code runs: "CPU", "CUDA" or "METAL" (one device per module).
+  device: str = "CPU"
 
   def dependencies(self) -> tuple[FunctionBase, ...]:
     """The generated functions this one calls (emitted before it)."""

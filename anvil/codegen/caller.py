@@ -29,6 +29,12 @@ def convert_input(name: str, index: int, arg: Arg, value: object) -> np.ndarray:
   return np.ascontiguousarray(arr, dtype=dtype)
 
 
+def count_error(name: str, inputs: Sequence[Arg], n: int) -> TypeError:
+  """The error for a call with `n` arguments instead of one per input."""
+  names = ", ".join(a.name or f"in{i}" for i, a in enumerate(inputs))
+  return TypeError(f"{name}: expected {len(inputs)} input{'s' if len(inputs) != 1 else ''} ({names}), got {n}")
+
+
 class Workspace:
   """A function's C++ workspace (`init_ws()` result), freed when this object is collected."""
 
@@ -66,12 +72,11 @@ def make_caller(
   """A Python function `caller(*arrays)` specialised to this signature: one check per input on the fast path."""
   n_in, n_out = len(inputs), len(outputs)
   ws = Workspace(lib, name)
-  names = ", ".join(a.name or f"in{i}" for i, a in enumerate(inputs))
   env: dict[str, Any] = {
     "ndarray": np.ndarray, "empty": np.empty, "ws": ws, "wsp": ws.pointer, "wrap": wrap,
     "lib_call": _library_call(lib, name, n_in + n_out),
     "convert": lambda i, v: convert_input(name, i, inputs[i], v),
-    "wrong_count": lambda n: TypeError(f"{name}: expected {n_in} input{'s' if n_in != 1 else ''} ({names}), got {n}"),
+    "wrong_count": lambda n: count_error(name, inputs, n),
   }  # fmt: skip
   lines = ["def caller(*args):", f"  if len(args) != {n_in}: raise wrong_count(len(args))"]
   ins = [f"a{i}" for i in range(n_in)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import inspect
 import json
@@ -19,7 +20,12 @@ from anvil.codegen.base import FunctionBase, check_identifier, render_template
 from anvil.codegen.build import stage
 from anvil.codegen.caller import make_caller
 from anvil.codegen.constant import CodegenIntConstant
+from anvil.codegen.devices import require_device
+from anvil.codegen.gpu import GPU_DEVICES, GpuLayout, check_inputs, check_traced, gpu_layout
+from anvil.codegen.gpu_caller import make_gpu_caller
+from anvil.codegen.gpu_renderer import render_gpu_kernel
 from anvil.codegen.jit import (
+  Toolchain,
   array_data_offset,
   cache_dir,
   cached_library,
@@ -31,13 +37,14 @@ from anvil.codegen.jit import (
 )
 from anvil.codegen.module import module_code
 from anvil.codegen.program import Program, build_program, schedule
+from anvil.codegen.renderer import render_kernel
 from anvil.codegen.trace import OutputSpec, TracedGraph, graph_key, trace
 
 TINYGRAD_VERSION = importlib.metadata.version("tinygrad")
 P = ParamSpec("P")
 R = TypeVar("R", covariant=True)
 Array = NDArray[Any]
-DEVICES = ("CPU",)
+DEVICES = ("CPU", *GPU_DEVICES)
 InputsLike = Arg | Sequence[Arg]
 
 
@@ -75,8 +82,12 @@ class _FunctionContext:
     return ", ".join([*ins, *outs, "WS_t& ws"])
 
   @property
+  def call_arg_names(self) -> tuple[str, ...]:
+    return (*(f"in{i}" for i in range(len(self.inputs))), *(f"out{i}" for i in range(len(self.outputs))))
+
+  @property
   def call_args(self) -> str:
-    return ", ".join([*(f"in{i}" for i in range(len(self.inputs))), *(f"out{i}" for i in range(len(self.outputs)))])
+    return ", ".join(self.call_arg_names)
 
 
 def _dims(dims: Sequence[int | CodegenIntConstant]) -> str:
@@ -93,7 +104,9 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
     name: a C++ identifier; the generated namespace.
     fn: a Python function taking one `Tensor` per input and returning a `Tensor` or a tuple of them.
     inputs: one `Arg` per parameter of `fn` (a single `Arg` is accepted too).
-    device: "CPU".
+    device: "CPU", "CUDA" or "METAL" (float32 only). GPU functions take and return numpy arrays too (copied to the
+      GPU and back); CUDA ones also take device arrays (DLPack) and then return `CudaArray`s. Their code can be
+      generated anywhere; calling them needs the device usable here (see `anvil.devices()`).
 
   Example:
     >>> f = NumericalFunction("f", lambda x, A: A @ x.sin(), (Arg(3), Arg((3, 3))))
@@ -175,6 +188,7 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
     self.fn = fn
     self.device = check_device(device, name)
     self.inputs: tuple[Arg, ...] = _named_args(name, fn, inputs)
+    check_inputs(name, self.device, self.inputs)
 
   # *** the pipeline ***
 
@@ -184,6 +198,7 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
     with stage(self.name, "trace"):
       traced = trace(self.name, self._traced_fn, self.inputs)
     self._check_outputs(traced.outputs)
+    check_traced(self.name, self.device, traced)
     return traced
 
   def _check_outputs(self, outputs: tuple[OutputSpec, ...]) -> None:
@@ -220,8 +235,16 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
     """Scheduled kernels, workspace layout and rendered kernel sources (stages `schedule` and `render`)."""
     with stage(self.name, "schedule"):
       items = schedule(self.traced)
+    render = render_kernel if self.device == "CPU" else functools.partial(render_gpu_kernel, device=self.device)
     with stage(self.name, "render") as progress:
-      return build_program(self.name, self.traced, items, progress, self._gathers)
+      return build_program(self.name, self.traced, items, progress, self._gathers, render)
+
+  @cached_property
+  def gpu_layout(self) -> GpuLayout:
+    """Device memory and launch sequence of a CUDA or Metal function."""
+    ins = [a.size * a.dtype.itemsize for a in self.inputs]
+    outs = [o.size * o.dtype.itemsize for o in self.outputs]
+    return gpu_layout(self.name, self.device, self.program, ins, outs)
 
   @property
   def build_size(self) -> int:
@@ -240,18 +263,23 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
     except (OSError, ValueError):
       pass
     ctx = self._context()
-    code = {"header": render_template("function.hpp.j2", fn=ctx), "source": render_template("function.cpp.j2", fn=ctx)}
+    if self.device == "CPU":
+      header, source = render_template("function.hpp.j2", fn=ctx), render_template("function.cpp.j2", fn=ctx)
+    else:
+      header, source = render_template("gpu_function.hpp.j2", fn=ctx, gpu=self.gpu_layout), ""
+    code = {"header": header, "source": source}
     write_atomic(path, json.dumps(code))
     return code
 
   @property
   def header_code(self) -> str:
-    """Declarations: buffer typedefs, `init_ws()` and `call()` inside `namespace <name>`."""
+    """Declarations: buffer typedefs, `init_ws()` and `call()` inside `namespace <name>`; on a GPU also their
+    (inline) definitions, with the kernel source."""
     return self._code["header"]
 
   @property
   def source_code(self) -> str:
-    """Definitions: constants, kernels, `init_ws()` and `call()`."""
+    """Definitions: constants, kernels, `init_ws()` and `call()` (empty on a GPU: its code is all in the header)."""
     return self._code["source"]
 
   @property
@@ -287,22 +315,21 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
   @cached_property
   def library(self) -> str:
     """Path of the compiled shared library (stage `compile`, skipped when the disk cache has it)."""
-    lib_key = library_key(f"{self.key}|{array_data_offset()}")
+    toolchain = Toolchain.for_device(self.device)
+    lib_key = library_key(f"{self.key}|{array_data_offset()}", toolchain)
     if (path := cached_library(lib_key)) is not None:
       return str(path)
     module = f"anvil_jit_{self.name}"
     code = module_code(module, [self])
     ctx = self._context()
-    wrapper = render_template("jit.cpp.j2", fn=ctx, module=module, data_offset=array_data_offset() or 0)
+    sources = {f"{module}.hpp": code.header}
+    if self.device == "CPU":
+      sources[f"{module}.cpp"] = code.source
+      sources["jit.cpp"] = render_template("jit.cpp.j2", fn=ctx, module=module, data_offset=array_data_offset() or 0)
+    else:
+      sources["jit.cpp"] = render_template("gpu_jit.cpp.j2", fn=ctx, device=self.device, module=module)
     with stage(self.name, "compile"):
-      return str(
-        compile_library(
-          lib_key,
-          {f"{module}.hpp": code.header, f"{module}.cpp": code.source, "jit.cpp": wrapper},
-          "jit.cpp",
-          self.name,
-        )
-      )
+      return str(compile_library(lib_key, sources, "jit.cpp", self.name, toolchain=toolchain))
 
   # *** calling ***
 
@@ -314,7 +341,11 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
 
   @cached_property
   def _caller(self) -> Callable[..., Any]:
-    return make_caller(self.name, self.inputs, self.outputs, load_library(self.library), self._wrap_outputs)
+    if self.device == "CPU":
+      return make_caller(self.name, self.inputs, self.outputs, load_library(self.library), self._wrap_outputs)
+    require_device(self.device)
+    lib = load_library(self.library)
+    return make_gpu_caller(self.name, self.device, self.inputs, self.outputs, lib, self._wrap_outputs)
 
   @property
   def _wrap_outputs(self) -> Callable[..., Any] | None:

@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,9 @@ from anvil.version import __version__
 #: Flags of every JIT build; extra flags may be appended through the ANVIL_CXXFLAGS environment variable.
 CXXFLAGS = ("-O3", "-std=c++17", "-fPIC", "-shared", "-fno-math-errno")
 COMPILERS = ("c++", "g++", "clang++")
+#: Flags of every CUDA module build: nvcc drives the host C++ compiler; the module loads the CUDA driver and NVRTC at
+#: run time, so it links neither the CUDA runtime nor the driver. ANVIL_CXXFLAGS does not apply to it.
+NVCC_FLAGS = ("-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC,-fno-math-errno", "--cudart", "none")
 
 
 class CompilerNotFoundError(RuntimeError):
@@ -48,6 +52,35 @@ def find_compiler() -> str:
   )
 
 
+def find_nvcc() -> str:
+  """nvcc: $NVCC if set, else nvcc on PATH, else $CUDA_PATH/bin/nvcc ($CUDA_PATH defaults to /usr/local/cuda)."""
+  if nvcc := os.environ.get("NVCC"):
+    if (path := shutil.which(nvcc)) is None:
+      raise CompilerNotFoundError(f"NVCC={nvcc!r} is not an executable; install the CUDA toolkit or point NVCC at nvcc")
+    return path
+  for candidate in ("nvcc", os.path.join(os.environ.get("CUDA_PATH", "/usr/local/cuda"), "bin", "nvcc")):
+    if path := shutil.which(candidate):
+      return path
+  raise CompilerNotFoundError(
+    "nvcc not found (looked for $NVCC, nvcc on PATH, $CUDA_PATH/bin): install the CUDA toolkit"
+  )
+
+
+@dataclass(frozen=True)
+class Toolchain:
+  """A compiler and the flags that build a shared library from one C++ translation unit."""
+
+  compiler: str
+  flags: tuple[str, ...]
+
+  @classmethod
+  def for_device(cls, device: str) -> Toolchain:
+    """nvcc for CUDA modules; the C++ compiler and `cxxflags()` otherwise."""
+    if device == "CUDA":
+      return cls(find_nvcc(), NVCC_FLAGS)
+    return cls(find_compiler(), cxxflags())
+
+
 def find_c_compiler() -> str:
   """The C compiler for C sources built outside the JIT (e.g. OSQP's in a standalone build): $CC if set, else the
   first of cc, gcc, clang on PATH."""
@@ -64,7 +97,9 @@ def compiler_identity(cxx: str) -> str:
     out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=60).stdout
   except OSError as e:
     raise CompilerNotFoundError(f"cannot run the C++ compiler {cxx}: {e}") from e
-  return f"{cxx}|{out.splitlines()[0] if out else ''}"
+  # NOTE: nvcc's first line names no version; its last line does.
+  lines = out.splitlines()
+  return f"{cxx}|{lines[0] if lines else ''}|{lines[-1] if lines else ''}"
 
 
 def cxxflags() -> tuple[str, ...]:
@@ -103,9 +138,10 @@ def codegen_fingerprint() -> str:
   return sources_fingerprint(Path(__file__).parent)
 
 
-def library_key(source_key: str) -> str:
+def library_key(source_key: str, toolchain: Toolchain | None = None) -> str:
   """Cache key of a compiled library: the generated code's key plus compiler, flags and code generator."""
-  ident = f"{source_key}|{compiler_identity(find_compiler())}|{' '.join(cxxflags())}|{codegen_fingerprint()}"
+  tc = toolchain or Toolchain.for_device("CPU")
+  ident = f"{source_key}|{compiler_identity(tc.compiler)}|{' '.join(tc.flags)}|{codegen_fingerprint()}"
   return hashlib.sha256(ident.encode()).hexdigest()[:32]
 
 
@@ -168,12 +204,14 @@ def compile_library(
   what: str,
   c_sources: Sequence[str] = (),
   include_dirs: Sequence[str] = (),
+  toolchain: Toolchain | None = None,
 ) -> Path:
   """Compile `main` (one of `sources`, all written beside it) into the cached library for `key`.
 
   Sources are kept under the cache's `src/<key>/` so a compiler error can point at them. `c_sources` (also among
   `sources`) are compiled as C into cached objects and linked in; `include_dirs` are relative to the source folder.
-  Concurrent builds of the same key each compile into a private file and atomically rename it into place.
+  Concurrent builds of the same key each compile into a private file and atomically rename it into place. `toolchain`
+  (default: the CPU one) builds `main`; C sources always use the CPU one.
   """
   cxx = find_compiler()
   src_dir = cache_dir() / "src" / key
@@ -182,7 +220,8 @@ def compile_library(
   includes = [str(src_dir / d) for d in include_dirs]
   out = cache_dir() / "lib" / f"{key}.so"
   if not c_sources:
-    _compile_to([cxx, *cxxflags(), *(f"-I{i}" for i in includes), str(src_dir / main)], out, what, src_dir / main)
+    tc = toolchain or Toolchain(cxx, cxxflags())
+    _compile_to([tc.compiler, *tc.flags, *(f"-I{i}" for i in includes), str(src_dir / main)], out, what, src_dir / main)
     return out
   # NOTE: the C sources (cached objects) and the C++ translation unit compile in parallel, then one link.
   flags = [f for f in cxxflags() if f != "-shared"]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from anvil.codegen.base import FunctionBase, check_identifier, render_template
 from anvil.codegen.constant import CodegenIntConstant
+from anvil.codegen.gpu import device_support
 from anvil.codegen.jit import write_atomic
 from anvil.codegen.parallel import build_in_parallel
 from anvil.version import __version__
@@ -62,14 +63,25 @@ def sort_constants(constants: Iterable[CodegenIntConstant]) -> tuple[CodegenIntC
   return tuple(out.values())
 
 
+def module_device(fns: Sequence[FunctionBase]) -> str:
+  """The one device all of `fns` run on; raises ValueError naming them when they mix devices."""
+  devices = {f.device for f in fns}
+  if len(devices) > 1:
+    listed = ", ".join(f"{f.name} ({f.device})" for f in fns)
+    raise ValueError(f"generate_module: a module holds functions of one device, got {listed}; write one module each")
+  return devices.pop() if devices else "CPU"
+
+
 @dataclass(frozen=True)
 class ModuleCode:
-  """The text of a generated module."""
+  """The text of a generated module: a header and a source; a GPU module (`device` CUDA or METAL) is only a header
+  and its source is empty."""
 
   name: str
   header: str
   source: str
   functions: tuple[FunctionBase, ...]
+  device: str = "CPU"
 
 
 def module_code(
@@ -78,20 +90,25 @@ def module_code(
   """Render the header and source of a module holding `fns`, their dependencies and `constants`."""
   check_identifier(module_name, "generate_module: module_name")
   ordered = toposort(fns)
+  device = module_device(ordered)
   build_in_parallel(ordered)
   consts = sort_constants([*constants, *(c for f in ordered for c in f.codegen_constants)])
   header_includes = _dedup(inc for f in ordered for inc in f.header_includes)
   source_includes = _dedup(inc for f in ordered for inc in f.source_includes)
   support = render_template("support.hpp.j2")
+  # NOTE: a GPU module is header-only: its functions' header code holds their (inline) definitions.
+  gpu = device != "CPU"
   header = render_template(
     "module.hpp.j2",
     version=__version__,
     name=module_name,
-    includes=header_includes,
-    support=support,
+    includes=_dedup([*header_includes, *source_includes]) if gpu else header_includes,
+    support=support + "\n" + device_support(device) if gpu else support,
     constants=[c.declaration() for c in consts],
     functions=[f.header_code for f in ordered],
   )
+  if gpu:
+    return ModuleCode(module_name, header, "", ordered, device)
   source = render_template(
     "module.cpp.j2",
     version=__version__,
@@ -112,10 +129,11 @@ def generate_module(
   constants: Sequence[CodegenIntConstant] | None = None,
   verbosity: int = 0,
   out_dir: str | Path = ".",
-) -> tuple[Path, Path]:
+) -> tuple[Path, ...]:
   """Write `<module_name>.hpp` and `<module_name>.cpp` holding `fns`, everything they depend on, and `constants`.
 
-  Functions that need more files (an SQP solver's embedded OSQP C sources) write them beside the module.
+  Functions that need more files (an SQP solver's embedded OSQP C sources) write them beside the module. A module of
+  CUDA or Metal functions is header-only: only `<module_name>.hpp` is written.
 
   Args:
     module_name: a C++ identifier, used for the file names.
@@ -125,11 +143,11 @@ def generate_module(
     out_dir: the folder to write into (created if missing).
 
   Returns:
-    The paths of the header and the source.
+    The paths of the header and the source (only the header for a GPU module).
 
   Raises:
-    ValueError: a name that is not a C++ identifier, two different functions with one name, a dependency cycle, or a
-      constant declared twice with different values.
+    ValueError: a name that is not a C++ identifier, two different functions with one name, a dependency cycle, a
+      constant declared twice with different values, or functions of different devices.
 
   Example:
     >>> generate_module("quad", [rk4_step], out_dir="build")
@@ -138,16 +156,19 @@ def generate_module(
     fns = [fns]
   code = module_code(module_name, fns, constants or ())
   out = Path(out_dir)
-  header, source = out / f"{module_name}.hpp", out / f"{module_name}.cpp"
-  write_atomic(header, code.header)
-  write_atomic(source, code.source)
+  files = {out / f"{module_name}.hpp": code.header}
+  if code.device == "CPU":
+    files[out / f"{module_name}.cpp"] = code.source
+  for path, text in files.items():
+    write_atomic(path, text)
   for f in code.functions:
     for relative, text in f.extra_files().items():
       write_atomic(out / relative, text)
-  logger.info("generate_module: wrote %s and %s (%d functions)", header, source, len(code.functions))
+  written = " and ".join(map(str, files))
+  logger.info("generate_module: wrote %s (%d functions)", written, len(code.functions))
   if verbosity >= 1:
-    print(f"anvil: wrote {header} and {source}")
+    print(f"anvil: wrote {written}")
   if verbosity >= 2:
     for f in code.functions:
       print(f"  {type(f).__name__} {f.name}")
-  return header, source
+  return tuple(files)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from tinygrad import dtypes
@@ -194,8 +194,10 @@ def build_program(
   items: tuple[UOp, ...],
   progress: Progress | None = None,
   gathers: Mapping[int, Sequence[int]] | None = None,
+  render: Callable[[UOp, str], RenderedKernel] = render_kernel,
 ) -> Program:
-  """Lay out the workspace and render each distinct kernel of the schedule `items` once.
+  """Lay out the workspace and render each distinct kernel of the schedule `items` once, with `render` (default:
+  portable C++ for the CPU).
 
   `gathers` maps an output index to an index table: that output is then `value[table[k]]` for each k, where `value`
   is what the function computed for it (kept in the workspace).
@@ -224,7 +226,7 @@ def build_program(
     if ast.op is not Ops.SINK:
       raise NotImplementedError(f"schedule item {ast.op} is not supported by anvil's C++ backend")
     if (kernel := kernels.get(ast.key)) is None:
-      kernels[ast.key] = kernel = render_kernel(ast, f"k{len(kernels)}")
+      kernels[ast.key] = kernel = render(ast, f"k{len(kernels)}")
       if progress is not None:
         progress.update(f"rendered kernel {len(kernels)}")
     step = KernelStep(kernel.name, tuple(layout.ref(args[i]) for i in kernel.params))

@@ -24,8 +24,17 @@ from anvil.codegen.arg import CPP_TYPES
 COS_MARK = "cos"
 
 
-def _mark_cos(s: UOp, c: UOp, x: UOp, m: UOp) -> UOp | None:
-  if c.arg != math.pi / 2 or m.arg != -1 or x.op is Ops.CONST:
+#: sin(pi/2 - x) as tinygrad writes cos(x); `c` is pi/2 rounded to the operand's dtype.
+COS_PATTERN = UPat(
+  Ops.SIN,
+  src=(UPat(Ops.ADD, src=(UPat(Ops.CONST, name="c"), UPat(Ops.MUL, src=(UPat.var("x"), UPat(Ops.CONST, name="m"))))),),
+  name="s",
+)
+
+
+def mark_cos(s: UOp, c: UOp, x: UOp, m: UOp, half_pi: tuple[float, ...] = (math.pi / 2,)) -> UOp | None:
+  """The SIN of COS_PATTERN marked as a cos of `x` when its constant is one of `half_pi`."""
+  if c.arg not in half_pi or m.arg != -1 or x.op is Ops.CONST:
     return None
   return UOp(Ops.SIN, s.dtype, (x,), COS_MARK)
 
@@ -33,20 +42,7 @@ def _mark_cos(s: UOp, c: UOp, x: UOp, m: UOp) -> UOp | None:
 # NOTE: tinygrad has no COS op: Tensor.cos is sin(pi/2 - x). The compiler then cannot pair sin(a) with cos(a) into one
 # sincos call, which costs ~20% on rotation-heavy models (render-notes.md). Before lowering, mark those SINs (the arg
 # survives upcasting and devectorizing, unlike a CUSTOM op) and render them as std::cos of the original operand.
-pm_mark_cos = PatternMatcher(
-  [
-    (
-      UPat(
-        Ops.SIN,
-        src=(
-          UPat(Ops.ADD, src=(UPat(Ops.CONST, name="c"), UPat(Ops.MUL, src=(UPat.var("x"), UPat(Ops.CONST, name="m"))))),
-        ),
-        name="s",
-      ),
-      _mark_cos,
-    ),
-  ]
-)
+pm_mark_cos = PatternMatcher([(COS_PATTERN, mark_cos)])
 
 
 def _bit_cast(ctx: PortableCppRenderer, x: UOp) -> str:
@@ -125,12 +121,24 @@ class RenderedKernel:
     source: the function definition.
     params: for each parameter, the index of the schedule argument it binds.
     writes: the schedule arguments the kernel writes.
+    global_size: the launch grid (GPU thread blocks per axis; one for the CPU).
+    local_size: the threads of one block per axis (one for the CPU).
   """
 
   name: str
   source: str
   params: tuple[int, ...]
   writes: tuple[int, ...]
+  global_size: tuple[int, ...]
+  local_size: tuple[int, ...]
+
+  @classmethod
+  def from_program(cls, prg: UOp, name: str) -> RenderedKernel:
+    """The kernel of tinygrad's PROGRAM `prg`, its function renamed `name`."""
+    info = prg.arg
+    source = prg.src[2].arg.replace(f" {info.function_name}(", f" {name}(", 1)
+    dims = [int(d) for d in info.global_size], [int(d) for d in info.local_size or (1, 1, 1)]
+    return cls(name, source, tuple(info.globals), tuple(info.outs), *(tuple(d + [1] * (3 - len(d))) for d in dims))
 
 
 RENDERER = PortableCppRenderer()
@@ -179,6 +187,4 @@ def render_kernel(ast: UOp, name: str) -> RenderedKernel:
   # NOTE: the linearizer orders equal-priority uops by their args, and None (sin) cannot be compared with "cos".
   with Context(TUPLE_ORDER=0), _small_loops_unrolled():
     prg = to_program(graph_rewrite(ast, pm_mark_cos, name="anvil mark cos"), RENDERER)
-  info = prg.arg
-  source = prg.src[2].arg.replace(f"void {info.function_name}(", f"void {name}(", 1)
-  return RenderedKernel(name, source, tuple(info.globals), tuple(info.outs))
+  return RenderedKernel.from_program(prg, name)

@@ -17,9 +17,9 @@ from anvil.codegen.module import sort_constants
 ROOT = Path(__file__).resolve().parents[2]
 
 PUBLIC = {
-  "Arg", "CodegenIntConstant", "CompileError", "CompilerNotFoundError", "FunctionBase", "NumericalFunction",
-  "SparseNumericalFunction", "Tensor", "dtypes", "generate_module", "numerical_function",
-  "sparse_numerical_function", "__version__",
+  "Arg", "CodegenIntConstant", "CompileError", "CompilerNotFoundError", "CudaArray", "DeviceInfo",
+  "DeviceUnavailableError", "FunctionBase", "NumericalFunction", "SparseNumericalFunction", "Tensor", "devices",
+  "dtypes", "generate_module", "numerical_function", "sparse_numerical_function", "__version__",
 }  # fmt: skip
 
 

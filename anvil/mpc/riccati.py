@@ -212,7 +212,7 @@ class OCPStructure:
     self.offsets, self.data_size = _flat_offsets(self.solver.shapes)
     sizes = {"x": ((N + 1) * nx,), "u": (N * nu_qp,), "pi": (N * nx,), "lam": (N * max(ng, 1),),
              "lamN": (max(ngN, 1),), "uN": (max(self.nsN, 1),)}  # fmt: skip
-    self.solution_offsets, self.solution_size = _flat_offsets(sizes)
+    self.solution_offsets = _flat_offsets(sizes)[0]
     self.tables = self._tables(hessian, jacobian)
 
   def _block(self, var: int) -> tuple[int, int]:

@@ -125,6 +125,16 @@ def test_random_qps_match_osqp(nx: int, nu: int, N: int, extra: int) -> None:
       assert np.sum(np.abs(sol.lam) > 1e-6) >= 3, "the strong pull makes bounds active"
 
 
+def test_convex_qps_solved_to_1e_10_never_look_nonconvex() -> None:
+  """Near the solution the slacks of active rows shrink and their weights l / t grow; without a floor on the
+  complementarity target (1e-18 slacks, 1e20 weights) the Riccati recursion lost P to rounding and reported
+  "nonconvex" for 12 of 240 of these convex QPs. They must all be solved."""
+  rng = np.random.default_rng(7)
+  qp = RiccatiQP("riccati_t_sweep", 4, 1, 30, ng=6, ngN=1)
+  statuses = [qp(1e-10, **random_qp(rng, 4, 1, 30, 6, 1, 3.0 if i % 2 else 0.1)).status for i in range(30)]
+  assert statuses == ["solved"] * 30
+
+
 def test_statuses_nonconvex_and_infeasible() -> None:
   rng = np.random.default_rng(7)
   qp = RiccatiQP("riccati_t_status", 2, 1, 5, ng=3, ngN=0)
@@ -222,15 +232,22 @@ def soft_terminal_qp(rng: np.random.Generator, nx: int, N: int) -> dict[str, Any
   return d
 
 
-def test_true_equalities_and_soft_rows_match_osqp() -> None:
+@pytest.mark.parametrize("nx,N", [(4, 30), (2, 10), (6, 20)])
+def test_true_equalities_and_soft_rows_match_osqp(nx: int, N: int) -> None:
   """Terminal x_N = 0 as lo = hi rows (true equalities: free multipliers, no slacks) and soft rows whose slacks are
-  stage inputs (and a terminal input) agree with OSQP, at tol 1e-10, where lo = hi as two bounds stalls."""
+  stage inputs (and a terminal input) agree with OSQP, at tol 1e-10, where lo = hi as two bounds stalls; instances
+  OSQP finds infeasible (x_N = 0 out of reach) end with "infeasible"."""
   rng = np.random.default_rng(11)
-  nx, N = 4, 30
-  qp = RiccatiQP("riccati_t_soft_eq", nx, 2, N, ng=nx + 3, ngN=nx + 2, nuN=1)
-  for _ in range(3):
+  qp = RiccatiQP(f"riccati_t_soft_eq_{nx}_{N}", nx, 2, N, ng=nx + 3, ngN=nx + 2, nuN=1)
+  solved, slack_used = 0, 0.0
+  for _ in range(4):
     d = soft_terminal_qp(rng, nx, N)
     sol = qp(1e-10, **d)
+    reference = osqp.OSQP()
+    reference.setup(*osqp_form(d), eps_abs=1e-9, eps_rel=1e-9, verbose=False, max_iter=200000)
+    if reference.solve(raise_error=False).info.status == "primal infeasible":
+      assert sol.status == "infeasible"
+      continue
     assert sol.status == "solved" and sol.iterations < 40, (sol.status, sol.iterations)
     x_ref, u_ref, uN_ref = osqp_reference(d)
     np.testing.assert_allclose(sol.x, x_ref, atol=1e-6)
@@ -239,8 +256,9 @@ def test_true_equalities_and_soft_rows_match_osqp() -> None:
     assert np.abs(sol.x[N]).max() < 1e-10, "the terminal equality holds to the tolerance"
     stat, dyn = kkt_residuals(d, sol)
     assert stat < 1e-8 and dyn < 1e-8
-    assert sol.u[:, 1].max() > 1e-3, "some path row needs its slack"
     assert np.all(sol.u[:, 1] >= -1e-9) and sol.uN[0] >= -1e-9
+    solved, slack_used = solved + 1, max(slack_used, sol.u[:, 1].max())
+  assert solved >= 2 and slack_used > 1e-3, "most instances are feasible and some path row needs its slack"
   warm = qp(1e-10, warm_start=True, **{**d, "g": d["g"] * 1.01})
   assert warm.status == "solved"
   np.testing.assert_allclose(warm.u, osqp_reference({**d, "g": d["g"] * 1.01})[1], atol=1e-6)

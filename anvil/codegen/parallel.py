@@ -7,6 +7,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+import threading
 from collections.abc import Sequence
 
 from anvil.codegen.base import FunctionBase
@@ -34,13 +35,14 @@ def _build(index: int) -> bool:
 
 def build_in_parallel(fns: Sequence[FunctionBase]) -> None:
   """Build the functions among `fns` whose code still needs scheduling and rendering in forked workers (largest
-  first), when there are at least two of them and two workers, on Linux; otherwise nothing happens here and they are
-  built one after the other when their code is read."""
+  first), when there are at least two of them and two workers, on Linux, in a process running one thread (forking a
+  multi-threaded process can deadlock the child); otherwise nothing happens here and they are built one after the
+  other when their code is read."""
   global _pending
   sizes = {f: f.build_size for f in fns}
   pending = sorted((f for f in fns if sizes[f] > 0), key=lambda f: -sizes[f])
   jobs = min(len(pending), build_jobs())
-  if jobs < 2 or sys.platform != "linux":
+  if jobs < 2 or sys.platform != "linux" or threading.active_count() > 1:
     return
   _pending = pending
   try:

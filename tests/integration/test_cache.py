@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -116,6 +117,13 @@ def test_functions_of_a_module_build_in_parallel_workers(fresh_cache: Path, monk
                   av.NumericalFunction("par_b", lambda x: (x * x).sum().reshape(1), (av.Arg(3),))]  # fmt: skip
   monkeypatch.setenv("ANVIL_BUILD_JOBS", "2")
   fns = make()
+  assert all(f.build_size > 0 for f in fns)
+  release = threading.Event()
+  other = threading.Thread(target=release.wait)
+  other.start()
+  build_in_parallel(fns)  # a second thread is running: no fork (the child could deadlock)
+  release.set()
+  other.join()
   assert all(f.build_size > 0 for f in fns)
   before = dict(STAGE_COUNTS)
   build_in_parallel(fns)

@@ -336,6 +336,27 @@ def test_soft_path_input_and_terminal_constraints_agree_across_qp_solvers() -> N
   assert np.abs(ric.x[N_SMALL, 1:3]).max() > 1e-4
 
 
+def test_path_equalities_agree_across_qp_solvers() -> None:
+  """A path constraint with equal bounds (u = -2 x_c - 0.5 sin(theta) at every stage) is a true equality row of the
+  Riccati QP at each stage: the solution matches OSQP's and meets the law to rounding."""
+  law = av.NumericalFunction("test_mpc_law", lambda x, u: (u[0] + 2.0 * x[0] + 0.5 * x[1].sin()).reshape(1),
+                             (Arg(4), Arg(1)))  # fmt: skip
+  x_bounds, u_bounds = cm.bounds()
+  x0, solutions = np.array([0.3, 0.2, 0.0, 0.0]), {}
+  for qp in ("riccati", "osqp"):
+    name = f"test_mpc_law_{qp}"
+    mpc = MPCFunction(name, cm.dynamics(f"{name}_F"), cm.stage_cost(f"{name}_l"), cm.terminal_cost(f"{name}_lN"),
+                      horizon=N_SMALL, x_bounds=x_bounds, u_bounds=u_bounds, constraints=(law, ([0.0], [0.0])),
+                      options=MPCOptions(qp_solver=qp))  # fmt: skip
+    solutions[qp] = mpc(x0)
+    assert solutions[qp].success
+  ric, ref = solutions["riccati"], solutions["osqp"]
+  np.testing.assert_allclose(ric.u, ref.u, atol=U_ATOL)
+  np.testing.assert_allclose(ric.x, ref.x, atol=U_ATOL)
+  residual = ric.u[:, 0] + 2.0 * ric.x[:N_SMALL, 0] + 0.5 * np.sin(ric.x[:N_SMALL, 1])
+  assert np.abs(residual).max() < 1e-10
+
+
 def test_simulate_starts_from_a_given_guess() -> None:
   swing = cm.swing_up("test_mpc_stab_riccati_swing", MPCOptions(qp_solver="riccati"))
   guess = cm.swing_up_guess(cm.X0_SWING_UP)

@@ -97,6 +97,13 @@ class RiccatiQP(FunctionBase):
             "c": (N, nx), "x0": (nx,), "G": (N, mg, nz), "lo": (N, mg), "hi": (N, mg), "GN": (mgN, nzN),
             "loN": (mgN,), "hiN": (mgN,)}  # fmt: skip
 
+  @property
+  def solution_shapes(self) -> dict[str, tuple[int, ...]]:
+    """The leading arrays of the C++ `Solution`, flattened, in order (rows at least 1, as stored)."""
+    nx, N = self.nx, self.N
+    return {"x": ((N + 1) * nx,), "u": (N * self.nu,), "pi": (N * nx,), "lam": (N * max(self.ng, 1),),
+            "lamN": (max(self.ngN, 1),), "uN": (max(self.nuN, 1),)}  # fmt: skip
+
   @cached_property
   def _context(self) -> _QPContext:
     return _QPContext(self.name, self.nx, self.nu, self.N, self.ng, self.ngN, self.nuN, self.max_iter)
@@ -157,7 +164,7 @@ class RiccatiQP(FunctionBase):
       parts.append(np.clip(value, -1e30, 1e30).reshape(-1))
     flat = np.ascontiguousarray(np.concatenate(parts))
     nx, nu, N = self.nx, self.nu, self.N
-    sizes = ((N + 1) * nx, N * nu, N * nx, N * max(self.ng, 1), max(self.ngN, 1), max(self.nuN, 1), 5)
+    sizes = (*(shape[0] for shape in self.solution_shapes.values()), 5)  # then the residuals and the solve time
     out, info = np.zeros(sum(sizes)), np.zeros(2, dtype=np.int32)
     solve, ws = self._entry
     solve(flat.ctypes.data, float(tol), int(bool(warm_start)), out.ctypes.data, info.ctypes.data, ws)
@@ -201,18 +208,19 @@ class OCPStructure:
     self.tol_min = float(tol_min)
     self.nz = nx + nu
     self.slack_stages = tuple(slack_stages)
-    counts = np.bincount(np.asarray(self.slack_stages, dtype=int), minlength=N + 1)
-    self.ns_stage, self.nsN = int(counts[:N].max()), int(counts[N])
-    self.slot = [int(np.sum(np.asarray(self.slack_stages[:e]) == k)) for e, k in enumerate(self.slack_stages)]
+    counts = [0] * (N + 1)  # slacks per stage so far: slack e is the slot[e]-th of its stage
+    self.slot = []
+    for k in self.slack_stages:
+      self.slot.append(counts[k])
+      counts[k] += 1
+    self.ns_stage, self.nsN = max(counts[:N]), counts[N]
     self.nw = N * self.nz + nx + len(self.slack_stages)
     nu_qp, self.nzN = nu + self.ns_stage, nx + self.nsN
     self.nz_qp = nx + nu_qp
     ng, ngN = self.nz_qp + nh + 2 * self.ns_stage, self.nzN + nhN + 2 * self.nsN
     self.solver = RiccatiQP(f"{name}_ocp_qp", nx, nu_qp, N, ng=ng, ngN=ngN, max_iter=max_iter, nuN=self.nsN)
     self.offsets, self.data_size = _flat_offsets(self.solver.shapes)
-    sizes = {"x": ((N + 1) * nx,), "u": (N * nu_qp,), "pi": (N * nx,), "lam": (N * max(ng, 1),),
-             "lamN": (max(ngN, 1),), "uN": (max(self.nsN, 1),)}  # fmt: skip
-    self.solution_offsets = _flat_offsets(sizes)[0]
+    self.solution_offsets = _flat_offsets(self.solver.solution_shapes)[0]
     self.tables = self._tables(hessian, jacobian)
 
   def _block(self, var: int) -> tuple[int, int]:

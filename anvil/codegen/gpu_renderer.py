@@ -42,9 +42,27 @@ def _check_dtypes(renderer: CStyleLanguage, function_name: str, uops: list[UOp])
     raise TypeError(f"kernel {function_name} computes in {', '.join(bad)}, which {renderer.target.device} cannot{hint}")
 
 
-class AnvilCudaRenderer(CUDARenderer):
+class _SharedSourceRenderer(CStyleLanguage):
+  """What anvil changes in both of tinygrad's GPU renderers: a fixed target, no compiler or tensor cores at render
+  time, the dtypes checked, and no per-kernel prelude (the function's source starts with PRELUDES once)."""
+
+  gpu_target: Target
+
+  def __init__(self) -> None:
+    Renderer.__init__(self, self.gpu_target)
+    self.compiler, self.tensor_cores = Compiler(), []
+
+  def render_kernel(self, function_name, kernel, bufs, uops, prefix=None) -> str:
+    _check_dtypes(self, function_name, uops)
+    return CStyleLanguage.render_kernel(self, function_name, kernel, bufs, uops)
+
+
+class AnvilCudaRenderer(_SharedSourceRenderer, CUDARenderer):
   """tinygrad's CUDA renderer without NVRTC at render time, tensor cores or per-kernel preludes."""
 
+  # NOTE: the arch only gates half/bfloat16/fp8 and tensor cores, which anvil does not use: one rendering serves
+  # every GPU, and the module compiles it for the device it finds at run time.
+  gpu_target = Target("CUDA", "CUDA", "sm_75")
   infinity = "__int_as_float(0x7f800000)"
   nan = "__int_as_float(0x7fffffff)"
   type_map = {**CUDARenderer.type_map, dtypes.uint32: "unsigned int"}
@@ -53,32 +71,15 @@ class AnvilCudaRenderer(CUDARenderer):
     + CUDARenderer.string_rewrite
   )
 
-  def __init__(self) -> None:
-    # NOTE: the arch only gates half/bfloat16/fp8 and tensor cores, which anvil does not use: one rendering serves
-    # every GPU, and the module compiles it for the device it finds at run time.
-    Renderer.__init__(self, Target("CUDA", "CUDA", "sm_75"))
-    self.compiler, self.tensor_cores = Compiler(), []
 
-  def render_kernel(self, function_name, kernel, bufs, uops, prefix=None) -> str:
-    _check_dtypes(self, function_name, uops)
-    return CStyleLanguage.render_kernel(self, function_name, kernel, bufs, uops)
-
-
-class AnvilMetalRenderer(MetalRenderer):
+class AnvilMetalRenderer(_SharedSourceRenderer, MetalRenderer):
   """tinygrad's Metal renderer without the Metal compiler at render time, tensor cores or per-kernel preludes."""
 
+  gpu_target = Target("METAL", "METAL", "portable")
   string_rewrite = (
     PatternMatcher([(UPat(Ops.SIN, arg=COS_MARK, name="x"), lambda ctx, x: f"precise::cos({ctx[x.src[0]]})")])
     + MetalRenderer.string_rewrite
   )
-
-  def __init__(self) -> None:
-    Renderer.__init__(self, Target("METAL", "METAL", "portable"))
-    self.compiler, self.tensor_cores = Compiler(), []
-
-  def render_kernel(self, function_name, kernel, bufs, uops, prefix=None) -> str:
-    _check_dtypes(self, function_name, uops)
-    return CStyleLanguage.render_kernel(self, function_name, kernel, bufs, uops)
 
 
 RENDERERS: dict[str, CStyleLanguage] = {"CUDA": AnvilCudaRenderer(), "METAL": AnvilMetalRenderer()}

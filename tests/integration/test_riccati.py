@@ -84,6 +84,13 @@ def osqp_reference(d: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarra
   return res.x[:nxs].reshape(N + 1, nx), res.x[nxs : nxs + nus].reshape(N, nu), res.x[nxs + nus :]
 
 
+def osqp_infeasible(d: dict[str, Any]) -> bool:
+  """Whether OSQP (eps 1e-9) finds the QP primal infeasible."""
+  solver = osqp.OSQP()
+  solver.setup(*osqp_form(d), eps_abs=1e-9, eps_rel=1e-9, verbose=False, max_iter=200000)
+  return solver.solve(raise_error=False).info.status == "primal infeasible"
+
+
 def kkt_residuals(d: dict[str, Any], sol: Any) -> tuple[float, float]:
   """Stationarity and dynamics residuals recomputed in numpy from the returned primal and dual values."""
   N, nx = d["B"].shape[0], d["B"].shape[1]
@@ -155,9 +162,7 @@ def test_infeasible_equalities_end_with_a_status() -> None:
   qp = RiccatiQP("riccati_t_status_eq", 2, 1, 5, ng=3, ngN=2)
   d = random_qp(rng, 2, 1, 5, 3, 2, 0.1)
   d["GN"], d["loN"], d["hiN"] = np.eye(2), np.full(2, 5.0), np.full(2, 5.0)
-  solver = osqp.OSQP()
-  solver.setup(*osqp_form(d), eps_abs=1e-9, eps_rel=1e-9, verbose=False, max_iter=200000)
-  assert solver.solve(raise_error=False).info.status == "primal infeasible"
+  assert osqp_infeasible(d)
   sol = qp(1e-8, **d)
   assert sol.status == "infeasible" and sol.iterations < 30 and sol.residuals[1] > 1e-3
   wide = qp(1e-8, **{**d, "lo": 100 * d["lo"], "hi": 100 * d["hi"]})
@@ -243,9 +248,7 @@ def test_true_equalities_and_soft_rows_match_osqp(nx: int, N: int) -> None:
   for _ in range(4):
     d = soft_terminal_qp(rng, nx, N)
     sol = qp(1e-10, **d)
-    reference = osqp.OSQP()
-    reference.setup(*osqp_form(d), eps_abs=1e-9, eps_rel=1e-9, verbose=False, max_iter=200000)
-    if reference.solve(raise_error=False).info.status == "primal infeasible":
+    if osqp_infeasible(d):
       assert sol.status == "infeasible"
       continue
     assert sol.status == "solved" and sol.iterations < 40, (sol.status, sol.iterations)

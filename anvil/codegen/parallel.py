@@ -4,6 +4,7 @@ Python, so threads would not run them side by side)."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import sys
@@ -24,13 +25,11 @@ def build_jobs() -> int:
   return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def _build(index: int) -> bool:
-  """In a worker: render one function (its code lands in the cache); False if that failed (the parent then builds it
-  again and raises the error itself)."""
-  try:
-    return bool(_pending[index].header_code)
-  except Exception:  # the parent's own build reports it
-    return False
+def _build(index: int) -> None:
+  """In a worker: render one function, whose code lands in the cache. A failure is left to the parent, which builds
+  that function again when it reads its code and raises the error itself."""
+  with contextlib.suppress(Exception):
+    _ = _pending[index].header_code
 
 
 def build_in_parallel(fns: Sequence[FunctionBase]) -> None:

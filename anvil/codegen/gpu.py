@@ -15,15 +15,15 @@ from tinygrad import dtypes
 from tinygrad.uop.ops import Ops
 
 from anvil.codegen.arg import Arg
-from anvil.codegen.base import render_template
 from anvil.codegen.gpu_renderer import PRELUDES
 from anvil.codegen.program import ALIGNMENT, BufferRef, ConstantData, CopyStep, KernelStep, Program
+from anvil.codegen.runtime import runtime_include
 from anvil.codegen.trace import HOST_DEVICES, TracedGraph, constant_bytes
 
 GPU_DEVICES = ("CUDA", "METAL")
 #: The C++ namespace of each device's support code.
 API = {"CUDA": "anvil::cuda", "METAL": "anvil::metal"}
-#: NVRTC libraries a CUDA module tries, in order (after $ANVIL_NVRTC_LIBRARY).
+#: NVRTC libraries a CUDA module tries, in order (after $ANVIL_NVRTC_LIBRARY); anvil/cuda.hpp lists the same.
 NVRTC_LIBRARIES = ("libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2")
 #: The raw string delimiter around kernel sources.
 DELIMITER = "anvil_kernels"
@@ -118,8 +118,9 @@ def gpu_layout(
 
 
 def device_support(device: str) -> str:
-  """The support code a module of `device` functions includes once (the `anvil::cuda` or `anvil::metal` runtime)."""
-  return render_template(f"{device.lower()}_support.hpp.j2", nvrtc_libraries=NVRTC_LIBRARIES)
+  """The runtime header a module of `device` functions includes once (`anvil/cuda.hpp` or `anvil/metal.hpp`: the
+  `anvil::cuda` or `anvil::metal` runtime)."""
+  return runtime_include(device.lower())
 
 
 def _no_float64(name: str, what: str, fix: str) -> TypeError:

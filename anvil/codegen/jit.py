@@ -125,9 +125,9 @@ def write_atomic(path: Path, data: str | bytes) -> None:
 
 @functools.cache
 def sources_fingerprint(root: Path) -> str:
-  """anvil's version and a hash of every Python source and jinja2 template under `root`."""
+  """anvil's version and a hash of every Python source, jinja2 template and runtime header under `root`."""
   h = hashlib.sha256(__version__.encode())
-  for path in sorted([*root.rglob("*.py"), *root.rglob("*.j2")]):
+  for path in sorted([*root.rglob("*.py"), *root.rglob("*.j2"), *root.rglob("*.hpp")]):
     h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
   return h.hexdigest()[:16]
 

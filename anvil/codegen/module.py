@@ -12,6 +12,7 @@ from anvil.codegen.constant import CodegenIntConstant
 from anvil.codegen.gpu import device_support
 from anvil.codegen.jit import write_atomic
 from anvil.codegen.parallel import build_in_parallel
+from anvil.codegen.runtime import inline_runtime_headers, runtime_include
 from anvil.version import __version__
 
 logger = logging.getLogger("anvil")
@@ -95,32 +96,40 @@ def module_code(
   consts = sort_constants([*constants, *(c for f in ordered for c in f.codegen_constants)])
   header_includes = _dedup(inc for f in ordered for inc in f.header_includes)
   source_includes = _dedup(inc for f in ordered for inc in f.source_includes)
-  support = render_template("support.hpp.j2")
   # NOTE: a GPU module is header-only: its functions' header code holds their (inline) definitions.
   gpu = device != "CPU"
+  support = [runtime_include("support"), *([device_support(device)] if gpu else [])]
+  inlined: set[str] = set()
   header = render_template(
     "module.hpp.j2",
     version=__version__,
     name=module_name,
-    includes=_dedup([*header_includes, *source_includes]) if gpu else header_includes,
-    support=support + "\n" + device_support(device) if gpu else support,
+    includes=_ordered([*support, *header_includes, *(source_includes if gpu else ())]),
     constants=[c.declaration() for c in consts],
     functions=[f.header_code for f in ordered],
   )
+  header = inline_runtime_headers(header, inlined)
   if gpu:
     return ModuleCode(module_name, header, "", ordered, device)
   source = render_template(
     "module.cpp.j2",
     version=__version__,
     name=module_name,
-    includes=source_includes,
+    includes=_ordered(source_includes),
     functions=[f.source_code for f in ordered],
   )
+  source = inline_runtime_headers(source, inlined)
   return ModuleCode(module_name, header, source, ordered)
 
 
 def _dedup(items: Iterable[str]) -> list[str]:
   return [i for i in dict.fromkeys(items) if i not in BASE_INCLUDES]
+
+
+def _ordered(includes: Iterable[str]) -> list[str]:
+  """System and third-party includes first, then anvil's runtime headers (inlined in that order)."""
+  includes = list(dict.fromkeys(includes))
+  return sorted(includes, key=lambda inc: inc.startswith('"anvil/'))
 
 
 def generate_module(

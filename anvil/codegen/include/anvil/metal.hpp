@@ -1,4 +1,4 @@
-// anvil Metal support: emitted once per module, shared by every module through the include guard.
+// anvil Metal support: inlined once into every Metal module (the include guard keeps it once per translation unit).
 // Plain C++17 over the Objective-C runtime: Metal and libobjc are loaded with dlopen when the first workspace is
 // created, so this header compiles with any C++17 compiler (no Objective-C++, no metal-cpp), and init_ws() away from
 // macOS throws a std::runtime_error saying so. Buffers use shared storage: uploads and downloads are memcpys.

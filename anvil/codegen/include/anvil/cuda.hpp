@@ -1,4 +1,4 @@
-// anvil CUDA support: emitted once per module, shared by every module through the include guard.
+// anvil CUDA support: inlined once into every CUDA module (the include guard keeps it once per translation unit).
 // The CUDA driver API and NVRTC are loaded with dlopen when the first workspace is created: this header compiles with
 // any C++17 compiler and no CUDA toolkit, and init_ws() on a machine without a driver, a GPU or NVRTC throws a
 // std::runtime_error saying which is missing. Linux only (dlopen; the driver's soname).
@@ -45,7 +45,7 @@ inline constexpr int kComputeCapabilityMajor = 75;  // CU_DEVICE_ATTRIBUTE_COMPU
 inline constexpr int kComputeCapabilityMinor = 76;
 inline constexpr const char* kDriverLibrary = "libcuda.so.1";
 /// NVRTC's soname carries its major version; ANVIL_NVRTC_LIBRARY (a path) is tried first.
-inline constexpr const char* kNvrtcLibraries[] = { {{- nvrtc_libraries | map("tojson") | join(", ") -}} };
+inline constexpr const char* kNvrtcLibraries[] = {"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2"};
 
 /// The driver API and NVRTC entry points anvil uses.
 struct Api {

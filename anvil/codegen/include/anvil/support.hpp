@@ -1,5 +1,4 @@
-{% raw %}
-// anvil support code: emitted once per module, shared by every module through the include guard.
+// anvil support code: inlined once into every generated module (the include guard keeps it once per translation unit).
 #ifndef ANVIL_SUPPORT_HPP
 #define ANVIL_SUPPORT_HPP
 #include <array>
@@ -107,4 +106,3 @@ class Buffer {
 
 }  // namespace anvil
 #endif  // ANVIL_SUPPORT_HPP
-{% endraw %}

@@ -39,7 +39,7 @@ if str(ROOT) not in sys.path:
 import anvil as av  # noqa: E402
 from anvil.ad import vmap  # noqa: E402
 from anvil.ad.transforms import jacobian_graph  # noqa: E402
-from anvil.codegen.gpu_caller import GpuWorkspace  # noqa: E402
+from anvil.codegen.gpu_caller import gpu_workspace  # noqa: E402
 from anvil.codegen.jit import load_library  # noqa: E402
 from examples.models import quadrotor  # noqa: E402
 
@@ -66,7 +66,7 @@ def median_s(fn: Callable[[], object], reps: int) -> float:
 def device_resident(fn: av.NumericalFunction, z: np.ndarray) -> Callable[[], None]:
   """The function's `call_device()` on device-resident inputs and preallocated outputs."""
   lib = load_library(fn.library)
-  ws = GpuWorkspace(lib, fn.name)
+  ws = gpu_workspace(lib, fn.name)
   arrays = [av.CudaArray.from_numpy(z), *(av.CudaArray(o.shape, np.dtype(o.dtype.fmt)) for o in fn.outputs)]
   pointers = (ctypes.c_uint64 * len(arrays))(*(a.pointer for a in arrays))
   call = lib[f"anvil_{fn.name}_call_device"]

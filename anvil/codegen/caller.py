@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -11,6 +10,7 @@ import numpy as np
 
 from anvil.codegen.arg import Arg, numpy_dtype
 from anvil.codegen.jit import array_data_offset
+from anvil.codegen.native import NativeHandle
 from anvil.codegen.trace import OutputSpec
 
 
@@ -33,17 +33,6 @@ def count_error(name: str, inputs: Sequence[Arg], n: int) -> TypeError:
   """The error for a call with `n` arguments instead of one per input."""
   names = ", ".join(a.name or f"in{i}" for i, a in enumerate(inputs))
   return TypeError(f"{name}: expected {len(inputs)} input{'s' if len(inputs) != 1 else ''} ({names}), got {n}")
-
-
-class Workspace:
-  """A function's C++ workspace (`init_ws()` result), freed when this object is collected."""
-
-  def __init__(self, lib: ctypes.CDLL, name: str):
-    new, free = lib[f"anvil_{name}_ws_new"], lib[f"anvil_{name}_ws_free"]
-    new.restype, new.argtypes = ctypes.c_void_p, []
-    free.restype, free.argtypes = None, [ctypes.c_void_p]
-    self.pointer = ctypes.c_void_p(new())
-    weakref.finalize(self, free, self.pointer.value)
 
 
 def _library_call(lib: ctypes.CDLL, name: str, n: int) -> Callable[..., None]:
@@ -71,7 +60,7 @@ def make_caller(
 ) -> Callable[..., Any]:
   """A Python function `caller(*arrays)` specialised to this signature: one check per input on the fast path."""
   n_in, n_out = len(inputs), len(outputs)
-  ws = Workspace(lib, name)
+  ws = NativeHandle(lib, name)
   env: dict[str, Any] = {
     "ndarray": np.ndarray, "empty": np.empty, "ws": ws, "wsp": ws.pointer, "wrap": wrap,
     "lib_call": _library_call(lib, name, n_in + n_out),

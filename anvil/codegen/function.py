@@ -38,6 +38,7 @@ from anvil.codegen.jit import (
 from anvil.codegen.module import module_code
 from anvil.codegen.program import Program, build_program, schedule
 from anvil.codegen.renderer import render_kernel
+from anvil.codegen.runtime import inline_runtime_headers
 from anvil.codegen.trace import OutputSpec, TracedGraph, graph_key, trace
 
 TINYGRAD_VERSION = importlib.metadata.version("tinygrad")
@@ -325,9 +326,10 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
     sources = {f"{module}.hpp": code.header}
     if self.device == "CPU":
       sources[f"{module}.cpp"] = code.source
-      sources["jit.cpp"] = render_template("jit.cpp.j2", fn=ctx, module=module, data_offset=array_data_offset() or 0)
+      wrapper = render_template("jit.cpp.j2", fn=ctx, module=module, data_offset=array_data_offset() or 0)
     else:
-      sources["jit.cpp"] = render_template("gpu_jit.cpp.j2", fn=ctx, device=self.device, module=module)
+      wrapper = render_template("gpu_jit.cpp.j2", fn=ctx, device=self.device, module=module)
+    sources["jit.cpp"] = inline_runtime_headers(wrapper)
     with stage(self.name, "compile"):
       return str(compile_library(lib_key, sources, "jit.cpp", self.name, toolchain=toolchain))
 

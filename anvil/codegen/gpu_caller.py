@@ -14,6 +14,7 @@ from anvil.codegen import dlpack
 from anvil.codegen.arg import Arg, numpy_dtype
 from anvil.codegen.caller import convert_input, count_error
 from anvil.codegen.jit import cache_dir
+from anvil.codegen.native import NativeHandle
 from anvil.codegen.trace import OutputSpec
 
 #: Device pointers handed to kernels must be this aligned (tinygrad's kernels load float4/double2 vectors).
@@ -25,18 +26,12 @@ def _check(name: str, error: bytes | None) -> None:
     raise RuntimeError(f"{name}: {error.decode(errors='replace')}")
 
 
-class GpuWorkspace:
-  """A GPU function's workspace (`init_ws()`: compiled kernels and device memory), freed when collected."""
-
-  def __init__(self, lib: ctypes.CDLL, name: str):
-    new, free = lib[f"anvil_{name}_ws_new"], lib[f"anvil_{name}_ws_free"]
-    new.restype, new.argtypes = ctypes.c_char_p, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
-    free.restype, free.argtypes = None, [ctypes.c_void_p]
-    programs = cache_dir() / "gpu-programs"
-    programs.mkdir(parents=True, exist_ok=True)
-    self.pointer = ctypes.c_void_p()
-    _check(name, new(str(programs).encode(), ctypes.byref(self.pointer)))
-    weakref.finalize(self, free, self.pointer.value)
+def gpu_workspace(lib: ctypes.CDLL, name: str) -> NativeHandle:
+  """A GPU function's workspace (`init_ws()`: compiled kernels and device memory); CUDA keeps the kernels it compiles
+  in the cache's `gpu-programs` folder."""
+  programs = cache_dir() / "gpu-programs"
+  programs.mkdir(parents=True, exist_ok=True)
+  return NativeHandle(lib, name, str(programs))
 
 
 class _Driver:
@@ -155,7 +150,7 @@ def make_gpu_caller(
 ) -> Callable[..., Any]:
   """`caller(*arrays)`: host arrays go through `call()` (copies in and out); on CUDA, device arrays (anything with
   `__dlpack__` on a CUDA device) go through `call_device()` and the outputs come back as `CudaArray`s."""
-  ws = GpuWorkspace(lib, name)
+  ws = gpu_workspace(lib, name)
   n = len(inputs) + len(outputs)
   host = lib[f"anvil_{name}_call"]
   host.restype, host.argtypes = ctypes.c_char_p, [ctypes.c_void_p, ctypes.c_void_p]

@@ -32,7 +32,7 @@ if str(ROOT) not in sys.path:
 import osqp  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 
-from anvil.mpc.riccati import RiccatiQP  # noqa: E402
+from anvil.qp import RiccatiQP  # noqa: E402
 from benchmarks.common import verdict  # noqa: E402
 from examples.models import cartpole  # noqa: E402
 from tests.integration.test_riccati import osqp_form, osqp_reference  # noqa: E402

@@ -103,6 +103,11 @@ class FunctionBase(abc.ABC):
     return {}
 
   @property
+  def include_dirs(self) -> tuple[str, ...]:
+    """Folders among `extra_files()` (relative paths) that compiling the module needs on the include path."""
+    return ()
+
+  @property
   @abc.abstractmethod
   def header_code(self) -> str:
     """Declarations for the module header."""

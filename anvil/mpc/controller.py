@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import hashlib
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -17,19 +15,17 @@ import osqp
 from numpy.typing import ArrayLike, NDArray
 
 from anvil.codegen import FunctionBase
-from anvil.codegen.base import check_identifier, render_template
-from anvil.codegen.jit import cache_dir, cached_library, library_key, load_library, sources_fingerprint, write_atomic
+from anvil.codegen.base import check_identifier
+from anvil.codegen.jit import cache_dir, cached_library, library_key, sources_fingerprint, write_atomic
+from anvil.codegen.native import NativeHandle
+from anvil.codegen.templated import TemplatedFunction
 from anvil.mpc.costs import LeastSquares
 from anvil.mpc.options import MPCOptions
 from anvil.mpc.result import MPCSolution
-from anvil.mpc.riccati import OCPStructure
 from anvil.mpc.soft import Soft
 from anvil.mpc.transcription import Cost, Fn, Transcription
-from anvil.sqp import SQPFunction
-from anvil.sqp.options import STATUSES
-from anvil.sqp.solver import solver_library
+from anvil.sqp import SQPFunction, SQPStatus
 
-TEMPLATES = Path(__file__).parent / "templates"
 Bounds = tuple[ArrayLike, ArrayLike]
 F64 = NDArray[np.float64]
 
@@ -51,11 +47,10 @@ class _ControllerContext:
   ng: int
   rti: bool
   warm_start: bool
-  vectors: tuple[tuple[str, int], ...]
   tables: tuple[tuple[str, tuple[int, ...]], ...]
 
 
-class MPCFunction(FunctionBase):
+class MPCFunction(TemplatedFunction):
   """Nonlinear MPC: minimize Σ_k l(x_k, u_k, p_k) + l_N(x_N, p_N) over a horizon of N stages subject to the
   dynamics x_{k+1} = F(x_k, u_k, p_k), x_0 = the measured state, bounds on states and inputs, and path and terminal
   constraints; transcribed by multiple shooting into an `SQPFunction` (batched over stages).
@@ -87,6 +82,9 @@ class MPCFunction(FunctionBase):
     >>> mpc = MPCFunction("cartpole", F, l, lN, horizon=30, u_bounds=([-20.0], [20.0]))
     >>> sol = mpc(np.array([0.5, 0.3, 0.0, 0.0])); sol.u0
   """
+
+  template = "mpc"
+  header_runtime = ("mpc",)
 
   def __init__(
     self,
@@ -153,30 +151,11 @@ class MPCFunction(FunctionBase):
 
   @cached_property
   def sqp(self) -> SQPFunction:
-    """The SQP solver of the multiple-shooting NLP."""
+    """The SQP solver of the multiple-shooting NLP (its QPs laid out by stage, for the Riccati QP solver)."""
     cost, constraints = self.ocp.functions()
-    sqp_options = self.options.sqp
-    if self.options.mode == "rti":
-      sqp_options = dataclasses.replace(sqp_options, max_iter=1)
     hessian = self.ocp.gauss_newton_hessian() if self.options.hessian == "gauss_newton" else None
-    structured = None
-    if self.options.qp_solver == "riccati":
-      ocp = self.ocp
-      stages = tuple(e.stage for e in ocp.soft_entries)
-      structured = lambda hess, jac: OCPStructure(
-        self.name,
-        ocp.N,
-        ocp.nx,
-        ocp.nu,
-        ocp.nh,
-        ocp.nhN,
-        hess,
-        jac,
-        slack_stages=stages,
-        max_iter=self.options.riccati_max_iter,
-        tol_min=self.options.riccati_tol,
-      )
-    return SQPFunction(f"{self.name}_sqp", cost, constraints, sqp_options, hessian=hessian, structured_qp=structured)
+    return SQPFunction(f"{self.name}_sqp", cost, constraints, self.options.sqp_options, hessian=hessian,
+                       stages=self.ocp.stage_layout())  # fmt: skip
 
   @property
   def model_functions(self) -> tuple[Fn, Fn]:
@@ -190,7 +169,8 @@ class MPCFunction(FunctionBase):
     return (*self.model_functions, self.sqp)
 
   @cached_property
-  def _context(self) -> _ControllerContext:
+  def context(self) -> _ControllerContext:
+    """Sizes, the mode and the tables of the softened bounds and of the shifted warm start."""
     ocp = self.ocp
     shift_w, shift_g, shift_lam_x = _shift_tables(ocp)
     entries = ocp.soft_entries
@@ -201,29 +181,11 @@ class MPCFunction(FunctionBase):
       "shift_g": shift_g,
       "shift_lam_x": shift_lam_x,
     }
-    nw, ng = ocp.nw, ocp.ng
-    vectors = (("w", nw), ("w_out", nw), ("lbw", nw), ("ubw", nw), ("lam_x", nw), ("lam_x_out", nw), ("lbg", ng),
-               ("ubg", ng), ("lam_g", ng), ("lam_g_out", ng), ("params", ocp.n_params))  # fmt: skip
     return _ControllerContext(
-      self.name, self.sqp.name, ocp.nx, ocp.nu, ocp.N, ocp.np, ocp.nh,
-      ocp.nhN, ocp.ns, nw, ng,
-      self.options.mode == "rti", self.options.warm_start, vectors, tuple(tables.items()),
+      name=self.name, sqp=self.sqp.name, nx=ocp.nx, nu=ocp.nu, N=ocp.N, np=ocp.np, nh=ocp.nh, nhN=ocp.nhN,
+      ns=ocp.ns, nw=ocp.nw, ng=ocp.ng, rti=self.options.mode == "rti", warm_start=self.options.warm_start,
+      tables=tuple(tables.items()),
     )  # fmt: skip
-
-  @property
-  def header_code(self) -> str:
-    """The controller's declarations: sizes, Stats, Workspace, init_ws(), reset(), set_guess() and call()."""
-    return render_template("mpc.hpp.j2", folder=TEMPLATES, m=self._context)
-
-  @property
-  def source_code(self) -> str:
-    """Bounds and parameters of the NLP, the shifted warm start and the SQP call."""
-    return render_template("mpc.cpp.j2", folder=TEMPLATES, m=self._context)
-
-  @property
-  def source_includes(self) -> tuple[str, ...]:
-    """`<chrono>` for the solve time."""
-    return ("<chrono>",)
 
   # *** bounds ***
 
@@ -261,17 +223,12 @@ class MPCFunction(FunctionBase):
   @cached_property
   def library(self) -> str:
     """Path of the compiled controller library (the controller, its SQP solver, OSQP and every function)."""
-    module = f"anvil_jit_{self.name}"
-    wrapper = render_template(
-      "mpc_jit.cpp.j2", folder=TEMPLATES, m=self._context, module=module,
-      sqp_wrapper=self.sqp.jit_wrapper(module, include_module=False),
-    )  # fmt: skip
     # NOTE: a warm process finds the controller by a key of the user's functions and the OCP's structure alone, so
     # it skips tracing and deriving the NLP's functions (which the full key of the generated code needs).
     quick = cached_library(self._problem_key)
     if quick is not None:
       return str(quick)
-    path = solver_library(self, module, wrapper, self.sqp.qp_solvers)
+    path = super().library
     write_atomic(cache_dir() / "lib" / f"{self._problem_key}.so", Path(path).read_bytes())
     return path
 
@@ -292,12 +249,7 @@ class MPCFunction(FunctionBase):
 
   @cached_property
   def _entry(self) -> _Entry:
-    lib = load_library(self.library)
-    new, free = lib[f"anvil_{self.name}_ws_new"], lib[f"anvil_{self.name}_ws_free"]
-    new.restype, new.argtypes = ctypes.c_void_p, []
-    free.restype, free.argtypes = None, [ctypes.c_void_p]
-    entry = _Entry(lib, self.name, ctypes.c_void_p(new()), self.sqp.stats_buffers(), self.N, self.nx, self.nu, self.np)
-    weakref.finalize(self, free, entry.ws.value)
+    entry = _Entry(self.handle, self.sqp.stats_buffers(), self.N, self.nx, self.nu, self.np)
     entry.default_inputs = entry.inputs(self.defaults)
     return entry
 
@@ -306,13 +258,13 @@ class MPCFunction(FunctionBase):
     entry = self._entry
     entry.reset(entry.ws)
 
-  def prepare(self) -> str:
+  def prepare(self) -> SQPStatus:
     """Real-time iteration: the preparation phase, to run while waiting for the next state. It shifts the previous
     solution and linearizes and factors the QP there, so the next call only solves it (the feedback phase). A no-op
-    in full-SQP mode, before the first call and after reset(). Returns "converged" or "numerical_error" (a NaN/inf,
-    reported in detail by the next call)."""
+    in full-SQP mode, before the first call, after reset() and without warm start. Returns "converged" or
+    "numerical_error" (a NaN/inf, reported in detail by the next call)."""
     entry = self._entry
-    return STATUSES[entry.prepare(entry.ws)]
+    return SQPStatus.from_code(entry.prepare(entry.ws))
 
   def set_guess(self, x: ArrayLike, u: ArrayLike) -> None:
     """Start the next call from the trajectory x (N + 1, nx) and inputs u (N, nu)."""
@@ -385,20 +337,13 @@ class _Entry:
 
   BOUNDS = ("lbx", "ubx", "lbu", "ubu", "lbh", "ubh", "lbhN", "ubhN")
 
-  def __init__(
-    self, lib: Any, name: str, ws: ctypes.c_void_p, stats: tuple[Any, ...], N: int, nx: int, nu: int, np_: int
-  ) -> None:
-    self.call, self.reset, self.set_guess = (
-      lib[f"anvil_{name}_call"],
-      lib[f"anvil_{name}_reset"],
-      lib[f"anvil_{name}_set_guess"],
-    )
-    self.prepare = lib[f"anvil_{name}_prepare"]
-    self.prepare.restype, self.prepare.argtypes = ctypes.c_int, [ctypes.c_void_p]
-    self.call.restype, self.call.argtypes = ctypes.c_int, [ctypes.c_void_p] * 7
-    self.reset.restype, self.reset.argtypes = None, [ctypes.c_void_p]
-    self.set_guess.restype, self.set_guess.argtypes = None, [ctypes.c_void_p] * 3
-    self.ws, self.stats = ws, stats
+  def __init__(self, handle: NativeHandle, stats: tuple[Any, ...], N: int, nx: int, nu: int, np_: int) -> None:
+    pointer = ctypes.c_void_p
+    self.call = handle.entry("call", ctypes.c_int, *[pointer] * 7)
+    self.reset = handle.entry("reset", None, pointer)
+    self.set_guess = handle.entry("set_guess", None, pointer, pointer, pointer)
+    self.prepare = handle.entry("prepare", ctypes.c_int, pointer)
+    self.handle, self.ws, self.stats = handle, handle.pointer, stats
     self.x0, self.p = np.zeros(nx), np.zeros((N + 1, np_))
     self.x, self.u, self.scalars = np.zeros((N + 1, nx)), np.zeros((N, nu)), np.zeros(7)
     self.outputs = (ctypes.c_void_p * 2)(self.x.ctypes.data, self.u.ctypes.data)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
+from anvil.qp.options import OSQPOptions, QPOptions, RiccatiOptions, check_bool, check_int, check_positive
 from anvil.sqp import SQPOptions
 
 MODES = ("sqp", "rti")
@@ -17,6 +19,7 @@ class MPCOptions:
 
   Example:
     >>> MPCOptions(mode="rti", hessian="gauss_newton")
+    >>> MPCOptions(qp=RiccatiOptions(max_iter=40, tol_min=1e-9))
   """
 
   mode: str = "sqp"
@@ -25,15 +28,17 @@ class MPCOptions:
   hessian: str = "exact"
   """"exact": the Lagrangian Hessian (regularized only when a QP is nonconvex). "gauss_newton": 2 JᵀWJ of the
   LeastSquares costs (needs every cost given as LeastSquares; other costs keep their exact Hessian)."""
-  qp_solver: str = "riccati"
-  """The QP solver inside the SQP iterations: "riccati" (the default: a generated interior point exploiting the stage
-  structure by a Riccati recursion; OSQP stays for the elastic fallback) or "osqp" (OSQP's embedded C code,
-  polished)."""
-  riccati_max_iter: int = 60
-  """The Riccati interior point's iteration limit per QP."""
-  riccati_tol: float = 1e-10
-  """The tightest tolerance a Riccati QP is solved to (each QP is solved to 1e-2 of the SQP's current KKT error,
-  within [riccati_tol, 1e-6])."""
+  qp: QPOptions | None = None
+  """The QP solver inside the SQP iterations and its settings: `RiccatiOptions()` (the default: a generated interior
+  point exploiting the stage structure by a Riccati recursion; OSQP stays for the elastic fallback) or `OSQPOptions`
+  (OSQP's embedded C code, polished)."""
+  qp_solver: str | None = None
+  """Alias choosing `qp` by name: "riccati" (RiccatiOptions with riccati_max_iter and riccati_tol) or "osqp" (the
+  OSQP settings of `sqp`)."""
+  riccati_max_iter: int | None = None
+  """Alias of `RiccatiOptions.max_iter` (60 by default)."""
+  riccati_tol: float | None = None
+  """Alias of `RiccatiOptions.tol_min` (1e-10 by default)."""
   sqp: SQPOptions = field(default_factory=lambda: SQPOptions(max_iter=50))
   """Settings of the underlying SQP solver (iteration limit, tolerances, verbosity...)."""
   warm_start: bool = True
@@ -41,20 +46,44 @@ class MPCOptions:
 
   def __post_init__(self) -> None:
     for what, value, allowed in (("mode", self.mode, MODES), ("hessian", self.hessian, HESSIANS),
-                                 ("qp_solver", self.qp_solver, QP_SOLVERS)):  # fmt: skip
+                                 ("qp_solver", self.qp_solver, (*QP_SOLVERS, None))):  # fmt: skip
       if value not in allowed:
         raise ValueError(f"MPCOptions.{what}: expected one of {allowed}, got {value!r}")
     if not isinstance(self.sqp, SQPOptions):
       raise TypeError(f"MPCOptions.sqp: expected SQPOptions, got {type(self.sqp).__name__}")
-    if (
-      isinstance(self.riccati_max_iter, bool) or not isinstance(self.riccati_max_iter, int) or self.riccati_max_iter < 1
-    ):
-      raise ValueError(f"MPCOptions.riccati_max_iter: expected an int >= 1, got {self.riccati_max_iter!r}")
-    if (
-      isinstance(self.riccati_tol, bool)
-      or not isinstance(self.riccati_tol, (int, float))
-      or not 0 < self.riccati_tol <= 1e-6
-    ):
-      raise ValueError(f"MPCOptions.riccati_tol: expected a number in (0, 1e-6], got {self.riccati_tol!r}")
-    if not isinstance(self.warm_start, bool):
-      raise TypeError(f"MPCOptions.warm_start: expected a bool, got {self.warm_start!r}")
+    if self.riccati_max_iter is not None:
+      check_int("MPCOptions", "riccati_max_iter", self.riccati_max_iter)
+    if self.riccati_tol is not None:
+      check_positive("MPCOptions", "riccati_tol", self.riccati_tol, at_most=1e-6)
+    check_bool("MPCOptions", "warm_start", self.warm_start)
+    if self.qp is not None and not isinstance(self.qp, (OSQPOptions, RiccatiOptions)):
+      raise TypeError(f"MPCOptions.qp: expected RiccatiOptions or OSQPOptions, got {type(self.qp).__name__}")
+    qp = self.qp or self._qp_from_aliases()
+    if self.qp_solver is not None and self.qp_solver != _solver_name(qp):
+      raise ValueError(f"MPCOptions: qp_solver={self.qp_solver!r} disagrees with qp={qp!r}")
+    if isinstance(qp, RiccatiOptions):
+      for alias, setting in (("riccati_max_iter", qp.max_iter), ("riccati_tol", qp.tol_min)):
+        if getattr(self, alias) not in (None, setting):
+          raise ValueError(f"MPCOptions: {alias}={getattr(self, alias)!r} disagrees with qp={qp!r}")
+        object.__setattr__(self, alias, setting)
+    object.__setattr__(self, "qp", qp)
+    object.__setattr__(self, "qp_solver", _solver_name(qp))
+
+  def _qp_from_aliases(self) -> QPOptions:
+    if self.qp_solver == "osqp":
+      return self.sqp.osqp
+    defaults = RiccatiOptions()
+    return RiccatiOptions(
+      max_iter=self.riccati_max_iter or defaults.max_iter, tol_min=self.riccati_tol or defaults.tol_min
+    )
+
+  @property
+  def sqp_options(self) -> SQPOptions:
+    """The options of the SQP solver: `sqp` with the QP solver `qp` (and one iteration per call in "rti" mode)."""
+    assert self.qp is not None
+    options = self.sqp.with_qp(self.qp)
+    return dataclasses.replace(options, max_iter=1) if self.mode == "rti" else options
+
+
+def _solver_name(qp: QPOptions) -> str:
+  return "riccati" if isinstance(qp, RiccatiOptions) else "osqp"

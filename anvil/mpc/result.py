@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from anvil.sqp.result import SQPStatus
+
 
 @dataclass(frozen=True)
 class MPCSolution:
@@ -16,7 +18,7 @@ class MPCSolution:
   Attributes:
     x: predicted states, (N + 1, nx); x[0] is the measured state.
     u: planned inputs, (N, nu); apply u0 = u[0].
-    status: the SQP's status: "converged", "max_iterations", "infeasible" or "numerical_error".
+    status: the SQP's status (an SQPStatus): "converged", "max_iterations", "infeasible" or "numerical_error".
     iterations: SQP iterations taken.
     cost: the OCP's optimal cost (slack penalties included).
     solve_time: seconds spent in the generated C++ call.
@@ -27,7 +29,7 @@ class MPCSolution:
 
   x: NDArray[np.float64]
   u: NDArray[np.float64]
-  status: str
+  status: SQPStatus
   iterations: int
   cost: float
   solve_time: float
@@ -42,4 +44,4 @@ class MPCSolution:
   @property
   def success(self) -> bool:
     """True when the SQP converged (in real-time-iteration mode: when its one iteration completed)."""
-    return self.status == "converged" or (self.real_time_iteration and self.status == "max_iterations")
+    return self.status == SQPStatus.converged or (self.real_time_iteration and self.status == SQPStatus.max_iterations)

@@ -14,6 +14,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from anvil.mpc.controller import MPCFunction
 from anvil.mpc.costs import LeastSquares
+from anvil.sqp import SQPStatus
 
 F64 = NDArray[np.float64]
 Plant = Callable[[F64, F64], Any]
@@ -39,7 +40,7 @@ class ClosedLoop:
   stage_costs: F64
   solve_times: F64
   iterations: NDArray[np.int64]
-  statuses: tuple[str, ...]
+  statuses: tuple[SQPStatus, ...]
   violations: F64
   x_bounds: tuple[F64, F64] = field(repr=False)
   u_bounds: tuple[F64, F64] = field(repr=False)
@@ -51,13 +52,13 @@ class ClosedLoop:
 
   @property
   def status_counts(self) -> dict[str, int]:
-    """How many steps ended with each status."""
-    return dict(Counter(self.statuses))
+    """How many steps ended with each status (the statuses as plain strings)."""
+    return {str(status): count for status, count in Counter(self.statuses).items()}
 
   @property
   def failures(self) -> int:
     """Steps whose controller call did not succeed."""
-    return sum(1 for s in self.statuses if s not in ("converged", "max_iterations"))
+    return sum(1 for s in self.statuses if s not in (SQPStatus.converged, SQPStatus.max_iterations))
 
   @property
   def metrics(self) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from anvil.ad import jacobian, vmap
 from anvil.codegen import Arg, NumericalFunction, SparseNumericalFunction
 from anvil.mpc.costs import LeastSquares
 from anvil.mpc.soft import SOFT_GROUPS, Soft
+from anvil.qp import StageLayout
 
 Fn = NumericalFunction[..., Any]
 Cost = Fn | LeastSquares
@@ -161,6 +162,10 @@ class Transcription:
     """Length of the NLP parameter [x_init; p_0 ... p_N]."""
     return self.nx + (self.N + 1) * self.np
 
+  def stage_layout(self) -> StageLayout:
+    """Where w's entries and g's rows sit in the stages (for the Riccati QP solver), see `shooting_layout`."""
+    return shooting_layout(self.N, self.nx, self.nu, self.nh, self.nhN, tuple(e.stage for e in self.soft_entries))
+
   # *** the NLP, traced ***
 
   def split(self, w: Tensor, params: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
@@ -273,6 +278,32 @@ class Transcription:
 
     args = (Arg(self.nw), Arg(self.n_params), Arg(1), Arg(self.ng))
     return SparseNumericalFunction(f"{self.name}_gauss_newton", values, args, pattern, gather=np.asarray(gather)[order])
+
+
+def shooting_layout(
+  N: int, nx: int, nu: int, nh: int = 0, nhN: int = 0, slack_stages: tuple[int, ...] = ()
+) -> StageLayout:
+  """The stage layout of the multiple-shooting NLP (module docstring) with nh path and nhN terminal constraints and
+  slacks at `slack_stages` (one entry per slack, in w's order).
+
+  x_k and u_k sit at stage k and x_N at stage N; each slack is an extra input of its stage (a terminal input at stage
+  N), entering no dynamics. g's rows: x_0 - x_init (initial rows), the defects (dynamics rows), then stage k's path
+  constraints, the terminal constraints and two rows per slack (v + s, v - s), as general rows of their stage.
+  Stages with fewer slacks than the most any stage has are padded with inputs the QP fixes at 0.
+  """
+  counts, slot = [0] * (N + 1), []  # slack e is the slot[e]-th slack of its stage
+  for k in slack_stages:
+    slot.append(counts[k])
+    counts[k] += 1
+  nz = nx + nu
+  variables = [(k, i) for k in range(N) for i in range(nz)] + [(N, i) for i in range(nx)]
+  variables += [(k, (nz if k < N else nx) + slot[e]) for e, k in enumerate(slack_stages)]
+  rows = [("initial", 0, i) for i in range(nx)] + [("dynamics", k, i) for k in range(N) for i in range(nx)]
+  rows += [("stage", k, j) for k in range(N) for j in range(nh)] + [("stage", N, j) for j in range(nhN)]
+  for minus in (0, 1):
+    rows += [("stage", k, (nh if k < N else nhN) + 2 * slot[e] + minus) for e, k in enumerate(slack_stages)]
+  return StageLayout(N=N, nx=nx, nu=nu + max(counts[:N]), nuN=counts[N], variables=tuple(variables),
+                     rows=tuple(rows))  # fmt: skip
 
 
 def _as_function(fn: Cost) -> Fn:

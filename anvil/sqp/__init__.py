@@ -1,5 +1,6 @@
-"""anvil.sqp: nonlinear programs solved by a generated C++ SQP loop calling embedded OSQP."""
+"""anvil.sqp: nonlinear programs solved by a generated C++ SQP loop calling the QP layer's solvers."""
 
 from anvil.sqp.options import SQPOptions as SQPOptions
 from anvil.sqp.result import SQPResult as SQPResult
+from anvil.sqp.result import SQPStatus as SQPStatus
 from anvil.sqp.solver import SQPFunction as SQPFunction

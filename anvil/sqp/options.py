@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, fields
 
-STATUSES = ("converged", "max_iterations", "infeasible", "numerical_error")
+from anvil.qp.options import OSQPOptions, QPOptions, RiccatiOptions, check_bool, check_int, check_positive
+
+#: The QP settings SQPOptions also takes under their former names, as aliases of OSQPOptions fields.
+OSQP_ALIASES = {"qp_eps_abs": "eps_abs", "qp_eps_rel": "eps_rel", "qp_max_iter": "max_iter"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -13,6 +17,7 @@ class SQPOptions:
 
   Example:
     >>> SQPOptions(max_iter=50, tol=1e-8, verbose=True)
+    >>> SQPOptions(qp=OSQPOptions(eps_abs=1e-8, eps_rel=1e-8))
   """
 
   max_iter: int = 100
@@ -20,12 +25,15 @@ class SQPOptions:
   tol: float = 1e-8
   """Termination: primal infeasibility ≤ tol, and dual infeasibility (stationarity of the Lagrangian) and
   complementarity (|multiplier| x distance to its bound) ≤ tol · max(1, ‖∇f‖∞)."""
-  qp_eps_abs: float = 1e-10
-  """OSQP's absolute tolerance for each QP."""
-  qp_eps_rel: float = 1e-10
-  """OSQP's relative tolerance for each QP."""
-  qp_max_iter: int = 20000
-  """OSQP's iteration limit for each QP."""
+  qp: QPOptions | None = None
+  """The QP solver and its settings: `OSQPOptions` (the default) or `RiccatiOptions` (for NLPs with a stage layout:
+  `SQPFunction(..., stages=...)`, as `MPCFunction` builds them). Elastic QPs are always OSQP's."""
+  qp_eps_abs: float | None = None
+  """Alias of `OSQPOptions.eps_abs` for the OSQP QPs (the QPs themselves with OSQP, else the elastic ones)."""
+  qp_eps_rel: float | None = None
+  """Alias of `OSQPOptions.eps_rel` for the OSQP QPs."""
+  qp_max_iter: int | None = None
+  """Alias of `OSQPOptions.max_iter` for the OSQP QPs."""
   regularization_min: float = 1e-8
   """Smallest multiple of the identity added to a Hessian that makes the QP nonconvex."""
   regularization_max: float = 1e8
@@ -40,16 +48,42 @@ class SQPOptions:
   """Print one line per iteration from the generated code."""
 
   def __post_init__(self) -> None:
+    numbers = ("tol", "regularization_min", "regularization_max", "armijo", "backtrack", "min_step")
     for f in fields(self):
       value = getattr(self, f.name)
-      if f.name == "verbose":
-        if not isinstance(value, bool):
-          raise TypeError(f"SQPOptions.verbose: expected a bool, got {value!r}")
-      elif isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"SQPOptions.{f.name}: expected a positive number, got {value!r}")
-    if not isinstance(self.max_iter, int) or not isinstance(self.qp_max_iter, int):
-      raise TypeError("SQPOptions: max_iter and qp_max_iter must be ints")
+      if f.name in numbers or (f.name in OSQP_ALIASES and value is not None and f.name != "qp_max_iter"):
+        check_positive("SQPOptions", f.name, value)
+    check_int("SQPOptions", "max_iter", self.max_iter)
+    if self.qp_max_iter is not None:
+      check_int("SQPOptions", "qp_max_iter", self.qp_max_iter)
+    check_bool("SQPOptions", "verbose", self.verbose)
     if not 0 < self.backtrack < 1 or not 0 < self.armijo < 0.5:
       raise ValueError("SQPOptions: backtrack must be in (0, 1) and armijo in (0, 0.5)")
     if self.regularization_min > self.regularization_max:
       raise ValueError("SQPOptions: regularization_min must not exceed regularization_max")
+    if self.qp is not None and not isinstance(self.qp, (OSQPOptions, RiccatiOptions)):
+      raise TypeError(f"SQPOptions.qp: expected OSQPOptions or RiccatiOptions, got {type(self.qp).__name__}")
+    osqp = self.osqp
+    object.__setattr__(self, "qp", self.qp or osqp)
+    for alias, name in OSQP_ALIASES.items():
+      object.__setattr__(self, alias, getattr(osqp, name))
+
+  @property
+  def osqp(self) -> OSQPOptions:
+    """The settings of the QPs OSQP solves: `qp` when it is OSQP's (the aliases must agree with it), else OSQP's
+    defaults with the aliases given."""
+    given = {name: getattr(self, alias) for alias, name in OSQP_ALIASES.items() if getattr(self, alias) is not None}
+    if not isinstance(self.qp, OSQPOptions):
+      return OSQPOptions(**given)
+    for name, value in given.items():
+      if getattr(self.qp, name) != value:
+        alias = next(a for a, n in OSQP_ALIASES.items() if n == name)
+        raise ValueError(f"SQPOptions: {alias}={value!r} disagrees with qp.{name}={getattr(self.qp, name)!r}")
+    return self.qp
+
+  def with_qp(self, qp: QPOptions) -> SQPOptions:
+    """These options with the QP solver `qp` (OSQP's settings then come from it; with RiccatiOptions the elastic QPs
+    keep these ones)."""
+    if isinstance(qp, OSQPOptions):
+      return dataclasses.replace(self, qp=qp, qp_eps_abs=None, qp_eps_rel=None, qp_max_iter=None)
+    return dataclasses.replace(self, qp=qp)

@@ -1,14 +1,12 @@
-"""`SQPFunction`: a nonlinear program solved by generated C++ (an SQP loop) calling embedded OSQP for its QPs."""
+"""`SQPFunction`: a nonlinear program solved by generated C++: the SQP loop of anvil/sqp.hpp, its QPs solved by
+backends of the QP layer (anvil.qp) through the one QP contract."""
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import weakref
-from collections.abc import Callable
+import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,50 +16,40 @@ from tinygrad import Tensor
 
 from anvil.ad import gradient, sphessian, spjacobian
 from anvil.codegen import Arg, FunctionBase, NumericalFunction, SparseNumericalFunction
-from anvil.codegen.base import check_identifier, render_template
-from anvil.codegen.build import stage
-from anvil.codegen.jit import cached_library, codegen_fingerprint, compile_library, library_key, load_library
-from anvil.codegen.module import module_code
-from anvil.sqp.options import STATUSES, SQPOptions
-from anvil.sqp.osqp_code import RHO, EmbeddedOSQP
-from anvil.sqp.polish import PolishKKT
-from anvil.sqp.result import SQPResult
+from anvil.codegen.base import check_identifier
+from anvil.codegen.templated import TemplatedFunction
+from anvil.qp import QPBackend, QPProblem, QPStatus, RiccatiOptions, StageLayout
+from anvil.sqp.options import SQPOptions
+from anvil.sqp.result import SQPResult, SQPStatus
 
 Fn = NumericalFunction[..., Any]
-TEMPLATES = Path(__file__).parent / "templates"
 HISTORY_NAMES = ("objective", "primal_infeasibility", "dual_infeasibility", "step", "regularization", "complementarity")
 TIME_NAMES = ("time_evaluation", "time_qp_update", "time_qp_solve", "time_line_search")
-FUNCTION_NAMES = ("cost", "cost_gradient", "constraints", "constraint_jacobian", "lagrangian_hessian")
 
 
 @dataclass(frozen=True)
 class _SolverContext:
-  """What the SQP templates need."""
+  """What the SQP templates need: sizes, the names of the functions and QP backends it calls, options, tables."""
 
   name: str
   n: int
   m: int
   np: int
-  f: str
-  grad: str
-  g: str
-  jac: str
-  hess: str
-  jac_nnz: int
-  hess_nnz: int
-  p_nnz: int
-  a_nnz: int
-  prefix: str
-  rho: float
-  elastic_prefix: str
-  ae_nnz: int
+  cost: str
+  gradient: str
+  constraints: str
+  jacobian: str
+  hessian: str
+  evaluations: tuple[str, ...]
+  nnz_jac: int
+  nnz_hess: int
+  nnz_P: int
+  nnz_A: int
+  nnz_Ae: int
+  qp: str
+  elastic: str
   options: SQPOptions
   tables: tuple[tuple[str, tuple[int, ...]], ...]
-  dependencies: tuple[str, ...]
-  vectors: tuple[tuple[str, int], ...]
-  int_vectors: tuple[tuple[str, int], ...]
-  k_size: int
-  ocp: Any
 
 
 def _xp_args(fn: Fn, what: str) -> tuple[int, int]:
@@ -73,14 +61,14 @@ def _xp_args(fn: Fn, what: str) -> tuple[int, int]:
   return n.shape[0], p.shape[0]
 
 
-class SQPFunction(FunctionBase):
+class SQPFunction(TemplatedFunction):
   """minimize f(x, p) subject to lbg ≤ g(x, p) ≤ ubg and lbx ≤ x ≤ ubx, solved by generated C++.
 
   The solver's C++ evaluates f, ∇f, g, the sparse ∂g/∂x and the sparse Lagrangian Hessian (its dependencies, emitted
-  in the same module), regularizes the Hessian only when a QP is nonconvex, solves each QP with OSQP's own C code
-  (embedded, the pattern fixed at code generation so each iteration only updates values and warm-starts), and takes
-  steps by a backtracking filter line search (objective vs L1 violation, Wächter and Biegler); inconsistent linearized
-  constraints fall back to an elastic QP.
+  in the same module), regularizes the Hessian only when a QP is nonconvex, solves each QP with a backend generated
+  for the QPs' fixed patterns (`options.qp`: OSQP's own C code, polished, by default; the Riccati interior point for
+  NLPs with a stage layout), and takes steps by a backtracking filter line search (objective vs L1 violation, Wächter
+  and Biegler); inconsistent linearized constraints fall back to an elastic QP (solved by OSQP).
 
   Args:
     name: a C++ identifier.
@@ -89,13 +77,16 @@ class SQPFunction(FunctionBase):
     options: SQPOptions.
     hessian: optional Hessian approximation replacing the exact Lagrangian Hessian (e.g. Gauss-Newton): a
       SparseNumericalFunction of (x, p, sigma, λ) returning the upper triangle of an n x n matrix.
-    structured_qp: optional factory (hessian, jacobian) -> a stage structure (anvil.mpc.riccati.OCPStructure) whose
-      generated interior-point solver then solves the QPs instead of OSQP (which stays for the elastic fallback).
+    stages: where x's entries and g's rows sit in the stages of an optimal control problem (a StageLayout): needed
+      by `RiccatiOptions`, ignored by OSQP.
 
   Example:
     >>> f = NumericalFunction("f", lambda x, p: (1 - x[0]) ** 2 + 100 * (x[1] - x[0] ** 2) ** 2, (Arg(2), Arg(0)))
     >>> res = SQPFunction("rosen", f)(np.zeros(2), np.zeros(0), -np.inf * np.ones(2), np.inf * np.ones(2), [], [])
   """
+
+  template = "sqp"
+  header_runtime = ("sqp",)
 
   def __init__(
     self,
@@ -105,7 +96,7 @@ class SQPFunction(FunctionBase):
     options: SQPOptions | None = None,
     *,
     hessian: SparseNumericalFunction | None = None,
-    structured_qp: Callable[[SparseNumericalFunction, SparseNumericalFunction | None], Any] | None = None,
+    stages: StageLayout | None = None,
   ) -> None:
     self.name = check_identifier(name, "SQPFunction name")
     self.n, self.np = _xp_args(cost, "cost")
@@ -114,10 +105,13 @@ class SQPFunction(FunctionBase):
     if options is not None and not isinstance(options, SQPOptions):
       raise TypeError(f"{name}: options must be SQPOptions, got {type(options).__name__}")
     self.options = options or SQPOptions()
-    self.cost, self.constraints = cost, constraints
+    if stages is not None and not isinstance(stages, StageLayout):
+      raise TypeError(f"{name}: stages must be a StageLayout, got {type(stages).__name__}")
+    if stages is None and isinstance(self.options.qp, RiccatiOptions):
+      raise ValueError(f"{name}: RiccatiOptions solves QPs with a stage layout: pass stages=StageLayout(...)")
+    self.cost, self.constraints, self.stages = cost, constraints, stages
     self.gradient = gradient(cost, 0, name=f"{name}_cost_gradient")
     self._hessian = None if hessian is None else self._check_hessian(hessian)
-    self._structured_qp = structured_qp
 
   def _check_hessian(self, hessian: SparseNumericalFunction) -> SparseNumericalFunction:
     expected = ((self.n,), (self.np,), (1,), (self.m,))
@@ -158,23 +152,11 @@ class SQPFunction(FunctionBase):
       NumericalFunction(f"{self.name}_lagrangian", lagrangian, args), 0, name=f"{self.name}_lagrangian_hessian"
     )
 
-  @cached_property
-  def ocp(self) -> Any:
-    """The stage structure of the QPs when a structured QP solver is used, else None."""
-    return None if self._structured_qp is None else self._structured_qp(self.hessian, self.jacobian)
-
-  def dependencies(self) -> tuple[FunctionBase, ...]:
-    """f, ∇f, g, ∂g/∂x, the Lagrangian Hessian (and the structured QP solver)."""
-    deps: list[FunctionBase] = [self.cost, self.gradient, self.hessian]
-    if self.constraints is not None and self.jacobian is not None:
-      deps[2:2] = [self.constraints, self.jacobian]
-    if self.ocp is not None:
-      deps.append(self.ocp.solver)
-    return tuple(deps)
+  # *** the QPs ***
 
   @cached_property
-  def _qp(self) -> tuple[EmbeddedOSQP, EmbeddedOSQP, dict[str, tuple[int, ...]]]:
-    """The OSQP solvers for the fixed QP patterns, and the maps from derivative values into their matrices.
+  def _qp_layout(self) -> tuple[QPProblem, QPProblem, dict[str, tuple[int, ...]]]:
+    """The QPs' fixed patterns (normal and elastic) and the maps from derivative values into their matrices.
 
     P is the upper triangle of the Lagrangian Hessian plus the full diagonal (for regularization); A stacks ∂g/∂x on
     the identity (bounds on x are QP constraints). The elastic QP adds slacks v, w ≥ 0 to every constraint row
@@ -199,103 +181,52 @@ class SQPFunction(FunctionBase):
       "jac_to_Ae": _positions(ae_pattern, sp.hstack([sp.vstack([jac, zeros(n + 2 * m, n)]), no_slack])),
       "eye_to_Ae": _positions(ae_pattern, sp.hstack([sp.vstack([zeros(m, n), eye, zeros(2 * m, n)]), no_slack])),
       "slack_to_Ae": _positions(ae_pattern, sp.hstack([zeros(3 * m + n, n), slack])),
+      "jac_p": tuple(int(v) for v in jac.indptr),
+      "jac_i": tuple(int(v) for v in jac.indices),
+      "hess_p": tuple(int(v) for v in self.hessian.indptr),
+      "hess_i": tuple(int(v) for v in self.hessian.indices),
     }
-    normal = EmbeddedOSQP(f"{self.name}_qp_", p_pattern, a_pattern, self.options)
-    return normal, EmbeddedOSQP(f"{self.name}_elastic_", pe_pattern, ae_pattern, self.options), tables
+    return QPProblem(p_pattern, a_pattern, self.stages), QPProblem(pe_pattern, ae_pattern), tables
 
   @cached_property
-  def _context(self) -> _SolverContext:
-    osqp, elastic, tables = self._qp
-    kkt = PolishKKT(osqp.p_pattern, osqp.a_pattern)
-    a = osqp.a_pattern
-    tables = {**tables, **kkt.tables, "A_i": tuple(int(i) for i in a.indices), "A_p": tuple(int(i) for i in a.indptr)}
-    if self.ocp is not None:  # the structured solver replaces the polish (which alone reads these two tables)
-      tables = {k: v for k, v in tables.items() if k not in ("K_perm", "A_p")} | dict(self.ocp.tables)
+  def qp(self) -> QPBackend:
+    """The backend solving the QPs of the iteration (`options.qp`)."""
+    qp_options = self.options.qp
+    assert qp_options is not None
+    return qp_options.backend(f"{self.name}_qp", self._qp_layout[0])
+
+  @cached_property
+  def elastic(self) -> QPBackend:
+    """The backend solving the elastic QPs: OSQP, unpolished (a feasibility restoration needs no exact step)."""
+    return dataclasses.replace(self.options.osqp, polish=False).backend(f"{self.name}_elastic", self._qp_layout[1])
+
+  def dependencies(self) -> tuple[FunctionBase, ...]:
+    """f, ∇f, g, ∂g/∂x, the Lagrangian Hessian and the two QP backends."""
+    deps: list[FunctionBase] = [self.cost, self.gradient, self.hessian]
+    if self.constraints is not None and self.jacobian is not None:
+      deps[2:2] = [self.constraints, self.jacobian]
+    return (*deps, self.qp, self.elastic)
+
+  @cached_property
+  def context(self) -> _SolverContext:
+    """The names, sizes, options and tables the templates fill in."""
+    normal, elastic, tables = self._qp_layout
     jac = self.jacobian
-    n, m = self.n, self.m
-    size, l_nnz = kkt.size, max(kkt.l_nnz, 1)
-    polish_vectors = (("Kx", kkt.nnz), ("Lx", l_nnz), ("D", size), ("Dinv", size), ("fwork", size),
-                      ("ksol", size), ("krhs", size), ("kres", size), ("polish_d", n), ("polish_y", m + n))  # fmt: skip
-    int_vectors = (("Li", l_nnz), ("Lp", size + 1), ("Lnz", size), ("etree", size), ("iwork", 3 * size),
-                   ("bwork", size), ("active", m + n), ("previous_active", m + n))  # fmt: skip
-    vectors = (("grad", n), ("g", m), ("trial", n), ("g_trial", m), ("d", n), ("jac", 0 if jac is None else jac.nnz),
-               ("hess", self.hessian.nnz), ("Px", osqp.p_pattern.nnz), ("Ax", osqp.a_pattern.nnz), ("l", m + n),
-               ("u", m + n), ("lam_all", m + n), ("slack_values", 2 * m), ("Axe", elastic.a_pattern.nnz),
-               ("qe", n + 2 * m), ("le", n + 3 * m), ("ue", n + 3 * m), ("filter_theta", self.options.max_iter + 1),
-               ("filter_phi", self.options.max_iter + 1), ("rti_prepared", 1), ("rti_failure", 2), ("rti_times", 2),
-               ("rti_regularization", 1), *polish_vectors)  # fmt: skip
+    evaluations = [self.cost, self.gradient, self.hessian, *([] if jac is None else [self.constraints, jac])]
     return _SolverContext(
-      self.name, self.n, self.m, self.np, self.cost.name, self.gradient.name,
-      "" if self.constraints is None else self.constraints.name, "" if jac is None else jac.name, self.hessian.name,
-      0 if jac is None else jac.nnz, self.hessian.nnz, osqp.p_pattern.nnz, osqp.a_pattern.nnz, osqp.prefix, RHO,
-      elastic.prefix, elastic.a_pattern.nnz,
-      self.options, tuple((k, v) for k, v in tables.items()), tuple(d.name for d in self.dependencies()), vectors,
-      int_vectors, size, self.ocp,
+      name=self.name, n=self.n, m=self.m, np=self.np, cost=self.cost.name, gradient=self.gradient.name,
+      constraints="" if self.constraints is None else self.constraints.name, jacobian="" if jac is None else jac.name,
+      hessian=self.hessian.name, evaluations=tuple(f.name for f in evaluations if f is not None),
+      nnz_jac=0 if jac is None else jac.nnz, nnz_hess=self.hessian.nnz, nnz_P=normal.p_pattern.nnz,
+      nnz_A=normal.a_pattern.nnz, nnz_Ae=elastic.a_pattern.nnz, qp=self.qp.name, elastic=self.elastic.name,
+      options=self.options, tables=tuple(tables.items()),
     )  # fmt: skip
-
-  @property
-  def header_code(self) -> str:
-    """The solver's declarations: sizes, Stats, Workspace, init_ws() and call()."""
-    return render_template("sqp.hpp.j2", folder=TEMPLATES, s=self._context)
-
-  @property
-  def source_code(self) -> str:
-    """The SQP loop."""
-    return render_template("sqp.cpp.j2", folder=TEMPLATES, s=self._context)
-
-  @property
-  def source_includes(self) -> tuple[str, ...]:
-    """OSQP's public header and the generated OSQP workspace."""
-    return (
-      "<algorithm>",
-      "<chrono>",
-      "<cstddef>",
-      "<cstdio>",
-      '"osqp.h"',
-      '"qdldl.h"',
-      *(f'"{qp.prefix}workspace.h"' for qp in self._qp[:2]),
-    )
-
-  def extra_files(self) -> dict[str, str]:
-    """OSQP's C sources and the generated workspace, written beside the module (compile the `.c` files as C with
-    `-I` for `osqp`, `osqp/inc/public` and `osqp/inc/private`)."""
-    return {**self._qp[0].files, **self._qp[1].files}
 
   # *** JIT ***
 
-  def jit_wrapper(self, module: str, include_module: bool = True) -> str:
-    """The JIT entry points (`anvil_<name>_ws_new/_ws_free/_call`) and the stats export a wrapper of this solver
-    reuses; `include_module` adds the `#include` of the module source and the export macro."""
-    return render_template(
-      "sqp_jit.cpp.j2", folder=TEMPLATES, s=self._context, module=module, include_module=include_module
-    )
-
-  @property
-  def qp_solvers(self) -> tuple[EmbeddedOSQP, ...]:
-    """The embedded OSQP solvers (normal and elastic) whose C sources the module needs."""
-    return self._qp[:2]
-
   @cached_property
-  def library(self) -> str:
-    """Path of the compiled solver library."""
-    module = f"anvil_jit_{self.name}"
-    return solver_library(self, module, self.jit_wrapper(module), self.qp_solvers)
-
-  @cached_property
-  def _entry(self) -> tuple[Any, ctypes.c_void_p]:
-    lib = load_library(self.library)
-    new, free, call = (
-      lib[f"anvil_{self.name}_ws_new"],
-      lib[f"anvil_{self.name}_ws_free"],
-      lib[f"anvil_{self.name}_call"],
-    )
-    new.restype, new.argtypes = ctypes.c_void_p, []
-    free.restype, free.argtypes = None, [ctypes.c_void_p]
-    call.restype = ctypes.c_int
-    call.argtypes = [ctypes.c_void_p] * 7
-    ws = ctypes.c_void_p(new())
-    weakref.finalize(self, free, ws.value)
-    return call, ws
+  def _call(self) -> Any:
+    return self.handle.entry("call", ctypes.c_int, *[ctypes.c_void_p] * 7)
 
   def __call__(
     self,
@@ -321,11 +252,12 @@ class SQPFunction(FunctionBase):
         raise ValueError(f"{self.name}: lb{what}[{i}] = {lo[i]} > ub{what}[{i}] = {hi[i]}")
     outs = [np.empty(n), np.empty(1), np.empty(m), np.empty(n)]
     (history, ihistory, info), scalars = self.stats_buffers(), np.zeros(5)
-    call, ws = self._entry
     in_ptrs = (ctypes.c_void_p * 8)(*(a.ctypes.data for a in inputs))
     out_ptrs = (ctypes.c_void_p * 4)(*(a.ctypes.data for a in outs))
-    call(in_ptrs, out_ptrs, history.ctypes.data, ihistory.ctypes.data, info.ctypes.data, scalars.ctypes.data, ws)
-    return self._result(outs, history, ihistory, info, scalars[0], scalars[1:])
+    self._call(in_ptrs, out_ptrs, history.ctypes.data, ihistory.ctypes.data, info.ctypes.data, scalars.ctypes.data,
+               self.handle.pointer)  # fmt: skip
+    iterations, status, stats = self.unpack_stats(history, ihistory, info, scalars[0], scalars[1:])
+    return SQPResult(outs[0], float(outs[1][0]), outs[2], outs[3], status, iterations, stats)
 
   def _vector(self, what: str, value: ArrayLike, size: int, finite: bool = False) -> NDArray[np.float64]:
     try:
@@ -337,18 +269,6 @@ class SQPFunction(FunctionBase):
     if np.any(np.isnan(arr)) or (finite and not np.all(np.isfinite(arr))):
       raise ValueError(f"{self.name}: {what} contains NaN{'' if not finite else ' or inf'}")
     return arr
-
-  def _result(
-    self,
-    outs: list[NDArray[np.float64]],
-    history: NDArray[np.float64],
-    ihistory: NDArray[np.int32],
-    info: NDArray[np.int32],
-    worst_violation: float,
-    times: NDArray[np.float64],
-  ) -> SQPResult:
-    iterations, status, stats = self.unpack_stats(history, ihistory, info, worst_violation, times)
-    return SQPResult(outs[0], float(outs[1][0]), outs[2], outs[3], status, iterations, stats)
 
   def stats_buffers(self) -> tuple[NDArray[np.float64], NDArray[np.int32], NDArray[np.int32]]:
     """Fresh arrays the JIT export of Stats fills: history, ihistory and info."""
@@ -362,47 +282,32 @@ class SQPFunction(FunctionBase):
     info: NDArray[np.int32],
     worst_violation: float,
     times: NDArray[np.float64],
-  ) -> tuple[int, str, dict[str, Any]]:
+  ) -> tuple[int, SQPStatus, dict[str, Any]]:
     """(iterations, status, stats dict) from the arrays the JIT export of Stats filled (times: seconds spent in
     evaluations, QP updates, QP solves and the line search)."""
-    iterations, status = int(info[0]), STATUSES[int(info[1])]
+    iterations, status = int(info[0]), SQPStatus.from_code(int(info[1]))
     rows = slice(0, iterations + 1)
     stats: dict[str, Any] = {name: history[rows, c].copy() for c, name in enumerate(HISTORY_NAMES)}
-    stats["qp_iterations"], stats["qp_status"] = ihistory[rows, 0].copy(), ihistory[rows, 1].copy()
+    stats["qp_iterations"] = ihistory[rows, 0].copy()
+    stats["qp_status"] = tuple(QPStatus.from_code(int(code)) for code in ihistory[rows, 1])
     for name, seconds in zip(TIME_NAMES, times, strict=True):
       stats[name] = float(seconds)
     if info[2] >= 0:
       stats["failed_function"] = self._function_name(int(info[2]))
       stats["failed_index"] = int(info[3])
       stats["message"] = f"{stats['failed_function']} returned NaN/inf at output {int(info[3])}"
-    elif info[4] >= 0 and status != "converged":
+    elif info[4] >= 0 and status != SQPStatus.converged:
       kind = "g" if info[4] < self.m else "x"
       index = int(info[4]) if info[4] < self.m else int(info[4]) - self.m
       stats["most_violated"] = (kind, index, worst_violation)
       stats["message"] = f"{status}: most violated constraint {kind}[{index}] by {worst_violation:.3e}"
     else:
-      stats["message"] = status
+      stats["message"] = str(status)
     return iterations, status, stats
 
   def _function_name(self, which: int) -> str:
     return {0: self.cost.name, 1: self.gradient.name, 2: getattr(self.constraints, "name", ""),
             3: getattr(self.jacobian, "name", ""), 4: self.hessian.name}[which]  # fmt: skip
-
-
-def solver_library(fn: FunctionBase, module: str, wrapper: str, qps: tuple[EmbeddedOSQP, ...]) -> str:
-  """Compile (or find in the cache) the JIT library of a solver module: `fn` and its dependencies, the `wrapper`
-  holding its entry points (it includes `<module>.cpp`), and the C sources of the embedded QP solvers `qps`."""
-  code = module_code(module, [fn])
-  sources = {f"{module}.hpp": code.header, f"{module}.cpp": code.source, "jit.cpp": wrapper}
-  for qp in qps:
-    sources.update(qp.files)
-  digest = hashlib.sha256("".join(f"{k}\0{v}\0" for k, v in sorted(sources.items())).encode()).hexdigest()
-  key = library_key(f"solver|{codegen_fingerprint()}|{digest}")
-  if (path := cached_library(key)) is not None:
-    return str(path)
-  with stage(fn.name, "compile"):
-    c_sources = sorted({c for qp in qps for c in qp.c_sources})
-    return str(compile_library(key, sources, "jit.cpp", fn.name, c_sources, qps[0].include_dirs if qps else []))
 
 
 def _pattern(fn: SparseNumericalFunction, shape: tuple[int, int]) -> sp.csc_array:

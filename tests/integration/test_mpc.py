@@ -324,8 +324,9 @@ def test_soft_path_input_and_terminal_constraints_agree_across_qp_solvers() -> N
                       options=MPCOptions(qp_solver=qp, riccati_max_iter=40, riccati_tol=1e-9))  # fmt: skip
     solutions[qp] = mpc(np.array([0.3, 0.4, 0.5, 0.0]))
     if qp == "riccati":
-      assert (mpc.sqp.ocp.solver.max_iter, mpc.sqp.ocp.tol_min) == (40, 1e-9)
-      assert (mpc.sqp.ocp.ns_stage, mpc.sqp.ocp.nsN) == (2, 2), "tip and input slacks per stage, 2 terminal slacks"
+      ipm = mpc.sqp.qp.solver  # the Riccati QP's solver, its options those given
+      assert (ipm.max_iter, mpc.sqp.qp.options.tol_min) == (40, 1e-9)
+      assert (ipm.nu - 1, ipm.nuN) == (2, 2), "tip and input slacks per stage, 2 terminal slacks"
     assert solutions[qp].success, (qp, solutions[qp].status)
   ric, ref = solutions["riccati"], solutions["osqp"]
   np.testing.assert_allclose(ric.u, ref.u, atol=U_ATOL)

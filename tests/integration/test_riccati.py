@@ -9,7 +9,7 @@ import osqp
 import pytest
 import scipy.sparse as sp
 
-from anvil.mpc.riccati import RiccatiQP
+from anvil.qp import RiccatiQP
 
 
 def random_qp(rng: np.random.Generator, nx: int, nu: int, N: int, ng: int, ngN: int, pull: float) -> dict[str, Any]:

@@ -167,7 +167,8 @@ def test_locally_infeasible_constraints_end_at_the_least_violation() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("qp", ["osqp", "riccati"])
 def test_p2_cartpole_swing_up(qp: str) -> None:
-  from anvil.mpc.riccati import OCPStructure
+  from anvil.mpc.transcription import shooting_layout
+  from anvil.qp import RiccatiOptions
   from examples.models import shooting
 
   n = 50
@@ -175,9 +176,9 @@ def test_p2_cartpole_swing_up(qp: str) -> None:
   f = av.NumericalFunction(f"swing_{qp}_cost", lambda w, x0: shooting.stage_cost(w, n), (Arg(size), Arg(4)))
   g = av.NumericalFunction(f"swing_{qp}_defects", lambda w, x0: shooting.defects(w, x0, n), (Arg(size), Arg(4)))
   # the NLP has the multiple-shooting stage layout, so its QPs can go to the Riccati interior point
-  structured = (lambda h, j: OCPStructure(f"swing_{qp}", n, 4, 1, 0, 0, h, j)) if qp == "riccati" else None
+  options = SQPOptions(qp=RiccatiOptions()) if qp == "riccati" else None
   x_init, lbx, ubx, w0 = shooting.swing_up(n)
-  solver = SQPFunction(f"swing_up_{qp}", f, g, structured_qp=structured)
+  solver = SQPFunction(f"swing_up_{qp}", f, g, options, stages=shooting_layout(n, 4, 1))
   res = solver(w0, x_init, lbx, ubx, np.zeros(4 * n + 4), np.zeros(4 * n + 4))
   assert res.success and res.iterations <= 40
   assert res.f == pytest.approx(173.28254, rel=1e-6)  # the local optimum IPOPT and CasADi's sqpmethod find

@@ -1,0 +1,237 @@
+// anvil::mpc: the call of a generated MPC controller: the multiple-shooting NLP's parameter and bounds from the
+// per-stage ones, the warm start (the previous solution shifted by one stage), and the SQP solve, either to
+// convergence or as a real-time iteration (preparation and feedback).
+//
+// NLP layout: w = [x_0, u_0, ..., x_{N-1}, u_{N-1}, x_N, s] (s: the slacks of softened bounds); g = [x_0 - x_init;
+// defects x_{k+1} - F_k; h_k (k < N); h_N; v_e + s_e; v_e - s_e]; the parameter [x_init; p_0 ... p_N].
+//
+// The controller C (generated per OCP) provides: sizes nx, nu, N, np, nh, nhN, ns, nw, ng; real_time_iteration and
+// warm_start (bools); tables soft_in_g[ns], soft_index[ns] (where each softened bound lives, in w's bounds or g's),
+// shift_w[nw], shift_g[ng], shift_lam_x[nw] (the source of each entry when the solution is shifted by one stage; -1:
+// zero); SQP (anvil::sqp::Solver of the NLP) and Workspace (members sqp: the SQP's workspace, and s: a State<C>).
+#ifndef ANVIL_MPC_HPP
+#define ANVIL_MPC_HPP
+#include <chrono>
+#include <cmath>
+
+#include "anvil/sqp.hpp"
+#include "anvil/support.hpp"
+
+namespace anvil {
+namespace mpc {
+
+/// What one call did.
+template <class SQPStats>
+struct Stats {
+  int status = anvil::sqp::numerical_error;  ///< anvil::sqp::Status
+  int iterations = 0;                        ///< SQP iterations
+  double cost = 0.0;                         ///< optimal value of the OCP's cost (including slack penalties)
+  double solve_time = 0.0;                   ///< seconds spent in call()
+  SQPStats sqp;                              ///< the SQP solver's per-iteration history and diagnostics
+};
+
+/// The NLP's vectors and the previous solution (for the shifted warm start); allocated once.
+template <class S>
+struct State {
+  anvil::Buffer<double, S::nw> w, w_out, lbw, ubw, lam_x, lam_x_out;
+  anvil::Buffer<double, S::ng> lbg, ubg, lam_g, lam_g_out;
+  anvil::Buffer<double, S::nx + (S::N + 1) * S::np> params;
+  int guess = 0;           ///< 0: cold start, 1: shift the previous solution, 2: w and the multipliers hold the guess
+  bool assembled = false;  ///< the NLP's bounds and parameter of a call are in place
+  bool prepared = false;   ///< real-time iteration: the QP at the guess is prepared
+};
+
+template <class C>
+class Controller {
+ public:
+  using WS = typename C::Workspace;
+  using SQP = typename C::SQP;
+  using StatsT = Stats<typename SQP::StatsT>;
+  static constexpr int nx = C::nx, nu = C::nu, nz = nx + nu, N = C::N, np = C::np, nh = C::nh, nhN = C::nhN;
+  static constexpr int ns = C::ns, nw = C::nw, ng = C::ng, soft_rows = ng - 2 * ns;
+
+  static void reset(WS& ws) {
+    ws.s.guess = 0;
+    ws.s.prepared = false;
+  }
+
+  static void set_guess(const double* x, const double* u, WS& ws) {
+    auto& s = ws.s;
+    for (int k = 0; k <= N; ++k)
+      for (int i = 0; i < nx; ++i) s.w[k * nz + i] = x[k * nx + i];
+    for (int k = 0; k < N; ++k)
+      for (int i = 0; i < nu; ++i) s.w[k * nz + nx + i] = u[k * nu + i];
+    for (int e = 0; e < ns; ++e) s.w[N * nz + nx + e] = 0.0;
+    for (int i = 0; i < ng; ++i) s.lam_g[i] = 0.0;
+    for (int i = 0; i < nw; ++i) s.lam_x[i] = 0.0;
+    s.guess = 2;
+    s.prepared = false;
+  }
+
+  /// A no-op unless a real-time iteration has a guess to prepare at: after a call, with a warm start (without one,
+  /// the next guess depends on the next state).
+  static int prepare(WS& ws) {
+    const auto& s = ws.s;
+    if (!C::real_time_iteration || s.prepared || !s.assembled || s.guess == 0 || (s.guess == 1 && !C::warm_start))
+      return anvil::sqp::converged;
+    initial_guess(nullptr, nullptr, nullptr, ws);
+    return prepare_at_guess(ws);
+  }
+
+  static int feedback(const double* x0, const double* p, const double* lbx, const double* ubx, const double* lbu,
+                      const double* ubu, const double* lbh, const double* ubh, const double* lbhN,
+                      const double* ubhN, double* x, double* u, StatsT& stats, WS& ws) {
+    if (!C::real_time_iteration) return call(x0, p, lbx, ubx, lbu, ubu, lbh, ubh, lbhN, ubhN, x, u, stats, ws);
+    auto& s = ws.s;
+    const auto start = std::chrono::steady_clock::now();
+    assemble(x0, p, lbx, ubx, lbu, ubu, lbh, ubh, lbhN, ubhN, ws);
+    if (!s.prepared) {
+      initial_guess(x0, lbu, ubu, ws);
+      prepare_at_guess(ws);
+    }
+    for (int i = 0; i < nw; ++i) s.w_out[i] = s.w[i];
+    for (int i = 0; i < ng; ++i) s.lam_g_out[i] = s.lam_g[i];
+    for (int i = 0; i < nw; ++i) s.lam_x_out[i] = s.lam_x[i];
+    double f = 0.0;
+    stats.status = SQP::rti_feedback(s.params.data(), s.lbw.data(), s.ubw.data(), s.lbg.data(), s.ubg.data(),
+                                     s.w_out.data(), &f, s.lam_g_out.data(), s.lam_x_out.data(), stats.sqp, ws.sqp);
+    finish(f, x, u, stats, ws, start);
+    return stats.status;
+  }
+
+  static int call(const double* x0, const double* p, const double* lbx, const double* ubx, const double* lbu,
+                  const double* ubu, const double* lbh, const double* ubh, const double* lbhN, const double* ubhN,
+                  double* x, double* u, StatsT& stats, WS& ws) {
+    if (C::real_time_iteration) return feedback(x0, p, lbx, ubx, lbu, ubu, lbh, ubh, lbhN, ubhN, x, u, stats, ws);
+    auto& s = ws.s;
+    const auto start = std::chrono::steady_clock::now();
+    assemble(x0, p, lbx, ubx, lbu, ubu, lbh, ubh, lbhN, ubhN, ws);
+    initial_guess(x0, lbu, ubu, ws);
+    for (int i = 0; i < nx; ++i) s.w[i] = x0[i];
+    double f = 0.0;
+    stats.status = SQP::call(s.w.data(), s.params.data(), s.lbw.data(), s.ubw.data(), s.lbg.data(), s.ubg.data(),
+                             s.lam_g.data(), s.lam_x.data(), s.w_out.data(), &f, s.lam_g_out.data(),
+                             s.lam_x_out.data(), stats.sqp, ws.sqp);
+    finish(f, x, u, stats, ws, start);
+    return stats.status;
+  }
+
+ private:
+  /// dst[i] = src[table[i]] (0 where table[i] < 0)
+  static void gather(double* dst, const double* src, const int* table, int n) {
+    for (int i = 0; i < n; ++i) dst[i] = table[i] >= 0 ? src[table[i]] : 0.0;
+  }
+
+  static bool finite(const double* v, int n) {
+    for (int i = 0; i < n; ++i)
+      if (!std::isfinite(v[i])) return false;
+    return true;
+  }
+
+  /// x_k = x0 and u_k = 0 clipped to its bounds. NOTE: a rollout of the model from x0 was tried: for an unstable
+  /// plant (the cart-pole) it starts far from the optimum and the first solve took 25 SQP iterations instead of 4.
+  static void cold_guess(const double* x0, const double* lbu, const double* ubu, WS& ws) {
+    auto& s = ws.s;
+    for (int k = 0; k <= N; ++k)
+      for (int i = 0; i < nx; ++i) s.w[k * nz + i] = x0[i];
+    for (int k = 0; k < N; ++k)
+      for (int i = 0; i < nu; ++i) s.w[k * nz + nx + i] = std::fmin(std::fmax(0.0, lbu[k * nu + i]), ubu[k * nu + i]);
+    for (int e = 0; e < ns; ++e) s.w[N * nz + nx + e] = 0.0;
+    for (int i = 0; i < ng; ++i) s.lam_g[i] = 0.0;
+    for (int i = 0; i < nw; ++i) s.lam_x[i] = 0.0;
+  }
+
+  /// The NLP's parameter [x_init; p_0 ... p_N] and bounds on w and g from the per-stage bounds.
+  static void assemble(const double* x0, const double* p, const double* lbx, const double* ubx, const double* lbu,
+                       const double* ubu, const double* lbh, const double* ubh, const double* lbhN,
+                       const double* ubhN, WS& ws) {
+    constexpr double inf = HUGE_VAL;
+    auto& s = ws.s;
+    double* lbw = s.lbw.data();
+    double* ubw = s.ubw.data();
+    double* lbg = s.lbg.data();
+    double* ubg = s.ubg.data();
+    for (int i = 0; i < nx; ++i) s.params[i] = x0[i];
+    for (int i = 0; i < (N + 1) * np; ++i) s.params[nx + i] = p[i];
+    for (int k = 0; k <= N; ++k) {
+      for (int i = 0; i < nx; ++i) {
+        lbw[k * nz + i] = k == 0 ? -inf : lbx[k * nx + i];
+        ubw[k * nz + i] = k == 0 ? inf : ubx[k * nx + i];
+      }
+      for (int i = 0; k < N && i < nu; ++i) {
+        lbw[k * nz + nx + i] = lbu[k * nu + i];
+        ubw[k * nz + nx + i] = ubu[k * nu + i];
+      }
+    }
+    for (int e = 0; e < ns; ++e) {
+      lbw[N * nz + nx + e] = 0.0;
+      ubw[N * nz + nx + e] = inf;
+    }
+    for (int i = 0; i < nx * (N + 1); ++i) {
+      lbg[i] = 0.0;
+      ubg[i] = 0.0;
+    }
+    for (int i = 0; i < N * nh; ++i) {
+      lbg[nx * (N + 1) + i] = lbh[i];
+      ubg[nx * (N + 1) + i] = ubh[i];
+    }
+    for (int i = 0; i < nhN; ++i) {
+      lbg[nx * (N + 1) + N * nh + i] = lbhN[i];
+      ubg[nx * (N + 1) + N * nh + i] = ubhN[i];
+    }
+    for (int e = 0; e < ns; ++e) {
+      // a softened bound moves from its hard place to the two rows v + s >= lb and v - s <= ub
+      double* lo = C::soft_in_g[e] ? &lbg[C::soft_index[e]] : &lbw[C::soft_index[e]];
+      double* hi = C::soft_in_g[e] ? &ubg[C::soft_index[e]] : &ubw[C::soft_index[e]];
+      lbg[soft_rows + e] = *lo;
+      ubg[soft_rows + e] = inf;
+      lbg[soft_rows + ns + e] = -inf;
+      ubg[soft_rows + ns + e] = *hi;
+      *lo = -inf;
+      *hi = inf;
+    }
+    s.assembled = true;
+  }
+
+  /// The initial guess: the previous solution shifted by one stage (primal and dual), the set_guess() one, or cold.
+  static void initial_guess(const double* x0, const double* lbu, const double* ubu, WS& ws) {
+    auto& s = ws.s;
+    if (s.guess == 1 && C::warm_start) {
+      gather(s.w.data(), s.w_out.data(), C::shift_w, nw);
+      gather(s.lam_g.data(), s.lam_g_out.data(), C::shift_g, ng);
+      gather(s.lam_x.data(), s.lam_x_out.data(), C::shift_lam_x, nw);
+    } else if (s.guess != 2) {
+      cold_guess(x0, lbu, ubu, ws);
+    }
+    s.guess = 2;  // w and the multipliers now hold the guess
+  }
+
+  /// Outputs and the solution kept for the next warm start.
+  static void finish(double f, double* x, double* u, StatsT& stats, WS& ws,
+                     std::chrono::steady_clock::time_point start) {
+    auto& s = ws.s;
+    stats.iterations = stats.sqp.iterations;
+    stats.cost = f;
+    for (int k = 0; k <= N; ++k)
+      for (int i = 0; i < nx; ++i) x[k * nx + i] = s.w_out[k * nz + i];
+    for (int k = 0; k < N; ++k)
+      for (int i = 0; i < nu; ++i) u[k * nu + i] = s.w_out[k * nz + nx + i];
+    // NOTE: a result with NaN/inf would poison the next warm start: the next call then starts cold.
+    const bool usable = finite(s.w_out.data(), nw) && finite(s.lam_g_out.data(), ng) && finite(s.lam_x_out.data(), nw);
+    s.guess = usable ? 1 : 0;
+    s.prepared = false;
+    stats.solve_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  static int prepare_at_guess(WS& ws) {
+    auto& s = ws.s;
+    const int status = SQP::rti_prepare(s.w.data(), s.params.data(), s.lam_g.data(), s.lbw.data(), s.ubw.data(),
+                                        s.lbg.data(), s.ubg.data(), ws.sqp);
+    s.prepared = true;  // a failed preparation is reported by the feedback
+    return status;
+  }
+};
+
+}  // namespace mpc
+}  // namespace anvil
+#endif  // ANVIL_MPC_HPP

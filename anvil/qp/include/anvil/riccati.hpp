@@ -1,0 +1,564 @@
+// anvil::qp::Riccati: an interior-point solver for QPs with the stage structure of an optimal control problem.
+//
+//   min  sum_k 1/2 z_k'H_k z_k + g_k'z_k + 1/2 z_N'H_N z_N + g_N'z_N,   z_k = [x_k; u_k],  z_N = [x_N; u_N]
+//   s.t. x_0 = x0,  x_{k+1} = A_k x_k + B_k u_k + c_k,  lo_k <= G_k z_k <= hi_k,  loN <= G_N z_N <= hiN
+//
+// Mehrotra's predictor-corrector interior point; each Newton system is an LQ problem solved by a Riccati recursion
+// over the stages (factored once per iteration, solved twice: predictor and corrector), O(N (nx + nu)^3). A row whose
+// lower and upper bounds are equal is a true equality: it keeps a free multiplier and enters the Newton system with a
+// fixed weight 1/delta (a primal-dual regularized step), so its residual is exact and the factorization stays well
+// conditioned, unlike lo = hi modelled as two bounds whose slacks both go to zero. u_N are inputs at the last stage
+// (nuN of them, e.g. the slacks of soft terminal constraints) that enter no dynamics.
+//
+// Sizes are template parameters: every loop has compile-time bounds and the workspace is plain arrays, allocated by
+// the caller (no heap use at all).
+#ifndef ANVIL_RICCATI_HPP
+#define ANVIL_RICCATI_HPP
+#include <chrono>
+#include <cmath>
+
+#include "anvil/qp.hpp"
+
+namespace anvil {
+namespace qp {
+namespace riccati {
+
+constexpr double no_bound = 1e20;  ///< |bound| >= this: the side is absent
+constexpr double fraction_to_boundary = 0.995;
+constexpr double warm_floor = 1e-2;  ///< a warm start pushes slacks and multipliers up to at least this
+constexpr double equality_regularization = 1e-8;
+
+/// In-place Cholesky of an m x m matrix (lower triangle); false if not positive definite.
+template <int m>
+bool cholesky(double (&M)[m][m]) {
+  for (int j = 0; j < m; ++j) {
+    double d = M[j][j];
+    for (int k = 0; k < j; ++k) d -= M[j][k] * M[j][k];
+    if (!(d > 1e-14)) return false;
+    M[j][j] = std::sqrt(d);
+    for (int i = j + 1; i < m; ++i) {
+      double s = M[i][j];
+      for (int k = 0; k < j; ++k) s -= M[i][k] * M[j][k];
+      M[i][j] = s / M[j][j];
+    }
+  }
+  return true;
+}
+
+/// v <- (L L')^-1 v
+template <int m>
+void cholesky_solve(const double (&L)[m][m], double* v) {
+  for (int i = 0; i < m; ++i) {
+    for (int k = 0; k < i; ++k) v[i] -= L[i][k] * v[k];
+    v[i] /= L[i][i];
+  }
+  for (int i = m - 1; i >= 0; --i) {
+    for (int k = i + 1; k < m; ++k) v[i] -= L[k][i] * v[k];
+    v[i] /= L[i][i];
+  }
+}
+
+/// Minimizes the quadratic of Hessian Q (in [x; u] order, m inputs) over u: the Cholesky factor L of Q_uu, the
+/// feedback K = -Q_uu^-1 Q_ux and the value function's Hessian P = Q_xx + Q_ux'K (symmetrized). False if Q_uu is not
+/// positive definite (the reduced Hessian is not).
+template <int nx, int m>
+bool eliminate_inputs(const double (&Q)[nx + m][nx + m], double (&L)[m][m], double (&K)[m][nx], double (&P)[nx][nx]) {
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < m; ++j) L[i][j] = Q[nx + i][nx + j];
+  if (!cholesky(L)) return false;
+  for (int j = 0; j < nx; ++j) {
+    double col[m];
+    for (int i = 0; i < m; ++i) col[i] = Q[nx + i][j];
+    cholesky_solve(L, col);
+    for (int i = 0; i < m; ++i) K[i][j] = -col[i];
+  }
+  for (int i = 0; i < nx; ++i)
+    for (int j = 0; j <= i; ++j) {
+      double v = 0.5 * (Q[i][j] + Q[j][i]);
+      for (int l = 0; l < m; ++l) v += 0.5 * (Q[nx + l][i] * K[l][j] + Q[nx + l][j] * K[l][i]);
+      P[i][j] = P[j][i] = v;
+    }
+  return true;
+}
+
+/// The value function's gradient p = qx + K'qu and the feedforward kk = -Q_uu^-1 qu (qu is overwritten).
+template <int nx, int m>
+void feedforward(const double* qx, double* qu, const double (&L)[m][m], const double (&K)[m][nx], double* p,
+                 double* kk) {
+  for (int i = 0; i < nx; ++i) {
+    double v = qx[i];
+    for (int j = 0; j < m; ++j) v += K[j][i] * qu[j];
+    p[i] = v;
+  }
+  cholesky_solve(L, qu);
+  for (int i = 0; i < m; ++i) kk[i] = -qu[i];
+}
+
+// *** one row: its interior-point state and its part of each step ***
+
+/// One row's interior-point state: slacks t, multipliers l (per present side), their steps, the residuals. For an
+/// equality row, l_hi is its free multiplier and r_lo its residual.
+struct Row {
+  double t_lo, t_hi, l_lo, l_hi, dt_lo, dt_hi, dl_lo, dl_hi, r_lo, r_hi;
+  bool has_lo, has_hi, eq;
+};
+
+/// Residual norms and the complementarity sum, accumulated over the rows.
+struct Norms {
+  double equality = 0.0, inequality = 0.0, complementarity = 0.0, sum = 0.0;
+  int count = 0;
+};
+
+/// Which sides of the row are present and the starting slacks and multipliers: cold, t = max(distance, 1) and
+/// l = 1/t; warm, the previous values floored at warm_floor. Absent sides stay inert (t = 1, l = 0).
+inline void start_row(Row& r, double v, double lo, double hi, bool warm) {
+  r.eq = lo == hi && std::fabs(lo) < no_bound;
+  r.has_lo = !r.eq && lo > -no_bound;
+  r.has_hi = !r.eq && hi < no_bound;
+  if (r.eq) {
+    r.l_hi = warm ? r.l_hi - r.l_lo : 0.0;
+    r.l_lo = 0.0;
+    r.t_lo = r.t_hi = 1.0;
+    return;
+  }
+  const double floor = warm ? warm_floor : 1.0;
+  r.t_lo = r.has_lo ? std::fmax(v - lo, floor) : 1.0;
+  r.t_hi = r.has_hi ? std::fmax(hi - v, floor) : 1.0;
+  r.l_lo = !r.has_lo ? 0.0 : warm ? std::fmax(r.l_lo, floor) : 1.0 / r.t_lo;
+  r.l_hi = !r.has_hi ? 0.0 : warm ? std::fmax(r.l_hi, floor) : 1.0 / r.t_hi;
+}
+
+/// The row's residuals at value v (an equality's in r_lo); returns its multiplier lam_hi - lam_lo.
+inline double row_residuals(Row& r, double v, double lo, double hi, Norms& n) {
+  if (r.eq) {
+    r.r_lo = v - lo;
+    n.equality = std::fmax(n.equality, std::fabs(r.r_lo));
+    return r.l_hi;
+  }
+  r.r_lo = r.has_lo ? v - lo - r.t_lo : 0.0;
+  r.r_hi = r.has_hi ? hi - v - r.t_hi : 0.0;
+  n.inequality = std::fmax(n.inequality, std::fmax(std::fabs(r.r_lo), std::fabs(r.r_hi)));
+  if (r.has_lo) {
+    n.sum += r.l_lo * r.t_lo;
+    n.complementarity = std::fmax(n.complementarity, r.l_lo * r.t_lo);
+    ++n.count;
+  }
+  if (r.has_hi) {
+    n.sum += r.l_hi * r.t_hi;
+    n.complementarity = std::fmax(n.complementarity, r.l_hi * r.t_hi);
+    ++n.count;
+  }
+  return r.l_hi - r.l_lo;
+}
+
+/// The weight the row adds to the Newton system's Hessian (as w a a' for its row a).
+inline double row_weight(const Row& r) {
+  if (r.eq) return 1.0 / equality_regularization;
+  return (r.has_lo ? r.l_lo / r.t_lo : 0.0) + (r.has_hi ? r.l_hi / r.t_hi : 0.0);
+}
+
+/// l t - target, plus the predictor's dl dt in the corrector.
+inline double complementarity_residual(double l, double t, double dl, double dt, double target, bool corrector) {
+  return l * t - target + (corrector ? dl * dt : 0.0);
+}
+
+/// The coefficient e of the row in the reduced gradient (q += a e), for the complementarity target.
+inline double row_rhs(const Row& r, double target, bool corrector) {
+  if (r.eq) return r.r_lo / equality_regularization;
+  double e = 0.0;
+  if (r.has_lo)
+    e += (complementarity_residual(r.l_lo, r.t_lo, r.dl_lo, r.dt_lo, target, corrector) + r.l_lo * r.r_lo) / r.t_lo;
+  if (r.has_hi)
+    e -= (complementarity_residual(r.l_hi, r.t_hi, r.dl_hi, r.dt_hi, target, corrector) + r.l_hi * r.r_hi) / r.t_hi;
+  return e;
+}
+
+/// The slack and multiplier steps, given the row's primal step gd = a'dz (the corrector's dl dt uses the predictor's
+/// steps, read before they are overwritten).
+inline void row_step(Row& r, double gd, double target, bool corrector) {
+  if (r.eq) {
+    r.dl_hi = (gd + r.r_lo) / equality_regularization;
+    return;
+  }
+  if (r.has_lo) {
+    const double c = complementarity_residual(r.l_lo, r.t_lo, r.dl_lo, r.dt_lo, target, corrector);
+    r.dt_lo = gd + r.r_lo;
+    r.dl_lo = -(c + r.l_lo * r.dt_lo) / r.t_lo;
+  }
+  if (r.has_hi) {
+    const double c = complementarity_residual(r.l_hi, r.t_hi, r.dl_hi, r.dt_hi, target, corrector);
+    r.dt_hi = r.r_hi - gd;
+    r.dl_hi = -(c + r.l_hi * r.dt_hi) / r.t_hi;
+  }
+}
+
+/// Shrinks alpha so the row's slacks and multipliers stay nonnegative.
+inline void row_limit(const Row& r, double& alpha) {
+  const auto limit = [&](double v, double dv) {
+    if (dv < 0.0) alpha = std::fmin(alpha, -v / dv);
+  };
+  if (r.has_lo) {
+    limit(r.t_lo, r.dt_lo);
+    limit(r.l_lo, r.dl_lo);
+  }
+  if (r.has_hi) {
+    limit(r.t_hi, r.dt_hi);
+    limit(r.l_hi, r.dl_hi);
+  }
+}
+
+/// Adds the row's complementarity products after a step of alpha.
+inline void row_products(const Row& r, double alpha, double& sum, int& count) {
+  if (r.has_lo) {
+    sum += (r.l_lo + alpha * r.dl_lo) * (r.t_lo + alpha * r.dt_lo);
+    ++count;
+  }
+  if (r.has_hi) {
+    sum += (r.l_hi + alpha * r.dl_hi) * (r.t_hi + alpha * r.dt_hi);
+    ++count;
+  }
+}
+
+inline void row_take(Row& r, double alpha) {
+  if (r.eq) {
+    r.l_hi += alpha * r.dl_hi;
+    return;
+  }
+  r.t_lo += alpha * r.dt_lo;
+  r.l_lo += alpha * r.dl_lo;
+  r.t_hi += alpha * r.dt_hi;
+  r.l_hi += alpha * r.dl_hi;
+}
+
+}  // namespace riccati
+
+/// The solver for one set of sizes: states nx, inputs nu and horizon N; ng rows per stage k < N and ngN at stage N;
+/// nuN inputs at stage N.
+template <int nx_, int nu_, int N_, int ng_, int ngN_ = 0, int nuN_ = 0>
+struct Riccati {
+  static_assert(nx_ >= 1 && nu_ >= 1 && N_ >= 1 && ng_ >= 0 && ngN_ >= 0 && nuN_ >= 0, "invalid OCP QP sizes");
+  static constexpr int nx = nx_, nu = nu_, nz = nx + nu, N = N_;
+  static constexpr int ng = ng_;    ///< inequality rows per stage k < N
+  static constexpr int ngN = ngN_;  ///< inequality rows at stage N
+  static constexpr int nuN = nuN_;  ///< inputs at stage N
+  static constexpr int nzN = nx + nuN;
+  static constexpr int mg = ng > 0 ? ng : 1;  ///< stored rows (at least one, for valid C++ arrays)
+  static constexpr int mgN = ngN > 0 ? ngN : 1;
+  static constexpr int muN = nuN > 0 ? nuN : 1;
+
+  /// The QP's data (row-major blocks; ±HUGE_VAL bounds mean none; lo == hi makes a row an equality).
+  struct Data {
+    double H[N][nz][nz], g[N][nz], HN[nzN][nzN], gN[nzN];
+    double A[N][nx][nx], B[N][nx][nu], c[N][nx], x0[nx];
+    double G[N][mg][nz], lo[N][mg], hi[N][mg];
+    double GN[mgN][nzN], loN[mgN], hiN[mgN];
+  };
+
+  /// The solution: primal, dynamics multipliers pi_k (of x_{k+1} = ...), row multipliers (lam = lam_hi - lam_lo:
+  /// positive at an active upper bound, negative at an active lower one, as OSQP's; an equality row's free
+  /// multiplier).
+  struct Solution {
+    double x[N + 1][nx], u[N][nu], pi[N][nx], lam[N][mg], lamN[mgN], uN[muN];
+    int status = numerical_error, iterations = 0;
+    double residual_stationarity = 0.0, residual_equality = 0.0, residual_inequality = 0.0, complementarity = 0.0;
+    double solve_time = 0.0;  ///< seconds
+  };
+
+  /// Iterates, steps and the Riccati factorization (no allocation: plain arrays).
+  struct Workspace {
+    double x[N + 1][nx], u[N][nu], uN[muN], pi[N][nx];
+    double dx[N + 1][nx], du[N][nu], duN[muN], dpi[N][nx];
+    riccati::Row rows[N][mg], rowsN[mgN];
+    double r_z[N][nz], r_N[nzN], r_dyn[N][nx], q[N][nz], qN[nzN];
+    double P[N + 1][nx][nx], p[N + 1][nx], L[N][nu][nu], K[N][nu][nx], k[N][nu], LN[muN][muN], KN[muN][nx], kN[muN];
+    bool warm;  ///< the iterates hold a solution a warm start can begin from
+  };
+
+  /// Solves the QP to tolerance tol (stationarity, equality, inequality residuals and complementarity, infinity
+  /// norms) in at most max_iter iterations, from a cold start, or with warm_start from the previous solution kept in
+  /// ws (when there is one). Never allocates; returns the status (also in sol.status).
+  static int solve(const Data& d, double tol, int max_iter, Solution& sol, Workspace& ws, bool warm_start) {
+    const auto start = std::chrono::steady_clock::now();
+    initialize(d, warm_start && ws.warm, ws);
+    int status = max_iterations, it = 0, stalls = 0;
+    double alpha = 0.0, equality_before = 0.0;
+    for (;; ++it) {
+      const double mu = residuals(d, ws, sol);
+      if (!std::isfinite(mu + sol.residual_stationarity + sol.residual_equality + sol.residual_inequality)) {
+        status = numerical_error;
+        break;
+      }
+      if (sol.residual_stationarity <= tol && sol.residual_equality <= tol && sol.residual_inequality <= tol &&
+          sol.complementarity <= tol) {
+        status = solved;
+        break;
+      }
+      if (it == max_iter) break;
+      if (mu > 1e14) {  // multipliers diverging: no feasible point
+        status = infeasible;
+        break;
+      }
+      // a step of alpha removes a fraction alpha of the equality residual when the equalities are consistent (up to
+      // delta times the multiplier step); five steps in a row that remove less than half of that: they are not
+      stalls = it > 0 && equality_before > tol && sol.residual_equality >= (1.0 - 0.5 * alpha) * equality_before
+                   ? stalls + 1
+                   : 0;
+      if (stalls == 5) {
+        status = infeasible;
+        break;
+      }
+      equality_before = sol.residual_equality;
+      if (!factor(d, ws)) {
+        status = nonconvex;
+        break;
+      }
+      // predictor (affine scaling), then the corrector aiming at sigma mu with sigma = (mu_aff / mu)^3, but not below
+      // tol / 100: complementarity products far below the tolerance only make slacks vanish (1e-18 and less were
+      // seen) and the weights l / t so large that the Riccati recursion loses P to rounding and a convex QP looks
+      // nonconvex
+      newton_step(d, ws, 0.0, false);
+      const double sigma = std::pow(mu > 0.0 ? mu_after(ws, max_step(ws)) / mu : 0.0, 3.0);
+      newton_step(d, ws, std::fmax(sigma * mu, 0.01 * tol), true);
+      alpha = std::fmin(1.0, riccati::fraction_to_boundary * max_step(ws));
+      take_step(ws, alpha);
+    }
+    for (int k = 0; k <= N; ++k)
+      for (int i = 0; i < nx; ++i) sol.x[k][i] = ws.x[k][i];
+    for (int k = 0; k < N; ++k) {
+      for (int i = 0; i < nu; ++i) sol.u[k][i] = ws.u[k][i];
+      for (int i = 0; i < nx; ++i) sol.pi[k][i] = ws.pi[k][i];
+      for (int m = 0; m < mg; ++m) sol.lam[k][m] = ws.rows[k][m].l_hi - ws.rows[k][m].l_lo;
+    }
+    for (int m = 0; m < mgN; ++m) sol.lamN[m] = ws.rowsN[m].l_hi - ws.rowsN[m].l_lo;
+    for (int i = 0; i < muN; ++i) sol.uN[i] = ws.uN[i];
+    ws.warm = status == solved;
+    sol.status = status;
+    sol.iterations = it;
+    sol.solve_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return status;
+  }
+
+ private:
+  /// a'[x; u] for a row a of G_k (m = nu) or of G_N (m = nuN).
+  template <int m>
+  static double dot(const double* a, const double* x, const double* u) {
+    double v = 0.0;
+    for (int j = 0; j < nx; ++j) v += a[j] * x[j];
+    for (int j = 0; j < m; ++j) v += a[nx + j] * u[j];
+    return v;
+  }
+
+  /// [A_k B_k] column j.
+  static double dynamics_entry(const Data& d, int k, int row, int j) {
+    return j < nx ? d.A[k][row][j] : d.B[k][row][j - nx];
+  }
+
+  /// Residuals of the KKT conditions at the iterate; returns mu (mean complementarity) and the residual norms in sol.
+  static double residuals(const Data& d, Workspace& ws, Solution& sol) {
+    riccati::Norms n;
+    double stat = 0.0;
+    for (int k = 0; k < N; ++k) {
+      double* r = ws.r_z[k];
+      for (int i = 0; i < nz; ++i) {
+        double v = d.g[k][i];
+        for (int j = 0; j < nx; ++j) v += d.H[k][i][j] * ws.x[k][j];
+        for (int j = 0; j < nu; ++j) v += d.H[k][i][nx + j] * ws.u[k][j];
+        for (int j = 0; j < nx; ++j) v += dynamics_entry(d, k, j, i) * ws.pi[k][j];
+        r[i] = v;
+      }
+      if (k > 0)
+        for (int i = 0; i < nx; ++i) r[i] -= ws.pi[k - 1][i];
+      for (int m = 0; m < ng; ++m) {
+        const double v = dot<nu>(d.G[k][m], ws.x[k], ws.u[k]);
+        const double lam = riccati::row_residuals(ws.rows[k][m], v, d.lo[k][m], d.hi[k][m], n);
+        for (int i = 0; i < nz; ++i) r[i] += d.G[k][m][i] * lam;
+      }
+      for (int i = k == 0 ? nx : 0; i < nz; ++i) stat = std::fmax(stat, std::fabs(r[i]));  // x_0 is fixed
+      for (int i = 0; i < nx; ++i) {
+        double v = d.c[k][i] - ws.x[k + 1][i];
+        for (int j = 0; j < nx; ++j) v += d.A[k][i][j] * ws.x[k][j];
+        for (int j = 0; j < nu; ++j) v += d.B[k][i][j] * ws.u[k][j];
+        ws.r_dyn[k][i] = v;
+        n.equality = std::fmax(n.equality, std::fabs(v));
+      }
+    }
+    for (int i = 0; i < nzN; ++i) {
+      double v = d.gN[i] - (i < nx ? ws.pi[N - 1][i] : 0.0);
+      for (int j = 0; j < nx; ++j) v += d.HN[i][j] * ws.x[N][j];
+      for (int j = 0; j < nuN; ++j) v += d.HN[i][nx + j] * ws.uN[j];
+      ws.r_N[i] = v;
+    }
+    for (int m = 0; m < ngN; ++m) {
+      const double v = dot<nuN>(d.GN[m], ws.x[N], ws.uN);
+      const double lam = riccati::row_residuals(ws.rowsN[m], v, d.loN[m], d.hiN[m], n);
+      for (int i = 0; i < nzN; ++i) ws.r_N[i] += d.GN[m][i] * lam;
+    }
+    for (int i = 0; i < nzN; ++i) stat = std::fmax(stat, std::fabs(ws.r_N[i]));
+    sol.residual_stationarity = stat;
+    sol.residual_equality = n.equality;
+    sol.residual_inequality = n.inequality;
+    sol.complementarity = n.complementarity;
+    return n.count ? n.sum / n.count : 0.0;
+  }
+
+  /// Riccati factorization of the Newton system's LQ problem with Hessians H + G'WG: P, K and the Cholesky factors.
+  static bool factor(const Data& d, Workspace& ws) {
+    double QN[nzN][nzN];
+    for (int i = 0; i < nzN; ++i)
+      for (int j = 0; j < nzN; ++j) {
+        double v = d.HN[i][j];
+        for (int m = 0; m < ngN; ++m) v += d.GN[m][i] * riccati::row_weight(ws.rowsN[m]) * d.GN[m][j];
+        QN[i][j] = v;
+      }
+    if constexpr (nuN > 0) {
+      if (!riccati::eliminate_inputs<nx, nuN>(QN, ws.LN, ws.KN, ws.P[N])) return false;
+    } else {
+      for (int i = 0; i < nx; ++i)
+        for (int j = 0; j < nx; ++j) ws.P[N][i][j] = QN[i][j];
+    }
+    for (int k = N - 1; k >= 0; --k) {
+      const double(&P)[nx][nx] = ws.P[k + 1];
+      double W[mg];
+      for (int m = 0; m < ng; ++m) W[m] = riccati::row_weight(ws.rows[k][m]);
+      double PAB[nx][nz];  // P [A B]
+      for (int i = 0; i < nx; ++i)
+        for (int j = 0; j < nz; ++j) {
+          double v = 0.0;
+          for (int l = 0; l < nx; ++l) v += P[i][l] * dynamics_entry(d, k, l, j);
+          PAB[i][j] = v;
+        }
+      double Q[nz][nz];  // H + G'WG + [A B]'P[A B]
+      for (int i = 0; i < nz; ++i)
+        for (int j = 0; j < nz; ++j) {
+          double v = d.H[k][i][j];
+          for (int m = 0; m < ng; ++m) v += d.G[k][m][i] * W[m] * d.G[k][m][j];
+          for (int l = 0; l < nx; ++l) v += dynamics_entry(d, k, l, i) * PAB[l][j];
+          Q[i][j] = v;
+        }
+      if (!riccati::eliminate_inputs<nx, nu>(Q, ws.L[k], ws.K[k], ws.P[k])) return false;
+    }
+    return true;
+  }
+
+  /// One Newton step for the complementarity target (`corrector` adds the predictor's dl dt): the reduced gradients,
+  /// the Riccati vector pass and rollout, then the slack and multiplier steps.
+  static void newton_step(const Data& d, Workspace& ws, double target, bool corrector) {
+    for (int k = 0; k < N; ++k) {
+      for (int i = 0; i < nz; ++i) ws.q[k][i] = ws.r_z[k][i];
+      for (int m = 0; m < ng; ++m) {
+        const double e = riccati::row_rhs(ws.rows[k][m], target, corrector);
+        for (int i = 0; i < nz; ++i) ws.q[k][i] += d.G[k][m][i] * e;
+      }
+    }
+    for (int i = 0; i < nzN; ++i) ws.qN[i] = ws.r_N[i];
+    for (int m = 0; m < ngN; ++m) {
+      const double e = riccati::row_rhs(ws.rowsN[m], target, corrector);
+      for (int i = 0; i < nzN; ++i) ws.qN[i] += d.GN[m][i] * e;
+    }
+    // backward: the terminal inputs, then p_k = q_x + A's + K'(q_u + B's), k_k = -Q_uu^-1 (q_u + B's), s = P b + p
+    if constexpr (nuN > 0) {
+      double qv[nuN];
+      for (int i = 0; i < nuN; ++i) qv[i] = ws.qN[nx + i];
+      riccati::feedforward<nx, nuN>(ws.qN, qv, ws.LN, ws.KN, ws.p[N], ws.kN);
+    } else {
+      for (int i = 0; i < nx; ++i) ws.p[N][i] = ws.qN[i];
+    }
+    for (int k = N - 1; k >= 0; --k) {
+      double s[nx];  // P_{k+1} b_k + p_{k+1}, with b_k = r_dyn_k
+      for (int i = 0; i < nx; ++i) {
+        double v = ws.p[k + 1][i];
+        for (int j = 0; j < nx; ++j) v += ws.P[k + 1][i][j] * ws.r_dyn[k][j];
+        s[i] = v;
+      }
+      double qz[nz];
+      for (int i = 0; i < nz; ++i) {
+        double v = ws.q[k][i];
+        for (int j = 0; j < nx; ++j) v += dynamics_entry(d, k, j, i) * s[j];
+        qz[i] = v;
+      }
+      riccati::feedforward<nx, nu>(qz, qz + nx, ws.L[k], ws.K[k], ws.p[k], ws.k[k]);
+    }
+    // forward rollout from dx_0 = 0
+    for (int i = 0; i < nx; ++i) ws.dx[0][i] = 0.0;
+    for (int k = 0; k < N; ++k) {
+      for (int i = 0; i < nu; ++i) {
+        double v = ws.k[k][i];
+        for (int j = 0; j < nx; ++j) v += ws.K[k][i][j] * ws.dx[k][j];
+        ws.du[k][i] = v;
+      }
+      for (int i = 0; i < nx; ++i) {
+        double v = ws.r_dyn[k][i];
+        for (int j = 0; j < nx; ++j) v += d.A[k][i][j] * ws.dx[k][j];
+        for (int j = 0; j < nu; ++j) v += d.B[k][i][j] * ws.du[k][j];
+        ws.dx[k + 1][i] = v;
+      }
+      for (int i = 0; i < nx; ++i) {
+        double v = ws.p[k + 1][i];
+        for (int j = 0; j < nx; ++j) v += ws.P[k + 1][i][j] * ws.dx[k + 1][j];
+        ws.dpi[k][i] = v;
+      }
+    }
+    for (int i = 0; i < nuN; ++i) {
+      double v = ws.kN[i];
+      for (int j = 0; j < nx; ++j) v += ws.KN[i][j] * ws.dx[N][j];
+      ws.duN[i] = v;
+    }
+    for (int k = 0; k < N; ++k)
+      for (int m = 0; m < ng; ++m)
+        riccati::row_step(ws.rows[k][m], dot<nu>(d.G[k][m], ws.dx[k], ws.du[k]), target, corrector);
+    for (int m = 0; m < ngN; ++m)
+      riccati::row_step(ws.rowsN[m], dot<nuN>(d.GN[m], ws.dx[N], ws.duN), target, corrector);
+  }
+
+  /// The largest alpha in (0, 1] keeping every present side's slack and multiplier nonnegative.
+  static double max_step(const Workspace& ws) {
+    double alpha = 1.0;
+    for (int k = 0; k < N; ++k)
+      for (int m = 0; m < ng; ++m) riccati::row_limit(ws.rows[k][m], alpha);
+    for (int m = 0; m < ngN; ++m) riccati::row_limit(ws.rowsN[m], alpha);
+    return alpha;
+  }
+
+  /// Mean complementarity after a step of alpha.
+  static double mu_after(const Workspace& ws, double alpha) {
+    double sum = 0.0;
+    int count = 0;
+    for (int k = 0; k < N; ++k)
+      for (int m = 0; m < ng; ++m) riccati::row_products(ws.rows[k][m], alpha, sum, count);
+    for (int m = 0; m < ngN; ++m) riccati::row_products(ws.rowsN[m], alpha, sum, count);
+    return count ? sum / count : 0.0;
+  }
+
+  static void take_step(Workspace& ws, double alpha) {
+    for (int k = 0; k < N; ++k) {
+      for (int i = 0; i < nx; ++i) {
+        ws.x[k + 1][i] += alpha * ws.dx[k + 1][i];
+        ws.pi[k][i] += alpha * ws.dpi[k][i];
+      }
+      for (int i = 0; i < nu; ++i) ws.u[k][i] += alpha * ws.du[k][i];
+      for (int m = 0; m < ng; ++m) riccati::row_take(ws.rows[k][m], alpha);
+    }
+    for (int i = 0; i < nuN; ++i) ws.uN[i] += alpha * ws.duN[i];
+    for (int m = 0; m < ngN; ++m) riccati::row_take(ws.rowsN[m], alpha);
+  }
+
+  /// Cold start: x_k = x0, u = 0, pi = 0 and every row started cold. Warm start: the previous primal-dual point (x_0
+  /// replaced by x0), the rows restarted from it so the iterate is interior again.
+  static void initialize(const Data& d, bool warm, Workspace& ws) {
+    if (!warm) {
+      ws = Workspace{};
+      for (int k = 0; k <= N; ++k)
+        for (int i = 0; i < nx; ++i) ws.x[k][i] = d.x0[i];
+    }
+    for (int i = 0; i < nx; ++i) ws.x[0][i] = d.x0[i];
+    for (int k = 0; k < N; ++k)
+      for (int m = 0; m < ng; ++m)
+        riccati::start_row(ws.rows[k][m], dot<nu>(d.G[k][m], ws.x[k], ws.u[k]), d.lo[k][m], d.hi[k][m], warm);
+    for (int m = 0; m < ngN; ++m)
+      riccati::start_row(ws.rowsN[m], dot<nuN>(d.GN[m], ws.x[N], ws.uN), d.loN[m], d.hiN[m], warm);
+  }
+};
+
+}  // namespace qp
+}  // namespace anvil
+#endif  // ANVIL_RICCATI_HPP

@@ -1,0 +1,94 @@
+// anvil::qp::RiccatiBackend: the QP contract (anvil/qp.hpp) met by the stage-structured interior point
+// (anvil/riccati.hpp), for a QP whose variables and rows map onto the stages of an optimal control problem.
+//
+// The mapping is a set of tables into the solver's Data and Solution viewed as flat arrays of doubles, generated for
+// the QP's patterns: load() scatters P (upper triangle, mirrored) and A into the stage blocks, solve() scatters q, l
+// and u, runs the interior point and gathers the step and the multipliers back. Rows of A are of three kinds: the
+// initial rows (x_0 = x0: J d = l with a unit coefficient on x_0), the dynamics rows (x_{k+1} - A_k x_k - B_k u_k = c_k
+// with a unit coefficient on x_{k+1}: the dynamics of the stage QP, their multipliers -pi_k) and stage rows (rows of
+// G_k, their multipliers lam). The initial rows' multipliers close the stationarity of x_0, which the stage QP
+// eliminates.
+//
+// Layout L: n, m, nnz_P, nnz_A, nx (states), data_size (doubles in Data); tol_min and max_iter (the interior point's
+// tightest tolerance and iteration limit); IPM (the anvil::qp::Riccati solver); P_to_data[nnz_P], P_mirror[nnz_P]
+// (-1: on the diagonal), A_to_data[nnz_A] (-1: an identity the stage QP implies), A_sign[nnz_A], box[n_box] (the unit
+// diagonal of every box row, n_box), q_to_data[n], l_to_data[m], u_to_data[m] (-1: none), primal_from[n],
+// dual_from[m] (offsets into Solution; -1: none), dual_sign[m], initial_rows[nx]; the tables of
+// anvil::qp::ActiveSetKKT (for screening). Workspace W: data, sol, ipm (the solver's Data, Solution and Workspace),
+// d (n), y (m), iterations, and the buffers of anvil::qp::ActiveSetKKT.
+#ifndef ANVIL_RICCATI_BACKEND_HPP
+#define ANVIL_RICCATI_BACKEND_HPP
+#include <cmath>
+
+#include "anvil/kkt.hpp"
+#include "anvil/qp.hpp"
+#include "anvil/riccati.hpp"
+
+namespace anvil {
+namespace qp {
+
+template <class L, class W>
+struct RiccatiBackend {
+  using Workspace = W;
+  using IPM = typename L::IPM;
+  using KKT = ActiveSetKKT<L, W>;
+  static_assert(sizeof(typename IPM::Data) == L::data_size * sizeof(double), "Data is a flat array of doubles");
+
+  static void reset(W& ws) {
+    ws.ipm.warm = false;
+    ws.iterations = 0;
+    KKT::forget(ws);
+  }
+
+  /// Scatters P and A into the stage blocks; screens them when asked (the interior point tells a nonconvex QP itself
+  /// when it solves it).
+  static int load(const double* P, const double* A, const double* l, const double* u, bool screen, W& ws) {
+    double* data = reinterpret_cast<double*>(&ws.data);
+    // NOTE: rows no table writes (padding inputs fixed at 0) keep lower = upper = 0: equalities
+    for (int i = 0; i < L::data_size; ++i) data[i] = 0.0;
+    for (int e = 0; e < L::nnz_P; ++e) {
+      data[L::P_to_data[e]] += P[e];
+      if (L::P_mirror[e] >= 0) data[L::P_mirror[e]] += P[e];
+    }
+    for (int e = 0; e < L::nnz_A; ++e)
+      if (L::A_to_data[e] >= 0) data[L::A_to_data[e]] = L::A_sign[e] * A[e];
+    for (int e = 0; e < L::n_box; ++e) data[L::box[e]] = 1.0;
+    return screen && !KKT::convex_on_active_set(P, A, l, u, ws) ? nonconvex : solved;
+  }
+
+  /// Solves to tol within [tol_min, 1e-6]; warm starts from the previous solution when it was solved.
+  static int solve(const double* q, const double* l, const double* u, double tol, bool warm, W& ws) {
+    double* data = reinterpret_cast<double*>(&ws.data);
+    for (int j = 0; j < L::n; ++j) data[L::q_to_data[j]] = q[j];
+    for (int r = 0; r < L::m; ++r) {
+      if (L::l_to_data[r] >= 0) data[L::l_to_data[r]] = l[r];
+      if (L::u_to_data[r] >= 0) data[L::u_to_data[r]] = u[r];
+    }
+    const double tol_qp = std::fmax(L::tol_min, std::fmin(1e-6, tol));
+    const int status = IPM::solve(ws.data, tol_qp, L::max_iter, ws.sol, ws.ipm, warm);
+    ws.iterations = ws.sol.iterations;
+    const double* solution = reinterpret_cast<const double*>(&ws.sol);
+    for (int j = 0; j < L::n; ++j) ws.d[j] = solution[L::primal_from[j]];
+    for (int r = 0; r < L::m; ++r) ws.y[r] = L::dual_from[r] >= 0 ? L::dual_sign[r] * solution[L::dual_from[r]] : 0.0;
+    // the initial rows: their multipliers close the stationarity of x_0, which the stage QP eliminated
+    constexpr int nx = IPM::nx, nz = IPM::nz;
+    const typename IPM::Data& d = ws.data;
+    const typename IPM::Solution& sol = ws.sol;
+    for (int i = 0; i < nx; ++i) {
+      double r = d.g[0][i];
+      for (int j = 0; j < nz; ++j) r += d.H[0][i][j] * (j < nx ? sol.x[0][j] : sol.u[0][j - nx]);
+      for (int j = 0; j < nx; ++j) r += d.A[0][j][i] * sol.pi[0][j];
+      for (int k = 0; k < IPM::ng; ++k) r += d.G[0][k][i] * sol.lam[0][k];
+      ws.y[L::initial_rows[i]] = -r;
+    }
+    return status;
+  }
+
+  static const double* primal(const W& ws) { return ws.d.data(); }
+  static const double* dual(const W& ws) { return ws.y.data(); }
+  static int iterations(const W& ws) { return ws.iterations; }
+};
+
+}  // namespace qp
+}  // namespace anvil
+#endif  // ANVIL_RICCATI_BACKEND_HPP

@@ -1,0 +1,93 @@
+"""The settings of each QP solver: `OSQPOptions` and `RiccatiOptions`, frozen and checked field by field, each able
+to build its solver's backend for a QP's patterns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+  from anvil.qp.backend import QPBackend, QPProblem
+
+
+def check_positive(owner: str, field: str, value: object, at_most: float | None = None) -> None:
+  """Raise ValueError unless value is a positive number (not above at_most)."""
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+    raise ValueError(f"{owner}.{field}: expected a positive number, got {value!r}")
+  if at_most is not None and not value <= at_most:
+    raise ValueError(f"{owner}.{field}: expected a number in (0, {at_most:g}], got {value!r}")
+
+
+def check_int(owner: str, field: str, value: object, least: int = 1) -> None:
+  """Raise ValueError unless value is an int >= least (bools are not ints here)."""
+  if isinstance(value, bool) or not isinstance(value, int) or value < least:
+    raise ValueError(f"{owner}.{field}: expected an int >= {least}, got {value!r}")
+
+
+def check_bool(owner: str, field: str, value: object) -> None:
+  """Raise TypeError unless value is a bool."""
+  if not isinstance(value, bool):
+    raise TypeError(f"{owner}.{field}: expected a bool, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class OSQPOptions:
+  """OSQP's own C code, embedded for the QP's fixed pattern: ADMM, then (with polish) an exact active-set solve.
+
+  The default QP solver of `SQPFunction`; also the solver of its elastic QPs.
+
+  Example:
+    >>> SQPOptions(qp=OSQPOptions(eps_abs=1e-8, eps_rel=1e-8))
+  """
+
+  eps_abs: float = 1e-10
+  """Absolute tolerance ADMM runs to at the end (each QP first goes only as far as the SQP's progress asks)."""
+  eps_rel: float = 1e-10
+  """Relative tolerance ADMM runs to at the end."""
+  max_iter: int = 20000
+  """ADMM iteration limit per QP."""
+  polish: bool = True
+  """Guess the active set from the ADMM iterate and solve its KKT system directly (QDLDL), which makes the solution
+  exact long before ADMM would be; also screens each QP's convexity (an inertia test) before ADMM starts."""
+
+  def __post_init__(self) -> None:
+    check_positive("OSQPOptions", "eps_abs", self.eps_abs)
+    check_positive("OSQPOptions", "eps_rel", self.eps_rel)
+    check_int("OSQPOptions", "max_iter", self.max_iter)
+    check_bool("OSQPOptions", "polish", self.polish)
+
+  def backend(self, name: str, problem: QPProblem) -> QPBackend[OSQPOptions]:
+    """The OSQP backend for `problem`'s patterns, C++ namespace `name`."""
+    from anvil.qp.osqp import OSQPBackend  # NOTE: the backends import these options
+
+    return OSQPBackend(name, problem, self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RiccatiOptions:
+  """The stage-structured interior point (Mehrotra predictor-corrector, a Riccati recursion per Newton system) for
+  QPs with the layout of an optimal control problem: the default QP solver of `MPCFunction`.
+
+  Example:
+    >>> MPCOptions(qp=RiccatiOptions(max_iter=40))
+  """
+
+  max_iter: int = 60
+  """Interior-point iteration limit per QP."""
+  tol_min: float = 1e-10
+  """The tightest tolerance a QP is solved to (each asks for 1e-2 of the SQP's KKT error, kept within [tol_min,
+  1e-6])."""
+
+  def __post_init__(self) -> None:
+    check_int("RiccatiOptions", "max_iter", self.max_iter)
+    check_positive("RiccatiOptions", "tol_min", self.tol_min, at_most=1e-6)
+
+  def backend(self, name: str, problem: QPProblem) -> QPBackend[RiccatiOptions]:
+    """The Riccati backend for `problem` (which must carry its stage layout), C++ namespace `name`."""
+    from anvil.qp.stages import RiccatiBackend  # NOTE: the backends import these options
+
+    return RiccatiBackend(name, problem, self)
+
+
+#: The settings of any QP solver.
+QPOptions = OSQPOptions | RiccatiOptions

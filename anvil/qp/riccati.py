@@ -1,0 +1,148 @@
+"""`RiccatiQP`: a generated interior-point solver for QPs with the stage structure of an optimal control problem.
+
+minimize Σ_k ½ z_kᵀH_k z_k + g_kᵀz_k + ½ z_NᵀH_N z_N + g_Nᵀz_N over z_k = [x_k; u_k] and z_N = [x_N; u_N], subject
+to x_0 = x0, x_{k+1} = A_k x_k + B_k u_k + c_k, lo_k ≤ G_k z_k ≤ hi_k (k < N) and loN ≤ G_N z_N ≤ hiN. A row with
+lo = hi is a true equality (a free multiplier, no slacks). u_N (nuN inputs, none by default) enter no dynamics: the
+slacks of soft terminal constraints. Mehrotra's predictor-corrector interior point; each Newton system is an LQ
+problem solved by a Riccati recursion over the stages (factored once per iteration, O(N (nx + nu)³)), sizes fixed at
+code generation. The C++ is anvil/riccati.hpp, templated on those sizes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from anvil.codegen.base import check_identifier
+from anvil.codegen.templated import TemplatedFunction
+from anvil.qp.options import RiccatiOptions
+from anvil.qp.result import OCPQPSolution, QPStatus
+
+
+@dataclass(frozen=True)
+class _RiccatiContext:
+  """What the RiccatiQP templates need."""
+
+  name: str
+  nx: int
+  nu: int
+  N: int
+  ng: int
+  ngN: int
+  nuN: int
+  max_iter: int
+  uN_offset: int
+
+
+class RiccatiQP(TemplatedFunction):
+  """An OCP-structured QP solver generated as C++ for fixed sizes (nx, nu, N, ng rows per stage, ngN at the end).
+
+  Args:
+    name: a C++ identifier.
+    nx, nu, N, ng, ngN: state, input, horizon and row counts (a row is an equality where its bounds are equal).
+    max_iter: interior-point iteration limit (default: RiccatiOptions().max_iter).
+    nuN: inputs at the last stage (they enter no dynamics; the slacks of soft terminal constraints).
+
+  Example:
+    >>> qp = RiccatiQP("qp", nx=4, nu=1, N=30, ng=5, ngN=4)
+    >>> sol = qp(H=H, g=g, HN=HN, gN=gN, A=A, B=B, c=c, x0=x0, G=G, lo=lo, hi=hi, GN=GN, loN=loN, hiN=hiN)
+  """
+
+  FIELDS = ("H", "g", "HN", "gN", "A", "B", "c", "x0", "G", "lo", "hi", "GN", "loN", "hiN")
+  template = "riccati"
+  header_runtime = ("riccati",)
+
+  def __init__(
+    self,
+    name: str,
+    nx: int,
+    nu: int,
+    N: int,
+    ng: int = 0,
+    ngN: int = 0,
+    max_iter: int = RiccatiOptions().max_iter,
+    nuN: int = 0,
+  ) -> None:
+    self.name = check_identifier(name, "RiccatiQP name")
+    for what, value, least in (("nx", nx, 1), ("nu", nu, 1), ("N", N, 1), ("ng", ng, 0), ("ngN", ngN, 0),
+                               ("max_iter", max_iter, 1), ("nuN", nuN, 0)):  # fmt: skip
+      if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"RiccatiQP({name}): {what} must be an int >= {least}, got {value!r}")
+    self.nx, self.nu, self.N, self.ng, self.ngN, self.max_iter, self.nuN = nx, nu, N, ng, ngN, max_iter, nuN
+
+  @property
+  def shapes(self) -> dict[str, tuple[int, ...]]:
+    """The shape of each data field (rows of G/GN at least 1, as stored)."""
+    nx, nu, N, nz, nzN = self.nx, self.nu, self.N, self.nx + self.nu, self.nx + self.nuN
+    mg, mgN = max(self.ng, 1), max(self.ngN, 1)
+    return {"H": (N, nz, nz), "g": (N, nz), "HN": (nzN, nzN), "gN": (nzN,), "A": (N, nx, nx), "B": (N, nx, nu),
+            "c": (N, nx), "x0": (nx,), "G": (N, mg, nz), "lo": (N, mg), "hi": (N, mg), "GN": (mgN, nzN),
+            "loN": (mgN,), "hiN": (mgN,)}  # fmt: skip
+
+  @property
+  def solution_shapes(self) -> dict[str, tuple[int, ...]]:
+    """The leading arrays of the C++ `Solution`, flattened, in order (rows at least 1, as stored)."""
+    nx, N = self.nx, self.N
+    return {"x": ((N + 1) * nx,), "u": (N * self.nu,), "pi": (N * nx,), "lam": (N * max(self.ng, 1),),
+            "lamN": (max(self.ngN, 1),), "uN": (max(self.nuN, 1),)}  # fmt: skip
+
+  @cached_property
+  def context(self) -> _RiccatiContext:
+    """Sizes, the iteration limit and the offset of Solution::uN (checked by a static_assert)."""
+    return _RiccatiContext(
+      name=self.name, nx=self.nx, nu=self.nu, N=self.N, ng=self.ng, ngN=self.ngN, nuN=self.nuN,
+      max_iter=self.max_iter, uN_offset=flat_offsets(self.solution_shapes)[0]["uN"],
+    )  # fmt: skip
+
+  @cached_property
+  def _solve(self) -> Any:
+    return self.handle.entry("solve", ctypes.c_int, ctypes.c_void_p, ctypes.c_double, ctypes.c_int, ctypes.c_void_p,
+                             ctypes.c_void_p, ctypes.c_void_p)  # fmt: skip
+
+  def __call__(self, tol: float = 1e-8, warm_start: bool = False, **data: ArrayLike) -> OCPQPSolution:
+    """Solve to `tol`; `data` holds every field of FIELDS (G/lo/hi and GN/loN/hiN may be omitted or empty when ng or
+    ngN is 0); ±inf bounds mean none. warm_start starts from the previous call's solution (if it was solved)."""
+    shapes = self.shapes
+    parts = []
+    for key in self.FIELDS:
+      absent = key not in data or np.size(data[key]) == 0
+      if absent and ((key in ("G", "lo", "hi") and self.ng == 0) or (key in ("GN", "loN", "hiN") and self.ngN == 0)):
+        value: Any = np.zeros(shapes[key]) if key in ("G", "GN") else np.full(shapes[key], np.inf)
+      elif key not in data:
+        raise TypeError(f"{self.name}: missing data field {key!r}")
+      else:
+        value = np.asarray(data[key], dtype=np.float64)
+      if value.shape != shapes[key]:
+        raise ValueError(f"{self.name}: {key} must have shape {shapes[key]}, got {value.shape}")
+      if np.any(np.isnan(value)):
+        raise ValueError(f"{self.name}: {key} contains NaN")
+      if key in ("H", "HN"):  # only the symmetric part enters ½ zᵀHz
+        value = 0.5 * (value + np.swapaxes(value, -1, -2))
+      parts.append(np.clip(value, -1e30, 1e30).reshape(-1))
+    flat = np.ascontiguousarray(np.concatenate(parts))
+    nx, nu, N = self.nx, self.nu, self.N
+    sizes = (*(shape[0] for shape in self.solution_shapes.values()), 5)  # then the residuals and the solve time
+    out, info = np.zeros(sum(sizes)), np.zeros(2, dtype=np.int32)
+    self._solve(flat.ctypes.data, float(tol), int(bool(warm_start)), out.ctypes.data, info.ctypes.data,
+                self.handle.pointer)  # fmt: skip
+    x, u, pi, lam, lamN, uN, res = np.split(out, np.cumsum(sizes)[:-1])
+    residuals = (float(res[0]), float(res[1]), float(res[2]), float(res[3]))
+    lam = lam.reshape(N, -1)[:, : self.ng]
+    status = QPStatus.from_code(int(info[0]))
+    return OCPQPSolution(x.reshape(N + 1, nx), u.reshape(N, nu), pi.reshape(N, nx), lam, lamN[: self.ngN], status,
+                         int(info[1]), residuals, float(res[4]), uN[: self.nuN])  # fmt: skip
+
+
+def flat_offsets(shapes: Mapping[str, tuple[int, ...]]) -> tuple[dict[str, int], int]:
+  """Offsets of consecutive fields of the given shapes in one flat array, and its size."""
+  offsets, at = {}, 0
+  for key, shape in shapes.items():
+    offsets[key] = at
+    at += int(np.prod(shape))
+  return offsets, at

@@ -1,0 +1,267 @@
+"""The Riccati backend: QPs whose variables and rows sit in the stages of an optimal control problem, solved by the
+stage-structured interior point (`RiccatiQP`) behind the QP contract (the C++ is anvil/riccati_backend.hpp).
+
+`StageLayout` says where each variable and constraint row of the QP goes; `RiccatiBackend` turns it into index
+tables between the QP's patterns (P's upper triangle, A = [rows of g; identity rows of the bounds]) and the stage
+QP's Data and Solution, viewed as flat arrays of doubles. Every stage's variables get box rows (the bounds), first
+among its rows; inputs no variable maps to (the padding of stages with fewer inputs) keep box rows with lower =
+upper = 0, so they stay 0.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import scipy.sparse as sp
+
+from anvil.qp.backend import QPBackend, QPProblem
+from anvil.qp.options import RiccatiOptions
+from anvil.qp.riccati import RiccatiQP, flat_offsets
+
+ROW_KINDS = ("initial", "dynamics", "stage")
+
+
+@dataclass(frozen=True)
+class StageLayout:
+  """Where the variables and constraint rows of an NLP's QPs sit in the stages of an optimal control problem.
+
+  Attributes:
+    N: stages with dynamics (the horizon); stage N holds the last states.
+    nx: states per stage.
+    nu: inputs per stage k < N (every variable of the stage after its states).
+    nuN: inputs at stage N (they enter no dynamics, e.g. slacks of terminal constraints).
+    variables: for each variable, (stage, index): index < nx is the state x_k[index], else input index - nx.
+    rows: for each constraint row, ("initial", 0, i): x_0[i] equals its bound; ("dynamics", k, i): x_{k+1}[i] minus
+      terms of stage k's variables equals its bound; ("stage", k, j): the j-th row of stage k, between its bounds.
+
+  Example:
+    >>> StageLayout(N=1, nx=1, nu=1, nuN=0, variables=((0, 0), (0, 1), (1, 0)),
+    ...             rows=(("initial", 0, 0), ("dynamics", 0, 0)))
+  """
+
+  N: int
+  nx: int
+  nu: int
+  nuN: int
+  variables: tuple[tuple[int, int], ...]
+  rows: tuple[tuple[str, int, int], ...]
+
+  def __post_init__(self) -> None:
+    for what, value, least in (("N", self.N, 1), ("nx", self.nx, 1), ("nu", self.nu, 1), ("nuN", self.nuN, 0)):
+      if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"StageLayout.{what}: expected an int >= {least}, got {value!r}")
+    size = lambda k: self.nx + (self.nu if k < self.N else self.nuN)
+    for v, (k, i) in enumerate(self.variables):
+      if not (0 <= k <= self.N and 0 <= i < size(k)):
+        raise ValueError(f"StageLayout: variable {v} at ({k}, {i}) is outside the stages")
+    if len(set(self.variables)) != len(self.variables):
+      raise ValueError("StageLayout: two variables at one place of a stage")
+    if missing := {(k, i) for k in range(self.N + 1) for i in range(self.nx)} - set(self.variables):
+      raise ValueError(f"StageLayout: no variable is the state at (stage, index) {min(missing)}")
+    for r, (kind, k, i) in enumerate(self.rows):
+      limit = self.nx if kind != "stage" else None
+      if kind not in ROW_KINDS or not 0 <= k <= (0 if kind == "initial" else self.N - (kind == "dynamics")):
+        raise ValueError(f"StageLayout: row {r} is {(kind, k, i)}; kinds are {ROW_KINDS} at stages in range")
+      if i < 0 or (limit is not None and i >= limit):
+        raise ValueError(f"StageLayout: row {r} ({kind} at stage {k}) has index {i} out of range")
+    counts = Counter((kind, k, i) for kind, k, i in self.rows if kind != "stage")
+    expected = {("initial", 0, i) for i in range(self.nx)} | {
+      ("dynamics", k, i) for k in range(self.N) for i in range(self.nx)
+    }
+    if set(counts) != expected or max(counts.values()) > 1:
+      raise ValueError("StageLayout: every state needs exactly one row: x_0 its initial row, x_{k+1} its dynamics row")
+
+  @property
+  def general_rows(self) -> tuple[int, int]:
+    """Rows besides the box rows per stage k < N (the most any stage has) and at stage N."""
+    stage = [j + 1 for kind, k, j in self.rows if kind == "stage" and k < self.N]
+    final = [j + 1 for kind, k, j in self.rows if kind == "stage" and k == self.N]
+    return max(stage, default=0), max(final, default=0)
+
+
+@dataclass(frozen=True)
+class _RiccatiBackendContext:
+  """What the Riccati backend's templates need."""
+
+  name: str
+  solver: str
+  n: int
+  m: int
+  nnz_P: int
+  nnz_A: int
+  nx: int
+  data_size: int
+  options: RiccatiOptions
+  buffers: tuple[tuple[str, str, int], ...]
+  tables: tuple[tuple[str, tuple[int, ...]], ...]
+
+
+class RiccatiBackend(QPBackend[RiccatiOptions]):
+  """QPs with the stage layout of an optimal control problem, solved by the Riccati interior point behind the QP
+  contract: index tables (module docstring) scatter P, A, q, l and u into the stage QP and gather the solution back.
+
+  Args:
+    name: a C++ identifier: the namespace of the generated code.
+    problem: the QP's patterns and its `StageLayout` (A's rows: the constraint rows, then one identity row per
+      variable).
+    options: RiccatiOptions.
+
+  Raises:
+    ValueError: the problem has no stage layout, or P or A couple stages the layout keeps apart.
+  """
+
+  template = "riccati_backend"
+  source_runtime = ("riccati_backend",)
+
+  def __init__(self, name: str, problem: QPProblem, options: RiccatiOptions) -> None:
+    super().__init__(name, problem, options)
+    if problem.stages is None:
+      raise ValueError(f"{self.name}: the Riccati QP solver needs the QP's stage layout (QPProblem.stages)")
+    self.stages = problem.stages
+    n_rows = len(self.stages.rows)
+    if len(self.stages.variables) != problem.n or problem.m != n_rows + problem.n:
+      raise ValueError(
+        f"{self.name}: the layout has {len(self.stages.variables)} variables and {n_rows} rows, the QP {problem.n} "
+        f"variables and {problem.m} rows (constraint rows, then one per variable)"
+      )
+    ng, ngN = self.stages.general_rows
+    nz, nzN = self.stages.nx + self.stages.nu, self.stages.nx + self.stages.nuN
+    self.solver = RiccatiQP(f"{self.name}_ipm", self.stages.nx, self.stages.nu, self.stages.N, ng=nz + ng,
+                            ngN=nzN + ngN, max_iter=options.max_iter, nuN=self.stages.nuN)  # fmt: skip
+    _ = self.tables  # NOTE: a layout the patterns do not fit raises here, when the backend is made
+
+  def dependencies(self) -> tuple[RiccatiQP]:
+    """The stage QP's solver."""
+    return (self.solver,)
+
+  @cached_property
+  def tables(self) -> dict[str, tuple[int, ...]]:
+    """The index tables of anvil/riccati_backend.hpp (offsets into Data and Solution as flat arrays)."""
+    return {**_StageTables(self.name, self.problem, self.solver).tables, **self.kkt.tables}
+
+  @cached_property
+  def context(self) -> _RiccatiBackendContext:
+    """Sizes, options, the KKT buffers (screening) and every table."""
+    problem = self.problem
+    return _RiccatiBackendContext(
+      name=self.name, solver=self.solver.name, n=problem.n, m=problem.m, nnz_P=problem.p_pattern.nnz,
+      nnz_A=problem.a_pattern.nnz, nx=self.stages.nx, data_size=flat_offsets(self.solver.shapes)[1],
+      options=self.options, buffers=self.kkt.buffers, tables=tuple(self.tables.items()),
+    )  # fmt: skip
+
+
+class _StageTables:
+  """The index tables of one QP's patterns into its stage QP (see RiccatiBackend)."""
+
+  def __init__(self, name: str, problem: QPProblem, solver: RiccatiQP) -> None:
+    assert problem.stages is not None
+    self.name, self.problem, self.stages, self.solver = name, problem, problem.stages, solver
+    self.data, _ = flat_offsets(solver.shapes)
+    self.solution, _ = flat_offsets(solver.solution_shapes)
+    self.nz, self.nzN = solver.nx + solver.nu, solver.nx + solver.nuN
+    self.mg, self.mgN = solver.shapes["G"][1], solver.shapes["GN"][0]
+
+  def h_at(self, k: int, i: int, j: int) -> int:
+    """Offset of H_k[i][j] (H_N at k = N)."""
+    o, N = self.data, self.stages.N
+    return o["H"] + (k * self.nz + i) * self.nz + j if k < N else o["HN"] + i * self.nzN + j
+
+  def g_at(self, k: int, row: int, j: int) -> int:
+    """Offset of G_k[row][j] (rows: the box rows, then the general rows)."""
+    o, N = self.data, self.stages.N
+    return o["G"] + (k * self.mg + row) * self.nz + j if k < N else o["GN"] + row * self.nzN + j
+
+  def bound_at(self, k: int, row: int, side: str) -> int:
+    """Offset of the lower ("lo") or upper ("hi") bound of stage k's row."""
+    return self.data[side] + k * self.mg + row if k < self.stages.N else self.data[f"{side}N"] + row
+
+  def lam_at(self, k: int, row: int) -> int:
+    """Offset of the multiplier of stage k's row in Solution."""
+    s = self.solution
+    return s["lam"] + k * self.mg + row if k < self.stages.N else s["lamN"] + row
+
+  def general(self, k: int, j: int) -> int:
+    """Stage k's row index of its j-th general row (after the box rows)."""
+    return (self.nz if k < self.stages.N else self.nzN) + j
+
+  @cached_property
+  def tables(self) -> dict[str, tuple[int, ...]]:
+    """Every table of anvil/riccati_backend.hpp but the KKT system's."""
+    return {**self._matrices(), **self._vectors()}
+
+  def _matrices(self) -> dict[str, tuple[int, ...]]:
+    variables, rows, N, nx = self.stages.variables, self.stages.rows, self.stages.N, self.stages.nx
+    hess, mirror = [], []
+    for r, c in _entries(self.problem.p_pattern):
+      (kr, ir), (kc, ic) = variables[r], variables[c]
+      if kr != kc:
+        raise ValueError(f"{self.name}: P couples stages {kr} and {kc} (variables {r} and {c})")
+      hess.append(self.h_at(kr, ir, ic))
+      mirror.append(self.h_at(kr, ic, ir) if ir != ic else -1)
+    offsets, signs = [], []
+    for r, c in _entries(self.problem.a_pattern):
+      k, j = variables[c]
+      offset, sign = -1, 0  # the identities the stage QP implies: x_0 in its row, x_{k+1} in its dynamics, the boxes
+      if r < len(rows):
+        kind, kr, i = rows[r]
+        if kind == "dynamics" and (k, j) != (kr + 1, i):
+          if k != kr:
+            raise ValueError(f"{self.name}: the dynamics row {r} of stage {kr} depends on stage {k}")
+          o = self.data
+          offset = o["A"] + (k * nx + i) * nx + j if j < nx else o["B"] + (k * nx + i) * (self.nz - nx) + j - nx
+          sign = -1
+        elif kind == "stage":
+          if k != kr:
+            raise ValueError(f"{self.name}: constraint row {r} of stage {kr} depends on stage {k}")
+          offset, sign = self.g_at(k, self.general(k, i), j), 1
+        elif kind == "initial" and (k, j) != (0, i):
+          raise ValueError(f"{self.name}: the initial row {r} of x_0[{i}] depends on another variable ({c})")
+      offsets.append(offset)
+      signs.append(sign)
+    box = [self.g_at(k, i, i) for k in range(N) for i in range(self.nz)] + [self.g_at(N, i, i) for i in range(self.nzN)]
+    return {"P_to_data": tuple(hess), "P_mirror": tuple(mirror), "A_to_data": tuple(offsets),
+            "A_sign": tuple(signs), "box": tuple(box)}  # fmt: skip
+
+  def _vectors(self) -> dict[str, tuple[int, ...]]:
+    o, s, N, nx = self.data, self.solution, self.stages.N, self.stages.nx
+    lower, upper, dual, sign = [], [], [], []
+    initial = [0] * nx
+    for r, (kind, k, i) in enumerate(self.stages.rows):
+      if kind == "initial":
+        initial[i] = r
+        lower.append(o["x0"] + i)
+        upper.append(-1)
+        dual.append(-1)
+        sign.append(0)
+      elif kind == "dynamics":
+        lower.append(o["c"] + k * nx + i)
+        upper.append(-1)
+        dual.append(s["pi"] + k * nx + i)  # the row is -(A x + B u + c - x_{k+1}): its multiplier is -pi_k
+        sign.append(-1)
+      else:
+        row = self.general(k, i)
+        lower.append(self.bound_at(k, row, "lo"))
+        upper.append(self.bound_at(k, row, "hi"))
+        dual.append(self.lam_at(k, row))
+        sign.append(1)
+    primal, gradient = [], []
+    for k, i in self.stages.variables:
+      lower.append(self.bound_at(k, i, "lo"))
+      upper.append(self.bound_at(k, i, "hi"))
+      dual.append(self.lam_at(k, i))
+      sign.append(1)
+      gradient.append(o["g"] + k * self.nz + i if k < N else o["gN"] + i)
+      inputs = s["u"] + k * (self.nz - nx) if k < N else s["uN"]
+      primal.append(s["x"] + k * nx + i if i < nx else inputs + i - nx)
+    return {"q_to_data": tuple(gradient), "l_to_data": tuple(lower), "u_to_data": tuple(upper),
+            "primal_from": tuple(primal), "dual_from": tuple(dual), "dual_sign": tuple(sign),
+            "initial_rows": tuple(initial)}  # fmt: skip
+
+
+def _entries(matrix: sp.csc_array) -> list[tuple[int, int]]:
+  """(row, column) of every stored entry of a CSC matrix, in storage order."""
+  cols = np.repeat(np.arange(matrix.shape[1]), np.diff(matrix.indptr))
+  return [(int(r), int(c)) for r, c in zip(matrix.indices, cols, strict=True)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -36,10 +37,13 @@ def test_every_public_object_has_a_docstring() -> None:
     assert getattr(av, name).__doc__, name
 
 
+# the layers: mpc -> sqp -> qp -> codegen, with ad beside qp; the reference problems use everything, nothing uses them
 LAYERS = [
-  ("codegen", ("anvil.ad", "anvil.sqp", "anvil.mpc")),
-  ("ad", ("anvil.sqp", "anvil.mpc")),
-  ("sqp", ("anvil.mpc",)),
+  ("codegen", ("anvil.ad", "anvil.qp", "anvil.sqp", "anvil.mpc", "anvil.problems")),
+  ("ad", ("anvil.qp", "anvil.sqp", "anvil.mpc", "anvil.problems")),
+  ("qp", ("anvil.ad", "anvil.sqp", "anvil.mpc", "anvil.problems")),
+  ("sqp", ("anvil.mpc", "anvil.problems")),
+  ("mpc", ("anvil.problems",)),
 ]
 
 
@@ -50,6 +54,30 @@ def test_imports_flow_one_way(layer: str, higher: tuple[str, ...]) -> None:
       modules = [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
       modules += [a.name for a in node.names] if isinstance(node, ast.Import) else []
       assert not any(m.startswith(higher) for m in modules), (path, modules)
+
+
+@pytest.mark.parametrize(("layer", "higher"), LAYERS)
+def test_runtime_headers_include_one_way(layer: str, higher: tuple[str, ...]) -> None:
+  """A package's C++ headers include only headers of its own layer or lower ones, as its Python imports."""
+  owners = {p.name: p.parent.parent.parent.name for p in (ROOT / "anvil").glob("*/include/anvil/*.hpp")}
+  forbidden = {name for name, owner in owners.items() if f"anvil.{owner}" in higher}
+  for path in (ROOT / "anvil" / layer).glob("include/anvil/*.hpp"):
+    included = set(re.findall(r'#include "anvil/([^"]+)"', path.read_text()))
+    assert not included & forbidden, (path.name, included & forbidden)
+
+
+#: The size budget of a jinja2 template: glue that fills sizes, names and tables around runtime headers, never an
+#: algorithm. No template over MAX_TEMPLATE_LINES lines, three in four under SMALL_TEMPLATE_LINES.
+MAX_TEMPLATE_LINES, SMALL_TEMPLATE_LINES = 80, 60
+
+
+def test_templates_are_small_glue() -> None:
+  templates = sorted((ROOT / "anvil").rglob("templates/*.j2"))
+  lines = {t.relative_to(ROOT).as_posix(): len(t.read_text().splitlines()) for t in templates}
+  assert max(lines.values()) <= MAX_TEMPLATE_LINES, lines
+  assert sum(n < SMALL_TEMPLATE_LINES for n in lines.values()) >= 0.75 * len(lines), lines
+  for t in templates:
+    assert "{{" in t.read_text() or "{%" in t.read_text(), f"{t.name} holds no jinja2: write it as a runtime header"
 
 
 def test_arg_shapes() -> None:

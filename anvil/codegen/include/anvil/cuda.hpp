@@ -2,8 +2,8 @@
 // The CUDA driver API and NVRTC are loaded with dlopen when the first workspace is created: this header compiles with
 // any C++17 compiler and no CUDA toolkit, and init_ws() on a machine without a driver, a GPU or NVRTC throws a
 // std::runtime_error saying which is missing. Linux only (dlopen; the driver's soname).
-#ifndef ANVIL_CUDA_SUPPORT_HPP
-#define ANVIL_CUDA_SUPPORT_HPP
+#ifndef ANVIL_CUDA_HPP
+#define ANVIL_CUDA_HPP
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -367,4 +367,4 @@ class Workspace {
 
 }  // namespace cuda
 }  // namespace anvil
-#endif  // ANVIL_CUDA_SUPPORT_HPP
+#endif  // ANVIL_CUDA_HPP

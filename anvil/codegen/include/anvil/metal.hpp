@@ -2,8 +2,8 @@
 // Plain C++17 over the Objective-C runtime: Metal and libobjc are loaded with dlopen when the first workspace is
 // created, so this header compiles with any C++17 compiler (no Objective-C++, no metal-cpp), and init_ws() away from
 // macOS throws a std::runtime_error saying so. Buffers use shared storage: uploads and downloads are memcpys.
-#ifndef ANVIL_METAL_SUPPORT_HPP
-#define ANVIL_METAL_SUPPORT_HPP
+#ifndef ANVIL_METAL_HPP
+#define ANVIL_METAL_HPP
 #include <dlfcn.h>
 
 #include <cstring>
@@ -258,4 +258,4 @@ class Workspace {
 
 }  // namespace metal
 }  // namespace anvil
-#endif  // ANVIL_METAL_SUPPORT_HPP
+#endif  // ANVIL_METAL_HPP

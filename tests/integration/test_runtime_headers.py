@@ -1,0 +1,242 @@
+"""The runtime headers (include/anvil/*.hpp) on their own: each compiles alone with g++ and clang++, the Riccati
+interior point and the active-set KKT solve are checked against OSQP through small C++ drivers, the QP contract is
+enforced at compile time, and generated modules inline every header once."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import osqp
+import pytest
+import scipy.sparse as sp
+
+import anvil as av
+from anvil.codegen.gpu import NVRTC_LIBRARIES
+from anvil.codegen.runtime import INCLUDE_DIRS, header_path
+from anvil.qp import OSQPOptions, RiccatiQP
+from anvil.qp.kkt import ActiveSetKKT
+from anvil.qp.osqp import EmbeddedOSQP
+from tests.integration.test_riccati import osqp_reference, random_qp
+
+HEADERS = sorted(p.name for root in INCLUDE_DIRS for p in (root / "anvil").glob("*.hpp"))
+WARNINGS = ("-std=c++17", "-Wall", "-Wextra", "-Wpedantic", "-Werror")
+
+
+@pytest.fixture(scope="module")
+def osqp_sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
+  """OSQP's C sources and headers (with QDLDL) as the wheel generates them, written to a folder."""
+  out = tmp_path_factory.mktemp("osqp_sources")
+  pattern = sp.csc_array(np.eye(2))
+  for name, text in EmbeddedOSQP("hdr_", pattern, pattern, OSQPOptions()).files.items():
+    (out / name).parent.mkdir(parents=True, exist_ok=True)
+    (out / name).write_text(text)
+  return out
+
+
+def includes(osqp_root: Path) -> list[str]:
+  """-I flags for every runtime header folder and OSQP's headers."""
+  folders = [*INCLUDE_DIRS, osqp_root / "osqp", osqp_root / "osqp/inc/public", osqp_root / "osqp/inc/private"]
+  return [f"-I{f}" for f in folders]
+
+
+def build(cxx: str, tmp: Path, main: str, flags: list[str], c_sources: list[Path] = ()) -> Path:
+  """Compile main.cpp (and C sources) into tmp/main; fail the test with the compiler's output otherwise."""
+  (tmp / "main.cpp").write_text(main)
+  objects = []
+  for src in c_sources:
+    obj = tmp / f"{src.stem}.o"
+    subprocess.run(["cc", "-std=c99", "-O2", *[f for f in flags if f.startswith("-I")], "-c", str(src), "-o", str(obj)],
+                   check=True)  # fmt: skip
+    objects.append(str(obj))
+  exe = tmp / "main"
+  proc = subprocess.run([cxx, *WARNINGS, "-O2", *flags, str(tmp / "main.cpp"), *objects, "-o", str(exe), "-lm"],
+                        capture_output=True, text=True)  # fmt: skip
+  assert proc.returncode == 0, proc.stderr[:3000]
+  return exe
+
+
+def run(exe: Path, numbers: np.ndarray) -> list[float]:
+  """Run exe with the numbers on stdin; its whitespace-separated output as floats."""
+  text = " ".join(repr(float(v)) for v in np.ravel(numbers))
+  proc = subprocess.run([str(exe)], input=text, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr
+  return [float(v) for v in proc.stdout.split()]
+
+
+@pytest.mark.parametrize("header", HEADERS)
+def test_each_header_compiles_on_its_own(header: str, cxx: str, tmp_path: Path, osqp_sources: Path) -> None:
+  source = tmp_path / "alone.cpp"
+  source.write_text(f'#include "anvil/{header}"\n#include "anvil/{header}"  // twice: the include guard\n')
+  proc = subprocess.run([cxx, *WARNINGS, *includes(osqp_sources), "-fsyntax-only", str(source)], capture_output=True,
+                        text=True)  # fmt: skip
+  assert proc.returncode == 0, proc.stderr[:3000]
+
+
+def test_headers_are_guarded_and_include_only_headers_that_exist() -> None:
+  for header in HEADERS:
+    text = header_path(f"anvil/{header}").read_text()
+    guard = f"ANVIL_{header.removesuffix('.hpp').upper()}_HPP"
+    assert f"#ifndef {guard}" in text and f"#define {guard}" in text, header
+    for name in re.findall(r'#include "(anvil/[^"]+)"', text):
+      assert header_path(name).is_file()
+
+
+def test_cuda_header_lists_the_nvrtc_libraries_python_probes() -> None:
+  text = header_path("anvil/cuda.hpp").read_text()
+  listed = re.search(r"kNvrtcLibraries\[\] = \{([^}]*)\}", text)
+  assert listed and tuple(re.findall(r'"([^"]+)"', listed.group(1))) == NVRTC_LIBRARIES
+
+
+RICCATI_DRIVER = """#include <cstdio>
+#include "anvil/riccati.hpp"
+using QP = anvil::qp::Riccati<NX, NU, HORIZON, NG, NGN>;
+static QP::Data data;
+static QP::Solution sol;
+static QP::Workspace ws;
+int main() {
+  double* flat = reinterpret_cast<double*>(&data);
+  for (unsigned i = 0; i < sizeof(data) / sizeof(double); ++i)
+    if (std::scanf("%lf", &flat[i]) != 1) return 2;
+  const int status = QP::solve(data, 1e-10, 60, sol, ws, false);
+  std::printf("%d %d\\n", status, sol.iterations);
+  for (int k = 0; k <= HORIZON; ++k)
+    for (int i = 0; i < NX; ++i) std::printf("%.17g\\n", sol.x[k][i]);
+  for (int k = 0; k < HORIZON; ++k)
+    for (int i = 0; i < NU; ++i) std::printf("%.17g\\n", sol.u[k][i]);
+}
+"""
+
+
+@pytest.mark.parametrize("sanitize", [False, True])
+def test_riccati_header_solves_qps_like_osqp(cxx: str, tmp_path: Path, sanitize: bool) -> None:
+  """The interior point compiled from anvil/riccati.hpp alone (no generated code), fed flat Data."""
+  nx, nu, N, ng, ngN = 3, 2, 8, 6, 1
+  sizes = [f"-DNX={nx}", f"-DNU={nu}", f"-DHORIZON={N}", f"-DNG={ng}", f"-DNGN={ngN}"]
+  flags = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g"] if sanitize else []
+  exe = build(cxx, tmp_path, RICCATI_DRIVER, [*sizes, *flags, *(f"-I{d}" for d in INCLUDE_DIRS)])
+  shapes = RiccatiQP("hdr_shapes", nx, nu, N, ng=ng, ngN=ngN).shapes
+  rng = np.random.default_rng(5)
+  for pull in (0.1, 3.0):
+    d = random_qp(rng, nx, nu, N, ng, ngN, pull)
+    flat = np.concatenate([np.clip(np.asarray(d[k], dtype=np.float64), -1e30, 1e30).reshape(-1) for k in shapes])
+    out = run(exe, flat)
+    assert int(out[0]) == 0 and int(out[1]) < 40, "solved"
+    x, u = np.array(out[2 : 2 + (N + 1) * nx]).reshape(N + 1, nx), np.array(out[2 + (N + 1) * nx :]).reshape(N, nu)
+    x_ref, u_ref, _ = osqp_reference(d)
+    np.testing.assert_allclose(x, x_ref, atol=1e-6)
+    np.testing.assert_allclose(u, u_ref, atol=1e-6)
+
+
+def kkt_layout(kkt: ActiveSetKKT, n: int, m: int) -> str:
+  """A Layout and Workspace for anvil::qp::ActiveSetKKT, as the generated backends write them."""
+  tables = "\n".join(f"  static constexpr int {k}[{max(len(v), 1)}] = {{{', '.join(map(str, v)) or 0}}};"
+                     for k, v in kkt.tables.items())  # fmt: skip
+  buffers = "\n".join(f"  anvil::Buffer<{t}, {size}> {name};" for t, name, size in kkt.buffers)
+  return (f"struct Layout {{\n  static constexpr int n = {n}, m = {m}, nK = n + m, nnz_P = {kkt.p_pattern.nnz}, "
+          f"nnz_A = {kkt.a_pattern.nnz};\n{tables}\n}};\nstruct Workspace {{\n{buffers}\n}};\n")  # fmt: skip
+
+
+KKT_DRIVER = """#include <cstdio>
+#include "anvil/support.hpp"
+#include "anvil/kkt.hpp"
+#include "layout.hpp"
+using KKT = anvil::qp::ActiveSetKKT<Layout, Workspace>;
+double P[Layout::nnz_P], A[Layout::nnz_A], q[Layout::n], l[Layout::m], u[Layout::m], x[Layout::n], y[Layout::m];
+template <int size>
+bool read(double (&v)[size]) {
+  for (double& e : v)
+    if (std::scanf("%lf", &e) != 1) return false;
+  return true;
+}
+int main() {
+  static Workspace ws;
+  if (!read(P) || !read(A) || !read(q) || !read(l) || !read(u) || !read(x) || !read(y)) return 2;
+  KKT::forget(ws);
+  std::printf("%d\\n", KKT::convex_on_active_set(P, A, l, u, ws) ? 1 : 0);
+  std::printf("%d\\n", static_cast<int>(KKT::polish(P, A, q, l, u, x, y, ws)));
+  for (int j = 0; j < Layout::n; ++j) std::printf("%.17g\\n", ws.polish_d[j]);
+  for (int i = 0; i < Layout::m; ++i) std::printf("%.17g\\n", ws.polish_y[i]);
+}
+"""
+
+
+def test_kkt_header_screens_and_polishes(cxx: str, tmp_path: Path, osqp_sources: Path) -> None:
+  """anvil/kkt.hpp with QDLDL alone: from a loose ADMM iterate the polish finds the exact solution OSQP reaches at
+  1e-10, with multipliers of OSQP's signs; the inertia test passes for a convex QP and fails when P is indefinite on
+  the null space of the equality rows."""
+  rng = np.random.default_rng(3)
+  n, m_eq, m_in = 8, 2, 6
+  M = rng.normal(size=(n, n))
+  P = sp.csc_matrix(np.triu(M @ M.T / n + 0.1 * np.eye(n)))
+  A = sp.csc_matrix(np.vstack([rng.normal(size=(m_eq + m_in, n)), np.eye(n)]))
+  m = A.shape[0]
+  lo = np.concatenate([np.zeros(m_eq), -np.ones(m_in), -0.3 * np.ones(n)])
+  hi = np.concatenate([np.zeros(m_eq), np.ones(m_in), 0.3 * np.ones(n)])
+  q = 3.0 * rng.normal(size=n)
+  kkt = ActiveSetKKT(sp.csc_array(P), sp.csc_array(A))
+  (tmp_path / "layout.hpp").write_text(kkt_layout(kkt, n, m))
+  qdldl = osqp_sources / "osqp/src/qdldl.c"
+  exe = build(cxx, tmp_path, KKT_DRIVER, [*includes(osqp_sources), f"-I{tmp_path}"], [qdldl])
+
+  def solve(eps: float) -> tuple[np.ndarray, np.ndarray]:
+    solver = osqp.OSQP()
+    solver.setup(P, q, A, lo, hi, eps_abs=eps, eps_rel=eps, polishing=eps < 1e-6, verbose=False, max_iter=100000)
+    res = solver.solve(raise_error=False)
+    return res.x, res.y
+
+  (x_loose, y_loose), (x_ref, y_ref) = solve(1e-3), solve(1e-10)
+  assert np.abs(y_ref[m_eq:]).max() > 1e-3, "some inequality is active"
+  out = run(exe, np.concatenate([P.data, A.data, q, lo, hi, x_loose, y_loose]))
+  assert out[:2] == [1.0, 1.0], "convex, polished"
+  np.testing.assert_allclose(out[2 : 2 + n], x_ref, atol=1e-8)
+  np.testing.assert_allclose(out[2 + n :], y_ref, atol=1e-7)
+  # negative curvature along a direction the equality rows leave free: the screen (equality rows only) says so
+  null = np.linalg.svd(A[:m_eq].toarray())[2][-1]
+  full = P.toarray() + np.triu(P.toarray(), 1).T
+  indefinite = sp.csc_array(np.triu(full - 50.0 * np.outer(null, null)))
+  assert indefinite.nnz == P.nnz, "the same (dense) pattern"
+  out = run(exe, np.concatenate([indefinite.data, A.data, q, lo, hi, x_loose, y_loose]))
+  assert out[0] == 0.0
+
+
+CONTRACT = """#include "anvil/qp.hpp"
+struct Complete {
+  struct Workspace {};
+  static void reset(Workspace&) {}
+  static int load(const double*, const double*, const double*, const double*, bool, Workspace&) { return 0; }
+  static int solve(const double*, const double*, const double*, double, bool, Workspace&) { return 0; }
+  static const double* primal(const Workspace&) { return nullptr; }
+  static const double* dual(const Workspace&) { return nullptr; }
+  static int iterations(const Workspace&) { return 0; }
+};
+struct Partial {
+  struct Workspace {};
+  static void reset(Workspace&) {}
+  static int load(const double*, const double*, const double*, const double*, bool, Workspace&) { return 0; }
+  static int solve(const double*, const double*, const double*, double, Workspace&) { return 0; }
+  static const double* primal(const Workspace&) { return nullptr; }
+  static const double* dual(const Workspace&) { return nullptr; }
+  static int iterations(const Workspace&) { return 0; }
+};
+static_assert(anvil::qp::implements_contract<BACKEND>());
+int main() {}
+"""
+
+
+def test_the_qp_contract_is_checked_at_compile_time(cxx: str, tmp_path: Path) -> None:
+  source = tmp_path / "contract.cpp"
+  source.write_text(CONTRACT)
+  base = [cxx, *WARNINGS, *(f"-I{d}" for d in INCLUDE_DIRS), "-fsyntax-only", str(source)]
+  assert subprocess.run([*base, "-DBACKEND=Complete"], capture_output=True).returncode == 0
+  proc = subprocess.run([*base, "-DBACKEND=Partial"], capture_output=True, text=True)
+  assert proc.returncode != 0 and "QP backend: int solve(const double* q" in proc.stderr
+
+
+def test_modules_inline_each_runtime_header_once(tmp_path: Path) -> None:
+  f = av.NumericalFunction("hdr_f", lambda x: x * 2, av.Arg(2))
+  header, source = av.generate_module("hdr_module", [f], out_dir=tmp_path)
+  text = header.read_text() + source.read_text()
+  assert text.count("#define ANVIL_SUPPORT_HPP") == 1 and '#include "anvil/' not in text

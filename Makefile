@@ -36,11 +36,11 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix anvil tests examples benchmarks
 
 bench: $(STAMP)
-	$(PY) benchmarks/bench_eval.py
-	$(PY) benchmarks/bench_ad.py
-	$(PY) benchmarks/bench_sqp.py
-	$(PY) benchmarks/bench_mpc.py
-	$(PY) benchmarks/bench_qp.py
+	$(PY) -m benchmarks.bench_eval
+	$(PY) -m benchmarks.bench_ad
+	$(PY) -m benchmarks.bench_sqp
+	$(PY) -m benchmarks.bench_mpc
+	$(PY) -m benchmarks.bench_qp
 
 clean:
 	rm -rf build $(VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -1,1 +1,1 @@
-"""anvil benchmarks: run `python benchmarks/bench_eval.py` (or `make bench`) from the repository root."""
+"""anvil benchmarks: run `python -m benchmarks.bench_eval` (or `make bench`) from the repository root."""

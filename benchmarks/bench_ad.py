@@ -2,11 +2,11 @@
 
 Run from the repository root (about 3-4 minutes with the defaults; most of it compiling CasADi's C at N = 50):
 
-  .venv/bin/python benchmarks/bench_ad.py                 # P1 and P3 for N = 20, 50, 100, 200
-  .venv/bin/python benchmarks/bench_ad.py --n 20 50       # P3 for some horizons only
-  .venv/bin/python benchmarks/bench_ad.py --skip-p3       # P1 only (--skip-p1: P3 only)
+  .venv/bin/python -m benchmarks.bench_ad                 # P1 and P3 for N = 20, 50, 100, 200
+  .venv/bin/python -m benchmarks.bench_ad --n 20 50       # P3 for some horizons only
+  .venv/bin/python -m benchmarks.bench_ad --skip-p3       # P1 only (--skip-p1: P3 only)
 
-What it measures (problems.md; method as in benchmarks/bench_eval.py and shared/render-notes.md):
+What it measures (the reference problems of anvil.problems; method as in benchmarks/bench_eval.py):
 1. P1: the Jacobian of the quadrotor RK4 step w.r.t. z = [x; u] (16), as a function of z alone (anvil
    differentiates w.r.t. one input, so `z[:12]`, `z[12:]` are split inside): anvil `jacobian` (dense 12 x 16) and
    `spjacobian` (CSC values) vs CasADi `densify(jacobian(F(z), z))` and `jacobian(F(z), z)` (SX, generated C).
@@ -50,14 +50,11 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-  sys.path.insert(0, str(ROOT))
-
-import anvil as av  # noqa: E402
-from anvil.ad import jacobian, sphessian, spjacobian  # noqa: E402
-from anvil.codegen.jit import find_c_compiler, find_compiler  # noqa: E402
-from benchmarks.common import (  # noqa: E402
+import anvil as av
+from anvil.ad import jacobian, sphessian, spjacobian
+from anvil.codegen import find_c_compiler, find_compiler
+from anvil.problems import cartpole, quadrotor, shooting
+from benchmarks.common import (
   C_FLAGS,
   CXX_FLAGS,
   Exe,
@@ -76,7 +73,8 @@ from benchmarks.common import (  # noqa: E402
   time_python,
   verdict,
 )
-from examples.models import cartpole, quadrotor, shooting  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
 
 BUILD = ROOT / "build" / "bench_ad"
 NZ = quadrotor.NX + quadrotor.NU
@@ -137,7 +135,6 @@ int main(int argc, char** argv) {
 CHILD = """import time
 t0 = time.perf_counter()
 import json, sys
-sys.path.insert(0, {root!r})
 from anvil.codegen import STAGE_COUNTS
 from benchmarks.bench_ad import StageRecorder, p3_function, p3_point
 recorder = StageRecorder()
@@ -277,7 +274,7 @@ def child_build(kind: str, n: int, cache: Path) -> dict[str, Any]:
   """Build + first call of a P3 function in a fresh interpreter using `cache` (also tinygrad's cache db)."""
   env = {**os.environ, "ANVIL_CACHE_DIR": str(cache), "CACHEDB": str(cache / "tinygrad-cache.db")}
   t0 = time.perf_counter()
-  proc = sh([sys.executable, "-c", CHILD.format(root=str(ROOT), kind=kind, n=n)], env=env, cwd=ROOT)
+  proc = sh([sys.executable, "-c", CHILD.format(kind=kind, n=n)], env=env, cwd=ROOT)
   result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
   result["process_s"] = time.perf_counter() - t0
   result["per_stage"] = stage_seconds(result["records"])

@@ -2,11 +2,11 @@
 
 Run from the repository root (takes well under two minutes):
 
-  .venv/bin/python benchmarks/bench_eval.py              # the table
-  .venv/bin/python benchmarks/bench_eval.py --callgrind  # plus deterministic instructions/eval (needs valgrind)
+  .venv/bin/python -m benchmarks.bench_eval              # the table
+  .venv/bin/python -m benchmarks.bench_eval --callgrind  # plus deterministic instructions/eval (needs valgrind)
   make bench
 
-What it measures (problems.md P1; background and method in shared/render-notes.md):
+What it measures (P1 of anvil.problems; method: variants round robin in one run, medians, as benchmarks/common.py):
 1. anvil's generated C++ (`generate_module`) called in a tight C++ loop, ns/call.
 2. The same function called from Python (`NumericalFunction.__call__`), us/call.
 3. numpy on the same math (`quadrotor.step_numpy`), us/call.
@@ -43,13 +43,10 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-  sys.path.insert(0, str(ROOT))
-
-import anvil as av  # noqa: E402
-from anvil.codegen.jit import find_c_compiler, find_compiler  # noqa: E402
-from benchmarks.common import (  # noqa: E402
+import anvil as av
+from anvil.codegen import find_c_compiler, find_compiler
+from anvil.problems import quadrotor
+from benchmarks.common import (
   C_FLAGS,
   CXX_FLAGS,
   Exe,
@@ -68,7 +65,8 @@ from benchmarks.common import (  # noqa: E402
   time_python,
   verdict,
 )
-from examples.models import quadrotor  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
 
 BUILD = ROOT / "build" / "bench"
 NX, NU = quadrotor.NX, quadrotor.NU
@@ -146,10 +144,9 @@ CASADI_SETUP = """  casadi_int sz_arg = 0, sz_res = 0, sz_iw = 0, sz_w = 0;
 CHILD = """import time
 t0 = time.perf_counter()
 import json, sys
-sys.path.insert(0, {root!r})
 import anvil as av
 from anvil.codegen import STAGE_COUNTS
-from examples.models import quadrotor
+from anvil.problems import quadrotor
 t1 = time.perf_counter()
 f = av.NumericalFunction("quad_step", quadrotor.step, (av.Arg(12), av.Arg(4)))
 y = f(quadrotor.TEST_X, quadrotor.TEST_U)
@@ -223,7 +220,7 @@ def build_time(cache: Path) -> dict[str, Any]:
   """NumericalFunction construction + first call in a fresh interpreter using `cache` (also tinygrad's cache db)."""
   env = {**os.environ, "ANVIL_CACHE_DIR": str(cache), "CACHEDB": str(cache / "tinygrad-cache.db")}
   t0 = time.perf_counter()
-  proc = sh([sys.executable, "-c", CHILD.format(root=str(ROOT))], env=env, cwd=ROOT)
+  proc = sh([sys.executable, "-c", CHILD], env=env, cwd=ROOT)
   result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
   result["process_s"] = time.perf_counter() - t0
   return result
@@ -246,7 +243,7 @@ def main() -> None:
   ref = quadrotor.step_numpy(X, U)
   cxx = find_compiler()
   cxx_version = sh([cxx, "--version"]).stdout.splitlines()[0]
-  print("P1 quadrotor RK4 step (12 states, 4 inputs, h = 0.02 s) at the check point of problems.md")
+  print("P1 quadrotor RK4 step (12 states, 4 inputs, h = 0.02 s) at quadrotor.TEST_X, TEST_U")
   print(f"  anvil {av.__version__}, casadi {ca.__version__ if ca else 'not installed'}, numpy {np.__version__}")
   print(f"  {Path(cxx).name} ({cxx_version})" + (f"; C for CasADi: {Path(find_c_compiler()).name}" if ca else ""))
   print(

@@ -2,10 +2,10 @@
 
 Run from the repository root:
 
-  .venv/bin/python benchmarks/bench_gpu.py                        # sizes 1, 1e3, 1e5, 1e6; float64
-  .venv/bin/python benchmarks/bench_gpu.py --dtype float32 --sizes 1,1000
+  .venv/bin/python -m benchmarks.bench_gpu                        # sizes 1, 1e3, 1e5, 1e6; float64
+  .venv/bin/python -m benchmarks.bench_gpu --dtype float32 --sizes 1,1000
 
-What it measures, per batch size N (problems.md P1; `vmap` over one function returning F(z) and dF/dz, z = (x, u)):
+What it measures, per batch size N (P1; `vmap` over one function returning F(z) and dF/dz, z = (x, u)):
 1. CPU module: the Python call (numpy in, numpy out) of the generated C++, single-threaded.
 2. CUDA module, end to end: the same Python call on host numpy arrays (copies to the GPU and back included).
 3. CUDA module, device-resident: `call_device()` on inputs and outputs already in device memory (kernel launches and
@@ -24,7 +24,6 @@ import ctypes
 import os
 import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,16 +31,11 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-  sys.path.insert(0, str(ROOT))
+import anvil as av
+from anvil.ad import jacobian, vmap
+from anvil.problems import quadrotor
 
-import anvil as av  # noqa: E402
-from anvil.ad import vmap  # noqa: E402
-from anvil.ad.transforms import jacobian_graph  # noqa: E402
-from anvil.codegen.gpu_caller import gpu_workspace  # noqa: E402
-from anvil.codegen.jit import load_library  # noqa: E402
-from examples.models import quadrotor  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 NX, NU = quadrotor.NX, quadrotor.NU
 
@@ -50,7 +44,8 @@ def step_and_jacobian(device: str, dtype: Any) -> av.NumericalFunction:
   """z = (x, u) -> (F(x, u), dF/dz): one RK4 step and its dense 12 x 16 Jacobian."""
   step = av.NumericalFunction("p1z", lambda z: quadrotor.step(z[:NX], z[NX:]), av.Arg(NX + NU, dtype=dtype))
   name = f"p1_step_jac_{device.lower()}"
-  return av.NumericalFunction(name, lambda z: (step.fn(z), jacobian_graph(step, [z], 0)), step.inputs, device=device)
+  dstep = jacobian(step)
+  return av.NumericalFunction(name, lambda z: (step.fn(z), dstep.fn(z)), step.inputs, device=device)
 
 
 def median_s(fn: Callable[[], object], reps: int) -> float:
@@ -65,12 +60,10 @@ def median_s(fn: Callable[[], object], reps: int) -> float:
 
 def device_resident(fn: av.NumericalFunction, z: np.ndarray) -> Callable[[], None]:
   """The function's `call_device()` on device-resident inputs and preallocated outputs."""
-  lib = load_library(fn.library)
-  ws = gpu_workspace(lib, fn.name)
+  ws = fn.handle
   arrays = [av.CudaArray.from_numpy(z), *(av.CudaArray(o.shape, np.dtype(o.dtype.fmt)) for o in fn.outputs)]
   pointers = (ctypes.c_uint64 * len(arrays))(*(a.pointer for a in arrays))
-  call = lib[f"anvil_{fn.name}_call_device"]
-  call.restype, call.argtypes = ctypes.c_char_p, [ctypes.c_void_p, ctypes.c_void_p]
+  call = ws.entry("call_device", ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p)
 
   def run() -> None:
     if (error := call(pointers, ws.pointer)) is not None:

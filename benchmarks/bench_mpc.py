@@ -2,11 +2,11 @@
 
 Run from the repository root (under a minute; `--quick`: 50 steps and no setup-time subprocesses):
 
-  .venv/bin/python benchmarks/bench_mpc.py            # 200 steps from X0_STABILIZE, as in problems.md
-  .venv/bin/python benchmarks/bench_mpc.py --steps 100
-  .venv/bin/python benchmarks/bench_mpc.py --quick
+  .venv/bin/python -m benchmarks.bench_mpc            # 200 steps from X0_STABILIZE (cartpole_mpc)
+  .venv/bin/python -m benchmarks.bench_mpc --steps 100
+  .venv/bin/python -m benchmarks.bench_mpc --quick
 
-The MPC (examples/models/cartpole_mpc.py: stabilizing): N = 30 RK4 steps of 0.05 s, stage cost x'Qx + R u²,
+The MPC (anvil/problems/cartpole_mpc.py: stabilizing): N = 30 RK4 steps of 0.05 s, stage cost x'Qx + R u²,
 terminal cost 10 x'Qx, |u| <= 20, |xc| <= 2, multiple shooting, warm start from the previous solution shifted by
 one stage. Every controller runs the same closed loop: u_t = u_0 of the solution from x_t, x_{t+1} = F(x_t, u_t).
 
@@ -36,14 +36,12 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-  sys.path.insert(0, str(ROOT))
+from anvil.mpc import MPCOptions
+from anvil.problems import cartpole, cartpole_mpc
+from benchmarks.common import casadi_backend, casadi_solver, load_casadi, verdict
+from examples.cpp.harness import build_harness, run_harness
 
-from anvil.mpc import MPCOptions  # noqa: E402
-from benchmarks.common import casadi_backend, casadi_solver, load_casadi, verdict  # noqa: E402
-from examples.cpp.harness import build_harness, run_harness  # noqa: E402
-from examples.models import cartpole, cartpole_mpc  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 NX, NU, N = cartpole_mpc.NX, cartpole_mpc.NU, 30
 TARGET_STEP_MS = 0.5  # median per-step solve time in the C++ harness
@@ -54,8 +52,7 @@ COST_TOL = 1e-5  # relative, against COST_STABILIZE
 SETUP = """import time
 t0 = time.perf_counter()
 import sys
-sys.path.insert(0, {root!r})
-from examples.models import cartpole_mpc as cm
+from anvil.problems import cartpole_mpc as cm
 t1 = time.perf_counter()
 sol = cm.stabilizing("cartpole_mpc")(cm.X0_STABILIZE)
 print(time.perf_counter() - t0, t1 - t0, sol.status)
@@ -123,7 +120,7 @@ def setup_times() -> list[tuple[float, float, str]]:
   with tempfile.TemporaryDirectory(prefix="bench_mpc_cache_") as cache:
     env = {**os.environ, "ANVIL_CACHE_DIR": cache}
     for _ in range(2):
-      proc = subprocess.run([sys.executable, "-c", SETUP.format(root=str(ROOT))], capture_output=True, text=True,
+      proc = subprocess.run([sys.executable, "-c", SETUP], capture_output=True, text=True,
                             env=env, cwd=ROOT, check=True)  # fmt: skip
       total, imports, status = proc.stdout.split()
       out.append((float(total), float(imports), status))

@@ -2,10 +2,10 @@
 
 Run from the repository root:
 
-  .venv/bin/python benchmarks/bench_qp.py            # N in 10, 30, 50, 100
-  .venv/bin/python benchmarks/bench_qp.py --reps 50  # more timed solves per instance
+  .venv/bin/python -m benchmarks.bench_qp            # N in 10, 30, 50, 100
+  .venv/bin/python -m benchmarks.bench_qp --reps 50  # more timed solves per instance
 
-Instances (as in riccati-notes.md): the P2 cart-pole RK4 step linearized by central differences around noisy
+Instances: the P2 cart-pole RK4 step linearized by central differences around noisy
 near-upright points (A_k, B_k, c_k in absolute variables), H_k = blkdiag(2Q, 2R) plus a small random PSD term,
 terminal 20Q, x0 = [1, 0.35, 2, 0] with a linear term pulling the cart to 3 m, |u| <= 20 and |xc| <= 2 (k >= 1) as
 inequality rows; 8 perturbed instances (2%) per N. anvil: cold start, tol 1e-8, time measured inside the generated
@@ -24,18 +24,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import osqp
+import scipy.sparse as sp
+
+from anvil.problems import cartpole
+from anvil.problems.ocp_qp import osqp_solution, sparse_form
+from anvil.qp import RiccatiQP
+from benchmarks.common import verdict
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-  sys.path.insert(0, str(ROOT))
-
-import osqp  # noqa: E402
-import scipy.sparse as sp  # noqa: E402
-
-from anvil.qp import RiccatiQP  # noqa: E402
-from benchmarks.common import verdict  # noqa: E402
-from examples.models import cartpole  # noqa: E402
-from tests.integration.test_riccati import osqp_form, osqp_reference  # noqa: E402
 
 NX, NU = 4, 1
 NZ = NX + NU
@@ -78,17 +75,17 @@ def run(n: int, reps: int) -> dict[str, float]:
   qp = RiccatiQP(f"bench_qp_{n}", NX, NU, n, ng=2, ngN=1)
   data = [instance(rng, n, 0.02) for _ in range(8)]
   anvil_times, iterations, errors, osqp_times, osqp_iters, osqp_errors = [], [], [], [], [], []
-  base = osqp_form(data[0])
+  base = sparse_form(data[0])
   solver = osqp.OSQP()
   solver.setup(*base, eps_abs=1e-6, eps_rel=1e-6, polishing=False, verbose=False)
   for d in data:
-    _, u_ref, _ = osqp_reference(d)
+    _, u_ref, _ = osqp_solution(d)
     for _ in range(reps):
       sol = qp(1e-8, **d)
       anvil_times.append(sol.solve_time)
     iterations.append(sol.iterations)
     errors.append(float(np.abs(sol.u - u_ref).max()))
-    P, q, A, lo, hi = osqp_form(d)
+    P, q, A, lo, hi = sparse_form(d)
     for _ in range(reps):
       solver.update(Px=sp.triu(P).tocsc().data, Ax=A.data, q=q, l=lo, u=hi)
       res = solver.solve(raise_error=False)

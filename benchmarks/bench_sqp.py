@@ -2,11 +2,11 @@
 
 Run from the repository root (well under a minute with a warm anvil cache; a cold build adds the C++ compile):
 
-  .venv/bin/python benchmarks/bench_sqp.py              # anvil build on a fresh, empty cache (cold)
-  .venv/bin/python benchmarks/bench_sqp.py --warm       # anvil build on the user's cache (warm if built before)
-  .venv/bin/python benchmarks/bench_sqp.py --solves 5   # median of 5 solves instead of 3
+  .venv/bin/python -m benchmarks.bench_sqp              # anvil build on a fresh, empty cache (cold)
+  .venv/bin/python -m benchmarks.bench_sqp --warm       # anvil build on the user's cache (warm if built before)
+  .venv/bin/python -m benchmarks.bench_sqp --solves 5   # median of 5 solves instead of 3
 
-The NLP (problems.md, "Swing-up NLP"): N = 50 stages of one RK4 step (h = 0.05 s) of the cart-pole,
+The NLP (anvil.problems.shooting): N = 50 stages of one RK4 step (h = 0.05 s) of the cart-pole,
 w = [x0, u0, x1, u1, ..., x_N], x_init = [0, pi, 0, 0], defects g(w) = 0 (x0 = x_init, x_{k+1} = F(x_k, u_k)),
 |u| <= 20, |xc| <= 2, x_N = 0, stage cost x'Qx + R u^2 (Q = diag(1, 1, 0.1, 0.1), R = 0.01), no terminal cost.
 Initial guess: states interpolated linearly from x_init to 0, inputs 0.
@@ -33,12 +33,10 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-  sys.path.insert(0, str(ROOT))
+from anvil.problems import shooting
+from benchmarks.common import casadi_backend, casadi_solver, load_casadi, verdict
 
-from benchmarks.common import casadi_backend, casadi_solver, load_casadi, verdict  # noqa: E402
-from examples.models import shooting  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 N = 50
 X_INIT = np.array([0.0, np.pi, 0.0, 0.0])
@@ -102,16 +100,17 @@ def run_anvil(prob: Problem, solves: int, riccati: bool = False) -> tuple[Result
   layout): the result line, the build time (construction + first call) in s and a QP summary."""
   import anvil as av
   from anvil import Arg
-  from anvil.mpc.riccati import OCPStructure
-  from anvil.sqp import SQPFunction
+  from anvil.mpc import shooting_layout
+  from anvil.qp import RiccatiOptions
+  from anvil.sqp import SQPFunction, SQPOptions
 
   assert shooting.size(N) == prob.size
   t0 = time.perf_counter()
   name = "swing_up_riccati" if riccati else "swing_up"
   f = av.NumericalFunction(f"{name}_cost", lambda w, x0: shooting.stage_cost(w, N), (Arg(prob.size), Arg(4)))
   g = av.NumericalFunction(f"{name}_defects", lambda w, x0: shooting.defects(w, x0, N), (Arg(prob.size), Arg(4)))
-  structured = (lambda h, j: OCPStructure(name, N, 4, 1, 0, 0, h, j)) if riccati else None
-  solver = SQPFunction(name, f, g, structured_qp=structured)
+  options = SQPOptions(qp=RiccatiOptions()) if riccati else None
+  solver = SQPFunction(name, f, g, options, stages=shooting_layout(N, 4, 1))
   solve = lambda: solver(prob.w0, X_INIT, prob.lbx, prob.ubx, prob.lbg, prob.ubg)
   res = solve()
   build_s = time.perf_counter() - t0
@@ -130,7 +129,7 @@ def run_anvil(prob: Problem, solves: int, riccati: bool = False) -> tuple[Result
 
 def casadi_nlp(ca: Any, n: int = N) -> dict[str, Any]:
   """The swing-up NLP in SX, unrolled over the stages, with x_init as the parameter."""
-  from examples.models import cartpole
+  from anvil.problems import cartpole
 
   b = casadi_backend(ca)
   w = ca.SX.sym("w", 5 * n + 4)

@@ -1,7 +1,7 @@
 """Helpers shared by the benchmarks: compiling and running tight-loop C++ harnesses, timing, tables.
 
-Import as `from benchmarks.common import ...` after putting the repository root on `sys.path` (the scripts do that).
-See shared/render-notes.md "Method": the box is noisy, so variants are compared within one run, round robin.
+Import as `from benchmarks.common import ...`: the scripts run as modules from the repository root (`-m`).
+Method: the box is noisy, so variants are compared within one run, round robin, and reported as medians.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from anvil.codegen.jit import find_compiler
-from examples.models.backend import Backend
+from anvil.codegen import find_compiler
+from anvil.problems.backend import Backend
 
 ROOT = Path(__file__).resolve().parent.parent
 OPT_FLAGS = ("-O3", "-fno-math-errno")

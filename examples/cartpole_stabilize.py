@@ -1,4 +1,5 @@
-"""The P2 stabilizing benchmark (problems.md): N = 30, terminal cost 10 Q, 200 closed-loop steps from [0.5, 0.3, 0, 0].
+"""The P2 stabilizing benchmark (anvil.problems.cartpole_mpc): N = 30, terminal cost 10 Q, 200 closed-loop steps
+from [0.5, 0.3, 0, 0].
 
 Run: `python examples/cartpole_stabilize.py [--out DIR] [--steps K]`. Prints the closed-loop metrics and compares the
 closed-loop cost with the reference (CasADi IPOPT and sqpmethod agree on it), and plots the run.
@@ -6,17 +7,16 @@ closed-loop cost with the reference (CasADi IPOPT and sqpmethod agree on it), an
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from anvil.mpc import plot_closed_loop, simulate
+from anvil.problems import cartpole
+from anvil.problems import cartpole_mpc as cm
 
-from anvil.mpc import plot_closed_loop, simulate  # noqa: E402
-from examples.models import cartpole  # noqa: E402
-from examples.models import cartpole_mpc as cm  # noqa: E402
-from examples.models.cli import example_arguments  # noqa: E402
+from cli import example_arguments
+
+ROOT = Path(__file__).resolve().parent.parent
 
 NAMES = cm.STATE_NAMES
 

@@ -6,19 +6,18 @@ pendulum reached upright and stayed there (|theta| < 0.05 rad over the last seco
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from anvil.mpc import plot_closed_loop, simulate
+from anvil.problems import cartpole
+from anvil.problems import cartpole_mpc as cm
 
-from anvil.mpc import plot_closed_loop, simulate  # noqa: E402
-from examples.models import cartpole  # noqa: E402
-from examples.models import cartpole_mpc as cm  # noqa: E402
-from examples.models.cli import example_arguments  # noqa: E402
+from cli import example_arguments
+
+ROOT = Path(__file__).resolve().parent.parent
 
 NAMES = cm.STATE_NAMES
 

@@ -10,7 +10,6 @@ Run with `make demo`. It
 
 from __future__ import annotations
 
-import sys
 import time
 import timeit
 from collections import Counter
@@ -20,14 +19,14 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import anvil as av
+from anvil.mpc import MPCFunction, plot_closed_loop, simulate
+from anvil.problems import cartpole, quadrotor
+from anvil.problems import cartpole_mpc as cm
 
-import anvil as av  # noqa: E402
-from anvil.mpc import MPCFunction, plot_closed_loop, simulate  # noqa: E402
-from examples.cpp.harness import build_harness, run_harness  # noqa: E402
-from examples.models import cartpole, quadrotor  # noqa: E402
-from examples.models import cartpole_mpc as cm  # noqa: E402
+from cpp.harness import build_harness, run_harness
+
+ROOT = Path(__file__).resolve().parent.parent
 
 BUILD = ROOT / "build" / "demo"
 CPP_DIR = BUILD / "cpp"

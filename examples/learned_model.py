@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -20,17 +19,16 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # the fit's small matrix pro
 
 import numpy as np
 from scipy.optimize import minimize
+from tinygrad import Tensor
+
+from anvil import Arg, NumericalFunction
+from anvil.mpc import MPCFunction, plot_closed_loop, simulate
+from anvil.problems import cartpole
+from anvil.problems import cartpole_mpc as cm
+
+from cli import example_arguments
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tinygrad import Tensor  # noqa: E402
-
-from anvil import Arg, NumericalFunction  # noqa: E402
-from anvil.mpc import MPCFunction, plot_closed_loop, simulate  # noqa: E402
-from examples.models import cartpole  # noqa: E402
-from examples.models import cartpole_mpc as cm  # noqa: E402
-from examples.models.cli import example_arguments  # noqa: E402
 
 NAMES = cm.STATE_NAMES
 #: The sampling box around the upright: half-widths of xc, theta, xc_dot, theta_dot and the force u.

@@ -6,22 +6,20 @@ and the RMS position error, and plots the run.
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from tinygrad import Tensor
+
+from anvil import Arg, NumericalFunction
+from anvil.mpc import MPCFunction, plot_closed_loop, rk4, simulate
+from anvil.problems import quadrotor
+from anvil.problems.backend import TINYGRAD
+
+from cli import example_arguments
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tinygrad import Tensor  # noqa: E402
-
-from anvil import Arg, NumericalFunction  # noqa: E402
-from anvil.mpc import MPCFunction, plot_closed_loop, rk4, simulate  # noqa: E402
-from examples.models import quadrotor  # noqa: E402
-from examples.models.backend import TINYGRAD  # noqa: E402
-from examples.models.cli import example_arguments  # noqa: E402
 
 N = 20  # horizon: 0.4 s
 RADIUS, ALTITUDE, PERIOD = 1.0, 1.0, 4.0  # the circle: 1 m radius at 1 m altitude, one lap in 4 s (200 steps)

@@ -3,6 +3,7 @@
 from anvil.ad.batching import VmapError as VmapError
 from anvil.ad.sparse import sphessian as sphessian
 from anvil.ad.sparse import spjacobian as spjacobian
+from anvil.ad.sparsity import SparsityError as SparsityError
 from anvil.ad.transforms import gradient as gradient
 from anvil.ad.transforms import hessian as hessian
 from anvil.ad.transforms import jacobian as jacobian

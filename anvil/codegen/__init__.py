@@ -12,6 +12,9 @@ from anvil.codegen.function import NumericalFunction as NumericalFunction
 from anvil.codegen.gpu_caller import CudaArray as CudaArray
 from anvil.codegen.jit import CompileError as CompileError
 from anvil.codegen.jit import CompilerNotFoundError as CompilerNotFoundError
+from anvil.codegen.jit import find_c_compiler as find_c_compiler
+from anvil.codegen.jit import find_compiler as find_compiler
 from anvil.codegen.module import generate_module as generate_module
+from anvil.codegen.native import NativeHandle as NativeHandle
 from anvil.codegen.sparse import SparseNumericalFunction as SparseNumericalFunction
 from anvil.codegen.sparse import sparse_numerical_function as sparse_numerical_function

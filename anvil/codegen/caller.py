@@ -56,14 +56,14 @@ def _library_call(lib: ctypes.CDLL, name: str, n: int) -> Callable[..., None]:
 
 
 def make_caller(
-  name: str, inputs: Sequence[Arg], outputs: Sequence[OutputSpec], lib: ctypes.CDLL, wrap: Callable[..., Any] | None
+  name: str, inputs: Sequence[Arg], outputs: Sequence[OutputSpec], ws: NativeHandle, wrap: Callable[..., Any] | None
 ) -> Callable[..., Any]:
-  """A Python function `caller(*arrays)` specialised to this signature: one check per input on the fast path."""
+  """A Python function `caller(*arrays)` specialised to this signature and workspace: one check per input on the fast
+  path."""
   n_in, n_out = len(inputs), len(outputs)
-  ws = NativeHandle(lib, name)
   env: dict[str, Any] = {
     "ndarray": np.ndarray, "empty": np.empty, "ws": ws, "wsp": ws.pointer, "wrap": wrap,
-    "lib_call": _library_call(lib, name, n_in + n_out),
+    "lib_call": _library_call(ws.lib, name, n_in + n_out),
     "convert": lambda i, v: convert_input(name, i, inputs[i], v),
     "wrong_count": lambda n: count_error(name, inputs, n),
   }  # fmt: skip

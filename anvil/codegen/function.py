@@ -22,7 +22,7 @@ from anvil.codegen.caller import make_caller
 from anvil.codegen.constant import CodegenIntConstant
 from anvil.codegen.devices import require_device
 from anvil.codegen.gpu import GPU_DEVICES, GpuLayout, check_inputs, check_traced, gpu_layout
-from anvil.codegen.gpu_caller import make_gpu_caller
+from anvil.codegen.gpu_caller import gpu_programs, make_gpu_caller
 from anvil.codegen.gpu_renderer import render_gpu_kernel
 from anvil.codegen.jit import (
   Toolchain,
@@ -36,6 +36,7 @@ from anvil.codegen.jit import (
   write_atomic,
 )
 from anvil.codegen.module import module_code
+from anvil.codegen.native import NativeHandle
 from anvil.codegen.program import Program, build_program, schedule
 from anvil.codegen.renderer import render_kernel
 from anvil.codegen.runtime import inline_runtime_headers
@@ -342,12 +343,19 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
     return self._caller(*args)
 
   @cached_property
+  def handle(self) -> NativeHandle:
+    """This function's workspace in its loaded JIT library (`init_ws()`; on a GPU its compiled kernels and device
+    memory). `handle.entry(...)` reaches the library's entry points, for callers that drive them directly."""
+    if self.device == "CPU":
+      return NativeHandle(load_library(self.library), self.name)
+    require_device(self.device)
+    return NativeHandle(load_library(self.library), self.name, str(gpu_programs()))
+
+  @cached_property
   def _caller(self) -> Callable[..., Any]:
     if self.device == "CPU":
-      return make_caller(self.name, self.inputs, self.outputs, load_library(self.library), self._wrap_outputs)
-    require_device(self.device)
-    lib = load_library(self.library)
-    return make_gpu_caller(self.name, self.device, self.inputs, self.outputs, lib, self._wrap_outputs)
+      return make_caller(self.name, self.inputs, self.outputs, self.handle, self._wrap_outputs)
+    return make_gpu_caller(self.name, self.device, self.inputs, self.outputs, self.handle, self._wrap_outputs)
 
   @property
   def _wrap_outputs(self) -> Callable[..., Any] | None:

@@ -6,6 +6,7 @@ import ctypes
 import functools
 import weakref
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,12 +27,11 @@ def _check(name: str, error: bytes | None) -> None:
     raise RuntimeError(f"{name}: {error.decode(errors='replace')}")
 
 
-def gpu_workspace(lib: ctypes.CDLL, name: str) -> NativeHandle:
-  """A GPU function's workspace (`init_ws()`: compiled kernels and device memory); CUDA keeps the kernels it compiles
-  in the cache's `gpu-programs` folder."""
+def gpu_programs() -> Path:
+  """The folder where CUDA keeps the kernels `init_ws()` compiles (the configuration of a GPU function's workspace)."""
   programs = cache_dir() / "gpu-programs"
   programs.mkdir(parents=True, exist_ok=True)
-  return NativeHandle(lib, name, str(programs))
+  return programs
 
 
 class _Driver:
@@ -145,12 +145,13 @@ def make_gpu_caller(
   device: str,
   inputs: Sequence[Arg],
   outputs: Sequence[OutputSpec],
-  lib: ctypes.CDLL,
+  ws: NativeHandle,
   wrap: Callable[..., Any] | None,
 ) -> Callable[..., Any]:
-  """`caller(*arrays)`: host arrays go through `call()` (copies in and out); on CUDA, device arrays (anything with
-  `__dlpack__` on a CUDA device) go through `call_device()` and the outputs come back as `CudaArray`s."""
-  ws = gpu_workspace(lib, name)
+  """`caller(*arrays)` on the workspace `ws`: host arrays go through `call()` (copies in and out); on CUDA, device
+  arrays (anything with `__dlpack__` on a CUDA device) go through `call_device()` and the outputs come back as
+  `CudaArray`s."""
+  lib = ws.lib
   n = len(inputs) + len(outputs)
   host = lib[f"anvil_{name}_call"]
   host.restype, host.argtypes = ctypes.c_char_p, [ctypes.c_void_p, ctypes.c_void_p]

@@ -40,8 +40,8 @@ def mark_cos(s: UOp, c: UOp, x: UOp, m: UOp, half_pi: tuple[float, ...] = (math.
 
 
 # NOTE: tinygrad has no COS op: Tensor.cos is sin(pi/2 - x). The compiler then cannot pair sin(a) with cos(a) into one
-# sincos call, which costs ~20% on rotation-heavy models (render-notes.md). Before lowering, mark those SINs (the arg
-# survives upcasting and devectorizing, unlike a CUSTOM op) and render them as std::cos of the original operand.
+# sincos call, which costs ~20% on rotation-heavy models (measured on the quadrotor). Before lowering, mark those SINs
+# (the arg survives upcasting and devectorizing, unlike a CUSTOM op) and render them as std::cos of the operand.
 pm_mark_cos = PatternMatcher([(COS_PATTERN, mark_cos)])
 
 

@@ -9,3 +9,4 @@ from anvil.mpc.result import MPCSolution as MPCSolution
 from anvil.mpc.simulation import ClosedLoop as ClosedLoop
 from anvil.mpc.simulation import simulate as simulate
 from anvil.mpc.soft import Soft as Soft
+from anvil.mpc.transcription import shooting_layout as shooting_layout

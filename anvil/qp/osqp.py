@@ -24,7 +24,7 @@ class EmbeddedOSQP:
   """The C sources of an OSQP solver (embedded mode 2: matrix values updatable) for fixed patterns of P and A.
 
   NOTE: only OSQP's embedded modes build from the sources shipped in the wheel, and their workspace (KKT ordering,
-  symbolic factorization, settings) comes from the wheel's own `codegen()` (osqp-notes.md). The workspace is set up
+  symbolic factorization, settings) comes from the wheel's own `codegen()`. The workspace is set up
   with placeholder values; the generated solver replaces every value with `osqp_update_data_mat/_vec` before use.
 
   Attributes:

@@ -13,12 +13,11 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-  sys.path.insert(0, str(ROOT))
+from anvil.problems import cartpole_mpc as cm
 
-from examples.cpp.harness import build_harness, write_module  # noqa: E402
-from examples.models import cartpole_mpc as cm  # noqa: E402
+from harness import build_harness, write_module
+
+ROOT = Path(__file__).resolve().parents[2]
 
 MODULE = "cartpole_controller"
 

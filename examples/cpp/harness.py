@@ -18,8 +18,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 import anvil
-from anvil.codegen import NumericalFunction
-from anvil.codegen.jit import find_c_compiler, find_compiler
+from anvil.codegen import NumericalFunction, find_c_compiler, find_compiler
 from anvil.mpc import MPCFunction
 
 HERE = Path(__file__).resolve().parent

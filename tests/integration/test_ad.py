@@ -11,7 +11,7 @@ from hypothesis.extra import numpy as hnp
 import anvil as av
 from anvil import Arg, Tensor
 from anvil.ad import VmapError, gradient, hessian, jacobian, jvp, vjp, vmap
-from examples.models import cartpole, quadrotor
+from anvil.problems import cartpole, quadrotor
 
 A = np.array([[1.0, -2.0, 0.5], [0.25, 3.0, -1.0]])
 A_T = Tensor(A)

@@ -12,7 +12,7 @@ import scipy.sparse as sp
 import anvil as av
 from anvil import Arg, Tensor
 from anvil.ad import hessian, jacobian, sphessian, spjacobian
-from examples.models import quadrotor, shooting
+from anvil.problems import quadrotor, shooting
 from tests.integration.test_ad import fd_jacobian
 
 

@@ -16,7 +16,7 @@ BUILD = """
 import json, sys, numpy as np
 import anvil as av
 from anvil.codegen import STAGE_COUNTS
-from examples.models import cartpole
+from anvil.problems import cartpole
 C = av.Tensor(np.array([0.5, -1.0, 2.0, 0.25]))
 f = av.NumericalFunction("cache_fn", lambda x, u: cartpole.step(x, u) * C, (av.Arg(4), av.Arg(1)))
 y = f(cartpole.TEST_X, cartpole.TEST_U)

@@ -16,7 +16,7 @@ import scipy.sparse as sp
 import anvil as av
 from anvil.ad import jacobian, vmap
 from anvil.codegen.build import STAGE_COUNTS
-from examples.models import quadrotor
+from anvil.problems import quadrotor
 
 F32, F64 = av.dtypes.float32, av.dtypes.float64
 DEVICES = {d.name: d for d in av.devices()}

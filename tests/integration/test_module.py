@@ -10,7 +10,7 @@ import pytest
 import scipy.sparse as sp
 
 import anvil as av
-from examples.models import cartpole, quadrotor
+from anvil.problems import cartpole, quadrotor
 
 N = av.CodegenIntConstant("N_POINTS", 3)
 TWO_N = av.CodegenIntConstant.from_expr("TWO_N", N * 2)

@@ -11,9 +11,9 @@ import pytest
 import anvil as av
 from anvil import Arg, Tensor
 from anvil.mpc import LeastSquares, MPCFunction, MPCOptions, Soft, rk4, simulate
-from examples.models import cartpole
-from examples.models import cartpole_mpc as cm
-from examples.models.backend import TINYGRAD
+from anvil.problems import cartpole
+from anvil.problems import cartpole_mpc as cm
+from anvil.problems.backend import TINYGRAD
 
 N_SMALL = 10
 INF = np.inf
@@ -47,7 +47,7 @@ def casadi_ocp(
   with tip_max the pole tip xc + 0.5 sin(theta) stays in ±tip_max at stages 0..n-1 and theta_N = 0. Returns the
   optimal inputs."""
   ca = pytest.importorskip("casadi")
-  from examples.models.backend import Backend
+  from anvil.problems.backend import Backend
 
   b = Backend(sin=ca.sin, cos=ca.cos, stack=lambda *xs: ca.vertcat(*xs))
   refs = np.zeros((n + 1, 4)) if x_ref is None else x_ref

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from anvil.mpc import MPCFunction, simulate
+from anvil.problems import cartpole_mpc as cm
 from examples.cpp.harness import INCLUDES, SOURCE, build_harness, run_harness
-from examples.models import cartpole_mpc as cm
 
 STEPS = 20
 SANITIZE = ("-O1", "-g", "-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all")
@@ -43,7 +43,7 @@ def test_python_and_cpp_closed_loops_agree(mpc: MPCFunction, harness: Path) -> N
 
 
 def test_full_closed_loop_cost_matches_casadi_reference(harness: Path) -> None:
-  # COST_STABILIZE is the closed-loop cost that CasADi IPOPT and sqpmethod agree on (examples/models/cartpole_mpc.py)
+  # COST_STABILIZE is the closed-loop cost that CasADi IPOPT and sqpmethod agree on (anvil/problems/cartpole_mpc.py)
   run = run_harness(harness, cm.X0_STABILIZE, cm.STEPS_STABILIZE)
   assert run.cost == pytest.approx(cm.COST_STABILIZE, abs=2e-6)
   assert np.abs(run.x[-1]).max() < 1e-6, "the cart-pole is stabilized at the origin"

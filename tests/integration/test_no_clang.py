@@ -12,7 +12,7 @@ SCRIPT = """
 import numpy as np
 import anvil as av
 from tinygrad.device import Device
-from examples.models import quadrotor
+from anvil.problems import quadrotor
 J = av.Tensor(np.diag([1.0, 2.0, 3.0]))
 f = av.NumericalFunction("noclang_quad", lambda x, u: (quadrotor.step(x, u), J @ x[9:12]), (av.Arg(12), av.Arg(4)))
 assert "std::cos" in f.source_code and "std::sin" in f.source_code

@@ -18,7 +18,7 @@ from hypothesis.extra import numpy as hnp
 
 import anvil as av
 from anvil import Arg, Tensor, dtypes
-from examples.models import cartpole, quadrotor
+from anvil.problems import cartpole, quadrotor
 
 F64: dict[str, Any] = {"rtol": 1e-12, "atol": 1e-12}
 F32: dict[str, Any] = {"rtol": 1e-5, "atol": 1e-5}

@@ -7,87 +7,15 @@ from typing import Any
 import numpy as np
 import osqp
 import pytest
-import scipy.sparse as sp
 
+from anvil.problems.ocp_qp import osqp_solution, random_qp, sparse_form
 from anvil.qp import RiccatiQP
-
-
-def random_qp(rng: np.random.Generator, nx: int, nu: int, N: int, ng: int, ngN: int, pull: float) -> dict[str, Any]:
-  """Stable-ish random dynamics, PD stage costs, a linear term `pull` driving states into box rows, general rows."""
-  nz = nx + nu
-  A = np.eye(nx) + 0.1 * rng.normal(size=(N, nx, nx))
-  B = 0.1 * rng.normal(size=(N, nx, nu))
-  c = 0.01 * rng.normal(size=(N, nx))
-  M = rng.normal(size=(N, nz, nz))
-  H = np.einsum("kij,klj->kil", M, M) / nz + 0.1 * np.eye(nz)
-  g = pull * rng.normal(size=(N, nz))
-  MN = rng.normal(size=(nx, nx))
-  HN, gN = MN @ MN.T / nx + np.eye(nx), pull * rng.normal(size=nx)
-  G = np.concatenate([np.eye(nz)[None].repeat(N, 0), rng.normal(size=(N, ng - nz, nz))], axis=1)
-  lo, hi = -np.ones((N, ng)), np.ones((N, ng))
-  lo[0, :nx], hi[0, :nx] = -np.inf, np.inf  # x_0 is fixed: no bounds on it
-  lo[:, nz:], hi[:, nz:] = -1.5, 1.5
-  GN = rng.normal(size=(ngN, nx))
-  loN, hiN = -np.ones(ngN), np.full(ngN, np.inf)
-  x0 = 0.5 * rng.uniform(-1, 1, size=nx)
-  return dict(H=H, g=g, HN=HN, gN=gN, A=A, B=B, c=c, x0=x0, G=G, lo=lo, hi=hi, GN=GN, loN=loN, hiN=hiN)
-
-
-def osqp_form(d: dict[str, Any]) -> tuple[sp.csc_matrix, np.ndarray, sp.csc_matrix, np.ndarray, np.ndarray]:
-  """The same QP in w = [x_0 .. x_N, u_0 .. u_{N-1}, u_N] as OSQP takes it: (triu P, q, A, l, u)."""
-  N, nx, nu = d["B"].shape[0], d["B"].shape[1], d["B"].shape[2]
-  nuN = d["HN"].shape[0] - nx
-  nw = (N + 1) * nx + N * nu + nuN
-  xi = lambda k: np.arange(k * nx, (k + 1) * nx)
-  ui = lambda k: (N + 1) * nx + np.arange(k * nu, (k + 1) * nu)
-  zN = np.concatenate([xi(N), (N + 1) * nx + N * nu + np.arange(nuN)])
-  P, q = np.zeros((nw, nw)), np.zeros(nw)
-  rows, lo, hi = [], [], []
-
-  def row(entries: list[tuple[np.ndarray, np.ndarray]], low: float, high: float) -> None:
-    r = np.zeros(nw)
-    for idx, vals in entries:
-      r[idx] += vals
-    rows.append(r)
-    lo.append(low)
-    hi.append(high)
-
-  for i in range(nx):
-    row([(xi(0)[i : i + 1], np.ones(1))], d["x0"][i], d["x0"][i])
-  for k in range(N):
-    z = np.concatenate([xi(k), ui(k)])
-    P[np.ix_(z, z)] += d["H"][k]
-    q[z] += d["g"][k]
-    for i in range(nx):
-      row(
-        [(xi(k), d["A"][k][i]), (ui(k), d["B"][k][i]), (xi(k + 1)[i : i + 1], -np.ones(1))],
-        -d["c"][k][i],
-        -d["c"][k][i],
-      )
-    for m in range(d["G"].shape[1]):
-      row([(z, d["G"][k][m])], d["lo"][k][m], d["hi"][k][m])
-  P[np.ix_(zN, zN)] += d["HN"]
-  q[zN] += d["gN"]
-  for m in range(d["GN"].shape[0]):
-    row([(zN, d["GN"][m])], d["loN"][m], d["hiN"][m])
-  return sp.csc_matrix(np.triu(P)), q, sp.csc_matrix(np.array(rows)), np.clip(lo, -1e30, 1e30), np.clip(hi, -1e30, 1e30)
-
-
-def osqp_reference(d: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """The QP solved by OSQP (eps 1e-10, polished): (x, u, u_N)."""
-  N, nx, nu = d["B"].shape[0], d["B"].shape[1], d["B"].shape[2]
-  solver = osqp.OSQP()
-  solver.setup(*osqp_form(d), eps_abs=1e-10, eps_rel=1e-10, polishing=True, verbose=False, max_iter=500000)
-  res = solver.solve(raise_error=False)
-  assert res.info.status == "solved" and res.info.status_polish == 1
-  nxs, nus = (N + 1) * nx, N * nu
-  return res.x[:nxs].reshape(N + 1, nx), res.x[nxs : nxs + nus].reshape(N, nu), res.x[nxs + nus :]
 
 
 def osqp_infeasible(d: dict[str, Any]) -> bool:
   """Whether OSQP (eps 1e-9) finds the QP primal infeasible."""
   solver = osqp.OSQP()
-  solver.setup(*osqp_form(d), eps_abs=1e-9, eps_rel=1e-9, verbose=False, max_iter=200000)
+  solver.setup(*sparse_form(d), eps_abs=1e-9, eps_rel=1e-9, verbose=False, max_iter=200000)
   return solver.solve(raise_error=False).info.status == "primal infeasible"
 
 
@@ -117,7 +45,7 @@ def test_random_qps_match_osqp(nx: int, nu: int, N: int, extra: int) -> None:
     d = random_qp(rng, nx, nu, N, ng, 1, pull)
     sol = qp(1e-10, **d)
     assert sol.status == "solved" and sol.iterations < 40
-    x_ref, u_ref, _ = osqp_reference(d)
+    x_ref, u_ref, _ = osqp_solution(d)
     np.testing.assert_allclose(sol.x, x_ref, atol=1e-6)
     np.testing.assert_allclose(sol.u, u_ref, atol=1e-6)
     stat, dyn = kkt_residuals(d, sol)
@@ -209,7 +137,7 @@ def test_warm_start_from_the_previous_solution() -> None:
   again_cold = qp(1e-10, **nudged)
   assert cold.status == again_cold.status == warm.status == "solved"
   np.testing.assert_allclose(warm.u, again_cold.u, atol=1e-7)
-  np.testing.assert_allclose(warm.x, osqp_reference(nudged)[0], atol=1e-6)
+  np.testing.assert_allclose(warm.x, osqp_solution(nudged)[0], atol=1e-6)
   assert warm.iterations <= again_cold.iterations
 
 
@@ -252,7 +180,7 @@ def test_true_equalities_and_soft_rows_match_osqp(nx: int, N: int) -> None:
       assert sol.status == "infeasible"
       continue
     assert sol.status == "solved" and sol.iterations < 40, (sol.status, sol.iterations)
-    x_ref, u_ref, uN_ref = osqp_reference(d)
+    x_ref, u_ref, uN_ref = osqp_solution(d)
     np.testing.assert_allclose(sol.x, x_ref, atol=1e-6)
     np.testing.assert_allclose(sol.u, u_ref, atol=1e-6)
     np.testing.assert_allclose(sol.uN, uN_ref, atol=1e-6)
@@ -264,4 +192,4 @@ def test_true_equalities_and_soft_rows_match_osqp(nx: int, N: int) -> None:
   assert solved >= 2 and slack_used > 1e-3, "most instances are feasible and some path row needs its slack"
   warm = qp(1e-10, warm_start=True, **{**d, "g": d["g"] * 1.01})
   assert warm.status == "solved"
-  np.testing.assert_allclose(warm.u, osqp_reference({**d, "g": d["g"] * 1.01})[1], atol=1e-6)
+  np.testing.assert_allclose(warm.u, osqp_solution({**d, "g": d["g"] * 1.01})[1], atol=1e-6)

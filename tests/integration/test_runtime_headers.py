@@ -16,10 +16,10 @@ import scipy.sparse as sp
 import anvil as av
 from anvil.codegen.gpu import NVRTC_LIBRARIES
 from anvil.codegen.runtime import INCLUDE_DIRS, header_path
+from anvil.problems.ocp_qp import osqp_solution, random_qp
 from anvil.qp import OSQPOptions, RiccatiQP
 from anvil.qp.kkt import ActiveSetKKT
 from anvil.qp.osqp import EmbeddedOSQP
-from tests.integration.test_riccati import osqp_reference, random_qp
 
 HEADERS = sorted(p.name for root in INCLUDE_DIRS for p in (root / "anvil").glob("*.hpp"))
 WARNINGS = ("-std=c++17", "-Wall", "-Wextra", "-Wpedantic", "-Werror")
@@ -125,7 +125,7 @@ def test_riccati_header_solves_qps_like_osqp(cxx: str, tmp_path: Path, sanitize:
     out = run(exe, flat)
     assert int(out[0]) == 0 and int(out[1]) < 40, "solved"
     x, u = np.array(out[2 : 2 + (N + 1) * nx]).reshape(N + 1, nx), np.array(out[2 + (N + 1) * nx :]).reshape(N, nu)
-    x_ref, u_ref, _ = osqp_reference(d)
+    x_ref, u_ref, _ = osqp_solution(d)
     np.testing.assert_allclose(x, x_ref, atol=1e-6)
     np.testing.assert_allclose(u, u_ref, atol=1e-6)
 

@@ -167,9 +167,9 @@ def test_locally_infeasible_constraints_end_at_the_least_violation() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("qp", ["osqp", "riccati"])
 def test_p2_cartpole_swing_up(qp: str) -> None:
-  from anvil.mpc.transcription import shooting_layout
+  from anvil.mpc import shooting_layout
+  from anvil.problems import shooting
   from anvil.qp import RiccatiOptions
-  from examples.models import shooting
 
   n = 50
   size = shooting.size(n)

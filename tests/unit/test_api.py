@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 import re
 from pathlib import Path
@@ -35,6 +36,25 @@ def test_public_names_are_frozen() -> None:
 def test_every_public_object_has_a_docstring() -> None:
   for name in PUBLIC - {"Tensor", "dtypes", "__version__"}:
     assert getattr(av, name).__doc__, name
+
+
+SUBPACKAGES = {
+  "anvil.ad": {"SparsityError", "VmapError", "gradient", "hessian", "jacobian", "jvp", "sphessian", "spjacobian", "vjp",
+               "vmap"},
+  "anvil.qp": {"OCPQPSolution", "OSQPOptions", "QPBackend", "QPOptions", "QPProblem", "QPStatus", "RiccatiOptions",
+               "RiccatiQP", "StageLayout"},
+  "anvil.sqp": {"SQPFunction", "SQPOptions", "SQPResult", "SQPStatus"},
+  "anvil.mpc": {"ClosedLoop", "LeastSquares", "MPCFunction", "MPCOptions", "MPCSolution", "Soft", "plot_closed_loop",
+                "rk4", "shooting_layout", "simulate"},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("package", "names"), SUBPACKAGES.items())
+def test_subpackage_names_are_frozen_and_documented(package: str, names: set[str]) -> None:
+  module = importlib.import_module(package)
+  assert {n for n in dir(module) if not n.startswith("_") and not inspect.ismodule(getattr(module, n))} == names
+  for name in names - {"QPOptions"}:  # a type alias
+    assert getattr(module, name).__doc__, f"{package}.{name}"
 
 
 # the layers: mpc -> sqp -> qp -> codegen, with ad beside qp; the reference problems use everything, nothing uses them

@@ -14,7 +14,7 @@ from tinygrad import Tensor, dtypes
 
 import anvil  # noqa: F401  (sets tinygrad's NULL tracing device and float64 default)
 from anvil.ad.sparsity import SparsityError, hessian_sparsity, jacobian_sparsity
-from examples.models import cartpole, quadrotor
+from anvil.problems import cartpole, quadrotor
 
 Array = np.ndarray
 

@@ -1,4 +1,5 @@
-"""P1: quadrotor, 12 states, 4 rotor thrusts, RK4 with h = 0.02 s (problems.md)."""
+"""P1, the quadrotor: 12 states (position, ZYX Euler angles, world velocity, body rates), 4 rotor thrusts, one RK4
+step of h = 0.02 s."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from examples.models.backend import NUMPY, TINYGRAD, Backend, rk4
+from anvil.problems.backend import NUMPY, TINYGRAD, Backend, rk4
 
 M, G, L, KAPPA = 0.5, 9.81, 0.175, 0.016
 JX, JY, JZ = 2.3e-3, 2.3e-3, 4.0e-3

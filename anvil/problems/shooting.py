@@ -1,4 +1,5 @@
-"""P2 multiple shooting (problems.md): defects g(w, x_init) and the Lagrangian, batched over the N stages.
+"""The P2 swing-up as a hand-written multiple-shooting NLP: defects g(w, x_init) and the Lagrangian, batched over
+the N stages.
 
 w = [x0, u0, x1, u1, ..., x_{N-1}, u_{N-1}, x_N]; g(w) = [x0 - x_init; x_{k+1} - F(x_k, u_k) for k = 0..N-1].
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from tinygrad import Tensor
 
-from examples.models import cartpole
+from anvil.problems import cartpole
 
 NX, NU = cartpole.NX, cartpole.NU
 STAGE = NX + NU

@@ -1,4 +1,5 @@
-"""P2: cart-pole, 4 states, 1 input (horizontal force), RK4 with h = 0.05 s (problems.md)."""
+"""P2, the cart-pole: 4 states (cart position, pole angle from upright, their rates), 1 input (the horizontal force
+on the cart), one RK4 step of h = 0.05 s."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from examples.models.backend import NUMPY, TINYGRAD, Backend, rk4
+from anvil.problems.backend import NUMPY, TINYGRAD, Backend, rk4
 
 MC, MP, LP, G = 1.0, 0.3, 0.5, 9.81
 H = 0.05

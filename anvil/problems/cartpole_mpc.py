@@ -1,4 +1,5 @@
-"""P2 cart-pole MPCs (problems.md), defined once for the examples, tests, demo and benchmarks."""
+"""The P2 cart-pole MPCs: the stabilizing controller (N = 30, terminal cost 10 Q, |u| <= 20 N, |xc| <= 2 m) and the
+swing-up (N = 50, x_N = 0), defined once for the examples, tests, demo and benchmarks."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from tinygrad import Tensor
 
 from anvil import Arg, NumericalFunction
 from anvil.mpc import MPCFunction, MPCOptions, rk4
-from examples.models import cartpole
-from examples.models.backend import TINYGRAD
+from anvil.problems import cartpole
+from anvil.problems.backend import TINYGRAD
 
 NX, NU = cartpole.NX, cartpole.NU
 Q_DIAG = np.diag(cartpole.Q).copy()

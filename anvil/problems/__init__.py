@@ -1,0 +1,6 @@
+"""anvil.problems: the reference problems, each model written once over a small math backend (evaluated with numpy,
+traced with tinygrad), for examples, tests and benchmarks.
+
+P1 (`quadrotor`): a quadrotor, 12 states, 4 rotor thrusts. P2 (`cartpole`): a cart-pole, 4 states, 1 force; its
+MPCs (`cartpole_mpc`) and its swing-up as a hand-written multiple-shooting NLP (`shooting`).
+"""

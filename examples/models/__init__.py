@@ -1,1 +1,0 @@
-"""Reference problems of ../shared/problems.md, written once over a small math backend (numpy or tinygrad)."""

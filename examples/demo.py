@@ -2,7 +2,7 @@
 
 Run with `make demo`. It
   1. builds the P1 quadrotor RK4 step and checks it against numpy (a few lines: the core idea);
-  2. builds the P2 stabilizing cart-pole MPC (N = 30: multiple shooting, SQP with OSQP, all generated C++);
+  2. builds the P2 stabilizing cart-pole MPC (N = 30: multiple shooting, SQP with the Riccati QP solver, all C++);
   3. runs its closed loop from Python (`anvil.mpc.simulate`) and plots it to build/demo/cartpole_closed_loop.png;
   4. generates, compiles and runs the same controller in the standalone C++ harness (examples/cpp, build/demo/cpp);
   5. prints one table comparing the Python and C++ closed loops with the CasADi reference cost.

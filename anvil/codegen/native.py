@@ -1,10 +1,12 @@
-"""`NativeHandle`: the one Python side of a generated workspace's lifecycle (create, use, free) in a loaded library."""
+"""The Python side of generated code's native interface: `NativeHandle`, a workspace's lifecycle (create, use, free)
+in a loaded library, and `NativeStatus`, the statuses generated solvers report as int codes."""
 
 from __future__ import annotations
 
 import ctypes
 import weakref
-from typing import Any
+from enum import StrEnum
+from typing import Any, Self
 
 
 class NativeHandle:
@@ -35,3 +37,13 @@ class NativeHandle:
     fn = self.lib[f"anvil_{self.name}_{what}"]
     fn.restype, fn.argtypes = restype, list(argtypes)
     return fn
+
+
+class NativeStatus(StrEnum):
+  """The base of a status a generated solver reports as an int code: the position of its value in the subclass, as
+  the C++ enum lists them. A `str`, so `status == "converged"` works."""
+
+  @classmethod
+  def from_code(cls, code: int) -> Self:
+    """The status of the C++ code `code`."""
+    return list(cls)[code]

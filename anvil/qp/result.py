@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 import numpy as np
 from numpy.typing import NDArray
 
+from anvil.codegen.native import NativeStatus
+
 F64 = NDArray[np.float64]
 
 
-class QPStatus(StrEnum):
+class QPStatus(NativeStatus):
   """How a QP solve ended (a `str`: `status == "solved"` works). The generated C++ reports it as the code
   `anvil::qp::Status`, the position of the value in this class.
 
@@ -28,14 +29,6 @@ class QPStatus(StrEnum):
   infeasible = "infeasible"
   nonconvex = "nonconvex"
   numerical_error = "numerical_error"
-
-  @classmethod
-  def from_code(cls, code: int) -> QPStatus:
-    """The status of the C++ code `code`."""
-    return _QP_CODES[code]
-
-
-_QP_CODES = tuple(QPStatus)
 
 
 @dataclass(frozen=True)

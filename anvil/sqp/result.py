@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from anvil.codegen.native import NativeStatus
 
-class SQPStatus(StrEnum):
+
+class SQPStatus(NativeStatus):
   """How an SQP solve ended (a `str`: `status == "converged"` works). The generated C++ reports it as the code
   `anvil::sqp::Status`, the position of the value in this class.
 
@@ -26,14 +27,6 @@ class SQPStatus(StrEnum):
   max_iterations = "max_iterations"
   infeasible = "infeasible"
   numerical_error = "numerical_error"
-
-  @classmethod
-  def from_code(cls, code: int) -> SQPStatus:
-    """The status of the C++ code `code`."""
-    return _SQP_CODES[code]
-
-
-_SQP_CODES = tuple(SQPStatus)
 
 
 @dataclass(frozen=True)

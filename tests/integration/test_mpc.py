@@ -196,6 +196,18 @@ def test_real_time_iteration() -> None:
   np.testing.assert_allclose(np.array(xs), cl.x[1:], atol=1e-10)
 
 
+def test_real_time_iteration_without_warm_start_prepares_nothing() -> None:
+  """Without a warm start the next guess depends on the next state: prepare() is a no-op (it used to dereference
+  the absent state and crash the process), and each call prepares at its own cold guess."""
+  mpc = cm.stabilizing("test_mpc_rti_cold", MPCOptions(mode="rti", warm_start=False), horizon=10)
+  first = mpc(cm.X0_STABILIZE)
+  assert first.success
+  assert mpc.prepare() == "converged"
+  again = mpc(cm.X0_STABILIZE)
+  assert again.success
+  np.testing.assert_allclose(again.u, first.u, atol=1e-12)  # both start cold from the same state
+
+
 SOFT = Soft(indices=(0,), l1=10.0, l2=10.0)
 
 
@@ -294,17 +306,18 @@ def test_riccati_qp_solver_swing_up_and_module(tmp_path: Any) -> None:
   swing.set_guess(*cm.swing_up_guess(cm.X0_SWING_UP))
   sol = swing(cm.X0_SWING_UP)  # the swing-up NLP through the transcription, QPs by the Riccati interior point
   assert sol.success and sol.cost == pytest.approx(173.28254, rel=1e-6)
-  # the generated controller (SQP loop + Riccati QP) compiles warning-free
-  import shutil
+  # the generated controller (SQP loop + Riccati QP) compiles warning-free with g++ and clang++
   import subprocess
 
-  cxx = shutil.which("g++") or shutil.which("clang++")
+  from tests.conftest import available_compilers
+
   _, source = av.generate_module("ric_controller", [mpc], out_dir=tmp_path)
-  flags = ["-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", "-I", str(tmp_path / "osqp"), "-I",
+  flags = ["-std=c++17", "-O1", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-I", str(tmp_path / "osqp"), "-I",
            str(tmp_path / "osqp/inc/public"), "-I", str(tmp_path / "osqp/inc/private"), "-c", str(source), "-o",
            str(tmp_path / "m.o")]  # fmt: skip
-  proc = subprocess.run([cxx, *flags], capture_output=True, text=True)
-  assert proc.returncode == 0, proc.stderr[:2000]
+  for cxx in available_compilers():
+    proc = subprocess.run([cxx, *flags], capture_output=True, text=True)
+    assert proc.returncode == 0, (cxx, proc.stderr[:2000])
 
 
 def test_soft_path_input_and_terminal_constraints_agree_across_qp_solvers() -> None:

@@ -17,9 +17,10 @@ import anvil as av
 from anvil.codegen.gpu import NVRTC_LIBRARIES
 from anvil.codegen.runtime import INCLUDE_DIRS, header_path
 from anvil.problems.ocp_qp import osqp_solution, random_qp
-from anvil.qp import OSQPOptions, RiccatiQP
+from anvil.qp import OSQPOptions, QPStatus, RiccatiQP
 from anvil.qp.kkt import ActiveSetKKT
 from anvil.qp.osqp import EmbeddedOSQP
+from anvil.sqp import SQPStatus
 
 HEADERS = sorted(p.name for root in INCLUDE_DIRS for p in (root / "anvil").glob("*.hpp"))
 WARNINGS = ("-std=c++17", "-Wall", "-Wextra", "-Wpedantic", "-Werror")
@@ -82,6 +83,15 @@ def test_headers_are_guarded_and_include_only_headers_that_exist() -> None:
     assert f"#ifndef {guard}" in text and f"#define {guard}" in text, header
     for name in re.findall(r'#include "(anvil/[^"]+)"', text):
       assert header_path(name).is_file()
+
+
+@pytest.mark.parametrize(("header", "status"), [("qp", QPStatus), ("sqp", SQPStatus)])
+def test_python_statuses_read_the_cpp_codes(header: str, status: type[QPStatus] | type[SQPStatus]) -> None:
+  enum = re.search(r"enum Status : int \{([^}]*)\}", header_path(f"anvil/{header}.hpp").read_text())
+  assert enum is not None
+  codes = {name.strip(): int(value) for name, value in (item.split("=") for item in enum.group(1).split(","))}
+  assert codes == {s.value: i for i, s in enumerate(status)}
+  assert all(status.from_code(code) == name for name, code in codes.items())
 
 
 def test_cuda_header_lists_the_nvrtc_libraries_python_probes() -> None:

@@ -1,0 +1,112 @@
+"""The QP layer's options and stage layouts: validation, the former option names as aliases, and layouts the Riccati
+backend refuses (all checked without compiling)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from anvil.codegen import Arg, NumericalFunction
+from anvil.mpc import MPCOptions, shooting_layout
+from anvil.qp import OSQPOptions, QPProblem, RiccatiOptions, StageLayout
+from anvil.qp.stages import RiccatiBackend
+from anvil.sqp import SQPFunction, SQPOptions
+
+
+def test_qp_options_are_checked_field_by_field() -> None:
+  with pytest.raises(ValueError, match=r"OSQPOptions\.eps_abs"):
+    OSQPOptions(eps_abs=0.0)
+  with pytest.raises(ValueError, match=r"OSQPOptions\.max_iter"):
+    OSQPOptions(max_iter=2.5)  # type: ignore[arg-type]
+  with pytest.raises(TypeError, match=r"OSQPOptions\.polish"):
+    OSQPOptions(polish=1)  # type: ignore[arg-type]
+  with pytest.raises(ValueError, match=r"RiccatiOptions\.tol_min"):
+    RiccatiOptions(tol_min=1e-3)
+  with pytest.raises(ValueError, match=r"RiccatiOptions\.max_iter"):
+    RiccatiOptions(max_iter=0)
+
+
+def test_sqp_options_take_the_qp_solver_and_the_former_names() -> None:
+  assert SQPOptions().qp == OSQPOptions()
+  assert SQPOptions(qp_eps_abs=1e-6, qp_max_iter=50).qp == OSQPOptions(eps_abs=1e-6, max_iter=50)
+  options = SQPOptions(qp=OSQPOptions(eps_rel=1e-7))
+  assert (options.qp_eps_abs, options.qp_eps_rel, options.qp_max_iter) == (1e-10, 1e-7, 20000)
+  assert dataclasses.replace(options, max_iter=3).qp == options.qp  # replace() keeps them consistent
+  with pytest.raises(ValueError, match=r"qp_eps_abs=1e-06 disagrees with qp\.eps_abs=1e-10"):
+    SQPOptions(qp=OSQPOptions(), qp_eps_abs=1e-6)
+  with pytest.raises(ValueError, match=r"SQPOptions\.qp_eps_rel"):
+    SQPOptions(qp_eps_rel=-1.0)
+  with pytest.raises(TypeError, match=r"SQPOptions\.qp"):
+    SQPOptions(qp="osqp")  # type: ignore[arg-type]
+  riccati = SQPOptions(qp_eps_abs=1e-6).with_qp(RiccatiOptions())
+  assert riccati.qp == RiccatiOptions() and riccati.osqp == OSQPOptions(eps_abs=1e-6), "the elastic QPs keep OSQP's"
+  assert SQPOptions(qp_eps_abs=1e-6).with_qp(OSQPOptions()).qp == OSQPOptions()
+
+
+def test_mpc_options_take_the_qp_solver_and_the_former_names() -> None:
+  assert MPCOptions().qp == RiccatiOptions() and MPCOptions().qp_solver == "riccati"
+  assert MPCOptions(riccati_max_iter=40, riccati_tol=1e-9).qp == RiccatiOptions(max_iter=40, tol_min=1e-9)
+  osqp = MPCOptions(qp_solver="osqp", sqp=SQPOptions(qp_eps_abs=1e-7))
+  assert osqp.qp == OSQPOptions(eps_abs=1e-7) and osqp.sqp_options.qp == osqp.qp
+  given = MPCOptions(qp=RiccatiOptions(max_iter=30))
+  assert (given.qp_solver, given.riccati_max_iter, given.riccati_tol) == ("riccati", 30, 1e-10)
+  assert dataclasses.replace(given, mode="rti").sqp_options.max_iter == 1
+  assert given.sqp_options.qp == RiccatiOptions(max_iter=30)
+  with pytest.raises(ValueError, match=r"qp_solver='osqp' disagrees"):
+    MPCOptions(qp=RiccatiOptions(), qp_solver="osqp")
+  with pytest.raises(ValueError, match=r"riccati_max_iter=20 disagrees"):
+    MPCOptions(qp=RiccatiOptions(max_iter=30), riccati_max_iter=20)
+  with pytest.raises(TypeError, match=r"MPCOptions\.qp"):
+    MPCOptions(qp=SQPOptions())  # type: ignore[arg-type]
+
+
+def test_the_riccati_qp_solver_needs_a_stage_layout() -> None:
+  f = NumericalFunction("opt_f", lambda x, p: (x * x).sum(), (Arg(2), Arg(0)))
+  with pytest.raises(ValueError, match="RiccatiOptions solves QPs with a stage layout"):
+    SQPFunction("opt_nlp", f, None, SQPOptions(qp=RiccatiOptions()))
+  with pytest.raises(TypeError, match="stages must be a StageLayout"):
+    SQPFunction("opt_nlp", f, None, stages=((0, 0),))  # type: ignore[arg-type]
+
+
+def test_stage_layouts_are_checked() -> None:
+  layout = shooting_layout(3, 2, 1, nh=1, nhN=2, slack_stages=(1, 1, 3))
+  assert (layout.nu, layout.nuN) == (1 + 2, 1), "the most slacks of a stage k < N become inputs, stage N's terminal"
+  assert layout.general_rows == (1 + 2 * 2, 2 + 2)
+  assert layout.variables[-3:] == ((1, 3), (1, 4), (3, 2))
+  good = {"N": 1, "nx": 1, "nu": 1, "nuN": 0, "variables": ((0, 0), (0, 1), (1, 0)),
+          "rows": (("initial", 0, 0), ("dynamics", 0, 0))}  # fmt: skip
+  StageLayout(**good)  # type: ignore[arg-type]
+  bad = {
+    "outside the stages": {"variables": ((0, 0), (0, 2), (1, 0))},
+    "two variables at one place": {"variables": ((0, 0), (0, 0), (1, 0))},
+    "no variable is the state": {"variables": ((0, 0), (0, 1))},
+    "exactly one row": {"rows": (("initial", 0, 0),)},
+    "kinds are": {"rows": (("initial", 0, 0), ("dynamics", 0, 0), ("path", 0, 0))},
+    "N: expected an int >= 1": {"N": 0},
+  }
+  for message, change in bad.items():
+    with pytest.raises(ValueError, match=message):
+      StageLayout(**{**good, **change})  # type: ignore[arg-type]
+
+
+def test_the_riccati_backend_refuses_qps_its_layout_does_not_fit() -> None:
+  """One stage of dynamics x1 = x0 + u0 (variables x0, u0, x1); a P or A entry joining stages the layout keeps apart
+  is an error when the backend is made, naming what couples them."""
+  layout = StageLayout(N=1, nx=1, nu=1, nuN=0, variables=((0, 0), (0, 1), (1, 0)),
+                       rows=(("initial", 0, 0), ("dynamics", 0, 0)))  # fmt: skip
+  jac = np.array([[1.0, 0.0, 0.0], [-1.0, -1.0, 1.0]])
+  a = sp.csc_array(np.vstack([jac, np.eye(3)]))
+  diagonal = sp.csc_array(np.eye(3))
+  backend = RiccatiBackend("layout_ok", QPProblem(diagonal, a, layout), RiccatiOptions())
+  assert backend.solver.nu == 1 and backend.solver.ng == 2, "a box row per stage variable"
+  coupled = sp.csc_array(np.triu(np.ones((3, 3))))
+  with pytest.raises(ValueError, match="P couples stages 0 and 1"):
+    RiccatiBackend("layout_p", QPProblem(coupled, a, layout), RiccatiOptions())
+  initial = sp.csc_array(np.vstack([[[1.0, 1.0, 0.0]], jac[1:], np.eye(3)]))
+  with pytest.raises(ValueError, match="initial row 0 of x_0"):
+    RiccatiBackend("layout_a", QPProblem(diagonal, initial, layout), RiccatiOptions())
+  with pytest.raises(ValueError, match="needs the QP's stage layout"):
+    RiccatiBackend("layout_none", QPProblem(diagonal, a), RiccatiOptions())

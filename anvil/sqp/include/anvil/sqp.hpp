@@ -543,9 +543,9 @@ class Solver {
   }
 
   /// The QP with the least regularization (0, or a tenth of the last one, x10 per retry) that is solved along a
-  /// direction of nonnegative curvature; infeasible as soon as it is infeasible; nonconvex past reg_max. Only the
-  /// first solve may start warm: a failed solve's iterate is no start for the next, more regularized QP (warm from
-  /// it, ADMM was seen to stall at every regularization up to reg_max on the cart-pole swing-up).
+  /// direction of nonnegative curvature; infeasible as soon as it is infeasible; nonconvex past reg_max. After a
+  /// failed solve the next starts cold: a failed solve's iterate is no start for the next, more regularized QP (warm
+  /// from it, ADMM was seen to stall at every regularization up to reg_max on the cart-pole swing-up).
   static int solve_regularized(double kkt_error, bool warm, double& reg, StatsT& stats, Clock::time_point& clock,
                                WS& ws) {
     auto& v = ws.v;
@@ -555,7 +555,7 @@ class Solver {
       stats.time_qp_update += lap(clock);
       if (status == anvil::qp::solved) {
         status = QP::solve(v.grad.data(), v.l.data(), v.u.data(), 1e-2 * kkt_error, warm, ws.qp);
-        warm = false;
+        warm = warm && status == anvil::qp::solved;
       }
       stats.time_qp_solve += lap(clock);
       if (status == anvil::qp::infeasible) return status;

@@ -4,6 +4,7 @@ in a loaded library, and `NativeStatus`, the statuses generated solvers report a
 from __future__ import annotations
 
 import ctypes
+import functools
 import weakref
 from enum import StrEnum
 from typing import Any, Self
@@ -46,4 +47,10 @@ class NativeStatus(StrEnum):
   @classmethod
   def from_code(cls, code: int) -> Self:
     """The status of the C++ code `code`."""
-    return list(cls)[code]
+    return cls.codes()[code]
+
+  @classmethod
+  @functools.cache
+  def codes(cls) -> tuple[Self, ...]:
+    """Every status, indexed by its C++ code."""
+    return tuple(cls)

@@ -25,6 +25,8 @@ from anvil.sqp.result import SQPResult, SQPStatus
 Fn = NumericalFunction[..., Any]
 HISTORY_NAMES = ("objective", "primal_infeasibility", "dual_infeasibility", "step", "regularization", "complementarity")
 TIME_NAMES = ("time_evaluation", "time_qp_update", "time_qp_solve", "time_line_search")
+# NOTE: unpacking runs on every MPC call from Python: statuses by their C++ codes, looked up once
+SQP_CODES, QP_CODES = SQPStatus.codes(), QPStatus.codes()
 
 
 @dataclass(frozen=True)
@@ -285,18 +287,18 @@ class SQPFunction(TemplatedFunction):
   ) -> tuple[int, SQPStatus, dict[str, Any]]:
     """(iterations, status, stats dict) from the arrays the JIT export of Stats filled (times: seconds spent in
     evaluations, QP updates, QP solves and the line search)."""
-    iterations, status = int(info[0]), SQPStatus.from_code(int(info[1]))
+    iterations, status = int(info[0]), SQP_CODES[int(info[1])]
     rows = slice(0, iterations + 1)
     stats: dict[str, Any] = {name: history[rows, c].copy() for c, name in enumerate(HISTORY_NAMES)}
     stats["qp_iterations"] = ihistory[rows, 0].copy()
-    stats["qp_status"] = tuple(QPStatus.from_code(int(code)) for code in ihistory[rows, 1])
+    stats["qp_status"] = tuple([QP_CODES[code] for code in ihistory[rows, 1].tolist()])
     for name, seconds in zip(TIME_NAMES, times, strict=True):
       stats[name] = float(seconds)
     if info[2] >= 0:
       stats["failed_function"] = self._function_name(int(info[2]))
       stats["failed_index"] = int(info[3])
       stats["message"] = f"{stats['failed_function']} returned NaN/inf at output {int(info[3])}"
-    elif info[4] >= 0 and status != SQPStatus.converged:
+    elif info[4] >= 0 and status is not SQPStatus.converged:
       kind = "g" if info[4] < self.m else "x"
       index = int(info[4]) if info[4] < self.m else int(info[4]) - self.m
       stats["most_violated"] = (kind, index, worst_violation)

@@ -7,8 +7,8 @@
 // into Python.
 #ifndef ANVIL_JIT_HPP
 #define ANVIL_JIT_HPP
+#include <cstring>
 #include <exception>
-#include <string>
 
 #if defined(_WIN32)
 #define ANVIL_EXPORT extern "C" __declspec(dllexport)
@@ -20,19 +20,20 @@ namespace anvil {
 namespace jit {
 
 /// Runs body; null on success, else the message of the exception it threw (valid until the next failure on this
-/// thread).
+/// thread; at most 1023 characters). NOTE: no <string>: it made a small function's JIT compile 0.25 -> 0.38 s.
 template <typename F>
 const char* guarded(F&& body) noexcept {
-  static thread_local std::string error;
+  static thread_local char error[1024];
   try {
     body();
     return nullptr;
   } catch (const std::exception& e) {
-    error = e.what();
+    std::strncpy(error, e.what(), sizeof(error) - 1);
   } catch (...) {
-    error = "unknown C++ exception";
+    std::strncpy(error, "unknown C++ exception", sizeof(error) - 1);
   }
-  return error.c_str();
+  error[sizeof(error) - 1] = '\0';
+  return error;
 }
 
 /// *ws = a new workspace of type W made by init(): the body of every anvil_<ns>_ws_new.

@@ -9,6 +9,8 @@
 // warm_start (bools); tables soft_in_g[ns], soft_index[ns] (where each softened bound lives, in w's bounds or g's),
 // shift_w[nw], shift_g[ng], shift_lam_x[nw] (the source of each entry when the solution is shifted by one stage; -1:
 // zero); SQP (anvil::sqp::Solver of the NLP) and Workspace (members sqp: the SQP's workspace, and s: a State<C>).
+// A controller calls solve() in full-SQP mode and feedback() (after prepare(), or preparing itself) in real-time
+// iteration mode.
 #ifndef ANVIL_MPC_HPP
 #define ANVIL_MPC_HPP
 #include <chrono>
@@ -78,10 +80,10 @@ class Controller {
     return prepare_at_guess(ws);
   }
 
+  /// Real-time iteration: the feedback phase (preparing first unless prepare() ran since the last call).
   static int feedback(const double* x0, const double* p, const double* lbx, const double* ubx, const double* lbu,
                       const double* ubu, const double* lbh, const double* ubh, const double* lbhN,
                       const double* ubhN, double* x, double* u, StatsT& stats, WS& ws) {
-    if (!C::real_time_iteration) return call(x0, p, lbx, ubx, lbu, ubu, lbh, ubh, lbhN, ubhN, x, u, stats, ws);
     auto& s = ws.s;
     const auto start = std::chrono::steady_clock::now();
     assemble(x0, p, lbx, ubx, lbu, ubu, lbh, ubh, lbhN, ubhN, ws);
@@ -99,10 +101,10 @@ class Controller {
     return stats.status;
   }
 
-  static int call(const double* x0, const double* p, const double* lbx, const double* ubx, const double* lbu,
+  /// Full SQP: iterate to convergence from the warm (or cold) guess.
+  static int solve(const double* x0, const double* p, const double* lbx, const double* ubx, const double* lbu,
                   const double* ubu, const double* lbh, const double* ubh, const double* lbhN, const double* ubhN,
                   double* x, double* u, StatsT& stats, WS& ws) {
-    if (C::real_time_iteration) return feedback(x0, p, lbx, ubx, lbu, ubu, lbh, ubh, lbhN, ubhN, x, u, stats, ws);
     auto& s = ws.s;
     const auto start = std::chrono::steady_clock::now();
     assemble(x0, p, lbx, ubx, lbu, ubu, lbh, ubh, lbhN, ubhN, ws);

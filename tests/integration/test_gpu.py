@@ -211,13 +211,16 @@ def test_cuda_p1_matches_numpy(dtype: object, rtol: float) -> None:
 @gpu
 @needs_cuda
 def test_cuda_batched_p1_matches_numpy_for_1000_states() -> None:
+  # NOTE: CUDA's double sin/cos are within 2 ulp, not correctly rounded as glibc's: at these states (angles up to 30
+  # rad) the step differs from numpy by up to 7e-12 (seen on an H100; the CPU function stays within 6e-13).
+  tol = 1e-11
   fb = vmap(quad("gpu_p1b", "CUDA"), size=1000)
   expected = np.array([quadrotor.step_numpy(x, u) for x, u in zip(X, U, strict=True)])
-  np.testing.assert_allclose(fb(X, U), expected, rtol=1e-12, atol=1e-12)
+  np.testing.assert_allclose(fb(X, U), expected, rtol=tol, atol=tol)
   xd, ud = av.CudaArray.from_numpy(X), av.CudaArray.from_numpy(U)  # device arrays: no host round trip
   yd = fb(xd, ud)
   assert isinstance(yd, av.CudaArray) and yd.shape == (1000, 12)
-  np.testing.assert_allclose(np.asarray(yd), expected, rtol=1e-12, atol=1e-12)
+  np.testing.assert_allclose(np.asarray(yd), expected, rtol=tol, atol=tol)
   with pytest.raises(TypeError, match="input 1 \\(u\\) is a host array"):
     fb(xd, U)
 

@@ -35,16 +35,13 @@ def count_error(name: str, inputs: Sequence[Arg], n: int) -> TypeError:
   return TypeError(f"{name}: expected {len(inputs)} input{'s' if len(inputs) != 1 else ''} ({names}), got {n}")
 
 
-def _library_call(lib: ctypes.CDLL, name: str, n: int) -> Callable[..., None]:
+def _library_call(ws: NativeHandle, n: int) -> Callable[..., None]:
   """The entry point taking the `n` arrays, then the workspace pointer."""
   if array_data_offset() is not None:
     # NOTE: passing the arrays themselves (py_object) lets C++ read their data pointers; `ndarray.ctypes.data` costs
     # about a microsecond per array, more than the whole call of a small function.
-    fast = lib[f"anvil_{name}_call_arrays"]
-    fast.restype, fast.argtypes = None, [ctypes.py_object] * n + [ctypes.c_void_p]
-    return fast
-  slow = lib[f"anvil_{name}_call"]
-  slow.restype, slow.argtypes = None, [ctypes.c_void_p, ctypes.c_void_p]
+    return ws.entry("call_arrays", None, *[ctypes.py_object] * n, ctypes.c_void_p)
+  slow = ws.entry("call", None, ctypes.c_void_p, ctypes.c_void_p)
   ptrs = (ctypes.c_void_p * n)()
 
   def call(*arrays_then_ws: Any) -> None:
@@ -63,7 +60,7 @@ def make_caller(
   n_in, n_out = len(inputs), len(outputs)
   env: dict[str, Any] = {
     "ndarray": np.ndarray, "empty": np.empty, "ws": ws, "wsp": ws.pointer, "wrap": wrap,
-    "lib_call": _library_call(ws.lib, name, n_in + n_out),
+    "lib_call": _library_call(ws, n_in + n_out),
     "convert": lambda i, v: convert_input(name, i, inputs[i], v),
     "wrong_count": lambda n: count_error(name, inputs, n),
   }  # fmt: skip

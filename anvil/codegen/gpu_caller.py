@@ -151,13 +151,9 @@ def make_gpu_caller(
   """`caller(*arrays)` on the workspace `ws`: host arrays go through `call()` (copies in and out); on CUDA, device
   arrays (anything with `__dlpack__` on a CUDA device) go through `call_device()` and the outputs come back as
   `CudaArray`s."""
-  lib = ws.lib
   n = len(inputs) + len(outputs)
-  host = lib[f"anvil_{name}_call"]
-  host.restype, host.argtypes = ctypes.c_char_p, [ctypes.c_void_p, ctypes.c_void_p]
-  device_call = lib[f"anvil_{name}_call_device"] if device == "CUDA" else None
-  if device_call is not None:
-    device_call.restype, device_call.argtypes = ctypes.c_char_p, [ctypes.c_void_p, ctypes.c_void_p]
+  host = ws.entry("call", ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p)
+  device_call = ws.entry("call_device", ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p) if device == "CUDA" else None
   dtypes = [numpy_dtype(o.dtype) for o in outputs]
 
   def result(outs: list[Any]) -> Any:

@@ -343,7 +343,7 @@ class _Entry:
     self.reset = handle.entry("reset", None, pointer)
     self.set_guess = handle.entry("set_guess", None, pointer, pointer, pointer)
     self.prepare = handle.entry("prepare", ctypes.c_int, pointer)
-    self.handle, self.ws, self.stats = handle, handle.pointer, stats
+    self.ws, self.stats = handle.pointer, stats
     self.x0, self.p = np.zeros(nx), np.zeros((N + 1, np_))
     self.x, self.u, self.scalars = np.zeros((N + 1, nx)), np.zeros((N, nu)), np.zeros(7)
     self.outputs = (ctypes.c_void_p * 2)(self.x.ctypes.data, self.u.ctypes.data)

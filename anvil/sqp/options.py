@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from anvil.qp.options import OSQPOptions, QPOptions, RiccatiOptions, check_bool, check_int, check_positive
 
@@ -48,11 +48,11 @@ class SQPOptions:
   """Print one line per iteration from the generated code."""
 
   def __post_init__(self) -> None:
-    numbers = ("tol", "regularization_min", "regularization_max", "armijo", "backtrack", "min_step")
-    for f in fields(self):
-      value = getattr(self, f.name)
-      if f.name in numbers or (f.name in OSQP_ALIASES and value is not None and f.name != "qp_max_iter"):
-        check_positive("SQPOptions", f.name, value)
+    for name in ("tol", "regularization_min", "regularization_max", "armijo", "backtrack", "min_step"):
+      check_positive("SQPOptions", name, getattr(self, name))
+    for name in ("qp_eps_abs", "qp_eps_rel"):
+      if getattr(self, name) is not None:
+        check_positive("SQPOptions", name, getattr(self, name))
     check_int("SQPOptions", "max_iter", self.max_iter)
     if self.qp_max_iter is not None:
       check_int("SQPOptions", "qp_max_iter", self.qp_max_iter)

@@ -53,8 +53,14 @@ def _environment(folder: Path) -> jinja2.Environment:
     keep_trailing_newline=True,
     autoescape=False,
   )
-  env.filters["float_hex"] = lambda v: float(v).hex()  # exact C++ literals for settings
+  env.filters["float_hex"] = _float_literal
   return env
+
+
+def _float_literal(value: float) -> str:
+  """An exact C++ literal for a setting (hexadecimal; ±HUGE_VAL for ±inf)."""
+  value = float(value)
+  return value.hex() if value not in (float("inf"), float("-inf")) else ("HUGE_VAL" if value > 0 else "-HUGE_VAL")
 
 
 def render_template(template: str, /, folder: Path = TEMPLATES, **context: Any) -> str:

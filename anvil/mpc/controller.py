@@ -20,8 +20,9 @@ from anvil.codegen.jit import cache_dir, cached_library, library_key, sources_fi
 from anvil.codegen.native import NativeHandle
 from anvil.codegen.templated import TemplatedFunction
 from anvil.mpc.costs import LeastSquares
+from anvil.mpc.labels import OCPLabels
 from anvil.mpc.options import MPCOptions
-from anvil.mpc.result import MPCSolution
+from anvil.mpc.result import FALLBACKS, MPCSolution
 from anvil.mpc.soft import Soft
 from anvil.mpc.transcription import Cost, Fn, Transcription
 from anvil.sqp import SQPFunction, SQPStatus
@@ -251,7 +252,13 @@ class MPCFunction(TemplatedFunction):
   def _entry(self) -> _Entry:
     entry = _Entry(self.handle, self.sqp.stats_buffers(), self.N, self.nx, self.nu, self.np)
     entry.default_inputs = entry.inputs(self.defaults)
+    entry.default_limits = self.sqp.limits(None, None, None)
     return entry
+
+  @cached_property
+  def labels(self) -> OCPLabels:
+    """Names of the OCP's stages, functions and bounds, for messages."""
+    return OCPLabels(self)
 
   def reset(self) -> None:
     """Forget the previous solution: the next call starts cold."""
@@ -283,10 +290,18 @@ class MPCFunction(TemplatedFunction):
     constraint_bounds: Bounds | None = None,
     x_terminal_bounds: Bounds | None = None,
     terminal_constraint_bounds: Bounds | None = None,
+    max_iter: int | None = None,
+    tol: float | None = None,
+    max_time: float | None = None,
   ) -> MPCSolution:
     """Solve from the state x0; p is the parameter ((np,) shared by all stages, or (N + 1, np) per stage); bounds
-    given here replace the defaults for this call only. In real-time-iteration mode this is the feedback phase (it
-    prepares first unless `prepare()` was called since the last call)."""
+    given here replace the defaults for this call only, and so do the SQP's limits max_iter (at most the options'),
+    tol and max_time (seconds). In real-time-iteration mode this is the feedback phase (it prepares first unless
+    `prepare()` was called since the last call).
+
+    Whatever the status, `u0` is usable: when the SQP neither converged nor reached the acceptable level, the
+    solution is the least-violation one (status "infeasible") or the previous plan shifted by one stage with its
+    inputs clipped to their bounds (`fallback` says which), and the next call starts cold."""
     e = self._entry
     if x0.__class__ is np.ndarray and x0.dtype == np.float64 and x0.shape == e.x0.shape:
       np.copyto(e.x0, x0)
@@ -298,15 +313,21 @@ class MPCFunction(TemplatedFunction):
       np.copyto(e.p, self._params(p))
     changed = (x_bounds, u_bounds, constraint_bounds, x_terminal_bounds, terminal_constraint_bounds)
     if all(b is None for b in changed):
-      inputs = e.default_inputs
+      inputs, bounds = e.default_inputs, self.defaults
     else:
       bounds = self._bounds(*changed, defaults=self.defaults)
       inputs = e.inputs(bounds)
-    e.call(inputs, e.outputs, e.pointers[0], e.pointers[1], e.pointers[2], e.pointers[3], e.ws)
+    if max_iter is None and tol is None and max_time is None:
+      limits = e.default_limits
+    else:
+      limits = self.sqp.limits(max_iter, tol, max_time)
+    e.call(inputs, e.outputs, limits.ctypes.data, e.pointers[0], e.pointers[1], e.pointers[2], e.pointers[3], e.ws)
     history, ihistory, info = e.stats
-    iterations, status, stats = self.sqp.unpack_stats(history, ihistory, info, float(e.scalars[0]), e.scalars[3:])
-    return MPCSolution(e.x.copy(), e.u.copy(), status, iterations, float(e.scalars[1]), float(e.scalars[2]),
-                       self.options.mode == "rti", stats)  # fmt: skip
+    scalars = e.scalars
+    iterations, status, stats = self.sqp.unpack_stats(history, ihistory, info, scalars[:2], scalars[5:], bounds,
+                                                      self.labels)  # fmt: skip
+    return MPCSolution(e.x.copy(), e.u.copy(), status, iterations, float(scalars[2]), float(scalars[3]),
+                       self.options.mode == "rti", stats, FALLBACKS[int(scalars[4])])  # fmt: skip
 
   def _params(self, p: ArrayLike | None) -> F64:
     N, np_ = self.N, self.np
@@ -339,17 +360,18 @@ class _Entry:
 
   def __init__(self, handle: NativeHandle, stats: tuple[Any, ...], N: int, nx: int, nu: int, np_: int) -> None:
     pointer = ctypes.c_void_p
-    self.call = handle.entry("call", ctypes.c_int, *[pointer] * 7)
+    self.call = handle.entry("call", ctypes.c_int, *[pointer] * 8)
     self.reset = handle.entry("reset", None, pointer)
     self.set_guess = handle.entry("set_guess", None, pointer, pointer, pointer)
     self.prepare = handle.entry("prepare", ctypes.c_int, pointer)
     self.ws, self.stats = handle.pointer, stats
     self.x0, self.p = np.zeros(nx), np.zeros((N + 1, np_))
-    self.x, self.u, self.scalars = np.zeros((N + 1, nx)), np.zeros((N, nu)), np.zeros(7)
+    self.x, self.u, self.scalars = np.zeros((N + 1, nx)), np.zeros((N, nu)), np.zeros(9)
     self.outputs = (ctypes.c_void_p * 2)(self.x.ctypes.data, self.u.ctypes.data)
     self.pointers = tuple(a.ctypes.data for a in (*stats, self.scalars))
     self.keep: list[Any] = []
     self.default_inputs: Any = None
+    self.default_limits: F64 = np.zeros(3)
 
   def inputs(self, bounds: dict[str, F64]) -> Any:
     """The pointer array of one call's inputs: x0, p and the bounds (kept alive while in use)."""

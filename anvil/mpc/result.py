@@ -8,7 +8,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from anvil.sqp.result import SQPStatus
+from anvil.sqp.result import SUCCESS, SQPStatus
+
+#: What a call's plan is (anvil::mpc::Stats::fallback): the SQP's solution, the previous plan shifted by one stage
+#: with its inputs clipped to their bounds, or the least-violation solution of an infeasible OCP.
+FALLBACKS = ("none", "shifted", "least_violation")
 
 
 @dataclass(frozen=True)
@@ -18,13 +22,18 @@ class MPCSolution:
   Attributes:
     x: predicted states, (N + 1, nx); x[0] is the measured state.
     u: planned inputs, (N, nu); apply u0 = u[0].
-    status: the SQP's status (an SQPStatus): "converged", "max_iterations", "infeasible" or "numerical_error".
+    status: the SQP's status (an SQPStatus): "converged", "acceptable", "max_iterations", "time_limit",
+      "infeasible" or "numerical_error" (see SQPStatus for what each means and what to do).
     iterations: SQP iterations taken.
     cost: the OCP's optimal cost (slack penalties included).
     solve_time: seconds spent in the generated C++ call.
     real_time_iteration: True when the controller runs one SQP iteration per call (then "max_iterations" is the
       normal outcome).
     stats: the SQP's per-iteration history and diagnostics (see `SQPResult.stats`).
+    fallback: what x and u are when the SQP did not succeed: "none" (the SQP's solution), "least_violation" (status
+      "infeasible": the trajectory that violates the constraints least, inputs within their bounds) or "shifted"
+      (the call's initial guess: the previous plan shifted by one stage, or the cold guess after a reset, with its
+      inputs clipped to their bounds). u0 is usable in every case.
   """
 
   x: NDArray[np.float64]
@@ -35,6 +44,7 @@ class MPCSolution:
   solve_time: float
   real_time_iteration: bool = False
   stats: dict[str, Any] = field(default_factory=dict, repr=False)
+  fallback: str = "none"
 
   @property
   def u0(self) -> NDArray[np.float64]:
@@ -42,6 +52,13 @@ class MPCSolution:
     return self.u[0]
 
   @property
+  def message(self) -> str:
+    """How the call ended, in the OCP's terms: the status, and for a failure the most violated bound or constraint
+    ("x_bounds: x[0] at stage 7 is 3, upper bound 2") or the function that returned NaN/inf."""
+    return str(self.stats.get("message", self.status))
+
+  @property
   def success(self) -> bool:
-    """True when the SQP converged (in real-time-iteration mode: when its one iteration completed)."""
-    return self.status == SQPStatus.converged or (self.real_time_iteration and self.status == SQPStatus.max_iterations)
+    """True when the SQP converged or reached the acceptable level (in real-time-iteration mode: when its one
+    iteration completed)."""
+    return self.status in SUCCESS or (self.real_time_iteration and self.status == SQPStatus.max_iterations)

@@ -73,17 +73,43 @@ def sparse_form(d: Mapping[str, Any]) -> tuple[sp.csc_matrix, np.ndarray, sp.csc
   return sp.csc_matrix(np.triu(P)), q, sp.csc_matrix(np.array(rows)), np.clip(lo, -1e30, 1e30), np.clip(hi, -1e30, 1e30)
 
 
+def elastic_form(d: Mapping[str, Any]) -> tuple[sp.csc_matrix, np.ndarray, sp.csc_matrix, np.ndarray, np.ndarray]:
+  """`sparse_form` with the elastic rows made explicit: each row of G (GN) with a price z > 0 (zN) gets two variables
+  v, w >= 0 appended to w (row + v - w within its bounds, cost z (v + w)), an L1 penalty on its violation."""
+  P, q, A, lo, hi = sparse_form(d)
+  N, nx, mg = d["B"].shape[0], d["B"].shape[1], d["G"].shape[1]
+  prices = np.concatenate([np.zeros(nx)] + [np.concatenate([np.zeros(nx), d["z"][k]]) for k in range(N)] + [d["zN"]])
+  elastic = np.flatnonzero(prices > 0)
+  n, e = A.shape[1], len(elastic)
+  slack = sp.csc_matrix((np.concatenate([np.ones(e), -np.ones(e)]), (np.tile(elastic, 2), np.arange(2 * e))),
+                        shape=(A.shape[0], 2 * e))  # fmt: skip
+  A = sp.vstack([sp.hstack([A, slack]), sp.hstack([sp.csc_matrix((2 * e, n)), sp.eye(2 * e)])], format="csc")
+  P = sp.block_diag([P, sp.csc_matrix((2 * e, 2 * e))], format="csc")
+  q = np.concatenate([q, np.tile(prices[elastic], 2)])
+  assert mg * N + nx * (N + 1) + len(d["zN"]) == len(prices)
+  return P, q, A, np.concatenate([lo, np.zeros(2 * e)]), np.concatenate([hi, np.full(2 * e, 1e30)])
+
+
 def osqp_solution(d: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """The QP solved by OSQP (its Python interface, eps 1e-10, polished): (x, u, u_N).
+  """The QP (in its `elastic_form` when d has prices z of elastic rows) solved by OSQP (its Python interface, eps
+  1e-10, polished): (x, u, u_N).
 
   Raises:
     RuntimeError: OSQP did not solve and polish it.
   """
   N, nx, nu = d["B"].shape[0], d["B"].shape[1], d["B"].shape[2]
   solver = osqp.OSQP()
-  solver.setup(*sparse_form(d), eps_abs=1e-10, eps_rel=1e-10, polishing=True, verbose=False, max_iter=500000)
+  solver.setup(
+    *(elastic_form(d) if "z" in d else sparse_form(d)),
+    eps_abs=1e-10,
+    eps_rel=1e-10,
+    polishing=True,
+    verbose=False,
+    max_iter=500000,
+  )
   res = solver.solve(raise_error=False)
   if res.info.status != "solved" or res.info.status_polish != 1:
     raise RuntimeError(f"OSQP: {res.info.status}, polish status {res.info.status_polish}")
   nxs, nus = (N + 1) * nx, N * nu
-  return res.x[:nxs].reshape(N + 1, nx), res.x[nxs : nxs + nus].reshape(N, nu), res.x[nxs + nus :]
+  nuN = d["HN"].shape[0] - nx
+  return res.x[:nxs].reshape(N + 1, nx), res.x[nxs : nxs + nus].reshape(N, nu), res.x[nxs + nus : nxs + nus + nuN]

@@ -3,9 +3,11 @@
 minimize Σ_k ½ z_kᵀH_k z_k + g_kᵀz_k + ½ z_NᵀH_N z_N + g_Nᵀz_N over z_k = [x_k; u_k] and z_N = [x_N; u_N], subject
 to x_0 = x0, x_{k+1} = A_k x_k + B_k u_k + c_k, lo_k ≤ G_k z_k ≤ hi_k (k < N) and loN ≤ G_N z_N ≤ hiN. A row with
 lo = hi is a true equality (a free multiplier, no slacks). u_N (nuN inputs, none by default) enter no dynamics: the
-slacks of soft terminal constraints. Mehrotra's predictor-corrector interior point; each Newton system is an LQ
-problem solved by a Riccati recursion over the stages (factored once per iteration, O(N (nx + nu)³)), sizes fixed at
-code generation. The C++ is anvil/riccati.hpp, templated on those sizes.
+slacks of soft terminal constraints. A row with a price z > 0 (data fields z, zN; 0 by default) is elastic: it may
+be violated at the cost z per unit (an L1 penalty, the elastic variables eliminated row by row). Mehrotra's
+predictor-corrector interior point; each Newton system is an LQ problem solved by a Riccati recursion over the stages
+(factored once per iteration, O(N (nx + nu)³)), sizes fixed at code generation. The C++ is anvil/riccati.hpp,
+templated on those sizes.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class RiccatiQP(TemplatedFunction):
     >>> sol = qp(H=H, g=g, HN=HN, gN=gN, A=A, B=B, c=c, x0=x0, G=G, lo=lo, hi=hi, GN=GN, loN=loN, hiN=hiN)
   """
 
-  FIELDS = ("H", "g", "HN", "gN", "A", "B", "c", "x0", "G", "lo", "hi", "GN", "loN", "hiN")
+  FIELDS = ("H", "g", "HN", "gN", "A", "B", "c", "x0", "G", "lo", "hi", "GN", "loN", "hiN", "z", "zN")
   template = "riccati"
   header_runtime = ("riccati",)
 
@@ -83,7 +85,7 @@ class RiccatiQP(TemplatedFunction):
     mg, mgN = max(self.ng, 1), max(self.ngN, 1)
     return {"H": (N, nz, nz), "g": (N, nz), "HN": (nzN, nzN), "gN": (nzN,), "A": (N, nx, nx), "B": (N, nx, nu),
             "c": (N, nx), "x0": (nx,), "G": (N, mg, nz), "lo": (N, mg), "hi": (N, mg), "GN": (mgN, nzN),
-            "loN": (mgN,), "hiN": (mgN,)}  # fmt: skip
+            "loN": (mgN,), "hiN": (mgN,), "z": (N, mg), "zN": (mgN,)}  # fmt: skip
 
   @property
   def solution_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -107,13 +109,15 @@ class RiccatiQP(TemplatedFunction):
 
   def __call__(self, tol: float = 1e-8, warm_start: bool = False, **data: ArrayLike) -> OCPQPSolution:
     """Solve to `tol`; `data` holds every field of FIELDS (G/lo/hi and GN/loN/hiN may be omitted or empty when ng or
-    ngN is 0); ±inf bounds mean none. warm_start starts from the previous call's solution (if it was solved)."""
+    ngN is 0; z/zN, the prices of elastic rows, default to 0: every row hard); ±inf bounds mean none. warm_start
+    starts from the previous call's solution (if it was solved)."""
     shapes = self.shapes
     parts = []
     for key in self.FIELDS:
       absent = key not in data or np.size(data[key]) == 0
-      if absent and ((key in ("G", "lo", "hi") and self.ng == 0) or (key in ("GN", "loN", "hiN") and self.ngN == 0)):
-        value: Any = np.zeros(shapes[key]) if key in ("G", "GN") else np.full(shapes[key], np.inf)
+      if absent and (key in ("z", "zN") or (key in ("G", "lo", "hi") and self.ng == 0)
+                     or (key in ("GN", "loN", "hiN") and self.ngN == 0)):  # fmt: skip
+        value: Any = np.zeros(shapes[key]) if key in ("G", "GN", "z", "zN") else np.full(shapes[key], np.inf)
       elif key not in data:
         raise TypeError(f"{self.name}: missing data field {key!r}")
       else:

@@ -19,6 +19,7 @@ import scipy.sparse as sp
 
 from anvil.qp.backend import QPBackend, QPProblem
 from anvil.qp.options import RiccatiOptions
+from anvil.qp.osqp import INCLUDE_DIRS, qdldl_files
 from anvil.qp.riccati import RiccatiQP, flat_offsets
 
 ROW_KINDS = ("initial", "dynamics", "stage")
@@ -95,6 +96,7 @@ class _RiccatiBackendContext:
   nx: int
   data_size: int
   options: RiccatiOptions
+  n_elastic: int
   buffers: tuple[tuple[str, str, int], ...]
   tables: tuple[tuple[str, tuple[int, ...]], ...]
 
@@ -137,6 +139,15 @@ class RiccatiBackend(QPBackend[RiccatiOptions]):
     """The stage QP's solver."""
     return (self.solver,)
 
+  def extra_files(self) -> dict[str, str]:
+    """QDLDL from OSQP's sources, for the screening's KKT factorization (anvil/kkt.hpp)."""
+    return qdldl_files()
+
+  @property
+  def include_dirs(self) -> tuple[str, ...]:
+    """QDLDL's include folders among the extra files."""
+    return INCLUDE_DIRS
+
   @cached_property
   def tables(self) -> dict[str, tuple[int, ...]]:
     """The index tables of anvil/riccati_backend.hpp (offsets into Data and Solution as flat arrays)."""
@@ -149,7 +160,8 @@ class RiccatiBackend(QPBackend[RiccatiOptions]):
     return _RiccatiBackendContext(
       name=self.name, solver=self.solver.name, n=problem.n, m=problem.m, nnz_P=problem.p_pattern.nnz,
       nnz_A=problem.a_pattern.nnz, nx=self.stages.nx, data_size=flat_offsets(self.solver.shapes)[1],
-      options=self.options, buffers=self.kkt.buffers, tables=tuple(self.tables.items()),
+      options=self.options, n_elastic=len(self.tables["elastic_to_data"]), buffers=self.kkt.buffers,
+      tables=tuple(self.tables.items()),
     )  # fmt: skip
 
 
@@ -175,7 +187,7 @@ class _StageTables:
     return o["G"] + (k * self.mg + row) * self.nz + j if k < N else o["GN"] + row * self.nzN + j
 
   def bound_at(self, k: int, row: int, side: str) -> int:
-    """Offset of the lower ("lo") or upper ("hi") bound of stage k's row."""
+    """Offset of the lower ("lo") or upper ("hi") bound of stage k's row, or of its price when elastic ("z")."""
     return self.data[side] + k * self.mg + row if k < self.stages.N else self.data[f"{side}N"] + row
 
   def lam_at(self, k: int, row: int) -> int:
@@ -248,6 +260,9 @@ class _StageTables:
         dual.append(self.lam_at(k, row))
         sign.append(1)
     primal, gradient = [], []
+    # NOTE: the elastic rows (set_elastic): the general rows and the state boxes; input boxes and dynamics stay hard
+    elastic = [self.bound_at(k, self.general(k, i), "z") for kind, k, i in self.stages.rows if kind == "stage"]
+    elastic += [self.bound_at(k, i, "z") for k, i in self.stages.variables if i < nx]
     for k, i in self.stages.variables:
       lower.append(self.bound_at(k, i, "lo"))
       upper.append(self.bound_at(k, i, "hi"))
@@ -258,7 +273,7 @@ class _StageTables:
       primal.append(s["x"] + k * nx + i if i < nx else inputs + i - nx)
     return {"q_to_data": tuple(gradient), "l_to_data": tuple(lower), "u_to_data": tuple(upper),
             "primal_from": tuple(primal), "dual_from": tuple(dual), "dual_sign": tuple(sign),
-            "initial_rows": tuple(initial)}  # fmt: skip
+            "initial_rows": tuple(initial), "elastic_to_data": tuple(elastic)}  # fmt: skip
 
 
 def _entries(matrix: sp.csc_array) -> list[tuple[int, int]]:

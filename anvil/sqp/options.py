@@ -24,10 +24,19 @@ class SQPOptions:
   """Maximum number of SQP iterations (each solves one QP)."""
   tol: float = 1e-8
   """Termination: primal infeasibility ≤ tol, and dual infeasibility (stationarity of the Lagrangian) and
-  complementarity (|multiplier| x distance to its bound) ≤ tol · max(1, ‖∇f‖∞)."""
+  complementarity (|multiplier| x distance to its bound) ≤ tol · max(1, ‖∇f‖∞). A call may ask for another."""
+  acceptable_tol: float = 1e-6
+  """The same test at a looser level: met `acceptable_iter` iterations in a row, or where the line search stalls or a
+  limit is reached, the solve ends "acceptable" (as IPOPT's "Solved To Acceptable Level")."""
+  acceptable_iter: int = 5
+  """Iterations in a row within acceptable_tol that end a solve as "acceptable"."""
+  max_time: float = float("inf")
+  """Seconds a solve may take (checked once per iteration): past it, it ends "time_limit" with the last iterate (or
+  "acceptable" there). A call may ask for another."""
   qp: QPOptions | None = None
   """The QP solver and its settings: `OSQPOptions` (the default) or `RiccatiOptions` (for NLPs with a stage layout:
-  `SQPFunction(..., stages=...)`, as `MPCFunction` builds them). Elastic QPs are always OSQP's."""
+  `SQPFunction(..., stages=...)`, as `MPCFunction` builds them). The restoration phase's elastic QPs are the Riccati
+  interior point's own (elastic rows) with RiccatiOptions, else OSQP's with these settings."""
   qp_eps_abs: float | None = None
   """Alias of `OSQPOptions.eps_abs` for the OSQP QPs (the QPs themselves with OSQP, else the elastic ones)."""
   qp_eps_rel: float | None = None
@@ -48,12 +57,14 @@ class SQPOptions:
   """Print one line per iteration from the generated code."""
 
   def __post_init__(self) -> None:
-    for name in ("tol", "regularization_min", "regularization_max", "armijo", "backtrack", "min_step"):
+    for name in ("tol", "acceptable_tol", "max_time", "regularization_min", "regularization_max", "armijo", "backtrack",
+                 "min_step"):  # fmt: skip
       check_positive("SQPOptions", name, getattr(self, name))
     for name in ("qp_eps_abs", "qp_eps_rel"):
       if getattr(self, name) is not None:
         check_positive("SQPOptions", name, getattr(self, name))
     check_int("SQPOptions", "max_iter", self.max_iter)
+    check_int("SQPOptions", "acceptable_iter", self.acceptable_iter)
     if self.qp_max_iter is not None:
       check_int("SQPOptions", "qp_max_iter", self.qp_max_iter)
     check_bool("SQPOptions", "verbose", self.verbose)

@@ -19,8 +19,9 @@ from anvil.codegen import Arg, FunctionBase, NumericalFunction, SparseNumericalF
 from anvil.codegen.base import check_identifier
 from anvil.codegen.templated import TemplatedFunction
 from anvil.qp import QPBackend, QPProblem, QPStatus, RiccatiOptions, StageLayout
+from anvil.sqp.labels import NLPLabels
 from anvil.sqp.options import SQPOptions
-from anvil.sqp.result import SQPResult, SQPStatus
+from anvil.sqp.result import SUCCESS, SQPResult, SQPStatus
 
 Fn = NumericalFunction[..., Any]
 HISTORY_NAMES = ("objective", "primal_infeasibility", "dual_infeasibility", "step", "regularization", "complementarity")
@@ -50,6 +51,7 @@ class _SolverContext:
   nnz_Ae: int
   qp: str
   elastic: str
+  elastic_rows: bool
   options: SQPOptions
   tables: tuple[tuple[str, tuple[int, ...]], ...]
 
@@ -70,7 +72,9 @@ class SQPFunction(TemplatedFunction):
   in the same module), regularizes the Hessian only when a QP is nonconvex, solves each QP with a backend generated
   for the QPs' fixed patterns (`options.qp`: OSQP's own C code, polished, by default; the Riccati interior point for
   NLPs with a stage layout), and takes steps by a backtracking filter line search (objective vs L1 violation, Wächter
-  and Biegler); inconsistent linearized constraints fall back to an elastic QP (solved by OSQP).
+  and Biegler). When the linearized constraints are inconsistent, a QP fails or no step is acceptable, a feasibility
+  restoration phase minimizes the L1 violation alone (elastic QPs: the Riccati interior point's elastic rows, or
+  OSQP with slacks) until the violation is reduced enough, or ends "infeasible" at the least-violation point.
 
   Args:
     name: a C++ identifier.
@@ -187,6 +191,7 @@ class SQPFunction(TemplatedFunction):
       "jac_i": tuple(int(v) for v in jac.indices),
       "hess_p": tuple(int(v) for v in self.hessian.indptr),
       "hess_i": tuple(int(v) for v in self.hessian.indices),
+      "hard_rows": self.hard_rows,
     }
     return QPProblem(p_pattern, a_pattern, self.stages), QPProblem(pe_pattern, ae_pattern), tables
 
@@ -198,16 +203,36 @@ class SQPFunction(TemplatedFunction):
     return qp_options.backend(f"{self.name}_qp", self._qp_layout[0])
 
   @cached_property
-  def elastic(self) -> QPBackend:
-    """The backend solving the elastic QPs: OSQP, unpolished (a feasibility restoration needs no exact step)."""
+  def elastic(self) -> QPBackend | None:
+    """The backend solving the elastic QPs, or None when the QP backend solves them itself. With a stage layout, the
+    Riccati interior point's elastic rows (stage rows and state bounds elastic; initial, dynamics and input rows hard:
+    its QPs are always feasible); without one, OSQP with slacks on every constraint row."""
+    if self.stages is not None:
+      return None if isinstance(self.options.qp, RiccatiOptions) else RiccatiOptions().backend(
+        f"{self.name}_elastic", self._qp_layout[0])  # fmt: skip
+    # NOTE: unpolished: polishing needs P's full diagonal in its pattern, which the slacks' columns do not have
     return dataclasses.replace(self.options.osqp, polish=False).backend(f"{self.name}_elastic", self._qp_layout[1])
 
+  @cached_property
+  def hard_rows(self) -> tuple[int, ...]:
+    """For each row of g, then each bound on x: 1 when the elastic QPs keep it hard (the restoration then weighs its
+    violation above the others'), else 0."""
+    if self.stages is None:
+      return (0,) * self.m + (1,) * self.n
+    rows = tuple(int(kind != "stage") for kind, _, _ in self.stages.rows)
+    return rows + tuple(int(i >= self.stages.nx) for _, i in self.stages.variables)
+
   def dependencies(self) -> tuple[FunctionBase, ...]:
-    """f, ∇f, g, ∂g/∂x, the Lagrangian Hessian and the two QP backends."""
+    """f, ∇f, g, ∂g/∂x, the Lagrangian Hessian and the QP backends."""
     deps: list[FunctionBase] = [self.cost, self.gradient, self.hessian]
     if self.constraints is not None and self.jacobian is not None:
       deps[2:2] = [self.constraints, self.jacobian]
-    return (*deps, self.qp, self.elastic)
+    return (*deps, self.qp, *([] if self.elastic is None else [self.elastic]))
+
+  @cached_property
+  def labels(self) -> NLPLabels:
+    """Names of the NLP's functions, rows and variables, for messages."""
+    return NLPLabels(self)
 
   @cached_property
   def context(self) -> _SolverContext:
@@ -220,7 +245,8 @@ class SQPFunction(TemplatedFunction):
       constraints="" if self.constraints is None else self.constraints.name, jacobian="" if jac is None else jac.name,
       hessian=self.hessian.name, evaluations=tuple(f.name for f in evaluations if f is not None),
       nnz_jac=0 if jac is None else jac.nnz, nnz_hess=self.hessian.nnz, nnz_P=normal.p_pattern.nnz,
-      nnz_A=normal.a_pattern.nnz, nnz_Ae=elastic.a_pattern.nnz, qp=self.qp.name, elastic=self.elastic.name,
+      nnz_A=normal.a_pattern.nnz, nnz_Ae=elastic.a_pattern.nnz, qp=self.qp.name,
+      elastic="" if self.elastic is None else self.elastic.name, elastic_rows=self.stages is not None,
       options=self.options, tables=tuple(tables.items()),
     )  # fmt: skip
 
@@ -228,7 +254,7 @@ class SQPFunction(TemplatedFunction):
 
   @cached_property
   def _call(self) -> Any:
-    return self.handle.entry("call", ctypes.c_int, *[ctypes.c_void_p] * 7)
+    return self.handle.entry("call", ctypes.c_int, *[ctypes.c_void_p] * 8)
 
   def __call__(
     self,
@@ -240,8 +266,13 @@ class SQPFunction(TemplatedFunction):
     ubg: ArrayLike = (),
     lam_g0: ArrayLike | None = None,
     lam_x0: ArrayLike | None = None,
+    *,
+    max_iter: int | None = None,
+    tol: float | None = None,
+    max_time: float | None = None,
   ) -> SQPResult:
-    """Solve from x0 (optionally warm-starting the multipliers); ±inf bounds mean none."""
+    """Solve from x0 (optionally warm-starting the multipliers); ±inf bounds mean none. max_iter (at most the
+    options' max_iter), tol and max_time (seconds) replace the options' for this call."""
     n, m = self.n, self.m
     inputs = [self._vector("x0", x0, n, finite=True), self._vector("p", p, self.np, finite=True),
               self._vector("lbx", lbx, n), self._vector("ubx", ubx, n), self._vector("lbg", lbg, m),
@@ -252,14 +283,29 @@ class SQPFunction(TemplatedFunction):
       if np.any(lo > hi):
         i = int(np.argmax(lo > hi))
         raise ValueError(f"{self.name}: lb{what}[{i}] = {lo[i]} > ub{what}[{i}] = {hi[i]}")
+    limits = self.limits(max_iter, tol, max_time)
     outs = [np.empty(n), np.empty(1), np.empty(m), np.empty(n)]
-    (history, ihistory, info), scalars = self.stats_buffers(), np.zeros(5)
+    (history, ihistory, info), scalars = self.stats_buffers(), np.zeros(6)
     in_ptrs = (ctypes.c_void_p * 8)(*(a.ctypes.data for a in inputs))
     out_ptrs = (ctypes.c_void_p * 4)(*(a.ctypes.data for a in outs))
-    self._call(in_ptrs, out_ptrs, history.ctypes.data, ihistory.ctypes.data, info.ctypes.data, scalars.ctypes.data,
-               self.handle.pointer)  # fmt: skip
-    iterations, status, stats = self.unpack_stats(history, ihistory, info, scalars[0], scalars[1:])
+    self._call(in_ptrs, out_ptrs, limits.ctypes.data, history.ctypes.data, ihistory.ctypes.data, info.ctypes.data,
+               scalars.ctypes.data, self.handle.pointer)  # fmt: skip
+    bounds = (inputs[2], inputs[3], inputs[4], inputs[5])
+    iterations, status, stats = self.unpack_stats(history, ihistory, info, scalars[:2], scalars[2:], bounds)
     return SQPResult(outs[0], float(outs[1][0]), outs[2], outs[3], status, iterations, stats)
+
+  def limits(self, max_iter: int | None, tol: float | None, max_time: float | None) -> NDArray[np.float64]:
+    """[max_iter, tol, max_time] of one call: the options' where None, checked."""
+    options = self.options
+    if max_iter is not None and (isinstance(max_iter, bool) or not isinstance(max_iter, int)
+                                 or not 0 <= max_iter <= options.max_iter):  # fmt: skip
+      raise ValueError(f"{self.name}: max_iter must be an int in [0, {options.max_iter}] (the options' max_iter, "
+                       f"the size of the history), got {max_iter!r}")  # fmt: skip
+    for what, value in (("tol", tol), ("max_time", max_time)):
+      if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+        raise ValueError(f"{self.name}: {what} must be a positive number, got {value!r}")
+    return np.array([options.max_iter if max_iter is None else max_iter, options.tol if tol is None else tol,
+                     options.max_time if max_time is None else max_time], dtype=np.float64)  # fmt: skip
 
   def _vector(self, what: str, value: ArrayLike, size: int, finite: bool = False) -> NDArray[np.float64]:
     try:
@@ -275,34 +321,40 @@ class SQPFunction(TemplatedFunction):
   def stats_buffers(self) -> tuple[NDArray[np.float64], NDArray[np.int32], NDArray[np.int32]]:
     """Fresh arrays the JIT export of Stats fills: history, ihistory and info."""
     rows = self.options.max_iter + 1
-    return np.zeros((rows, 6)), np.zeros((rows, 2), dtype=np.int32), np.zeros(5, dtype=np.int32)
+    return np.zeros((rows, 6)), np.zeros((rows, 3), dtype=np.int32), np.zeros(5, dtype=np.int32)
 
   def unpack_stats(
     self,
     history: NDArray[np.float64],
     ihistory: NDArray[np.int32],
     info: NDArray[np.int32],
-    worst_violation: float,
+    worst: NDArray[np.float64],
     times: NDArray[np.float64],
+    bounds: Any,
+    labels: NLPLabels | None = None,
   ) -> tuple[int, SQPStatus, dict[str, Any]]:
-    """(iterations, status, stats dict) from the arrays the JIT export of Stats filled (times: seconds spent in
-    evaluations, QP updates, QP solves and the line search)."""
+    """(iterations, status, stats dict) from the arrays the JIT export of Stats filled (worst: the most violated
+    constraint's violation and value; times: seconds spent in evaluations, QP updates, QP solves and the line
+    search); `labels` (default: this NLP's) word the message, with the call's `bounds` (for this NLP: lbx, ubx, lbg,
+    ubg)."""
     iterations, status = int(info[0]), SQP_CODES[int(info[1])]
     rows = slice(0, iterations + 1)
     stats: dict[str, Any] = {name: history[rows, c].copy() for c, name in enumerate(HISTORY_NAMES)}
     stats["qp_iterations"] = ihistory[rows, 0].copy()
     stats["qp_status"] = tuple([QP_CODES[code] for code in ihistory[rows, 1].tolist()])
+    stats["restoration"] = ihistory[rows, 2].astype(bool)
     for name, seconds in zip(TIME_NAMES, times, strict=True):
       stats[name] = float(seconds)
+    labels = labels or self.labels
     if info[2] >= 0:
       stats["failed_function"] = self._function_name(int(info[2]))
       stats["failed_index"] = int(info[3])
-      stats["message"] = f"{stats['failed_function']} returned NaN/inf at output {int(info[3])}"
-    elif info[4] >= 0 and status is not SQPStatus.converged:
+      stats["message"] = f"{status}: {labels.failure(int(info[2]), int(info[3]))}"
+    elif info[4] >= 0 and status not in SUCCESS:
       kind = "g" if info[4] < self.m else "x"
       index = int(info[4]) if info[4] < self.m else int(info[4]) - self.m
-      stats["most_violated"] = (kind, index, worst_violation)
-      stats["message"] = f"{status}: most violated constraint {kind}[{index}] by {worst_violation:.3e}"
+      stats["most_violated"] = (kind, index, float(worst[0]))
+      stats["message"] = f"{status}: {labels.violation(int(info[4]), float(worst[0]), float(worst[1]), bounds)}"
     else:
       stats["message"] = str(status)
     return iterations, status, stats

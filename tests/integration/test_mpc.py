@@ -240,6 +240,22 @@ def test_soft_bounds_make_an_infeasible_problem_solvable(narrow: dict[str, MPCFu
     np.testing.assert_allclose(relaxed.x[k + 1], cartpole.step_numpy(relaxed.x[k], relaxed.u[k]), atol=1e-8)
 
 
+def test_an_infeasible_call_returns_a_usable_plan_and_the_next_recovers(narrow: dict[str, MPCFunction]) -> None:
+  """x_1 cannot reach |xc| <= 0.1 from 4 m/s: the call fails honestly (not "converged"), its plan is a fallback whose
+  inputs are within their bounds, its message speaks of the OCP's bounds and functions by stage, and the next call
+  from a feasible state succeeds without reset()."""
+  hard = narrow["hard"]
+  hard.reset()
+  for x0 in (np.array([0.0, 0.0, 4.0, 0.0]), np.array([0.5, 0.0, 0.0, 0.0])):
+    sol = hard(x0)
+    assert not sol.success and sol.fallback in ("shifted", "least_violation")
+    assert np.all(np.abs(sol.u) <= 20.0 + 1e-9) and np.all(np.isfinite(sol.x))
+    assert sol.message.startswith(f"{sol.status}: ") and " at stage " in sol.message, sol.message
+    assert "_nlp_" not in sol.message, "the message names the user's functions, not the NLP's"
+  recovered = hard(np.array([0.05, 0.0, 0.0, 0.0]))
+  assert recovered.success and recovered.fallback == "none"
+
+
 def test_failures_inside_simulate_are_reported(narrow: dict[str, MPCFunction]) -> None:
   cl = simulate(narrow["hard"], cartpole.step_numpy, np.array([0.0, 0.0, 4.0, 0.0]), 3)
   assert cl.failures >= 1 and sum(cl.status_counts.values()) == 3

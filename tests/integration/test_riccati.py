@@ -193,3 +193,30 @@ def test_true_equalities_and_soft_rows_match_osqp(nx: int, N: int) -> None:
   warm = qp(1e-10, warm_start=True, **{**d, "g": d["g"] * 1.01})
   assert warm.status == "solved"
   np.testing.assert_allclose(warm.u, osqp_solution({**d, "g": d["g"] * 1.01})[1], atol=1e-6)
+
+
+@pytest.mark.parametrize("nx,nu,N", [(4, 1, 30), (3, 2, 12)])
+def test_elastic_rows_match_the_explicit_l1_penalty(nx: int, nu: int, N: int) -> None:
+  """Rows with a price z > 0 may be violated at z per unit: the same as slack variables v, w >= 0 on those rows with
+  cost z (v + w), solved by OSQP. State boxes pushed out of reach (inconsistent, hard) become elastic and are
+  violated as little as the price makes worth it; hard input boxes stay satisfied."""
+  rng = np.random.default_rng(nx * 10 + nu)
+  ng = nx + nu + 2
+  qp = RiccatiQP(f"riccati_t_elastic_{nx}_{nu}", nx, nu, N, ng=ng, ngN=1)
+  for price in (0.5, 50.0):
+    d = random_qp(rng, nx, nu, N, ng, 1, 3.0)
+    d["lo"][1:, 0], d["hi"][1:, 0] = d["x0"][0] + 5.0, d["x0"][0] + 6.0  # x[0] out of reach: a hard QP is infeasible
+    assert qp(1e-10, **d).status == "infeasible"
+    z = np.zeros((N, ng))
+    z[:, :nx], z[:, nx + nu :] = price, price
+    d["z"], d["zN"] = z, np.full(1, price)
+    sol = qp(1e-10, **d)
+    assert sol.status == "solved" and sol.iterations < 60, (sol.status, sol.iterations)
+    x_ref, u_ref, _ = osqp_solution(d)
+    np.testing.assert_allclose(sol.x, x_ref, atol=1e-6)
+    np.testing.assert_allclose(sol.u, u_ref, atol=1e-6)
+    assert np.all(np.abs(sol.u) <= 1 + 1e-9), "the input boxes stay hard"
+    assert np.all(np.abs(sol.lam[:, :nx]) <= price + 1e-8), "an elastic row's multiplier is at most its price"
+    warm = qp(1e-10, warm_start=True, **{**d, "g": d["g"] * 1.01})
+    assert warm.status == "solved"
+    np.testing.assert_allclose(warm.u, osqp_solution({**d, "g": d["g"] * 1.01})[1], atol=1e-6)

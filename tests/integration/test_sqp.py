@@ -81,8 +81,10 @@ def test_infeasible_problem_reports_a_status() -> None:
   f = av.NumericalFunction("sqp_inf_f", lambda x, p: (x * x).sum(), (Arg(2), Arg(0)))
   g = av.NumericalFunction("sqp_inf_g", lambda x, p: x.sum().reshape(1), (Arg(2), Arg(0)))
   res = SQPFunction("sqp_inf", f, g)(np.zeros(2), np.zeros(0), np.zeros(2), np.ones(2), [3.0], [INF])
-  assert res.status in ("infeasible", "max_iterations") and not res.success
-  assert "g[0]" in res.stats["message"] or res.status == "infeasible"
+  # x0 + x1 >= 3 in the unit box: the least violation is 1, at the corner (1, 1)
+  assert res.status == "infeasible" and not res.success
+  np.testing.assert_allclose(res.x, [1.0, 1.0], atol=1e-6)
+  assert res.stats["message"] == "infeasible: constraints: row 0 of sqp_inf_g violated by 1"
 
 
 def test_nan_at_the_start_is_reported_by_name() -> None:
@@ -180,7 +182,39 @@ def test_p2_cartpole_swing_up(qp: str) -> None:
   x_init, lbx, ubx, w0 = shooting.swing_up(n)
   solver = SQPFunction(f"swing_up_{qp}", f, g, options, stages=shooting_layout(n, 4, 1))
   res = solver(w0, x_init, lbx, ubx, np.zeros(4 * n + 4), np.zeros(4 * n + 4))
-  assert res.success and res.iterations <= 40
+  # NOTE: OSQP's path takes 34 iterations on one machine, 43 on another (the same code: rounding differs)
+  assert res.success and res.iterations <= 50
   assert res.f == pytest.approx(173.28254, rel=1e-6)  # the local optimum IPOPT and CasADi's sqpmethod find
   assert np.abs(shooting.defects_numpy(res.x, x_init, n)).max() < 1e-8
   assert np.all(res.x >= lbx - 1e-8) and np.all(res.x <= ubx + 1e-8)
+
+
+def test_nonlinear_infeasible_nlp_ends_at_the_least_violation_point() -> None:
+  """x in the unit disc and x0 + x1 >= 3 cannot both hold; the L1 violation (|x|² - 1)⁺ + (3 - x0 - x1)⁺ is least at
+  x = (1, 1)/√2, where it is 3 - √2 (worked out by hand: along the diagonal at radius r it is 3 - √2 r for r <= 1)."""
+  f = av.NumericalFunction("sqp_lv_f", lambda x, p: (x * x).sum(), (Arg(2), Arg(0)))
+  g = av.NumericalFunction("sqp_lv_g", lambda x, p: Tensor.stack((x * x).sum(), x[0] + x[1]), (Arg(2), Arg(0)))
+  res = SQPFunction("sqp_lv", f, g)(np.array([0.3, 0.1]), np.zeros(0), np.full(2, -INF), np.full(2, INF),
+                                    [-INF, 3.0], [1.0, INF])  # fmt: skip
+  assert res.status == "infeasible" and not res.success
+  np.testing.assert_allclose(res.x, [2**-0.5, 2**-0.5], atol=1e-5)
+  violation = max(res.x @ res.x - 1, 0) + max(3 - res.x.sum(), 0)
+  # the restoration minimizes f + rho·violation: f's share moves the point by O(|grad f| / rho) (here ~1e-6)
+  assert violation == pytest.approx(3 - 2**0.5, abs=1e-5)
+  assert res.stats["message"].startswith("infeasible: constraints: row 1 of sqp_lv_g violated by 1.59")
+
+
+def test_call_time_limits(rosenbrock: SQPFunction) -> None:
+  """max_iter, tol and max_time replace the options' for one call."""
+  args = (np.array([-1.2, 1.0]), np.zeros(0), np.full(2, -INF), np.full(2, INF))
+  full = rosenbrock(*args)
+  capped = rosenbrock(*args, max_iter=3)
+  assert capped.status == "max_iterations" and capped.iterations == 3
+  loose = rosenbrock(*args, tol=1e-3)
+  assert loose.status == "converged" and loose.iterations < full.iterations
+  assert rosenbrock(*args, max_time=1e-9).status == "time_limit"
+  again = rosenbrock(*args)
+  assert again.status == "converged" and again.iterations == full.iterations, "limits hold for one call only"
+  for bad in ({"max_iter": 10_000}, {"max_iter": -1}, {"tol": 0.0}, {"max_time": -1.0}):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+      rosenbrock(*args, **bad)  # type: ignore[arg-type]

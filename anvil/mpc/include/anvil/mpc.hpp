@@ -11,6 +11,13 @@
 // zero); SQP (anvil::sqp::Solver of the NLP) and Workspace (members sqp: the SQP's workspace, and s: a State<C>).
 // A controller calls solve() in full-SQP mode and feedback() (after prepare(), or preparing itself) in real-time
 // iteration mode.
+//
+// Failure policy: a call whose SQP ends neither converged nor acceptable (nor, in real-time-iteration mode, after its
+// one iteration) still returns a usable plan, said by Stats::fallback: the least-violation solution when the SQP
+// ended infeasible (its feasibility restoration found the point that violates the constraints least, inputs within
+// their bounds) unless its worst violation is a dynamics defect, else the call's initial guess (the previous plan
+// shifted by one stage, or the cold guess) with its inputs clipped to their bounds. After such a failure the next call
+// starts cold, so no reset() is needed.
 #ifndef ANVIL_MPC_HPP
 #define ANVIL_MPC_HPP
 #include <chrono>
@@ -27,6 +34,7 @@ template <class SQPStats>
 struct Stats {
   int status = anvil::sqp::numerical_error;  ///< anvil::sqp::Status
   int iterations = 0;                        ///< SQP iterations
+  int fallback = 0;                          ///< 0: the SQP's solution; 1: the shifted plan; 2: the least-violation
   double cost = 0.0;                         ///< optimal value of the OCP's cost (including slack penalties)
   double solve_time = 0.0;                   ///< seconds spent in call()
   SQPStats sqp;                              ///< the SQP solver's per-iteration history and diagnostics
@@ -38,7 +46,8 @@ struct State {
   anvil::Buffer<double, S::nw> w, w_out, lbw, ubw, lam_x, lam_x_out;
   anvil::Buffer<double, S::ng> lbg, ubg, lam_g, lam_g_out;
   anvil::Buffer<double, S::nx + (S::N + 1) * S::np> params;
-  int guess = 0;           ///< 0: cold start, 1: shift the previous solution, 2: w and the multipliers hold the guess
+  int guess = 0;  ///< 0: cold start, 1: shift the previous solution, 2: w and the multipliers hold the guess, 3: shift
+                  ///< the previous (least-violation) solution, its multipliers zero
   bool assembled = false;  ///< the NLP's bounds and parameter of a call are in place
   bool prepared = false;   ///< real-time iteration: the QP at the guess is prepared
 };
@@ -74,7 +83,7 @@ class Controller {
   /// the next guess depends on the next state).
   static int prepare(WS& ws) {
     const auto& s = ws.s;
-    if (!C::real_time_iteration || s.prepared || !s.assembled || s.guess == 0 || (s.guess == 1 && !C::warm_start))
+    if (!C::real_time_iteration || s.prepared || !s.assembled || s.guess == 0 || ((s.guess == 1 || s.guess == 3) && !C::warm_start))
       return anvil::sqp::converged;
     initial_guess(nullptr, nullptr, nullptr, ws);
     return prepare_at_guess(ws);
@@ -97,14 +106,14 @@ class Controller {
     double f = 0.0;
     stats.status = SQP::rti_feedback(s.params.data(), s.lbw.data(), s.ubw.data(), s.lbg.data(), s.ubg.data(),
                                      s.w_out.data(), &f, s.lam_g_out.data(), s.lam_x_out.data(), stats.sqp, ws.sqp);
-    finish(f, x, u, stats, ws, start);
+    finish(f, x0, lbu, ubu, x, u, stats, ws, start);
     return stats.status;
   }
 
-  /// Full SQP: iterate to convergence from the warm (or cold) guess.
+  /// Full SQP: iterate to convergence from the warm (or cold) guess, within the limits.
   static int solve(const double* x0, const double* p, const double* lbx, const double* ubx, const double* lbu,
-                  const double* ubu, const double* lbh, const double* ubh, const double* lbhN, const double* ubhN,
-                  double* x, double* u, StatsT& stats, WS& ws) {
+                   const double* ubu, const double* lbh, const double* ubh, const double* lbhN, const double* ubhN,
+                   double* x, double* u, StatsT& stats, WS& ws, anvil::sqp::Limits limits) {
     auto& s = ws.s;
     const auto start = std::chrono::steady_clock::now();
     assemble(x0, p, lbx, ubx, lbu, ubu, lbh, ubh, lbhN, ubhN, ws);
@@ -113,8 +122,8 @@ class Controller {
     double f = 0.0;
     stats.status = SQP::call(s.w.data(), s.params.data(), s.lbw.data(), s.ubw.data(), s.lbg.data(), s.ubg.data(),
                              s.lam_g.data(), s.lam_x.data(), s.w_out.data(), &f, s.lam_g_out.data(),
-                             s.lam_x_out.data(), stats.sqp, ws.sqp);
-    finish(f, x, u, stats, ws, start);
+                             s.lam_x_out.data(), stats.sqp, ws.sqp, limits);
+    finish(f, x0, lbu, ubu, x, u, stats, ws, start);
     return stats.status;
   }
 
@@ -198,29 +207,51 @@ class Controller {
   /// The initial guess: the previous solution shifted by one stage (primal and dual), the set_guess() one, or cold.
   static void initial_guess(const double* x0, const double* lbu, const double* ubu, WS& ws) {
     auto& s = ws.s;
-    if (s.guess == 1 && C::warm_start) {
+    if ((s.guess == 1 || s.guess == 3) && C::warm_start) {
       gather(s.w.data(), s.w_out.data(), C::shift_w, nw);
       gather(s.lam_g.data(), s.lam_g_out.data(), C::shift_g, ng);
       gather(s.lam_x.data(), s.lam_x_out.data(), C::shift_lam_x, nw);
+      // NOTE: a least-violation solution's multipliers are the restoration's violation prices, not the OCP's
+      if (s.guess == 3) {
+        for (int i = 0; i < ng; ++i) s.lam_g[i] = 0.0;
+        for (int i = 0; i < nw; ++i) s.lam_x[i] = 0.0;
+      }
     } else if (s.guess != 2) {
       cold_guess(x0, lbu, ubu, ws);
     }
     s.guess = 2;  // w and the multipliers now hold the guess
   }
 
-  /// Outputs and the solution kept for the next warm start.
-  static void finish(double f, double* x, double* u, StatsT& stats, WS& ws,
-                     std::chrono::steady_clock::time_point start) {
+  /// Whether the SQP's solution is the plan: converged, acceptable, or a real-time iteration's step.
+  static bool solved(int status) {
+    return status == anvil::sqp::converged || status == anvil::sqp::acceptable ||
+           (C::real_time_iteration && status == anvil::sqp::max_iterations);
+  }
+
+  /// Outputs (the failure policy applied, see the top of this file) and the solution kept for the next warm start.
+  static void finish(double f, const double* x0, const double* lbu, const double* ubu, double* x, double* u,
+                     StatsT& stats, WS& ws, std::chrono::steady_clock::time_point start) {
     auto& s = ws.s;
     stats.iterations = stats.sqp.iterations;
     stats.cost = f;
+    // NOTE: a result with NaN/inf would poison the next warm start: the next call then starts cold.
+    const bool usable = finite(s.w_out.data(), nw) && finite(s.lam_g_out.data(), ng) && finite(s.lam_x_out.data(), nw);
+    // NOTE: a least-violation point whose worst violation is a dynamics defect is no trajectory: shift instead
+    const int worst = stats.sqp.worst_constraint;
+    const bool trajectory = worst < 0 || worst >= nx * (N + 1);
+    stats.fallback = solved(stats.status) ? 0 : stats.status == anvil::sqp::infeasible && usable && trajectory ? 2 : 1;
+    if (stats.fallback == 1) {
+      for (int i = 0; i < nw; ++i) s.w_out[i] = s.w[i];
+      for (int i = 0; i < nx; ++i) s.w_out[i] = x0[i];
+      for (int k = 0; k < N; ++k)
+        for (int i = 0; i < nu; ++i)
+          s.w_out[k * nz + nx + i] = std::fmin(std::fmax(s.w_out[k * nz + nx + i], lbu[k * nu + i]), ubu[k * nu + i]);
+    }
     for (int k = 0; k <= N; ++k)
       for (int i = 0; i < nx; ++i) x[k * nx + i] = s.w_out[k * nz + i];
     for (int k = 0; k < N; ++k)
       for (int i = 0; i < nu; ++i) u[k * nu + i] = s.w_out[k * nz + nx + i];
-    // NOTE: a result with NaN/inf would poison the next warm start: the next call then starts cold.
-    const bool usable = finite(s.w_out.data(), nw) && finite(s.lam_g_out.data(), ng) && finite(s.lam_x_out.data(), nw);
-    s.guess = usable ? 1 : 0;
+    s.guess = !usable || stats.fallback == 1 ? 0 : stats.fallback == 2 ? 3 : 1;
     s.prepared = false;
     stats.solve_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }

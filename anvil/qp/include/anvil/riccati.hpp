@@ -16,6 +16,7 @@
 #define ANVIL_RICCATI_HPP
 #include <chrono>
 #include <cmath>
+#include <initializer_list>
 
 #include "anvil/qp.hpp"
 
@@ -96,11 +97,21 @@ void feedforward(const double* qx, double* qu, const double (&L)[m][m], const do
 
 // *** one row: its interior-point state and its part of each step ***
 
-/// One row's interior-point state: slacks t, multipliers l (per present side), their steps, the residuals. For an
-/// equality row, l_hi is its free multiplier and r_lo its residual.
+/// One side of an inequality row (v >= lo, or hi >= v): the slack t >= 0 and its multiplier l, and for an elastic row
+/// the allowed violation s >= 0 (penalized by z per unit in the objective) and its multiplier m; the steps and the
+/// residuals: r = distance - t + s (distance: v - lo, or hi - v) and rs = z - l - m.
+struct Side {
+  double t, l, dt, dl, r, s, m, ds, dm, rs;
+  bool on;
+};
+
+/// One row's interior-point state. For an equality row, hi.l is its free multiplier and lo.r its residual. z > 0
+/// makes the row elastic: each side may be violated at the price z per unit (an L1 penalty, as HPIPM's soft
+/// constraints: the elastic variables are eliminated row by row, so the stage sizes do not change).
 struct Row {
-  double t_lo, t_hi, l_lo, l_hi, dt_lo, dt_hi, dl_lo, dl_hi, r_lo, r_hi;
-  bool has_lo, has_hi, eq;
+  Side lo, hi;
+  double z;
+  bool eq;
 };
 
 /// Residual norms and the complementarity sum, accumulated over the rows.
@@ -109,52 +120,67 @@ struct Norms {
   int count = 0;
 };
 
-/// Which sides of the row are present and the starting slacks and multipliers: cold, t = max(distance, 1) and
-/// l = 1/t; warm, the previous values floored at warm_floor. Absent sides stay inert (t = 1, l = 0).
-inline void start_row(Row& r, double v, double lo, double hi, bool warm) {
-  r.eq = lo == hi && std::fabs(lo) < no_bound;
-  r.has_lo = !r.eq && lo > -no_bound;
-  r.has_hi = !r.eq && hi < no_bound;
+/// A present side's starting point: cold, t = max(distance, 1) and l = 1/t (elastic: s covers a violation, l = m =
+/// z/2); warm, the previous values floored at warm_floor.
+inline void start_side(Side& q, double distance, double z, bool warm) {
+  const double floor = warm ? warm_floor : 1.0;
+  q.s = z > 0.0 ? std::fmax(warm ? q.s : -distance + 1.0, floor) : 0.0;
+  q.t = std::fmax(distance + q.s, floor);
+  q.l = warm ? std::fmax(q.l, floor) : z > 0.0 ? 0.5 * z : 1.0 / q.t;
+  q.m = z > 0.0 ? (warm ? std::fmax(q.m, floor) : 0.5 * z) : 0.0;
+  q.dt = q.dl = q.ds = q.dm = 0.0;
+}
+
+/// Which sides of the row are present and their starting slacks and multipliers. Absent sides stay inert (t = 1,
+/// l = 0).
+inline void start_row(Row& r, double v, double lo, double hi, double z, bool warm) {
+  r.z = z;
+  r.eq = lo == hi && std::fabs(lo) < no_bound && z == 0.0;
+  r.lo.on = !r.eq && lo > -no_bound;
+  r.hi.on = !r.eq && hi < no_bound;
   if (r.eq) {
-    r.l_hi = warm ? r.l_hi - r.l_lo : 0.0;
-    r.l_lo = 0.0;
-    r.t_lo = r.t_hi = 1.0;
+    r.hi.l = warm ? r.hi.l - r.lo.l : 0.0;
+    r.lo.l = 0.0;
+    r.lo.t = r.hi.t = 1.0;
+    r.lo.s = r.hi.s = r.lo.m = r.hi.m = r.lo.ds = r.hi.ds = r.lo.dm = r.hi.dm = 0.0;
     return;
   }
-  const double floor = warm ? warm_floor : 1.0;
-  r.t_lo = r.has_lo ? std::fmax(v - lo, floor) : 1.0;
-  r.t_hi = r.has_hi ? std::fmax(hi - v, floor) : 1.0;
-  r.l_lo = !r.has_lo ? 0.0 : warm ? std::fmax(r.l_lo, floor) : 1.0 / r.t_lo;
-  r.l_hi = !r.has_hi ? 0.0 : warm ? std::fmax(r.l_hi, floor) : 1.0 / r.t_hi;
+  for (Side* q : {&r.lo, &r.hi}) {
+    if (q->on) {
+      start_side(*q, q == &r.lo ? v - lo : hi - v, z, warm);
+    } else {
+      q->t = 1.0;
+      q->l = q->s = q->m = q->dt = q->dl = q->ds = q->dm = 0.0;
+    }
+  }
 }
 
-/// The row's residuals at value v (an equality's in r_lo); returns its multiplier lam_hi - lam_lo.
+/// A present side's residuals at the distance to its bound, accumulated into n.
+inline void side_residuals(Side& q, double distance, double z, Norms& n) {
+  q.r = distance - q.t + q.s;
+  n.inequality = std::fmax(n.inequality, std::fabs(q.r));
+  n.sum += q.l * q.t;
+  n.complementarity = std::fmax(n.complementarity, q.l * q.t);
+  ++n.count;
+  if (z > 0.0) {
+    q.rs = z - q.l - q.m;
+    n.inequality = std::fmax(n.inequality, std::fabs(q.rs));
+    n.sum += q.m * q.s;
+    n.complementarity = std::fmax(n.complementarity, q.m * q.s);
+    ++n.count;
+  }
+}
+
+/// The row's residuals at value v (an equality's in lo.r); returns its multiplier lam_hi - lam_lo.
 inline double row_residuals(Row& r, double v, double lo, double hi, Norms& n) {
   if (r.eq) {
-    r.r_lo = v - lo;
-    n.equality = std::fmax(n.equality, std::fabs(r.r_lo));
-    return r.l_hi;
+    r.lo.r = v - lo;
+    n.equality = std::fmax(n.equality, std::fabs(r.lo.r));
+    return r.hi.l;
   }
-  r.r_lo = r.has_lo ? v - lo - r.t_lo : 0.0;
-  r.r_hi = r.has_hi ? hi - v - r.t_hi : 0.0;
-  n.inequality = std::fmax(n.inequality, std::fmax(std::fabs(r.r_lo), std::fabs(r.r_hi)));
-  if (r.has_lo) {
-    n.sum += r.l_lo * r.t_lo;
-    n.complementarity = std::fmax(n.complementarity, r.l_lo * r.t_lo);
-    ++n.count;
-  }
-  if (r.has_hi) {
-    n.sum += r.l_hi * r.t_hi;
-    n.complementarity = std::fmax(n.complementarity, r.l_hi * r.t_hi);
-    ++n.count;
-  }
-  return r.l_hi - r.l_lo;
-}
-
-/// The weight the row adds to the Newton system's Hessian (as w a a' for its row a).
-inline double row_weight(const Row& r) {
-  if (r.eq) return 1.0 / equality_regularization;
-  return (r.has_lo ? r.l_lo / r.t_lo : 0.0) + (r.has_hi ? r.l_hi / r.t_hi : 0.0);
+  if (r.lo.on) side_residuals(r.lo, v - lo, r.z, n);
+  if (r.hi.on) side_residuals(r.hi, hi - v, r.z, n);
+  return r.hi.l - r.lo.l;
 }
 
 /// l t - target, plus the predictor's dl dt in the corrector.
@@ -162,34 +188,56 @@ inline double complementarity_residual(double l, double t, double dl, double dt,
   return l * t - target + (corrector ? dl * dt : 0.0);
 }
 
-/// The coefficient e of the row in the reduced gradient (q += a e), for the complementarity target.
-inline double row_rhs(const Row& r, double target, bool corrector) {
-  if (r.eq) return r.r_lo / equality_regularization;
-  double e = 0.0;
-  if (r.has_lo)
-    e += (complementarity_residual(r.l_lo, r.t_lo, r.dl_lo, r.dt_lo, target, corrector) + r.l_lo * r.r_lo) / r.t_lo;
-  if (r.has_hi)
-    e -= (complementarity_residual(r.l_hi, r.t_hi, r.dl_hi, r.dt_hi, target, corrector) + r.l_hi * r.r_hi) / r.t_hi;
-  return e;
+/// The side's slack as the Newton system sees it once the elastic variables are eliminated: t + l s / m.
+inline double effective_slack(const Side& q, double z) { return z > 0.0 ? q.t + q.l * q.s / q.m : q.t; }
+
+/// The side's primal residual once the elastic variables are eliminated (for the complementarity target).
+inline double effective_residual(const Side& q, double z, double target, bool corrector) {
+  if (z == 0.0) return q.r;
+  return q.r - (complementarity_residual(q.m, q.s, q.dm, q.ds, target, corrector) + q.s * q.rs) / q.m;
 }
 
-/// The slack and multiplier steps, given the row's primal step gd = a'dz (the corrector's dl dt uses the predictor's
-/// steps, read before they are overwritten).
+/// The weight the row adds to the Newton system's Hessian (as w a a' for its row a).
+inline double row_weight(const Row& r) {
+  if (r.eq) return 1.0 / equality_regularization;
+  return (r.lo.on ? r.lo.l / effective_slack(r.lo, r.z) : 0.0) + (r.hi.on ? r.hi.l / effective_slack(r.hi, r.z) : 0.0);
+}
+
+/// A side's part of the reduced gradient's coefficient (lower side: +, upper side: -).
+inline double side_rhs(const Side& q, double z, double target, bool corrector) {
+  const double c = complementarity_residual(q.l, q.t, q.dl, q.dt, target, corrector);
+  return (c + q.l * effective_residual(q, z, target, corrector)) / effective_slack(q, z);
+}
+
+/// The coefficient e of the row in the reduced gradient (q += a e), for the complementarity target.
+inline double row_rhs(const Row& r, double target, bool corrector) {
+  if (r.eq) return r.lo.r / equality_regularization;
+  return (r.lo.on ? side_rhs(r.lo, r.z, target, corrector) : 0.0) -
+         (r.hi.on ? side_rhs(r.hi, r.z, target, corrector) : 0.0);
+}
+
+/// A side's steps, given its distance's step gd (the corrector's products use the predictor's steps, read before
+/// they are overwritten).
+inline void side_step(Side& q, double gd, double z, double target, bool corrector) {
+  const double c = complementarity_residual(q.l, q.t, q.dl, q.dt, target, corrector);
+  const double dl = -(c + q.l * (gd + effective_residual(q, z, target, corrector))) / effective_slack(q, z);
+  if (z > 0.0) {
+    const double cs = complementarity_residual(q.m, q.s, q.dm, q.ds, target, corrector);
+    q.dm = q.rs - dl;
+    q.ds = -(cs + q.s * q.dm) / q.m;
+  }
+  q.dt = gd + q.r + q.ds;
+  q.dl = dl;
+}
+
+/// The slack and multiplier steps, given the row's primal step gd = a'dz.
 inline void row_step(Row& r, double gd, double target, bool corrector) {
   if (r.eq) {
-    r.dl_hi = (gd + r.r_lo) / equality_regularization;
+    r.hi.dl = (gd + r.lo.r) / equality_regularization;
     return;
   }
-  if (r.has_lo) {
-    const double c = complementarity_residual(r.l_lo, r.t_lo, r.dl_lo, r.dt_lo, target, corrector);
-    r.dt_lo = gd + r.r_lo;
-    r.dl_lo = -(c + r.l_lo * r.dt_lo) / r.t_lo;
-  }
-  if (r.has_hi) {
-    const double c = complementarity_residual(r.l_hi, r.t_hi, r.dl_hi, r.dt_hi, target, corrector);
-    r.dt_hi = r.r_hi - gd;
-    r.dl_hi = -(c + r.l_hi * r.dt_hi) / r.t_hi;
-  }
+  if (r.lo.on) side_step(r.lo, gd, r.z, target, corrector);
+  if (r.hi.on) side_step(r.hi, -gd, r.z, target, corrector);
 }
 
 /// Shrinks alpha so the row's slacks and multipliers stay nonnegative.
@@ -197,37 +245,41 @@ inline void row_limit(const Row& r, double& alpha) {
   const auto limit = [&](double v, double dv) {
     if (dv < 0.0) alpha = std::fmin(alpha, -v / dv);
   };
-  if (r.has_lo) {
-    limit(r.t_lo, r.dt_lo);
-    limit(r.l_lo, r.dl_lo);
-  }
-  if (r.has_hi) {
-    limit(r.t_hi, r.dt_hi);
-    limit(r.l_hi, r.dl_hi);
+  for (const Side* q : {&r.lo, &r.hi}) {
+    if (!q->on) continue;
+    limit(q->t, q->dt);
+    limit(q->l, q->dl);
+    if (r.z > 0.0) {
+      limit(q->s, q->ds);
+      limit(q->m, q->dm);
+    }
   }
 }
 
 /// Adds the row's complementarity products after a step of alpha.
 inline void row_products(const Row& r, double alpha, double& sum, int& count) {
-  if (r.has_lo) {
-    sum += (r.l_lo + alpha * r.dl_lo) * (r.t_lo + alpha * r.dt_lo);
+  for (const Side* q : {&r.lo, &r.hi}) {
+    if (!q->on) continue;
+    sum += (q->l + alpha * q->dl) * (q->t + alpha * q->dt);
     ++count;
-  }
-  if (r.has_hi) {
-    sum += (r.l_hi + alpha * r.dl_hi) * (r.t_hi + alpha * r.dt_hi);
-    ++count;
+    if (r.z > 0.0) {
+      sum += (q->m + alpha * q->dm) * (q->s + alpha * q->ds);
+      ++count;
+    }
   }
 }
 
 inline void row_take(Row& r, double alpha) {
   if (r.eq) {
-    r.l_hi += alpha * r.dl_hi;
+    r.hi.l += alpha * r.hi.dl;
     return;
   }
-  r.t_lo += alpha * r.dt_lo;
-  r.l_lo += alpha * r.dl_lo;
-  r.t_hi += alpha * r.dt_hi;
-  r.l_hi += alpha * r.dl_hi;
+  for (Side* q : {&r.lo, &r.hi}) {
+    q->t += alpha * q->dt;
+    q->l += alpha * q->dl;
+    q->s += alpha * q->ds;
+    q->m += alpha * q->dm;
+  }
 }
 
 }  // namespace riccati
@@ -252,6 +304,7 @@ struct Riccati {
     double A[N][nx][nx], B[N][nx][nu], c[N][nx], x0[nx];
     double G[N][mg][nz], lo[N][mg], hi[N][mg];
     double GN[mgN][nzN], loN[mgN], hiN[mgN];
+    double z[N][mg], zN[mgN];  ///< elastic rows: the price of a unit of violation (0: a hard row)
   };
 
   /// The solution: primal, dynamics multipliers pi_k (of x_{k+1} = ...), row multipliers (lam = lam_hi - lam_lo:
@@ -327,9 +380,9 @@ struct Riccati {
     for (int k = 0; k < N; ++k) {
       for (int i = 0; i < nu; ++i) sol.u[k][i] = ws.u[k][i];
       for (int i = 0; i < nx; ++i) sol.pi[k][i] = ws.pi[k][i];
-      for (int m = 0; m < mg; ++m) sol.lam[k][m] = ws.rows[k][m].l_hi - ws.rows[k][m].l_lo;
+      for (int m = 0; m < mg; ++m) sol.lam[k][m] = ws.rows[k][m].hi.l - ws.rows[k][m].lo.l;
     }
-    for (int m = 0; m < mgN; ++m) sol.lamN[m] = ws.rowsN[m].l_hi - ws.rowsN[m].l_lo;
+    for (int m = 0; m < mgN; ++m) sol.lamN[m] = ws.rowsN[m].hi.l - ws.rowsN[m].lo.l;
     for (int i = 0; i < muN; ++i) sol.uN[i] = ws.uN[i];
     ws.warm = status == solved;
     sol.status = status;
@@ -553,9 +606,10 @@ struct Riccati {
     for (int i = 0; i < nx; ++i) ws.x[0][i] = d.x0[i];
     for (int k = 0; k < N; ++k)
       for (int m = 0; m < ng; ++m)
-        riccati::start_row(ws.rows[k][m], dot<nu>(d.G[k][m], ws.x[k], ws.u[k]), d.lo[k][m], d.hi[k][m], warm);
+        riccati::start_row(ws.rows[k][m], dot<nu>(d.G[k][m], ws.x[k], ws.u[k]), d.lo[k][m], d.hi[k][m], d.z[k][m],
+                           warm);
     for (int m = 0; m < ngN; ++m)
-      riccati::start_row(ws.rowsN[m], dot<nuN>(d.GN[m], ws.x[N], ws.uN), d.loN[m], d.hiN[m], warm);
+      riccati::start_row(ws.rowsN[m], dot<nuN>(d.GN[m], ws.x[N], ws.uN), d.loN[m], d.hiN[m], d.zN[m], warm);
   }
 };
 

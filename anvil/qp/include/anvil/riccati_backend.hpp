@@ -13,7 +13,8 @@
 // tightest tolerance and iteration limit); IPM (the anvil::qp::Riccati solver); P_to_data[nnz_P], P_mirror[nnz_P]
 // (-1: on the diagonal), A_to_data[nnz_A] (-1: an identity the stage QP implies), A_sign[nnz_A], box[n_box] (the unit
 // diagonal of every box row, n_box), q_to_data[n], l_to_data[m], u_to_data[m] (-1: none), primal_from[n],
-// dual_from[m] (offsets into Solution; -1: none), dual_sign[m], initial_rows[nx]; the tables of
+// dual_from[m] (offsets into Solution; -1: none), dual_sign[m], initial_rows[nx], elastic_to_data[n_elastic] (the
+// prices of the rows set_elastic() relaxes: the stage rows and the bounds on states); the tables of
 // anvil::qp::ActiveSetKKT (for screening). Workspace W: data, sol, ipm (the solver's Data, Solution and Workspace),
 // d (n), y (m), iterations, and the buffers of anvil::qp::ActiveSetKKT.
 #ifndef ANVIL_RICCATI_BACKEND_HPP
@@ -82,6 +83,14 @@ struct RiccatiBackend {
       ws.y[L::initial_rows[i]] = -r;
     }
     return status;
+  }
+
+  /// Makes the stage rows and the bounds on states elastic (violated at `weight` per unit, an L1 penalty) for the
+  /// solves until the next load(), which makes every row hard again; input bounds and dynamics stay hard, so the
+  /// elastic QP of a consistent OCP (x_{k+1} free to follow the dynamics) is always feasible.
+  static void set_elastic(double weight, W& ws) {
+    double* data = reinterpret_cast<double*>(&ws.data);
+    for (int e = 0; e < L::n_elastic; ++e) data[L::elastic_to_data[e]] = weight;
   }
 
   static const double* primal(const W& ws) { return ws.d.data(); }

@@ -1,20 +1,28 @@
 // anvil::sqp: the SQP loop of a generated NLP solver, min f(x, p) s.t. lbg <= g(x, p) <= ubg, lbx <= x <= ubx.
 //
 // Exact Hessian regularized only when a QP is nonconvex (a multiple of the identity, x10 per retry), a backtracking
-// filter line search (objective vs L1 violation, Waechter and Biegler), an elastic QP when the linearized constraints
-// are inconsistent, termination on primal and dual infeasibility and complementarity, NaN/inf diagnostics naming the
-// function and output. Every QP goes through the QP contract (anvil/qp.hpp): the loop never sees how it is solved.
+// filter line search (objective vs L1 violation, Waechter and Biegler). When the linearized constraints are
+// inconsistent or a QP fails, the elastic QP (an L1 penalty rho on the linearization's violation) gives the step; when
+// that step is negligible or the filter rejects every step, a restoration phase (elastic mode) minimizes the exact
+// penalty f + rho (L1 violation) by elastic QPs, back to the optimality phase once the violation is reduced enough and
+// the point is acceptable to the filter, or ending `infeasible` where no step reduces the penalty with violation left
+// (the least-violation point, as far as f's share in the penalty allows). Termination on primal and
+// dual infeasibility and complementarity (tol), at an acceptable level (acceptable_tol for acceptable_iter iterations
+// in a row, or a stalled line search there), on the iteration or time limit; NaN/inf diagnostics naming the function
+// and output. Every QP goes through the QP contract (anvil/qp.hpp): the loop never sees how it is solved.
 //
 // The problem P (generated per NLP) provides:
 //   sizes: nx, ng, max_iter, nnz_jac, nnz_hess, nnz_P, nnz_A, nnz_Ae;
-//   settings: name (for verbose output), tol, reg_min, reg_max, armijo, backtrack, min_step, verbose;
+//   settings: name (for verbose output), tol, acceptable_tol, acceptable_iter, max_time, reg_min, reg_max, armijo,
+//     backtrack, min_step, verbose, elastic_in_qp (the QP backend has elastic rows of its own: set_elastic());
 //   tables: hess_to_P[nnz_hess], diag_P[nx] (where the Hessian and the regularization go in P: triu(H) plus the full
 //     diagonal), jac_to_A[nnz_jac], eye_to_A[nx] (A = [dg/dx; I]), jac_to_Ae[nnz_jac], eye_to_Ae[nx], slack_to_Ae[4 ng]
 //     (the elastic QP's A: [dg/dx, I, -I; I, 0, 0; 0, I]), hess_p/hess_i and jac_p/jac_i (the CSC patterns of the
 //     Hessian's upper triangle and of dg/dx);
-//   types: Workspace (members v: a Vectors of these sizes; qp and elastic: the QP backends' workspaces), QP and
-//     Elastic (two QP backends: the QPs of the iteration, and the elastic QP, whose variables are [d; v; w] with
-//     v, w >= 0 the slacks of the constraint rows, penalized linearly);
+//   types: Workspace (members v: a Vectors of these sizes; qp and, unless elastic_in_qp, elastic: the QP backends'
+//     workspaces), QP and Elastic (two QP backends: the QPs of the iteration, and the elastic QP, whose variables are
+//     [d; v; w] with v, w >= 0 the slacks of the constraint rows, penalized linearly; Elastic is QP when
+//     elastic_in_qp);
 //   evaluations: double cost(x, p, ws); void constraints(x, p, g, ws); void gradient(x, p, grad, ws);
 //     void jacobian(x, p, jac, ws); void hessian(x, p, lam_g, hess, ws) (the upper triangle of the Hessian of
 //     f + lam_g'g).
@@ -31,7 +39,21 @@ namespace anvil {
 namespace sqp {
 
 /// How a solve ended (call(), rti_feedback()).
-enum Status : int { converged = 0, max_iterations = 1, infeasible = 2, numerical_error = 3 };
+enum Status : int {
+  converged = 0,
+  max_iterations = 1,
+  infeasible = 2,
+  numerical_error = 3,
+  acceptable = 4,
+  time_limit = 5
+};
+
+/// Call-time limits of a solve (the generated call() takes the build-time options as defaults).
+struct Limits {
+  int max_iter;     ///< at most the build-time max_iter (the size of the history)
+  double tol;       ///< the convergence tolerance
+  double max_time;  ///< seconds; past it the solve ends with time_limit (checked once per iteration)
+};
 /// Functions whose output is checked for NaN/inf (Stats::failed_function).
 enum Evaluated : int {
   none = -1,
@@ -51,6 +73,7 @@ struct Stats {
   int failed_index = -1;       ///< and at which output entry
   int worst_constraint = -1;   ///< most violated constraint at the end: 0..ng-1 for g, ng.. for bounds on x
   double worst_violation = 0.0;
+  double worst_value = 0.0;  ///< the value of the most violated constraint (g[i] or x[j])
   double time_evaluation = 0.0;   ///< seconds evaluating f, the gradient, g, dg/dx and the Hessian (line search excluded)
   double time_qp_update = 0.0;    ///< seconds loading the QPs' matrices (OSQP refactors its KKT matrix here)
   double time_qp_solve = 0.0;     ///< seconds in the QP solver's iterations
@@ -62,27 +85,31 @@ struct Stats {
   double step[max_iter + 1] = {};
   double regularization[max_iter + 1] = {};
   int qp_iterations[max_iter + 1] = {};
-  int qp_status[max_iter + 1] = {};  ///< anvil::qp::Status of the QP solved at each iteration
+  int qp_status[max_iter + 1] = {};     ///< anvil::qp::Status of the QP solved at each iteration
+  bool restoration[max_iter + 1] = {};  ///< the iteration is a feasibility restoration step
 };
 
 /// Copies stats into flat arrays: history (max_iter + 1) x 6 doubles (objective, primal and dual infeasibility, step,
-/// regularization, complementarity), ihistory (max_iter + 1) x 2 ints (QP iterations and status); info: iterations,
-/// status, failed function, failed index, worst constraint; the worst violation; times: evaluation, QP update, QP
-/// solve, line search.
+/// regularization, complementarity), ihistory (max_iter + 1) x 3 ints (QP iterations and status, restoration); info:
+/// iterations, status, failed function, failed index, worst constraint; worst: the worst violation and the violating
+/// value;
+/// times: evaluation, QP update, QP solve, line search.
 template <int max_iter>
-void export_stats(const Stats<max_iter>& stats, double* history, int* ihistory, int* info, double* worst_violation,
+void export_stats(const Stats<max_iter>& stats, double* history, int* ihistory, int* info, double* worst,
                   double* times) {
   for (int k = 0; k <= max_iter; ++k) {
     const double row[6] = {stats.objective[k], stats.primal_infeasibility[k], stats.dual_infeasibility[k],
                            stats.step[k],      stats.regularization[k],       stats.complementarity[k]};
     for (int c = 0; c < 6; ++c) history[6 * k + c] = row[c];
-    ihistory[2 * k] = stats.qp_iterations[k];
-    ihistory[2 * k + 1] = stats.qp_status[k];
+    ihistory[3 * k] = stats.qp_iterations[k];
+    ihistory[3 * k + 1] = stats.qp_status[k];
+    ihistory[3 * k + 2] = stats.restoration[k];
   }
   const int values[5] = {stats.iterations, stats.status, stats.failed_function, stats.failed_index,
                          stats.worst_constraint};
   for (int c = 0; c < 5; ++c) info[c] = values[c];
-  *worst_violation = stats.worst_violation;
+  worst[0] = stats.worst_violation;
+  worst[1] = stats.worst_value;
   const double spent[4] = {stats.time_evaluation, stats.time_qp_update, stats.time_qp_solve, stats.time_line_search};
   for (int c = 0; c < 4; ++c) times[c] = spent[c];
 }
@@ -118,16 +145,15 @@ class Solver {
   static_assert(anvil::qp::implements_contract<QP>() && anvil::qp::implements_contract<Elastic>());
   static constexpr int nx = P::nx, ng = P::ng, nA = ng + nx, max_iter = P::max_iter;
 
-  /// Solves from x0 (and multipliers lam_g0, lam_x0, zeros for a cold start); writes x, f, lam_g, lam_x, stats.
+  /// Solves from x0 (and multipliers lam_g0, lam_x0, zeros for a cold start) within the limits; writes x, f, lam_g,
+  /// lam_x, stats.
   static int call(const double* x0, const double* p, const double* lbx, const double* ubx, const double* lbg,
                   const double* ubg, const double* lam_g0, const double* lam_x0, double* x, double* f, double* lam_g,
-                  double* lam_x, StatsT& stats, WS& ws) {
+                  double* lam_x, StatsT& stats, WS& ws, Limits limits) {
     auto& v = ws.v;
-    double* grad = v.grad.data();
     double* g = v.g.data();
-    double* trial = v.trial.data();
-    double* g_trial = v.g_trial.data();
-    double* lam_all = v.lam_all.data();
+    const Clock::time_point start = Clock::now();
+    limits.max_iter = limits.max_iter < 0 ? 0 : limits.max_iter > max_iter ? max_iter : limits.max_iter;
     stats = StatsT{};
     QP::reset(ws.qp);
     for (int i = 0; i < nx; ++i) {
@@ -135,10 +161,11 @@ class Solver {
       lam_x[i] = lam_x0[i];
     }
     for (int i = 0; i < ng; ++i) lam_g[i] = lam_g0[i];
-    double reg = 0.0, theta_max = 0.0, theta_min = 0.0;
-    int filter_size = 0;
-    int status = max_iterations, k = 0;
-    Clock::time_point clock = Clock::now();
+    Search search;
+    double reg = 0.0;
+    int status = max_iterations, k = 0, acceptable_streak = 0, line_search_failures = 0;
+    bool restoration = false;
+    Clock::time_point clock = start;
     double fx = P::cost(x, p, ws);
     P::constraints(x, p, g, ws);
     for (;; ++k) {
@@ -151,27 +178,34 @@ class Solver {
         status = numerical_error;
         break;
       }
-      // *** KKT residuals ***
+      // *** KKT residuals and the termination tests ***
       const Residuals kkt = residuals(x, g, lbx, ubx, lbg, ubg, lam_g, lam_x, ws);
-      const double pr = kkt.primal, du = kkt.dual, l1 = kkt.l1, gmax = kkt.gradient_scale;
       stats.time_evaluation += lap(clock);
       stats.objective[k] = fx;
-      stats.primal_infeasibility[k] = pr;
-      stats.dual_infeasibility[k] = du;
+      stats.primal_infeasibility[k] = kkt.primal;
+      stats.dual_infeasibility[k] = kkt.dual;
       stats.complementarity[k] = kkt.complementarity;
       stats.regularization[k] = reg;
+      stats.restoration[k] = restoration;
       if (P::verbose)
-        std::printf("%s %4d  f %+.10e  pr %.3e  du %.3e  co %.3e  reg %.1e\n", P::name, k, fx, pr, du,
-                    kkt.complementarity, reg);
-      if (converged_at(kkt)) {
+        std::printf("%s %4d%s f %+.10e  pr %.3e  du %.3e  co %.3e  reg %.1e\n", P::name, k, restoration ? "r" : " ", fx,
+                    kkt.primal, kkt.dual, kkt.complementarity, reg);
+      if (meets(kkt, limits.tol)) {
         status = converged;
         break;
       }
-      if (k == max_iter) {
-        status = max_iterations;
+      acceptable_streak = meets(kkt, P::acceptable_tol) ? acceptable_streak + 1 : 0;
+      const bool acceptable_now = acceptable_streak > 0;
+      if (acceptable_streak >= P::acceptable_iter) {
+        status = acceptable;
         break;
       }
-      // *** the QP: min 1/2 d'(H + reg I)d + grad'd  s.t.  lbg - g <= J d <= ubg - g,  lbx - x <= d <= ubx - x ***
+      if (k >= limits.max_iter || std::chrono::duration<double>(Clock::now() - start).count() >= limits.max_time) {
+        status = acceptable_now ? acceptable : k >= limits.max_iter ? max_iterations : time_limit;
+        break;
+      }
+      if (k == 0) search.start(kkt.l1);
+      // *** the Hessian at (x, lam_g) and the linearization, for the QPs of either phase ***
       if (int bad = evaluate_hessian(x, p, lam_g, ws); bad >= 0) {
         record_failure(stats, lagrangian_hessian, bad);
         status = numerical_error;
@@ -180,102 +214,99 @@ class Solver {
       stats.time_evaluation += lap(clock);
       assemble_A(ws);
       assemble_bounds(x, g, lbx, ubx, lbg, ubg, ws);
-      reg = reg > 0.0 ? std::fmax(reg * 0.1, P::reg_min) : 0.0;
-      // NOTE: QPs far from the solution need not be solved to the final accuracy: each asks for 1e-2 of the KKT
-      // error. A nonconvex or failed QP is retried with more regularization (x10), only as much as needed; later QPs
-      // of one solve start from the previous QP's solution (never from an earlier call's).
-      int qp_status = solve_regularized(std::fmax(pr, du), k > 0, reg, stats, clock, ws);
-      const double* d = QP::primal(ws.qp);
-      const double* y = QP::dual(ws.qp);
-      int qp_iterations = QP::iterations(ws.qp);
-      if (qp_status == anvil::qp::infeasible) {
-        // NOTE: inconsistent linearized constraints: solve the elastic QP instead (slacks on every constraint row,
-        // penalized by weight * their sum), which is always feasible and minimizes the violation of the
-        // linearization.
-        double lam_max = 0.0;
-        for (int i = 0; i < ng; ++i) lam_max = std::fmax(lam_max, std::fabs(lam_g[i]));
-        qp_status = solve_elastic(1e2 * std::fmax(1.0, std::fmax(lam_max, gmax)), reg, stats, clock, ws);
-        d = Elastic::primal(ws.elastic);
-        y = Elastic::dual(ws.elastic);
-        qp_iterations = Elastic::iterations(ws.elastic);
-        double dmax = 0.0, slack = 0.0, xmax = 1.0;
-        for (int j = 0; j < nx; ++j) {
-          dmax = std::fmax(dmax, std::fabs(d[j]));
-          xmax = std::fmax(xmax, std::fabs(x[j]));
+      // *** optimality phase: the QP, then the filter line search ***
+      if (!restoration) {
+        reg = reg > 0.0 ? std::fmax(reg * 0.1, P::reg_min) : 0.0;
+        if (line_search_failures > 0) reg = std::fmax(reg, 1e-4 * kkt.gradient_scale);
+        // NOTE: QPs far from the solution need not be solved to the final accuracy: each asks for 1e-2 of the KKT
+        // error. A nonconvex or failed QP is retried with more regularization (x10), only as much as needed; later
+        // QPs of one solve start from the previous QP's solution (never from an earlier call's).
+        int qp_status = solve_regularized(std::fmax(kkt.primal, kkt.dual), k > 0, reg, stats, clock, ws);
+        const double* d = QP::primal(ws.qp);
+        const double* y = QP::dual(ws.qp);
+        stats.qp_iterations[k] = QP::iterations(ws.qp);
+        // NOTE: inconsistent linearized constraints (or a failed QP): restoration, below
+        if (qp_status == anvil::qp::solved) search.rho = 0.0;  // the next price follows these multipliers
+        stats.qp_status[k] = qp_status;
+        stats.regularization[k] = reg;
+        if (qp_status == anvil::qp::solved) {
+          const double alpha = search.filter(x, p, lbx, ubx, lbg, ubg, fx, kkt.l1, d, ws);
+          stats.step[k] = alpha;
+          stats.time_line_search += lap(clock);
+          if (alpha > 0.0) {
+            line_search_failures = 0;
+            take_step(search, alpha, y, x, &fx, lam_g, lam_x, ws);
+            continue;
+          }
+          // NOTE: no acceptable step: a point that meets acceptable_tol ends there (a stalled line search); a
+          // feasible one is retried once with more regularization (shorter, steeper steps) and a fresh filter
+          if (acceptable_now) {
+            status = acceptable;
+            break;
+          }
+          if (kkt.primal <= limits.tol) {
+            if (++line_search_failures > 1) {
+              status = numerical_error;
+              break;
+            }
+            search.clear();
+            continue;
+          }
         }
-        for (int i = 0; i < 2 * ng; ++i) slack += std::fmax(d[nx + i], 0.0);
-        // a point where no step reduces the linearized violation: the constraints are locally infeasible
-        if (qp_status == anvil::qp::solved && dmax <= P::tol * xmax && slack > P::tol) qp_status = anvil::qp::infeasible;
+        // *** the QP is inconsistent (or failed) or no step was acceptable: restore feasibility ***
+        restoration = true;
+        stats.restoration[k] = true;
+        search.enter_restoration(kkt.l1, fx, search.price(lam_g, kkt), ws);
       }
+      // *** restoration phase (elastic mode): min f + rho (L1 violation) by elastic QPs (hard rows, which the QPs
+      // satisfy, weigh rho_hard > rho), a line search on that exact penalty; back to the optimality phase once the
+      // violation is reduced enough and the point is acceptable to the filter ***
+      double reg_r = search.prox;
+      const int qp_status = solve_elastic(v.grad.data(), search.rho, reg_r, stats, clock, ws);
       stats.qp_status[k] = qp_status;
-      stats.qp_iterations[k] = qp_iterations;
-      stats.time_qp_solve += lap(clock);
-      stats.regularization[k] = reg;
-      if (qp_status == anvil::qp::infeasible) {
-        status = infeasible;
-        break;
-      }
-      if (qp_status != anvil::qp::solved) {
+      stats.qp_iterations[k] = elastic_iterations(ws);
+      stats.regularization[k] = reg_r;
+      if (qp_status != anvil::qp::solved && qp_status != anvil::qp::max_iterations) {
         status = numerical_error;
         break;
       }
-      for (int i = 0; i < nA; ++i) lam_all[i] = y[i];
-      // *** filter line search (Waechter & Biegler): accept a trial point that sufficiently reduces the violation or
-      // the objective and is not dominated by an earlier iterate; when the step promises enough decrease of f at a
-      // small violation, ask for Armijo decrease of f instead (and keep the filter unchanged) ***
-      double slope = 0.0;
-      for (int j = 0; j < nx; ++j) slope += grad[j] * d[j];
-      if (k == 0) {
-        theta_max = 1e4 * std::fmax(1.0, l1);
-        theta_min = 1e-4 * std::fmax(1.0, l1);
-      }
-      double alpha = 1.0, f_trial = fx, l1_trial = l1;
-      bool f_type = false;
-      // NOTE: a tiny step (at a solution whose multipliers are still off) can improve neither the violation nor the
-      // objective: take it whole, without the filter, so the multipliers become the QP's (as IPOPT does).
-      double dmax = 0.0, xmax = 1.0;
-      for (int j = 0; j < nx; ++j) {
-        dmax = std::fmax(dmax, std::fabs(d[j]));
-        xmax = std::fmax(xmax, std::fabs(x[j]));
-      }
-      const bool tiny = dmax <= 1e-11 * xmax;
-      for (;;) {
-        for (int j = 0; j < nx; ++j) trial[j] = x[j] + alpha * d[j];
-        f_trial = P::cost(trial, p, ws);
-        P::constraints(trial, p, g_trial, ws);
-        int w = -1;
-        violation(trial, g_trial, lbx, ubx, lbg, ubg, &l1_trial, &w);
-        bool ok = std::isfinite(f_trial) && first_nonfinite(g_trial, ng) < 0 && l1_trial <= theta_max;
-        if (ok && tiny) break;
-        for (int e = 0; ok && e < filter_size; ++e) ok = l1_trial < v.filter_theta[e] || f_trial < v.filter_phi[e];
-        const bool switching = slope < 0.0 && alpha * std::pow(-slope, 2.3) > std::pow(l1, 1.1);
-        f_type = l1 <= theta_min && switching;
-        if (ok && f_type)
-          ok = f_trial <= fx + P::armijo * alpha * slope;
-        else if (ok)
-          ok = l1_trial <= (1.0 - 1e-5) * l1 || f_trial <= fx - 1e-5 * l1;
-        if (ok) break;
-        alpha *= P::backtrack;
-        if (alpha < P::min_step) break;
-      }
-      if (alpha >= P::min_step && !f_type && !tiny && filter_size <= max_iter) {
-        v.filter_theta[filter_size] = (1.0 - 1e-5) * l1;
-        v.filter_phi[filter_size] = fx - 1e-5 * l1;
-        ++filter_size;
-      }
+      const double* d = elastic_primal(ws);
+      double slope = 0.0, l1_now = 0.0, l1_hard = 0.0, step_hard = 0.0;
+      for (int j = 0; j < nx; ++j) slope += v.grad[j] * d[j];
+      int worst = -1;
+      violation(x, g, lbx, ubx, lbg, ubg, &l1_now, &worst, &l1_hard);
+      const double step_l1 = linearized_violation(x, g, lbx, ubx, lbg, ubg, d, &step_hard, ws);
+      // NOTE: the step may trade more violation of elastic rows for less of hard ones (a dynamics defect of the
+      // guess closed, the state then leaving its bound): rho_hard grows until the penalty predicts a decrease
+      const double elastic_gain = search.rho * ((kkt.l1 - l1_hard) - (step_l1 - step_hard)) - slope;
+      const double hard_gain = l1_hard - step_hard;
+      if (hard_gain > 0.0 && elastic_gain < 0.0)
+        search.rho_hard = std::fmax(search.rho_hard, -2.0 * elastic_gain / hard_gain);
+      const double merit = search.restoration_merit(fx, kkt.l1, l1_hard);
+      const double predicted = elastic_gain + search.rho_hard * hard_gain;
+      const bool stationary = !(predicted > restoration_stationarity * std::fmax(1.0, std::fabs(merit)));
+      const double alpha =
+          stationary ? 0.0 : search.reduce_penalty(x, p, lbx, ubx, lbg, ubg, merit, predicted, d, ws);
       stats.step[k] = alpha;
       stats.time_line_search += lap(clock);
-      if (alpha < P::min_step) {
-        status = numerical_error;
-        break;
+      if (alpha == 0.0 && !stationary && search.prox * 100.0 <= P::reg_max) {
+        // NOTE: no step reduced the penalty although its model promised: shorter, more cautious steps
+        search.prox *= 100.0;
+        continue;
       }
-      for (int j = 0; j < nx; ++j) x[j] = trial[j];
-      for (int i = 0; i < ng; ++i) {
-        g[i] = g_trial[i];
-        lam_g[i] += alpha * (lam_all[i] - lam_g[i]);
+      if (alpha == 0.0) {
+        // a stationary point of the penalty (or no step at the largest regularization): with violation left, the
+        // constraints are locally infeasible (x violates them least, as far as f's share in the penalty allows)
+        if (kkt.primal > limits.tol) {
+          status = infeasible;
+          break;
+        }
+        restoration = false;
+        continue;
       }
-      for (int j = 0; j < nx; ++j) lam_x[j] += alpha * (lam_all[ng + j] - lam_x[j]);
-      fx = f_trial;
+      search.prox = std::fmax(restoration_prox, search.prox * 0.1);
+      take_step(search, alpha, elastic_dual(ws), x, &fx, lam_g, lam_x, ws);
+      if (search.restored(limits.tol, ws)) restoration = false;
     }
     stats.time_evaluation += lap(clock);
     finish(x, g, lbx, ubx, lbg, ubg, k, status, stats);
@@ -329,7 +360,8 @@ class Solver {
 
   /// Real-time iteration, feedback phase: with the (new) parameter p and bounds, evaluate f, the gradient and g at x,
   /// solve the prepared QP and take the full step; x, lam_g and lam_x are updated in place. Returns max_iterations
-  /// after a step (converged when x already met the tolerance), infeasible or numerical_error (no step).
+  /// after a step (converged when x already met the tolerance), infeasible (the QP was inconsistent: the step of the
+  /// elastic QP was taken) or numerical_error (no step).
   static int rti_feedback(const double* p, const double* lbx, const double* ubx, const double* lbg, const double* ubg,
                           double* x, double* f, double* lam_g, double* lam_x, StatsT& stats, WS& ws) {
     auto& v = ws.v;
@@ -366,18 +398,26 @@ class Solver {
       stats.time_qp_solve += lap(clock);
       stats.qp_status[0] = qp_status;
       stats.qp_iterations[0] = QP::iterations(ws.qp);
-      if (qp_status == anvil::qp::infeasible) {
-        status = infeasible;
-      } else if (qp_status != anvil::qp::solved) {
-        status = numerical_error;
-      } else {
-        const double* d = QP::primal(ws.qp);
-        const double* y = QP::dual(ws.qp);
+      const double* d = QP::primal(ws.qp);
+      const double* y = QP::dual(ws.qp);
+      if (qp_status != anvil::qp::solved) {
+        // NOTE: an inconsistent (or failed) QP: the elastic QP's step instead, its L1 penalty heavy enough to reduce
+        // the violation as far as the linearization allows; the iteration reports infeasible, with the step taken
+        double reg = v.rti_regularization;
+        const int elastic_status = solve_elastic(v.grad.data(), penalty(lam_g, kkt), reg, stats, clock, ws);
+        stats.qp_status[0] = elastic_status;
+        stats.qp_iterations[0] = elastic_iterations(ws);
+        stats.restoration[0] = true;
+        d = elastic_primal(ws);
+        y = elastic_dual(ws);
+        status = elastic_status == anvil::qp::solved ? infeasible : numerical_error;
+      }
+      if (status != numerical_error) {
         for (int j = 0; j < nx; ++j) x[j] += d[j];
         for (int i = 0; i < ng; ++i) lam_g[i] = y[i];
         for (int j = 0; j < nx; ++j) lam_x[j] = y[ng + j];
         stats.step[0] = 1.0;
-        status = converged_at(kkt) ? converged : max_iterations;
+        if (status != infeasible) status = meets(kkt, P::tol) ? converged : max_iterations;
         fx = P::cost(x, p, ws);
         P::constraints(x, p, g, ws);
         double l1 = 0.0;
@@ -390,7 +430,7 @@ class Solver {
     } else {
       status = numerical_error;
     }
-    finish(x, g, lbx, ubx, lbg, ubg, status == max_iterations || status == converged ? 1 : 0, status, stats);
+    finish(x, g, lbx, ubx, lbg, ubg, status == numerical_error ? 0 : 1, status, stats);
     *f = fx;
     return status;
   }
@@ -403,6 +443,163 @@ class Solver {
     double primal = 0.0, dual = 0.0, complementarity = 0.0, gradient_scale = 1.0, l1 = 0.0;
     int worst = -1;
   };
+
+  static constexpr double restoration_prox = 1e-6;          ///< the least regularization of a restoration QP
+  static constexpr double restoration_stationarity = 1e-6;  ///< predicted/actual violation where restoration stops
+  static constexpr double restoration_reduction = 0.1;      ///< violation reduction that ends a restoration
+
+  /// The filter (objective vs L1 violation, Waechter and Biegler) and the line searches of both phases; the accepted
+  /// trial point is left in v.trial and v.g_trial, its objective and violation here.
+  struct Search {
+    double theta_max = 0.0, theta_min = 0.0, theta_restoration = 0.0, rho = 0.0, f_trial = 0.0, l1_trial = 0.0;
+    double rho_hard = 0.0;   ///< the restoration's price of violating a hard row (above rho: see restoration_merit)
+    double hard_trial = 0.0;  ///< the trial point's violation of the hard rows
+    double prox = 0.0;       ///< the restoration QPs' regularization
+    int size = 0;
+
+    void start(double l1) {
+      theta_max = 1e4 * std::fmax(1.0, l1);
+      theta_min = 1e-4 * std::fmax(1.0, l1);
+    }
+    void clear() { size = 0; }
+    void add(double l1, double fx, WS& ws) {
+      if (size > max_iter) return;
+      ws.v.filter_theta[size] = (1.0 - 1e-5) * l1;
+      ws.v.filter_phi[size] = fx - 1e-5 * l1;
+      ++size;
+    }
+    bool acceptable_to_filter(double l1, double fx, const WS& ws) const {
+      for (int e = 0; e < size; ++e)
+        if (!(l1 < ws.v.filter_theta[e] || fx < ws.v.filter_phi[e])) return false;
+      return true;
+    }
+    /// The price rho of a unit of violation in the elastic QPs: set from the multipliers lam_g when first needed, and
+    /// kept while the QPs stay elastic (their multipliers are the price itself: read back, it would grow x100 per
+    /// iteration); a solved regular QP clears it.
+    double price(const double* lam_g, const Residuals& kkt) {
+      if (rho == 0.0) rho = penalty(lam_g, kkt);
+      return rho;
+    }
+    /// Entering the restoration phase with the price rho: the point joins the filter, so the phase must leave it
+    /// behind.
+    void enter_restoration(double l1, double fx, double penalty, WS& ws) {
+      add(l1, fx, ws);
+      theta_restoration = l1;
+      rho = penalty;
+      rho_hard = 10.0 * penalty;
+      prox = restoration_prox;
+    }
+    /// The exact penalty the restoration reduces: f + rho (elastic rows' L1 violation) + rho_hard (hard rows' L1).
+    double restoration_merit(double fx, double l1, double l1_hard) const {
+      return fx + rho * (l1 - l1_hard) + rho_hard * l1_hard;
+    }
+    /// The restoration may end at the accepted trial point: enough less violation, and acceptable to the filter.
+    bool restored(double tol, const WS& ws) const {
+      return l1_trial <= std::fmax(tol, restoration_reduction * theta_restoration) &&
+             acceptable_to_filter(l1_trial, f_trial, ws);
+    }
+
+    /// Evaluates f, g and the violation at x + alpha d into v.trial, v.g_trial, f_trial and l1_trial; false at a
+    /// NaN/inf.
+    bool evaluate(const double* x, const double* d, double alpha, const double* p, const double* lbx,
+                  const double* ubx, const double* lbg, const double* ubg, WS& ws) {
+      double* trial = ws.v.trial.data();
+      for (int j = 0; j < nx; ++j) trial[j] = x[j] + alpha * d[j];
+      f_trial = P::cost(trial, p, ws);
+      P::constraints(trial, p, ws.v.g_trial.data(), ws);
+      int worst = -1;
+      violation(trial, ws.v.g_trial.data(), lbx, ubx, lbg, ubg, &l1_trial, &worst, &hard_trial);
+      return std::isfinite(f_trial) && first_nonfinite(ws.v.g_trial.data(), ng) < 0;
+    }
+
+    /// Filter line search along the QP step d: accept a trial point that sufficiently reduces the violation or the
+    /// objective and is not dominated by an earlier iterate; when the step promises enough decrease of f at a small
+    /// violation, ask for Armijo decrease of f instead (and keep the filter unchanged). Returns the step length, 0
+    /// when none was acceptable.
+    double filter(const double* x, const double* p, const double* lbx, const double* ubx, const double* lbg,
+                  const double* ubg, double fx, double l1, const double* d, WS& ws) {
+      double slope = 0.0;
+      for (int j = 0; j < nx; ++j) slope += ws.v.grad[j] * d[j];
+      // NOTE: a tiny step (at a solution whose multipliers are still off) can improve neither the violation nor the
+      // objective: take it whole, without the filter, so the multipliers become the QP's (as IPOPT does).
+      const bool tiny = is_tiny(x, d);
+      const bool switching_slope = slope < 0.0;
+      for (double alpha = 1.0; alpha >= P::min_step; alpha *= P::backtrack) {
+        bool ok = evaluate(x, d, alpha, p, lbx, ubx, lbg, ubg, ws) && l1_trial <= theta_max;
+        if (ok && tiny) return alpha;
+        ok = ok && acceptable_to_filter(l1_trial, f_trial, ws);
+        const bool f_type =
+            l1 <= theta_min && switching_slope && alpha * std::pow(-slope, 2.3) > std::pow(l1, 1.1);
+        if (ok && f_type)
+          ok = f_trial <= fx + P::armijo * alpha * slope;
+        else if (ok)
+          ok = l1_trial <= (1.0 - 1e-5) * l1 || f_trial <= fx - 1e-5 * l1;
+        if (ok) {
+          if (!f_type) add(l1, fx, ws);
+          return alpha;
+        }
+      }
+      return 0.0;
+    }
+
+    /// Backtracking on the exact penalty f + rho (L1 violation) along the restoration step d, with sufficient decrease
+    /// relative to the decrease its linearization predicts. Returns the step length, 0 when none reduced it.
+    double reduce_penalty(const double* x, const double* p, const double* lbx, const double* ubx, const double* lbg,
+                          const double* ubg, double merit, double predicted, const double* d, WS& ws) {
+      for (double alpha = 1.0; alpha >= P::min_step; alpha *= P::backtrack)
+        if (evaluate(x, d, alpha, p, lbx, ubx, lbg, ubg, ws) &&
+            restoration_merit(f_trial, l1_trial, hard_trial) <= merit - 1e-4 * alpha * predicted)
+          return alpha;
+      return 0.0;
+    }
+  };
+
+  /// Whether the step d is negligible next to x: |d| <= 1e-11 max(1, |x|) (infinity norms).
+  static bool is_tiny(const double* x, const double* d) {
+    double dmax = 0.0, xmax = 1.0;
+    for (int j = 0; j < nx; ++j) {
+      dmax = std::fmax(dmax, std::fabs(d[j]));
+      xmax = std::fmax(xmax, std::fabs(x[j]));
+    }
+    return dmax <= 1e-11 * xmax;
+  }
+
+  /// Moves to the accepted trial point; with the QP's multipliers y (null in the restoration phase, whose multipliers
+  /// are not the NLP's), lam_g and lam_x move toward them by alpha.
+  static void take_step(const Search& search, double alpha, const double* y, double* x, double* fx, double* lam_g,
+                        double* lam_x, WS& ws) {
+    for (int j = 0; j < nx; ++j) x[j] = ws.v.trial[j];
+    for (int i = 0; i < ng; ++i) ws.v.g[i] = ws.v.g_trial[i];
+    *fx = search.f_trial;
+    if (y == nullptr) return;
+    for (int i = 0; i < ng; ++i) lam_g[i] += alpha * (y[i] - lam_g[i]);
+    for (int j = 0; j < nx; ++j) lam_x[j] += alpha * (y[ng + j] - lam_x[j]);
+  }
+
+  /// The price of a unit of violation in an elastic QP: 100 x max(1, |lam_g|, |grad f|).
+  static double penalty(const double* lam_g, const Residuals& kkt) {
+    double lam_max = 0.0;
+    for (int i = 0; i < ng; ++i) lam_max = std::fmax(lam_max, std::fabs(lam_g[i]));
+    return 1e2 * std::fmax(1.0, std::fmax(lam_max, kkt.gradient_scale));
+  }
+
+  /// The L1 violation of the linearization at x along d: g + J d against [lbg, ubg], x + d against [lbx, ubx] (and its
+  /// share on the hard rows into l1_hard).
+  static double linearized_violation(const double* x, const double* g, const double* lbx, const double* ubx,
+                                     const double* lbg, const double* ubg, const double* d, double* l1_hard, WS& ws) {
+    double* gd = ws.v.g_trial.data();
+    double* xd = ws.v.trial.data();
+    for (int i = 0; i < ng; ++i) gd[i] = g[i];
+    for (int j = 0; j < nx; ++j) {
+      xd[j] = x[j] + d[j];
+      for (int e = P::jac_p[j]; e < P::jac_p[j + 1]; ++e) gd[P::jac_i[e]] += ws.v.jac[e] * d[j];
+    }
+    double l1 = 0.0;
+    int worst = -1;
+    violation(xd, gd, lbx, ubx, lbg, ubg, &l1, &worst, l1_hard);
+    return l1;
+  }
+
 
   /// Seconds since `start`, and restarts it.
   static double lap(Clock::time_point& start) {
@@ -445,22 +642,25 @@ class Solver {
     return first_nonfinite(ws.v.hess.data(), P::nnz_hess);
   }
 
-  /// Max violation (primal infeasibility) and its index, and the L1 violation the filter measures.
+  /// Max violation (primal infeasibility) and its index, and the L1 violation the filter measures (and, unless null,
+  /// its share on the rows the elastic QPs keep hard, P::hard_rows).
   static double violation(const double* x, const double* g, const double* lbx, const double* ubx, const double* lbg,
-                          const double* ubg, double* l1, int* worst) {
-    double vmax = 0.0, sum = 0.0;
+                          const double* ubg, double* l1, int* worst, double* l1_hard = nullptr) {
+    double vmax = 0.0, sum = 0.0, hard = 0.0;
     *worst = -1;
     for (int i = 0; i < nA; ++i) {
       const double value = i < ng ? g[i] : x[i - ng];
       const double lo = i < ng ? lbg[i] : lbx[i - ng], hi = i < ng ? ubg[i] : ubx[i - ng];
       const double excess = value < lo ? lo - value : (value > hi ? value - hi : 0.0);
       sum += excess;
+      if (P::hard_rows[i]) hard += excess;
       if (excess > vmax) {
         vmax = excess;
         *worst = i;
       }
     }
     *l1 = sum;
+    if (l1_hard != nullptr) *l1_hard = hard;
     return vmax;
   }
 
@@ -497,8 +697,9 @@ class Solver {
     return r;
   }
 
-  static bool converged_at(const Residuals& r) {
-    return r.primal <= P::tol && r.dual <= P::tol * r.gradient_scale && r.complementarity <= P::tol * r.gradient_scale;
+  /// The KKT residuals are within tol (dual infeasibility and complementarity relative to max(1, |grad f|)).
+  static bool meets(const Residuals& r, double tol) {
+    return r.primal <= tol && r.dual <= tol * r.gradient_scale && r.complementarity <= tol * r.gradient_scale;
   }
 
   /// d'(H + reg I)d - 1e-8 |d|^2 for the upper-triangular Hessian values `hess`.
@@ -567,46 +768,73 @@ class Solver {
     }
   }
 
-  /// The elastic QP, min 1/2 d'(H + reg I)d + grad'd + weight (1'v + 1'w) s.t. lbg - g <= J d + v - w <= ubg - g,
-  /// the bounds on d, v, w >= 0 (regularized further while its solver finds it nonconvex).
-  static int solve_elastic(double weight, double& reg, StatsT& stats, Clock::time_point& clock, WS& ws) {
+  /// The elastic QP: min 1/2 d'(H + reg I)d + q'd + weight (the L1 violation of its elastic rows' linearization),
+  /// regularized further (x10) while nonconvex. With elastic rows (P::elastic_rows: a Riccati interior point over the
+  /// QP's patterns, whose stage rows and state bounds are elastic) the Elastic backend solves it with the QP's
+  /// matrices; else with slacks v, w >= 0 on every constraint row (lbg - g <= J d + v - w <= ubg - g).
+  static int solve_elastic(const double* q, double weight, double& reg, StatsT& stats, Clock::time_point& clock,
+                           WS& ws) {
     auto& v = ws.v;
     double* qe = v.qe.data();
     double* le = v.le.data();
     double* ue = v.ue.data();
     double* Axe = v.Axe.data();
-    for (int j = 0; j < nx; ++j) qe[j] = v.grad[j];
-    for (int i = 0; i < 2 * ng; ++i) {
-      qe[nx + i] = weight;
-      le[nA + i] = 0.0;
-      ue[nA + i] = HUGE_VAL;
+    if constexpr (!P::elastic_rows) {
+      for (int j = 0; j < nx; ++j) qe[j] = q[j];
+      for (int i = 0; i < 2 * ng; ++i) {
+        qe[nx + i] = weight;
+        le[nA + i] = 0.0;
+        ue[nA + i] = HUGE_VAL;
+      }
+      for (int i = 0; i < nA; ++i) {
+        le[i] = v.l[i];
+        ue[i] = v.u[i];
+      }
+      for (int e = 0; e < P::nnz_jac; ++e) Axe[P::jac_to_Ae[e]] = v.jac[e];
+      for (int j = 0; j < nx; ++j) Axe[P::eye_to_Ae[j]] = 1.0;
+      for (int i = 0; i < ng; ++i) {
+        Axe[P::slack_to_Ae[2 * i]] = 1.0;
+        Axe[P::slack_to_Ae[2 * i + 1]] = 1.0;
+        Axe[P::slack_to_Ae[2 * ng + 2 * i]] = -1.0;
+        Axe[P::slack_to_Ae[2 * ng + 2 * i + 1]] = 1.0;
+      }
+      Elastic::reset(elastic_ws(ws));
     }
-    for (int i = 0; i < nA; ++i) {
-      le[i] = v.l[i];
-      ue[i] = v.u[i];
-    }
-    for (int e = 0; e < P::nnz_jac; ++e) Axe[P::jac_to_Ae[e]] = v.jac[e];
-    for (int j = 0; j < nx; ++j) Axe[P::eye_to_Ae[j]] = 1.0;
-    for (int i = 0; i < ng; ++i) {
-      Axe[P::slack_to_Ae[2 * i]] = 1.0;
-      Axe[P::slack_to_Ae[2 * i + 1]] = 1.0;
-      Axe[P::slack_to_Ae[2 * ng + 2 * i]] = -1.0;
-      Axe[P::slack_to_Ae[2 * ng + 2 * i + 1]] = 1.0;
-    }
-    Elastic::reset(ws.elastic);
-    // NOTE: the normal QP stopped at its infeasibility before its convexity was checked: regularize as needed
-    int status = anvil::qp::nonconvex;
     for (;;) {
-      status = Elastic::load(v.Px.data(), Axe, le, ue, false, ws.elastic);
-      if (status == anvil::qp::solved) status = Elastic::solve(qe, le, ue, 0.0, true, ws.elastic);
-      if (status != anvil::qp::nonconvex || reg > P::reg_max) break;
-      reg = reg > 0.0 ? reg * 10.0 : P::reg_min;
       assemble_P(reg, ws);
+      int status;
+      auto& e = elastic_ws(ws);
+      if constexpr (P::elastic_rows) {
+        status = Elastic::load(v.Px.data(), v.Ax.data(), v.l.data(), v.u.data(), false, e);
+        stats.time_qp_update += lap(clock);
+        if (status == anvil::qp::solved) {
+          Elastic::set_elastic(weight, e);
+          status = Elastic::solve(q, v.l.data(), v.u.data(), 1e-8, false, e);
+          if (status == anvil::qp::solved && curvature(v.hess.data(), Elastic::primal(e), reg) < 0.0)
+            status = anvil::qp::nonconvex;
+        }
+      } else {
+        status = Elastic::load(v.Px.data(), Axe, le, ue, false, e);
+        stats.time_qp_update += lap(clock);
+        if (status == anvil::qp::solved) status = Elastic::solve(qe, le, ue, 0.0, false, e);
+      }
+      stats.time_qp_solve += lap(clock);
+      if (status != anvil::qp::nonconvex || reg * 10.0 > P::reg_max) return status;
+      reg = reg > 0.0 ? reg * 10.0 : P::reg_min;
     }
-    stats.time_qp_update += lap(clock);
-    stats.time_qp_solve += lap(clock);
-    return status;
   }
+
+  /// The elastic QP backend's workspace (the QP's own when it solves the elastic QPs too).
+  template <class W>
+  static auto& elastic_ws(W& ws) {
+    if constexpr (P::elastic_in_qp) return ws.qp;
+    else return ws.elastic;
+  }
+
+  /// The elastic QP's step, multipliers (g's rows, then x's bounds) and iterations.
+  static const double* elastic_primal(const WS& ws) { return Elastic::primal(elastic_ws(ws)); }
+  static const double* elastic_dual(const WS& ws) { return Elastic::dual(elastic_ws(ws)); }
+  static int elastic_iterations(const WS& ws) { return Elastic::iterations(elastic_ws(ws)); }
 
   /// Fills the end-of-solve diagnostics: the most violated constraint and its violation.
   static void finish(const double* x, const double* g, const double* lbx, const double* ubx, const double* lbg,
@@ -615,6 +843,7 @@ class Solver {
     int worst = -1;
     violation(x, g, lbx, ubx, lbg, ubg, &l1, &worst);
     stats.worst_constraint = worst;
+    stats.worst_value = worst < 0 ? 0.0 : worst < ng ? g[worst] : x[worst - ng];
     stats.worst_violation =
         worst < 0 ? 0.0
         : worst < ng

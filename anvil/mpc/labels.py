@@ -1,0 +1,82 @@
+"""`OCPLabels`: the items of an MPC's multiple-shooting NLP named as the user declared them: stages, states, inputs,
+the dynamics and constraint functions, the bound groups (x_bounds, u_bounds, ...)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from anvil.sqp.labels import NLPLabels
+
+if TYPE_CHECKING:
+  from anvil.mpc.controller import MPCFunction
+
+
+class OCPLabels(NLPLabels):
+  """Names rows and variables of an `MPCFunction`'s NLP (layout: anvil.mpc.transcription) by stage and function."""
+
+  def __init__(self, mpc: MPCFunction) -> None:
+    super().__init__(mpc.sqp)
+    self.ocp = mpc.ocp
+
+  def _row_place(self, i: int) -> tuple[str, str, int, int]:
+    """(group, function name, stage, index in the function's output) of NLP row i."""
+    ocp = self.ocp
+    N, nx, nh, nhN = ocp.N, ocp.nx, ocp.nh, ocp.nhN
+    if i < nx:
+      return "initial state", "x0", 0, i
+    i -= nx
+    if i < N * nx:
+      return "dynamics", ocp.dynamics.name, i // nx + 1, i % nx
+    i -= N * nx
+    if i < N * nh:
+      assert ocp.constraints is not None
+      return "constraints", ocp.constraints.name, i // nh, i % nh
+    i -= N * nh
+    if i < nhN:
+      assert ocp.terminal_constraints is not None
+      return "terminal_constraints", ocp.terminal_constraints.name, N, i
+    entry = ocp.soft_entries[(i - nhN) % ocp.ns]
+    return f"soft {entry.group}", entry.group, entry.stage, entry.component
+
+  def row(self, i: int) -> tuple[str, str]:
+    """(group, row) of NLP row i: ("constraints", "row 0 of h at stage 3"); a defect is x_{k+1} - F(x_k, u_k), named
+    at stage k + 1."""
+    group, name, stage, index = self._row_place(i)
+    if group == "initial state":
+      return group, f"x[{index}]"
+    if group == "dynamics":
+      return group, f"x[{index}] at stage {stage} - {name} of stage {stage - 1}"
+    return group, f"row {index} of {name} at stage {stage}"
+
+  def row_function(self, i: int) -> tuple[str, str]:
+    """(function, place) of NLP row i: ("dynamics F", "stage 12, output 2") (F's evaluation at stage 12)."""
+    group, name, stage, index = self._row_place(i)
+    if group == "dynamics":
+      return f"dynamics {name}", f"stage {stage - 1}, output {index}"
+    return f"{group} {name}", f"stage {stage}, row {index}"
+
+  def _variable_place(self, j: int) -> tuple[str, str, int, int]:
+    """(group, symbol, stage, index) of NLP variable j."""
+    ocp = self.ocp
+    N, nx, nz = ocp.N, ocp.nx, ocp.nz
+    k, i = divmod(j, nz)
+    if k < N:
+      return ("x_bounds", "x", k, i) if i < nx else ("u_bounds", "u", k, i - nx)
+    if j < N * nz + nx:
+      return "x_bounds", "x", N, j - N * nz
+    entry = ocp.soft_entries[j - N * nz - nx]
+    return "slack", f"slack of soft {entry.group}", entry.stage, entry.component
+
+  def variable(self, j: int) -> tuple[str, str]:
+    """(bound group, variable) of NLP variable j: ("x_bounds", "x[0] at stage 7")."""
+    group, symbol, stage, index = self._variable_place(j)
+    return group, f"{symbol}[{index}] at stage {stage}"
+
+  def bound(self, j: int, value: float, bounds: Any) -> tuple[str, float]:
+    """The violated bound of variable j from the call's per-stage bounds (a dict: lbx, ubx, lbu, ubu, ...)."""
+    group, _, stage, index = self._variable_place(j)
+    if group == "slack":
+      return "lower", 0.0
+    key = "x" if group == "x_bounds" else "u"
+    lo, hi = float(bounds[f"lb{key}"][stage][index]), float(bounds[f"ub{key}"][stage][index])
+    return ("upper", hi) if value > hi else ("lower", lo)

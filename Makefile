@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.bench_sqp
 	$(PY) -m benchmarks.bench_mpc
 	$(PY) -m benchmarks.bench_qp
+	$(PY) -m benchmarks.bench_robust
 
 clean:
 	rm -rf build $(VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -277,8 +277,9 @@ def violation(problem: NLPProblem, x: np.ndarray) -> float:
   return max(worst, float(np.max(problem.lbg - g)), float(np.max(g - problem.ubg)))
 
 
-def ipopt_reference(problem: NLPProblem) -> tuple[float, int, str]:
-  """Solve `problem` from x0 with CasADi's IPOPT (a dev dependency, imported here): (f, iterations, return status)."""
+def ipopt_solver(problem: NLPProblem) -> Callable[[], tuple[float, int, str]]:
+  """CasADi's IPOPT (a dev dependency, imported here) built for `problem`: a callable that solves it from x0 and
+  returns (f, iterations, return status)."""
   import casadi as ca
 
   x, ops = ca.SX.sym("x", problem.n), casadi_ops(ca)
@@ -292,6 +293,15 @@ def ipopt_reference(problem: NLPProblem) -> tuple[float, int, str]:
   bounds = {"lbx": problem.lbx, "ubx": problem.ubx}
   if problem.m:
     bounds |= {"lbg": problem.lbg, "ubg": problem.ubg}
-  sol = solver(x0=problem.x0, **bounds)
-  stats = solver.stats()
-  return float(sol["f"]), int(stats["iter_count"]), str(stats["return_status"])
+
+  def solve() -> tuple[float, int, str]:
+    sol = solver(x0=problem.x0, **bounds)
+    stats = solver.stats()
+    return float(sol["f"]), int(stats["iter_count"]), str(stats["return_status"])
+
+  return solve
+
+
+def ipopt_reference(problem: NLPProblem) -> tuple[float, int, str]:
+  """Solve `problem` from x0 with CasADi's IPOPT: (f, iterations, return status)."""
+  return ipopt_solver(problem)()

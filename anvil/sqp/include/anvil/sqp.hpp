@@ -156,15 +156,17 @@ class Solver {
     limits.max_iter = limits.max_iter < 0 ? 0 : limits.max_iter > max_iter ? max_iter : limits.max_iter;
     stats = StatsT{};
     QP::reset(ws.qp);
+    // NOTE: x0 is moved into its bounds (as IPOPT does): a QP step keeps x + d within them, but a shortened one from
+    // outside would leave them violated, and their multipliers then grow without bound
     for (int i = 0; i < nx; ++i) {
-      x[i] = x0[i];
+      x[i] = std::fmin(std::fmax(x0[i], lbx[i]), ubx[i]);
       lam_x[i] = lam_x0[i];
     }
     for (int i = 0; i < ng; ++i) lam_g[i] = lam_g0[i];
     Search search;
     double reg = 0.0;
     int status = max_iterations, k = 0, acceptable_streak = 0, line_search_failures = 0;
-    bool restoration = false;
+    bool restoration = false, zero_multipliers = false;
     Clock::time_point clock = start;
     double fx = P::cost(x, p, ws);
     P::constraints(x, p, g, ws);
@@ -266,6 +268,14 @@ class Solver {
       stats.qp_status[k] = qp_status;
       stats.qp_iterations[k] = elastic_iterations(ws);
       stats.regularization[k] = reg_r;
+      if (qp_status == anvil::qp::nonconvex && !zero_multipliers) {
+        // NOTE: the Hessian of the Lagrangian at multipliers that blew up may be indefinite beyond any regularization:
+        // on with f's own Hessian
+        zero_multipliers = true;
+        for (int i = 0; i < ng; ++i) lam_g[i] = 0.0;
+        for (int j = 0; j < nx; ++j) lam_x[j] = 0.0;
+        continue;
+      }
       if (qp_status != anvil::qp::solved && qp_status != anvil::qp::max_iterations) {
         status = numerical_error;
         break;

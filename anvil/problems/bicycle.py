@@ -201,7 +201,13 @@ def solve_ipopt(x0: F64, guess: tuple[F64, F64] | None = None, tol: float = 1e-1
   w = ca.vertcat(*[ca.vertcat(X[:, k], U[:, k]) for k in range(N)], X[:, N], S)
   xs, us = cold_guess(x0) if guess is None else (np.asarray(guess[0], np.float64), np.asarray(guess[1], np.float64))
   w0 = np.concatenate([np.concatenate([xs[k], us[k]]) for k in range(N)] + [xs[N], np.zeros(N)])
-  options = {"ipopt.tol": tol, "ipopt.bound_relax_factor": 0.0, "ipopt.print_level": 0, "print_time": False}
+  options = {
+    "ipopt.tol": tol,
+    "ipopt.bound_relax_factor": 0.0,
+    "ipopt.print_level": 0,
+    "ipopt.sb": "yes",
+    "print_time": False,
+  }
   solver = ca.nlpsol("bicycle_ipopt", "ipopt", {"x": w, "f": J, "g": ca.vertcat(*g)}, options)
   res = solver(x0=w0, lbx=np.concatenate([lbw, np.zeros(N)]), ubx=np.concatenate([ubw, np.full(N, inf)]),
                lbg=lbg, ubg=ubg)  # fmt: skip

@@ -201,7 +201,7 @@ def solve_ipopt(x0: F64, guess: tuple[F64, F64] | None = None, tol: float = 1e-1
   w = ca.vertcat(*[ca.vertcat(X[:, k], U[:, k]) for k in range(N)], X[:, N], S)
   xs, us = cold_guess(x0) if guess is None else (np.asarray(guess[0], np.float64), np.asarray(guess[1], np.float64))
   w0 = np.concatenate([np.concatenate([xs[k], us[k]]) for k in range(N)] + [xs[N], np.zeros(N)])
-  options = {
+  options: dict[str, Any] = {
     "ipopt.tol": tol,
     "ipopt.bound_relax_factor": 0.0,
     "ipopt.print_level": 0,

@@ -83,7 +83,8 @@ class Controller {
   /// the next guess depends on the next state).
   static int prepare(WS& ws) {
     const auto& s = ws.s;
-    if (!C::real_time_iteration || s.prepared || !s.assembled || s.guess == 0 || ((s.guess == 1 || s.guess == 3) && !C::warm_start))
+    const bool shift = s.guess == 1 || s.guess == 3;
+    if (!C::real_time_iteration || s.prepared || !s.assembled || s.guess == 0 || (shift && !C::warm_start))
       return anvil::sqp::converged;
     initial_guess(nullptr, nullptr, nullptr, ws);
     return prepare_at_guess(ws);

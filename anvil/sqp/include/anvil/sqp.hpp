@@ -2,27 +2,29 @@
 //
 // Exact Hessian regularized only when a QP is nonconvex (a multiple of the identity, x10 per retry), a backtracking
 // filter line search (objective vs L1 violation, Waechter and Biegler). When the linearized constraints are
-// inconsistent or a QP fails, the elastic QP (an L1 penalty rho on the linearization's violation) gives the step; when
-// that step is negligible or the filter rejects every step, a restoration phase (elastic mode) minimizes the exact
-// penalty f + rho (L1 violation) by elastic QPs, back to the optimality phase once the violation is reduced enough and
-// the point is acceptable to the filter, or ending `infeasible` where no step reduces the penalty with violation left
-// (the least-violation point, as far as f's share in the penalty allows). Termination on primal and
-// dual infeasibility and complementarity (tol), at an acceptable level (acceptable_tol for acceptable_iter iterations
-// in a row, or a stalled line search there), on the iteration or time limit; NaN/inf diagnostics naming the function
-// and output. Every QP goes through the QP contract (anvil/qp.hpp): the loop never sees how it is solved.
+// inconsistent, a QP fails or the filter rejects every step, a restoration phase (elastic mode) minimizes the exact
+// penalty f + rho (L1 violation of the elastic rows) + rho_hard (L1 violation of the rows the elastic QP keeps hard)
+// by elastic QPs, back to the optimality phase once the violation is reduced enough and the point is acceptable to the
+// filter, or ending `infeasible` at a stationary point of that penalty with violation left (the least-violation point,
+// as far as f's share in the penalty allows). Termination on primal and dual infeasibility and complementarity (tol),
+// at an acceptable level (acceptable_tol for acceptable_iter iterations in a row, or a stalled line search there), on
+// the iteration or time limit; NaN/inf diagnostics naming the function and output. Every QP goes through the QP
+// contract (anvil/qp.hpp): the loop never sees how it is solved.
 //
 // The problem P (generated per NLP) provides:
 //   sizes: nx, ng, max_iter, nnz_jac, nnz_hess, nnz_P, nnz_A, nnz_Ae;
 //   settings: name (for verbose output), tol, acceptable_tol, acceptable_iter, max_time, reg_min, reg_max, armijo,
-//     backtrack, min_step, verbose, elastic_in_qp (the QP backend has elastic rows of its own: set_elastic());
+//     backtrack, min_step, verbose, elastic_rows (Elastic is a backend with elastic rows, set_elastic(), over the QP's
+//     patterns; else it solves the slack form below), elastic_in_qp (Elastic is QP itself);
 //   tables: hess_to_P[nnz_hess], diag_P[nx] (where the Hessian and the regularization go in P: triu(H) plus the full
 //     diagonal), jac_to_A[nnz_jac], eye_to_A[nx] (A = [dg/dx; I]), jac_to_Ae[nnz_jac], eye_to_Ae[nx], slack_to_Ae[4 ng]
 //     (the elastic QP's A: [dg/dx, I, -I; I, 0, 0; 0, I]), hess_p/hess_i and jac_p/jac_i (the CSC patterns of the
-//     Hessian's upper triangle and of dg/dx);
+//     Hessian's upper triangle and of dg/dx), hard_rows[ng + nx] (1: a row of g, or a bound on x, that the elastic QP
+//     keeps hard);
 //   types: Workspace (members v: a Vectors of these sizes; qp and, unless elastic_in_qp, elastic: the QP backends'
-//     workspaces), QP and Elastic (two QP backends: the QPs of the iteration, and the elastic QP, whose variables are
-//     [d; v; w] with v, w >= 0 the slacks of the constraint rows, penalized linearly; Elastic is QP when
-//     elastic_in_qp);
+//     workspaces), QP and Elastic (two QP backends: the QPs of the iteration, and the elastic QP, without elastic_rows
+//     over the variables [d; v; w] with v, w >= 0 the slacks of the constraint rows, penalized linearly; Elastic is QP
+//     when elastic_in_qp);
 //   evaluations: double cost(x, p, ws); void constraints(x, p, g, ws); void gradient(x, p, grad, ws);
 //     void jacobian(x, p, jac, ws); void hessian(x, p, lam_g, hess, ws) (the upper triangle of the Hessian of
 //     f + lam_g'g).
@@ -124,7 +126,7 @@ struct Vectors {
   anvil::Buffer<double, P::nnz_hess> hess;
   anvil::Buffer<double, P::nnz_P> Px;
   anvil::Buffer<double, P::nnz_A> Ax;
-  anvil::Buffer<double, nA> l, u, lam_all;
+  anvil::Buffer<double, nA> l, u;
   anvil::Buffer<double, P::nnz_Ae> Axe;
   anvil::Buffer<double, P::nx + 2 * P::ng> qe;
   anvil::Buffer<double, nA + 2 * P::ng> le, ue;
@@ -258,7 +260,7 @@ class Solver {
         // *** the QP is inconsistent (or failed) or no step was acceptable: restore feasibility ***
         restoration = true;
         stats.restoration[k] = true;
-        search.enter_restoration(kkt.l1, fx, search.price(lam_g, kkt), ws);
+        search.enter_restoration(kkt.l1, fx, lam_g, kkt, ws);
       }
       // *** restoration phase (elastic mode): min f + rho (L1 violation) by elastic QPs (hard rows, which the QPs
       // satisfy, weigh rho_hard > rho), a line search on that exact penalty; back to the optimality phase once the
@@ -281,10 +283,9 @@ class Solver {
         break;
       }
       const double* d = elastic_primal(ws);
-      double slope = 0.0, l1_now = 0.0, l1_hard = 0.0, step_hard = 0.0;
+      double slope = 0.0, step_hard = 0.0;
       for (int j = 0; j < nx; ++j) slope += v.grad[j] * d[j];
-      int worst = -1;
-      violation(x, g, lbx, ubx, lbg, ubg, &l1_now, &worst, &l1_hard);
+      const double l1_hard = kkt.l1_hard;
       const double step_l1 = linearized_violation(x, g, lbx, ubx, lbg, ubg, d, &step_hard, ws);
       // NOTE: the step may trade more violation of elastic rows for less of hard ones (a dynamics defect of the
       // guess closed, the state then leaving its bound): rho_hard grows until the penalty predicts a decrease
@@ -451,6 +452,7 @@ class Solver {
   /// The KKT residuals at an iterate (see SQPOptions.tol).
   struct Residuals {
     double primal = 0.0, dual = 0.0, complementarity = 0.0, gradient_scale = 1.0, l1 = 0.0;
+    double l1_hard = 0.0;  ///< the share of l1 on the rows the elastic QP keeps hard
     int worst = -1;
   };
 
@@ -490,13 +492,12 @@ class Solver {
       if (rho == 0.0) rho = penalty(lam_g, kkt);
       return rho;
     }
-    /// Entering the restoration phase with the price rho: the point joins the filter, so the phase must leave it
-    /// behind.
-    void enter_restoration(double l1, double fx, double penalty, WS& ws) {
+    /// Entering the restoration phase at the price rho (see price()): the point joins the filter, so the phase must
+    /// leave it behind.
+    void enter_restoration(double l1, double fx, const double* lam_g, const Residuals& kkt, WS& ws) {
       add(l1, fx, ws);
       theta_restoration = l1;
-      rho = penalty;
-      rho_hard = 10.0 * penalty;
+      rho_hard = 10.0 * price(lam_g, kkt);
       prox = restoration_prox;
     }
     /// The exact penalty the restoration reduces: f + rho (elastic rows' L1 violation) + rho_hard (hard rows' L1).
@@ -610,7 +611,6 @@ class Solver {
     return l1;
   }
 
-
   /// Seconds since `start`, and restarts it.
   static double lap(Clock::time_point& start) {
     const Clock::time_point now = Clock::now();
@@ -702,7 +702,7 @@ class Solver {
     for (int j = 0; j < nx; ++j)
       for (int e = P::jac_p[j]; e < P::jac_p[j + 1]; ++e) stationarity[j] += jac[e] * lam_g[P::jac_i[e]];
     for (int j = 0; j < nx; ++j) r.dual = std::fmax(r.dual, std::fabs(stationarity[j]));
-    r.primal = violation(x, g, lbx, ubx, lbg, ubg, &r.l1, &r.worst);
+    r.primal = violation(x, g, lbx, ubx, lbg, ubg, &r.l1, &r.worst, &r.l1_hard);
     r.complementarity = complementarity(x, g, lbx, ubx, lbg, ubg, lam_x, lam_g);
     return r;
   }

@@ -4,13 +4,14 @@ on the same OCP, both started from a common swerving guess, and a closed loop pa
 Findings these tests record (default MPCOptions: SQP max_iter 50):
 - From the cold guess (x_k = x0, u_k = 0) the first QP is inconsistent: the obstacle's linearization at px = 0 is the
   halfspace px <= ~9.9 m (40 px + py <= 396.25 from (0, 0)), within which the car cannot brake from 12 m/s (it needs
-  18 m), so every hard start begins in the restoration phase (1 to 9 iterations with the Riccati QP) and, but for the
-  centre-line one, reaches a far detour (cost ~1e3-1e4). From there the SQP descends with the Hessian regularized by
-  1-10 x I (OSQP: up to 100 x I): the obstacle's curvature, -2 lambda I in (px, py), which carry no cost, makes the
-  QPs nonconvex along the steps, and the damped steps converge linearly.
+  18 m), so every hard start begins in the restoration phase and, but for the centre-line one, reaches a far detour
+  (cost ~1e3-1e4). The optimality phase then starts from zero multipliers (the restoration's price the penalty, not
+  the constraints); the obstacle's curvature, -2 lambda I in (px, py), which carry no cost, makes later QPs nonconvex
+  along the steps, and the regularized steps (OSQP: up to 100 x I) converge linearly.
 - The cold starts of anvil and IPOPT can end in different genuine local optima: from straight_20 anvil's SQP ends in
   a U-turn around the obstacle (cost 1338.46; IPOPT started from perturbations of it returns to it) while IPOPT passes
   above the obstacle (130.00), and the best optimum found passes below (103.93, from `swerve_guess`). From
+  speeding_27 anvil's SQP ends in a swerve (898.78) next to the one from `swerve_guess` (877.18). From
   speeding_27 IPOPT's cold start stops with "Infeasible_Problem_Detected" on this feasible problem. There the cold
   result is certified instead by IPOPT started from anvil's solution, and `test_swerve_guess_matches_ipopt` compares
   both from the same informative start.
@@ -44,13 +45,8 @@ COLD_REFERENCE = {"straight_12": "cold", "straight_20": "anvil", "centre_line_12
 
 #: Cold starts that end "max_iterations" with the default 50 SQP iterations, and why (measured with max_iter=300).
 COLD_FAILURES = {
-  ("straight_12", "riccati"): "max_iterations: restoration from the inconsistent first QP, then damped steps "
-  "(Hessian regularized by 1 x I): it converges in 54 iterations to IPOPT's optimum (21.9166664) with max_iter=300",
-  ("speeding_27", "riccati"): "max_iterations: 9 restoration iterations, then regularization 10 x I; with "
-  "max_iter=300 it converges in 65 iterations to a U-turn local optimum (1499.75, certified by IPOPT; the swerve from "
-  "swerve_guess costs 877.18)",
-  ("straight_12", "osqp"): "max_iterations: as with the Riccati QP but regularized by ~100 x I; it converges in 173 "
-  "iterations to IPOPT's optimum with max_iter=300",
+  ("straight_12", "osqp"): "max_iterations: restoration from the inconsistent first QP, then steps damped by a "
+  "Hessian regularized by up to 100 x I; it converges in 173 iterations to IPOPT's optimum with max_iter=300",
   ("straight_20", "osqp"): "max_iterations: it reaches the U-turn local optimum (cost 1338.456, feasible to 1e-11) "
   "but the dual residual stalls at ~5e-4, the regularization alternating 1 and 10 x I and OSQP at its iteration cap "
   "every other QP; still not converged after 300 iterations",
@@ -141,15 +137,7 @@ def closed_loop(controllers: dict[str, MPCFunction]) -> Callable[[str], ClosedLo
   return run
 
 
-OSQP_LOOP = (
-  "the first 17 calls end max_iterations and 2 infeasible; their fallback inputs (the cold guess's, u = 0) keep the "
-  "car going straight and it enters the obstacle (clearance² 0.41 < 4) before the calls converge again"
-)
-
-
-@pytest.mark.parametrize(
-  "qp", ["riccati", pytest.param("osqp", marks=pytest.mark.xfail(strict=False, reason=OSQP_LOOP))]
-)
+@pytest.mark.parametrize("qp", QP_SOLVERS)
 def test_closed_loop_passes_the_obstacle(closed_loop: Callable[[str], ClosedLoop], qp: str) -> None:
   cl = closed_loop(qp)
   clearance = bicycle.clearance(cl.x.T)
@@ -159,18 +147,14 @@ def test_closed_loop_passes_the_obstacle(closed_loop: Callable[[str], ClosedLoop
   assert cl.metrics["max_violation"] == 0.0, "the hard input and steering bounds hold (the speed bound too)"
 
 
-RICCATI_LOOP = (
-  "the first 3 calls end max_iterations (50 iterations each, from the cold guess: see COLD_FAILURES); their fallback "
-  "input u = 0 lets the car coast at 12 m/s, the 4th call converges in 45 iterations and the others in 1-5"
+OSQP_LOOP = (
+  "the first call ends max_iterations (50 iterations from the cold guess: see COLD_FAILURES); its fallback input "
+  "u = 0 lets the car coast for one step, and the next call converges in 50 iterations, the others in 1-11"
 )
 
 
 @pytest.mark.parametrize(
-  "qp",
-  [
-    pytest.param("riccati", marks=pytest.mark.xfail(strict=False, reason=RICCATI_LOOP)),
-    pytest.param("osqp", marks=pytest.mark.xfail(strict=False, reason=OSQP_LOOP)),
-  ],
+  "qp", ["riccati", pytest.param("osqp", marks=pytest.mark.xfail(strict=False, reason=OSQP_LOOP))]
 )
 def test_closed_loop_has_no_failed_step(closed_loop: Callable[[str], ClosedLoop], qp: str) -> None:
   cl = closed_loop(qp)

@@ -317,7 +317,14 @@ class Solver {
       }
       search.prox = std::fmax(restoration_prox, search.prox * 0.1);
       take_step(search, alpha, elastic_dual(ws), x, &fx, lam_g, lam_x, ws);
-      if (search.restored(limits.tol, ws)) restoration = false;
+      if (search.restored(limits.tol, ws)) {
+        // NOTE: the restoration's multipliers price the penalty (up to rho), not the NLP's constraints: the optimality
+        // phase starts from zero multipliers (f's own Hessian), as its first QP then estimates them (with them kept,
+        // the bicycle's cold starts crawled at regularization 1-10 x I for 50 iterations)
+        restoration = false;
+        for (int i = 0; i < ng; ++i) lam_g[i] = 0.0;
+        for (int j = 0; j < nx; ++j) lam_x[j] = 0.0;
+      }
     }
     stats.time_evaluation += lap(clock);
     finish(x, g, lbx, ubx, lbg, ubg, k, status, stats);

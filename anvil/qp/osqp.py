@@ -49,7 +49,7 @@ class EmbeddedOSQP:
     solver = osqp.OSQP()
     solver.setup(p, np.zeros(n), a, -np.ones(m), np.ones(m), verbose=False, polishing=False, rho=RHO, scaling=0,
                  eps_abs=self.options.eps_abs, eps_rel=self.options.eps_rel, max_iter=self.options.max_iter,
-                 eps_prim_inf=1e-7, eps_dual_inf=1e-7, check_termination=5)  # fmt: skip
+                 eps_prim_inf=1e-5, eps_dual_inf=1e-7, check_termination=5)  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
       solver.codegen(tmp, parameters="matrices", prefix=self.prefix, force_rewrite=True, include_codegen_src=True)
       root = Path(tmp)

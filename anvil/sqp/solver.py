@@ -73,9 +73,10 @@ class SQPFunction(TemplatedFunction):
   for the QPs' fixed patterns (`options.qp`: OSQP's own C code, polished, by default; the Riccati interior point for
   NLPs with a stage layout), and takes steps by a backtracking filter line search (objective vs L1 violation, Wächter
   and Biegler). When the linearized constraints are inconsistent, a QP fails or no step is acceptable, a feasibility
-  restoration phase minimizes the exact penalty f + rho (L1 violation) (elastic QPs: with a stage layout the Riccati
-  interior point's elastic rows, else OSQP with slacks) until the violation is reduced enough, or ends "infeasible"
-  at the least-violation point.
+  restoration phase solves the elastic NLP min f + rho (L1 violation of the elastic rows) subject to the rows its QPs
+  keep hard (elastic QPs: with a stage layout the Riccati interior point's elastic rows, else OSQP with slacks; a
+  filter line search of its own) until the violation is reduced enough, or ends "infeasible" at the least-violation
+  point.
 
   Args:
     name: a C++ identifier.

@@ -11,7 +11,7 @@ Findings these tests record (default MPCOptions: SQP max_iter 50):
 - The cold starts of anvil and IPOPT can end in different genuine local optima: from straight_20 anvil's SQP ends in
   a U-turn around the obstacle (cost 1338.46; IPOPT started from perturbations of it returns to it) while IPOPT passes
   above the obstacle (130.00), and the best optimum found passes below (103.93, from `swerve_guess`). From
-  speeding_27 anvil's SQP ends in a swerve (898.78) next to the one from `swerve_guess` (877.18). From
+  speeding_27 anvil's SQP ends in the swerve that `swerve_guess` leads to (877.18). From
   speeding_27 IPOPT's cold start stops with "Infeasible_Problem_Detected" on this feasible problem. There the cold
   result is certified instead by IPOPT started from anvil's solution, and `test_swerve_guess_matches_ipopt` compares
   both from the same informative start.
@@ -50,8 +50,6 @@ COLD_FAILURES = {
   ("straight_20", "osqp"): "max_iterations: it reaches the U-turn local optimum (cost 1338.456, feasible to 1e-11) "
   "but the dual residual stalls at ~5e-4, the regularization alternating 1 and 10 x I and OSQP at its iteration cap "
   "every other QP; still not converged after 300 iterations",
-  ("speeding_27", "osqp"): "max_iterations: it never leaves the restoration phase (steps cut to 2^-9, the violation "
-  "~7e-3 barely decreasing); the same after 300 iterations",
 }
 
 

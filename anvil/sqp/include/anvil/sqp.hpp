@@ -2,11 +2,11 @@
 //
 // Exact Hessian regularized only when a QP is nonconvex (a multiple of the identity, x10 per retry), a backtracking
 // filter line search (objective vs L1 violation, Waechter and Biegler). When the linearized constraints are
-// inconsistent, a QP fails or the filter rejects every step, a restoration phase (elastic mode) minimizes the exact
-// penalty f + rho (L1 violation of the elastic rows) + rho_hard (L1 violation of the rows the elastic QP keeps hard)
-// by elastic QPs, back to the optimality phase once the violation is reduced enough and the point is acceptable to the
-// filter, or ending `infeasible` at a stationary point of that penalty with violation left (the least-violation point,
-// as far as f's share in the penalty allows). Termination on primal and dual infeasibility and complementarity (tol),
+// inconsistent, a QP fails or the filter rejects every step, a restoration phase (elastic mode) solves the elastic NLP
+// min f + rho (L1 violation of the elastic rows) s.t. the rows the elastic QP keeps hard, by elastic QPs and a filter
+// line search of its own (the hard rows' L1 violation vs that penalty), back to the optimality phase once the violation
+// is reduced enough and the point is acceptable to the optimality filter, or ending `infeasible` at a stationary point
+// of the elastic NLP with violation left (the least-violation point, as far as f's share in the penalty allows). Termination on primal and dual infeasibility and complementarity (tol),
 // at an acceptable level (acceptable_tol for acceptable_iter iterations in a row, or a stalled line search there), on
 // the iteration or time limit; NaN/inf diagnostics naming the function and output. Every QP goes through the QP
 // contract (anvil/qp.hpp): the loop never sees how it is solved.
@@ -130,7 +130,7 @@ struct Vectors {
   anvil::Buffer<double, P::nnz_Ae> Axe;
   anvil::Buffer<double, P::nx + 2 * P::ng> qe;
   anvil::Buffer<double, nA + 2 * P::ng> le, ue;
-  anvil::Buffer<double, P::max_iter + 1> filter_theta, filter_phi;
+  anvil::Buffer<double, 2 * (P::max_iter + 1)> filter_theta, filter_phi;  ///< the two phases' filters' entries
   bool rti_prepared = false;       ///< a real-time iteration's QP is prepared
   int rti_failure[2] = {-1, -1};   ///< the function and output that made the preparation fail
   double rti_times[2] = {0, 0};    ///< the preparation's evaluation and QP update times
@@ -208,7 +208,7 @@ class Solver {
         status = acceptable_now ? acceptable : k >= limits.max_iter ? max_iterations : time_limit;
         break;
       }
-      if (k == 0) search.start(kkt.l1);
+      if (k == 0) search.optimality.start(kkt.l1);
       // *** the Hessian at (x, lam_g) and the linearization, for the QPs of either phase ***
       if (int bad = evaluate_hessian(x, p, lam_g, ws); bad >= 0) {
         record_failure(stats, lagrangian_hessian, bad);
@@ -234,7 +234,7 @@ class Solver {
         stats.qp_status[k] = qp_status;
         stats.regularization[k] = reg;
         if (qp_status == anvil::qp::solved) {
-          const double alpha = search.filter(x, p, lbx, ubx, lbg, ubg, fx, kkt.l1, d, ws);
+          const double alpha = search.optimality_step(x, p, lbx, ubx, lbg, ubg, fx, kkt.l1, d, ws);
           stats.step[k] = alpha;
           stats.time_line_search += lap(clock);
           if (alpha > 0.0) {
@@ -253,18 +253,18 @@ class Solver {
               status = numerical_error;
               break;
             }
-            search.clear();
+            search.optimality.size = 0;
             continue;
           }
         }
         // *** the QP is inconsistent (or failed) or no step was acceptable: restore feasibility ***
         restoration = true;
         stats.restoration[k] = true;
-        search.enter_restoration(kkt.l1, fx, lam_g, kkt, ws);
+        search.enter_restoration(kkt, fx, lam_g, ws);
       }
-      // *** restoration phase (elastic mode): min f + rho (L1 violation) by elastic QPs (hard rows, which the QPs
-      // satisfy, weigh rho_hard > rho), a line search on that exact penalty; back to the optimality phase once the
-      // violation is reduced enough and the point is acceptable to the filter ***
+      // *** restoration phase (elastic mode): the elastic NLP min f + rho (L1 violation of the elastic rows) s.t. the
+      // hard rows, by elastic QPs and a filter line search of its own (hard rows' L1 violation vs that penalty); back
+      // to the optimality phase once the violation is reduced enough and the point is acceptable to its filter ***
       double reg_r = search.prox;
       const int qp_status = solve_elastic(v.grad.data(), search.rho, reg_r, stats, clock, ws);
       stats.qp_status[k] = qp_status;
@@ -285,28 +285,26 @@ class Solver {
       const double* d = elastic_primal(ws);
       double slope = 0.0, step_hard = 0.0;
       for (int j = 0; j < nx; ++j) slope += v.grad[j] * d[j];
-      const double l1_hard = kkt.l1_hard;
       const double step_l1 = linearized_violation(x, g, lbx, ubx, lbg, ubg, d, &step_hard, ws);
-      // NOTE: the step may trade more violation of elastic rows for less of hard ones (a dynamics defect of the
-      // guess closed, the state then leaving its bound): rho_hard grows until the penalty predicts a decrease
-      const double elastic_gain = search.rho * ((kkt.l1 - l1_hard) - (step_l1 - step_hard)) - slope;
-      const double hard_gain = l1_hard - step_hard;
-      if (hard_gain > 0.0 && elastic_gain < 0.0)
-        search.rho_hard = std::fmax(search.rho_hard, -2.0 * elastic_gain / hard_gain);
-      const double merit = search.restoration_merit(fx, kkt.l1, l1_hard);
-      const double predicted = elastic_gain + search.rho_hard * hard_gain;
-      const bool stationary = !(predicted > restoration_stationarity * std::fmax(1.0, std::fabs(merit)));
-      const double alpha =
-          stationary ? 0.0 : search.reduce_penalty(x, p, lbx, ubx, lbg, ubg, merit, predicted, d, ws);
+      // the decrease of the penalty its linearization promises (the hard rows are met by the step's linearization)
+      const double predicted = search.rho * ((kkt.l1 - kkt.l1_hard) - (step_l1 - step_hard)) - slope;
+      const double penalty = search.penalty(fx, kkt.l1, kkt.l1_hard);
+      const bool stationary = kkt.l1_hard <= limits.tol &&
+                              !(predicted > restoration_stationarity * std::fmax(1.0, std::fabs(penalty)));
+      const double alpha = stationary ? 0.0 : search.restoration_step(x, p, lbx, ubx, lbg, ubg, kkt, penalty,
+                                                                      predicted, d, ws);
       stats.step[k] = alpha;
+      if (P::verbose)
+        std::printf("%s      restoration: step %.3e  penalty %+.10e  predicted %.3e  rho %.1e  reg %.1e  hard %.3e\n",
+                    P::name, alpha, penalty, predicted, search.rho, reg_r, kkt.l1_hard);
       stats.time_line_search += lap(clock);
-      if (alpha == 0.0 && !stationary && search.prox * 100.0 <= P::reg_max) {
-        // NOTE: no step reduced the penalty although its model promised: shorter, more cautious steps
-        search.prox *= 100.0;
+      if (alpha == 0.0 && !stationary && reg_r * 100.0 <= P::reg_max) {
+        // NOTE: no step was acceptable although the model promised progress: shorter, more cautious steps
+        search.prox = reg_r * 100.0;
         continue;
       }
       if (alpha == 0.0) {
-        // a stationary point of the penalty (or no step at the largest regularization): with violation left, the
+        // a stationary point of the elastic NLP (or no step at the largest regularization): with violation left, the
         // constraints are locally infeasible (x violates them least, as far as f's share in the penalty allows)
         if (kkt.primal > limits.tol) {
           status = infeasible;
@@ -315,7 +313,9 @@ class Solver {
         restoration = false;
         continue;
       }
-      search.prox = std::fmax(restoration_prox, search.prox * 0.1);
+      // NOTE: the next restoration QP starts from a tenth of the regularization this one needed (as in the optimality
+      // phase): restarting from the least one, a nonconvex stretch cost up to 8 QP solves per iteration
+      search.prox = std::fmax(restoration_prox, reg_r * 0.1);
       take_step(search, alpha, elastic_dual(ws), x, &fx, lam_g, lam_x, ws);
       if (search.restored(limits.tol, ws)) {
         // NOTE: the restoration's multipliers price the penalty (up to rho), not the NLP's constraints: the optimality
@@ -422,7 +422,7 @@ class Solver {
         // NOTE: an inconsistent (or failed) QP: the elastic QP's step instead, its L1 penalty heavy enough to reduce
         // the violation as far as the linearization allows; the iteration reports infeasible, with the step taken
         double reg = v.rti_regularization;
-        const int elastic_status = solve_elastic(v.grad.data(), penalty(lam_g, kkt), reg, stats, clock, ws);
+        const int elastic_status = solve_elastic(v.grad.data(), penalty_weight(lam_g, kkt), reg, stats, clock, ws);
         stats.qp_status[0] = elastic_status;
         stats.qp_iterations[0] = elastic_iterations(ws);
         stats.restoration[0] = true;
@@ -464,57 +464,81 @@ class Solver {
   };
 
   static constexpr double restoration_prox = 1e-6;          ///< the least regularization of a restoration QP
-  static constexpr double restoration_stationarity = 1e-6;  ///< predicted/actual violation where restoration stops
+  static constexpr double restoration_stationarity = 1e-6;  ///< predicted/actual penalty where restoration stops
   static constexpr double restoration_reduction = 0.1;      ///< violation reduction that ends a restoration
 
-  /// The filter (objective vs L1 violation, Waechter and Biegler) and the line searches of both phases; the accepted
-  /// trial point is left in v.trial and v.g_trial, its objective and violation here.
-  struct Search {
-    double theta_max = 0.0, theta_min = 0.0, theta_restoration = 0.0, rho = 0.0, f_trial = 0.0, l1_trial = 0.0;
-    double rho_hard = 0.0;   ///< the restoration's price of violating a hard row (above rho: see restoration_merit)
-    double hard_trial = 0.0;  ///< the trial point's violation of the hard rows
-    double prox = 0.0;       ///< the restoration QPs' regularization
-    int size = 0;
+  /// A filter (Fletcher and Leyffer, with Waechter and Biegler's margins): pairs of a violation theta and an objective
+  /// phi; a trial point must improve on every entry in one of them. Its entries live in the workspace (v.filter_theta
+  /// and v.filter_phi from `base`).
+  struct Filter {
+    int base = 0, size = 0;
+    double theta_max = 0.0, theta_min = 0.0;
 
-    void start(double l1) {
-      theta_max = 1e4 * std::fmax(1.0, l1);
-      theta_min = 1e-4 * std::fmax(1.0, l1);
+    /// An empty filter for a phase starting at violation theta: no point above 1e4 max(1, theta) is accepted, and
+    /// below 1e-4 max(1, theta) steps that promise objective decrease must achieve it (the switching condition).
+    void start(double theta) {
+      theta_max = 1e4 * std::fmax(1.0, theta);
+      theta_min = 1e-4 * std::fmax(1.0, theta);
+      size = 0;
     }
-    void clear() { size = 0; }
-    void add(double l1, double fx, WS& ws) {
+    void add(double theta, double phi, WS& ws) {
       if (size > max_iter) return;
-      ws.v.filter_theta[size] = (1.0 - 1e-5) * l1;
-      ws.v.filter_phi[size] = fx - 1e-5 * l1;
+      ws.v.filter_theta[base + size] = (1.0 - 1e-5) * theta;
+      ws.v.filter_phi[base + size] = phi - 1e-5 * theta;
       ++size;
     }
-    bool acceptable_to_filter(double l1, double fx, const WS& ws) const {
+    bool acceptable(double theta, double phi, const WS& ws) const {
+      if (!(theta <= theta_max)) return false;
       for (int e = 0; e < size; ++e)
-        if (!(l1 < ws.v.filter_theta[e] || fx < ws.v.filter_phi[e])) return false;
+        if (!(theta < ws.v.filter_theta[base + e] || phi < ws.v.filter_phi[base + e])) return false;
       return true;
     }
+    /// Whether a trial point (theta_trial, phi_trial) at step length alpha is acceptable from (theta, phi), whose
+    /// model predicts a decrease `predicted` of phi: Armijo decrease of phi where the switching condition holds
+    /// (*phi_step set; the filter is left as it is), else sufficient decrease of either (the point joins the filter).
+    bool accepts(double theta, double phi, double predicted, double alpha, double theta_trial, double phi_trial,
+                 WS& ws) {
+      if (!acceptable(theta_trial, phi_trial, ws)) return false;
+      const bool phi_step = theta <= theta_min && predicted > 0.0 &&
+                            alpha * std::pow(predicted, 2.3) > std::pow(theta, 1.1);
+      if (phi_step) return phi_trial <= phi - P::armijo * alpha * predicted;
+      if (!(theta_trial <= (1.0 - 1e-5) * theta || phi_trial <= phi - 1e-5 * theta)) return false;
+      add(theta, phi, ws);
+      return true;
+    }
+  };
+
+  /// The two phases' filters and line searches; the accepted trial point is left in v.trial and v.g_trial, its
+  /// objective and violations here.
+  struct Search {
+    Filter optimality{0}, restoration{max_iter + 1};  ///< (L1 violation, f) and (hard rows' L1 violation, penalty)
+    double theta_restoration = 0.0, rho = 0.0, f_trial = 0.0, l1_trial = 0.0;
+    double hard_trial = 0.0;  ///< the trial point's violation of the hard rows
+    double prox = 0.0;        ///< the regularization the next restoration QP starts from
+
     /// The price rho of a unit of violation in the elastic QPs: set from the multipliers lam_g when first needed, and
     /// kept while the QPs stay elastic (their multipliers are the price itself: read back, it would grow x100 per
     /// iteration); a solved regular QP clears it.
     double price(const double* lam_g, const Residuals& kkt) {
-      if (rho == 0.0) rho = penalty(lam_g, kkt);
+      if (rho == 0.0) rho = penalty_weight(lam_g, kkt);
       return rho;
     }
-    /// Entering the restoration phase at the price rho (see price()): the point joins the filter, so the phase must
-    /// leave it behind.
-    void enter_restoration(double l1, double fx, const double* lam_g, const Residuals& kkt, WS& ws) {
-      add(l1, fx, ws);
-      theta_restoration = l1;
-      rho_hard = 10.0 * price(lam_g, kkt);
+    /// Entering the restoration phase at the price rho (see price()): the point joins the optimality filter, so the
+    /// phase must leave it behind; the restoration's own filter starts empty.
+    void enter_restoration(const Residuals& kkt, double fx, const double* lam_g, WS& ws) {
+      optimality.add(kkt.l1, fx, ws);
+      restoration.start(kkt.l1_hard);
+      theta_restoration = kkt.l1;
+      price(lam_g, kkt);
       prox = restoration_prox;
     }
-    /// The exact penalty the restoration reduces: f + rho (elastic rows' L1 violation) + rho_hard (hard rows' L1).
-    double restoration_merit(double fx, double l1, double l1_hard) const {
-      return fx + rho * (l1 - l1_hard) + rho_hard * l1_hard;
-    }
-    /// The restoration may end at the accepted trial point: enough less violation, and acceptable to the filter.
+    /// The elastic NLP's objective: f + rho (the elastic rows' L1 violation).
+    double penalty(double fx, double l1, double l1_hard) const { return fx + rho * (l1 - l1_hard); }
+    /// The restoration may end at the accepted trial point: enough less violation, and acceptable to the optimality
+    /// filter.
     bool restored(double tol, const WS& ws) const {
       return l1_trial <= std::fmax(tol, restoration_reduction * theta_restoration) &&
-             acceptable_to_filter(l1_trial, f_trial, ws);
+             optimality.acceptable(l1_trial, f_trial, ws);
     }
 
     /// Evaluates f, g and the violation at x + alpha d into v.trial, v.g_trial, f_trial and l1_trial; false at a
@@ -530,44 +554,34 @@ class Solver {
       return std::isfinite(f_trial) && first_nonfinite(ws.v.g_trial.data(), ng) < 0;
     }
 
-    /// Filter line search along the QP step d: accept a trial point that sufficiently reduces the violation or the
-    /// objective and is not dominated by an earlier iterate; when the step promises enough decrease of f at a small
-    /// violation, ask for Armijo decrease of f instead (and keep the filter unchanged). Returns the step length, 0
-    /// when none was acceptable.
-    double filter(const double* x, const double* p, const double* lbx, const double* ubx, const double* lbg,
-                  const double* ubg, double fx, double l1, const double* d, WS& ws) {
+    /// The optimality phase's filter line search along the QP step d (L1 violation vs f). A tiny step (at a solution
+    /// whose multipliers are still off) can improve neither: it is taken whole, without the filter, so the
+    /// multipliers become the QP's (as IPOPT does). Returns the step length, 0 when none was acceptable.
+    double optimality_step(const double* x, const double* p, const double* lbx, const double* ubx, const double* lbg,
+                           const double* ubg, double fx, double l1, const double* d, WS& ws) {
       double slope = 0.0;
       for (int j = 0; j < nx; ++j) slope += ws.v.grad[j] * d[j];
-      // NOTE: a tiny step (at a solution whose multipliers are still off) can improve neither the violation nor the
-      // objective: take it whole, without the filter, so the multipliers become the QP's (as IPOPT does).
       const bool tiny = is_tiny(x, d);
-      const bool switching_slope = slope < 0.0;
       for (double alpha = 1.0; alpha >= P::min_step; alpha *= P::backtrack) {
-        bool ok = evaluate(x, d, alpha, p, lbx, ubx, lbg, ubg, ws) && l1_trial <= theta_max;
-        if (ok && tiny) return alpha;
-        ok = ok && acceptable_to_filter(l1_trial, f_trial, ws);
-        const bool f_type =
-            l1 <= theta_min && switching_slope && alpha * std::pow(-slope, 2.3) > std::pow(l1, 1.1);
-        if (ok && f_type)
-          ok = f_trial <= fx + P::armijo * alpha * slope;
-        else if (ok)
-          ok = l1_trial <= (1.0 - 1e-5) * l1 || f_trial <= fx - 1e-5 * l1;
-        if (ok) {
-          if (!f_type) add(l1, fx, ws);
+        if (!evaluate(x, d, alpha, p, lbx, ubx, lbg, ubg, ws)) continue;
+        if ((tiny && l1_trial <= optimality.theta_max) ||
+            optimality.accepts(l1, fx, -slope, alpha, l1_trial, f_trial, ws))
           return alpha;
-        }
       }
       return 0.0;
     }
 
-    /// Backtracking on the exact penalty f + rho (L1 violation) along the restoration step d, with sufficient decrease
-    /// relative to the decrease its linearization predicts. Returns the step length, 0 when none reduced it.
-    double reduce_penalty(const double* x, const double* p, const double* lbx, const double* ubx, const double* lbg,
-                          const double* ubg, double merit, double predicted, const double* d, WS& ws) {
-      for (double alpha = 1.0; alpha >= P::min_step; alpha *= P::backtrack)
-        if (evaluate(x, d, alpha, p, lbx, ubx, lbg, ubg, ws) &&
-            restoration_merit(f_trial, l1_trial, hard_trial) <= merit - 1e-4 * alpha * predicted)
+    /// The restoration phase's filter line search along the elastic QP's step d (the hard rows' L1 violation vs the
+    /// penalty, whose model promises a decrease `predicted`). Returns the step length, 0 when none was acceptable.
+    double restoration_step(const double* x, const double* p, const double* lbx, const double* ubx, const double* lbg,
+                            const double* ubg, const Residuals& kkt, double phi, double predicted, const double* d,
+                            WS& ws) {
+      for (double alpha = 1.0; alpha >= P::min_step; alpha *= P::backtrack) {
+        if (!evaluate(x, d, alpha, p, lbx, ubx, lbg, ubg, ws)) continue;
+        if (restoration.accepts(kkt.l1_hard, phi, predicted, alpha, hard_trial,
+                                penalty(f_trial, l1_trial, hard_trial), ws))
           return alpha;
+      }
       return 0.0;
     }
   };
@@ -595,7 +609,7 @@ class Solver {
   }
 
   /// The price of a unit of violation in an elastic QP: 100 x max(1, |lam_g|, |grad f|).
-  static double penalty(const double* lam_g, const Residuals& kkt) {
+  static double penalty_weight(const double* lam_g, const Residuals& kkt) {
     double lam_max = 0.0;
     for (int i = 0; i < ng; ++i) lam_max = std::fmax(lam_max, std::fabs(lam_g[i]));
     return 1e2 * std::fmax(1.0, std::fmax(lam_max, kkt.gradient_scale));

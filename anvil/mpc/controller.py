@@ -299,9 +299,12 @@ class MPCFunction(TemplatedFunction):
     tol and max_time (seconds). In real-time-iteration mode this is the feedback phase (it prepares first unless
     `prepare()` was called since the last call).
 
-    Whatever the status, `u0` is usable: when the SQP neither converged nor reached the acceptable level, the
-    solution is the least-violation one (status "infeasible") or the previous plan shifted by one stage with its
-    inputs clipped to their bounds (`fallback` says which), and the next call starts cold."""
+    A full-SQP call whose warm start (the previous plan shifted) ends "max_iterations" or "numerical_error" runs the
+    SQP again from the cold guess within the time left (`stats["restarted_cold"]`; `iterations` counts both solves,
+    the history is the second's). Whatever the status, `u0` is usable: when the SQP neither converged nor reached
+    the acceptable level, the solution is the least-violation one (status "infeasible") or the call's initial guess
+    (the previous plan shifted by one stage, or the cold guess) with its inputs clipped to their bounds (`fallback`
+    says which), and the next call starts cold."""
     e = self._entry
     if x0.__class__ is np.ndarray and x0.dtype == np.float64 and x0.shape == e.x0.shape:
       np.copyto(e.x0, x0)
@@ -324,9 +327,9 @@ class MPCFunction(TemplatedFunction):
     e.call(inputs, e.outputs, limits.ctypes.data, e.pointers[0], e.pointers[1], e.pointers[2], e.pointers[3], e.ws)
     history, ihistory, info = e.stats
     scalars = e.scalars
-    iterations, status, stats = self.sqp.unpack_stats(history, ihistory, info, scalars[:2], scalars[5:], bounds,
-                                                      self.labels)  # fmt: skip
-    return MPCSolution(e.x.copy(), e.u.copy(), status, iterations, float(scalars[2]), float(scalars[3]),
+    _, status, stats = self.sqp.unpack_stats(history, ihistory, info, scalars[:2], scalars[5:9], bounds, self.labels)
+    stats["restarted_cold"] = bool(scalars[10])
+    return MPCSolution(e.x.copy(), e.u.copy(), status, int(scalars[9]), float(scalars[2]), float(scalars[3]),
                        self.options.mode == "rti", stats, FALLBACKS[int(scalars[4])])  # fmt: skip
 
   def _params(self, p: ArrayLike | None) -> F64:
@@ -366,7 +369,7 @@ class _Entry:
     self.prepare = handle.entry("prepare", ctypes.c_int, pointer)
     self.ws, self.stats = handle.pointer, stats
     self.x0, self.p = np.zeros(nx), np.zeros((N + 1, np_))
-    self.x, self.u, self.scalars = np.zeros((N + 1, nx)), np.zeros((N, nu)), np.zeros(9)
+    self.x, self.u, self.scalars = np.zeros((N + 1, nx)), np.zeros((N, nu)), np.zeros(11)
     self.outputs = (ctypes.c_void_p * 2)(self.x.ctypes.data, self.u.ctypes.data)
     self.pointers = tuple(a.ctypes.data for a in (*stats, self.scalars))
     self.keep: list[Any] = []

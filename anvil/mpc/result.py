@@ -24,12 +24,13 @@ class MPCSolution:
     u: planned inputs, (N, nu); apply u0 = u[0].
     status: the SQP's status (an SQPStatus): "converged", "acceptable", "max_iterations", "time_limit",
       "infeasible" or "numerical_error" (see SQPStatus for what each means and what to do).
-    iterations: SQP iterations taken.
+    iterations: SQP iterations taken (both solves' when a failed warm start restarted cold).
     cost: the OCP's optimal cost (slack penalties included).
     solve_time: seconds spent in the generated C++ call.
     real_time_iteration: True when the controller runs one SQP iteration per call (then "max_iterations" is the
       normal outcome).
-    stats: the SQP's per-iteration history and diagnostics (see `SQPResult.stats`).
+    stats: the SQP's per-iteration history and diagnostics (see `SQPResult.stats`; of the cold solve when the call
+      restarted cold, `stats["restarted_cold"]`).
     fallback: what x and u are when the SQP did not succeed: "none" (the SQP's solution), "least_violation" (status
       "infeasible": the trajectory that violates the constraints least, inputs within their bounds) or "shifted"
       (the call's initial guess: the previous plan shifted by one stage, or the cold guess after a reset, with its

@@ -240,20 +240,72 @@ def test_soft_bounds_make_an_infeasible_problem_solvable(narrow: dict[str, MPCFu
     np.testing.assert_allclose(relaxed.x[k + 1], cartpole.step_numpy(relaxed.x[k], relaxed.u[k]), atol=1e-8)
 
 
-def test_an_infeasible_call_returns_a_usable_plan_and_the_next_recovers(narrow: dict[str, MPCFunction]) -> None:
-  """x_1 cannot reach |xc| <= 0.1 from 4 m/s: the call fails honestly (not "converged"), its plan is a fallback whose
-  inputs are within their bounds, its message speaks of the OCP's bounds and functions by stage, and the next call
-  from a feasible state succeeds without reset()."""
+def least_violation_ocp(x0: np.ndarray, n: int, xc_max: float) -> np.ndarray:
+  """The least-violation plan of the narrow OCP, by IPOPT: min L1 violation of |xc| <= xc_max on x_1..x_N (slacks)
+  + 1e-6 x the P2 cost (a tie-break), subject to the dynamics and |u| <= 20. Returns its states (N + 1, 4)."""
+  ca = pytest.importorskip("casadi")
+  from anvil.problems.backend import Backend
+
+  b = Backend(sin=ca.sin, cos=ca.cos, stack=lambda *xs: ca.vertcat(*xs))
+  X, U, S = ca.SX.sym("X", 4, n + 1), ca.SX.sym("U", 1, n), ca.SX.sym("S", n)
+  J, g = ca.sum1(S), [X[:, 0] - x0]
+  for k in range(n):
+    J += 1e-6 * (ca.dot(X[:, k], ca.DM(cartpole.Q) @ X[:, k]) + cartpole.R * U[0, k] ** 2)
+    g.append(X[:, k + 1] - cartpole.step(X[:, k], U[:, k], b))
+  J += 1e-5 * ca.dot(X[:, n], ca.DM(cartpole.Q) @ X[:, n])
+  g += [X[0, 1:].T + S, X[0, 1:].T - S]
+  lbg = np.concatenate([np.zeros(4 * (n + 1)), np.full(n, -xc_max), np.full(n, -INF)])
+  ubg = np.concatenate([np.zeros(4 * (n + 1)), np.full(n, INF), np.full(n, xc_max)])
+  lbw = np.concatenate([np.full(4 * (n + 1), -INF), np.full(n, -20.0), np.zeros(n)])
+  ubw = np.concatenate([np.full(4 * (n + 1), INF), np.full(n, 20.0), np.full(n, INF)])
+  opts = {"print_time": False, "ipopt": {"print_level": 0, "sb": "yes", "tol": 1e-12}}
+  solver = ca.nlpsol("least_violation", "ipopt", {"x": ca.veccat(X, U, S), "f": J, "g": ca.vertcat(*g)}, opts)
+  w0 = np.concatenate([np.tile(x0, n + 1), np.zeros(2 * n)])
+  res = solver(x0=w0, lbx=lbw, ubx=ubw, lbg=lbg, ubg=ubg)
+  assert solver.stats()["success"]
+  return np.array(res["x"]).reshape(-1)[: 4 * (n + 1)].reshape(n + 1, 4)
+
+
+@pytest.mark.parametrize("x0", [[0.0, 0.0, 4.0, 0.0], [0.5, 0.0, 0.0, 0.0]], ids=["4m/s", "outside"])
+def test_an_infeasible_call_returns_the_least_violation_plan_and_the_next_recovers(
+  narrow: dict[str, MPCFunction], x0: list[float]
+) -> None:
+  """x_1 cannot reach |xc| <= 0.1 from 4 m/s, nor from xc = 0.5: the call ends "infeasible" with IPOPT's
+  least-violation plan (the price of violation is raised until it is that point, not a compromise with the cost), its
+  inputs within their bounds and its dynamics met, its message in the OCP's terms; the next call from a feasible
+  state succeeds without reset()."""
   hard = narrow["hard"]
   hard.reset()
-  for x0 in (np.array([0.0, 0.0, 4.0, 0.0]), np.array([0.5, 0.0, 0.0, 0.0])):
-    sol = hard(x0)
-    assert not sol.success and sol.fallback in ("shifted", "least_violation")
-    assert np.all(np.abs(sol.u) <= 20.0 + 1e-9) and np.all(np.isfinite(sol.x))
-    assert sol.message.startswith(f"{sol.status}: ") and " at stage " in sol.message, sol.message
-    assert "_nlp_" not in sol.message, "the message names the user's functions, not the NLP's"
+  sol = hard(np.array(x0))
+  assert sol.status == "infeasible" and sol.fallback == "least_violation", sol.message
+  assert np.all(np.abs(sol.u) <= 20.0 + 1e-9)
+  for k in range(N_SMALL):
+    np.testing.assert_allclose(sol.x[k + 1], cartpole.step_numpy(sol.x[k], sol.u[k]), atol=1e-8)
+  reference = least_violation_ocp(np.array(x0), N_SMALL, 0.1)
+  violation = lambda xs: np.maximum(np.abs(xs[1:, 0]) - 0.1, 0.0).sum()
+  assert violation(sol.x) == pytest.approx(violation(reference), rel=1e-6)
+  np.testing.assert_allclose(sol.x[:, 0], reference[:, 0], atol=1e-5)
+  assert sol.message.startswith("infeasible: x_bounds: x[0] at stage "), sol.message
+  assert "_nlp_" not in sol.message, "the message names the user's functions, not the NLP's"
   recovered = hard(np.array([0.05, 0.0, 0.0, 0.0]))
   assert recovered.success and recovered.fallback == "none"
+
+
+def test_a_jump_of_the_state_after_a_run_recovers_within_the_call() -> None:
+  """After a closed-loop run, x0 jumps far from the shifted plan (whose linearization is inconsistent there): the call
+  restarts from the cold guess by itself and ends at the cold solve's optimum, without reset()."""
+  mpc = cm.stabilizing("test_mpc_stab_riccati", MPCOptions(qp_solver="riccati"))
+  jump = np.array([1.5, -0.8, 1.0, 0.0])
+  mpc.reset()
+  cold = mpc(jump)
+  assert cold.success and not cold.stats["restarted_cold"]
+  mpc.reset()
+  simulate(mpc, cartpole.step_numpy, cm.X0_STABILIZE, 10)
+  sol = mpc(jump)
+  assert sol.success and sol.stats["restarted_cold"], sol.message
+  assert sol.cost == pytest.approx(cold.cost, rel=1e-9)
+  np.testing.assert_allclose(sol.u, cold.u, atol=U_ATOL)
+  assert mpc(cartpole.step_numpy(jump, sol.u0)).stats["restarted_cold"] is False, "the next call is warm again"
 
 
 def test_failures_inside_simulate_are_reported(narrow: dict[str, MPCFunction]) -> None:

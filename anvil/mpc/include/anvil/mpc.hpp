@@ -17,7 +17,10 @@
 // ended infeasible (its feasibility restoration found the point that violates the constraints least, inputs within
 // their bounds) unless its worst violation is a dynamics defect, else the call's initial guess (the previous plan
 // shifted by one stage, or the cold guess) with its inputs clipped to their bounds. After such a failure the next call
-// starts cold, so no reset() is needed.
+// starts cold, so no reset() is needed. A full-SQP call from a shifted warm start runs the SQP without its restoration
+// phase; where that solve ends max_iterations (the restoration would have begun: the QP at the shifted plan is
+// inconsistent, as after a jump of the state away from the plan) or numerical_error, the SQP runs once more from the
+// cold guess (with restoration), within the time left of the call's max_time.
 #ifndef ANVIL_MPC_HPP
 #define ANVIL_MPC_HPP
 #include <chrono>
@@ -33,7 +36,8 @@ namespace mpc {
 template <class SQPStats>
 struct Stats {
   int status = anvil::sqp::numerical_error;  ///< anvil::sqp::Status
-  int iterations = 0;                        ///< SQP iterations
+  int iterations = 0;                        ///< SQP iterations (both solves' when it restarted cold)
+  bool restarted_cold = false;               ///< the warm-started solve failed and the SQP ran again, cold
   int fallback = 0;                          ///< 0: the SQP's solution; 1: the shifted plan; 2: the least-violation
   double cost = 0.0;                         ///< optimal value of the OCP's cost (including slack penalties)
   double solve_time = 0.0;                   ///< seconds spent in call()
@@ -111,20 +115,32 @@ class Controller {
     return stats.status;
   }
 
-  /// Full SQP: iterate to convergence from the warm (or cold) guess, within the limits.
+  /// Full SQP: iterate to convergence from the warm (or cold) guess, within the limits; a failed shifted warm start
+  /// is retried from the cold guess (see the top of this file).
   static int solve(const double* x0, const double* p, const double* lbx, const double* ubx, const double* lbu,
                    const double* ubu, const double* lbh, const double* ubh, const double* lbhN, const double* ubhN,
                    double* x, double* u, StatsT& stats, WS& ws, anvil::sqp::Limits limits) {
     auto& s = ws.s;
     const auto start = std::chrono::steady_clock::now();
     assemble(x0, p, lbx, ubx, lbu, ubu, lbh, ubh, lbhN, ubhN, ws);
+    const bool shifted = (s.guess == 1 || s.guess == 3) && C::warm_start;
     initial_guess(x0, lbu, ubu, ws);
-    for (int i = 0; i < nx; ++i) s.w[i] = x0[i];
     double f = 0.0;
-    stats.status = SQP::call(s.w.data(), s.params.data(), s.lbw.data(), s.ubw.data(), s.lbg.data(), s.ubg.data(),
-                             s.lam_g.data(), s.lam_x.data(), s.w_out.data(), &f, s.lam_g_out.data(),
-                             s.lam_x_out.data(), stats.sqp, ws.sqp, limits);
+    anvil::sqp::Limits warm = limits;
+    warm.restore = !shifted;
+    stats.status = solve_from_guess(x0, &f, stats, ws, warm);
+    stats.restarted_cold = false;
+    const int warm_iterations = stats.sqp.iterations;
+    const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (shifted && (stats.status == anvil::sqp::max_iterations || stats.status == anvil::sqp::numerical_error) &&
+        spent < limits.max_time) {
+      cold_guess(x0, lbu, ubu, ws);
+      limits.max_time -= spent;
+      stats.status = solve_from_guess(x0, &f, stats, ws, limits);
+      stats.restarted_cold = true;
+    }
     finish(f, x0, lbu, ubu, x, u, stats, ws, start);
+    if (stats.restarted_cold) stats.iterations += warm_iterations;
     return stats.status;
   }
 
@@ -138,6 +154,15 @@ class Controller {
     for (int i = 0; i < n; ++i)
       if (!std::isfinite(v[i])) return false;
     return true;
+  }
+
+  /// One SQP solve from the guess in s.w and the multipliers (x_0 set to x0).
+  static int solve_from_guess(const double* x0, double* f, StatsT& stats, WS& ws, anvil::sqp::Limits limits) {
+    auto& s = ws.s;
+    for (int i = 0; i < nx; ++i) s.w[i] = x0[i];
+    return SQP::call(s.w.data(), s.params.data(), s.lbw.data(), s.ubw.data(), s.lbg.data(), s.ubg.data(),
+                     s.lam_g.data(), s.lam_x.data(), s.w_out.data(), f, s.lam_g_out.data(), s.lam_x_out.data(),
+                     stats.sqp, ws.sqp, limits);
   }
 
   /// x_k = x0 and u_k = 0 clipped to its bounds. NOTE: a rollout of the model from x0 was tried: for an unstable

@@ -55,6 +55,7 @@ struct Limits {
   int max_iter;     ///< at most the build-time max_iter (the size of the history)
   double tol;       ///< the convergence tolerance
   double max_time;  ///< seconds; past it the solve ends with time_limit (checked once per iteration)
+  bool restore = true;  ///< false: the solve ends max_iterations where its restoration phase would begin
 };
 /// Functions whose output is checked for NaN/inf (Stats::failed_function).
 enum Evaluated : int {
@@ -258,6 +259,7 @@ class Solver {
           }
         }
         // *** the QP is inconsistent (or failed) or no step was acceptable: restore feasibility ***
+        if (!limits.restore) break;
         restoration = true;
         stats.restoration[k] = true;
         search.enter_restoration(kkt, fx, lam_g, ws);
@@ -305,8 +307,10 @@ class Solver {
       }
       if (alpha == 0.0) {
         // a stationary point of the elastic NLP (or no step at the largest regularization): with violation left, the
-        // constraints are locally infeasible (x violates them least, as far as f's share in the penalty allows)
+        // constraints are locally infeasible, unless a higher price still buys less violation (f's share in the
+        // penalty may keep x off the least-violation point: rho x10 until the violation stays put)
         if (kkt.primal > limits.tol) {
+          if (stationary && search.steer(kkt)) continue;
           status = infeasible;
           break;
         }
@@ -466,6 +470,7 @@ class Solver {
   static constexpr double restoration_prox = 1e-6;          ///< the least regularization of a restoration QP
   static constexpr double restoration_stationarity = 1e-6;  ///< predicted/actual penalty where restoration stops
   static constexpr double restoration_reduction = 0.1;      ///< violation reduction that ends a restoration
+  static constexpr double restoration_steering = 1e4;       ///< the most the price may grow at stationary points
 
   /// A filter (Fletcher and Leyffer, with Waechter and Biegler's margins): pairs of a violation theta and an objective
   /// phi; a trial point must improve on every entry in one of them. Its entries live in the workspace (v.filter_theta
@@ -513,6 +518,8 @@ class Solver {
   struct Search {
     Filter optimality{0}, restoration{max_iter + 1};  ///< (L1 violation, f) and (hard rows' L1 violation, penalty)
     double theta_restoration = 0.0, rho = 0.0, f_trial = 0.0, l1_trial = 0.0;
+    double rho_entry = 0.0;      ///< the price when the restoration began
+    double l1_stationary = -1.0;  ///< the elastic rows' violation at the last stationary point (-1: none yet)
     double hard_trial = 0.0;  ///< the trial point's violation of the hard rows
     double prox = 0.0;        ///< the regularization the next restoration QP starts from
 
@@ -529,8 +536,21 @@ class Solver {
       optimality.add(kkt.l1, fx, ws);
       restoration.start(kkt.l1_hard);
       theta_restoration = kkt.l1;
-      price(lam_g, kkt);
+      rho_entry = price(lam_g, kkt);
+      l1_stationary = -1.0;
       prox = restoration_prox;
+    }
+    /// At a stationary point of the elastic NLP with violation left: true (rho x10, the restoration filter emptied)
+    /// while the last price increase still reduced the violation by more than 1e-6 relative, up to
+    /// restoration_steering x the entry price; false where the point is the least-violation one.
+    bool steer(const Residuals& kkt) {
+      const double l1 = kkt.l1 - kkt.l1_hard;
+      const bool moved = l1_stationary < 0.0 || l1 < l1_stationary - 1e-6 * std::fmax(1.0, l1);
+      l1_stationary = l1;
+      if (!moved || rho * 10.0 > restoration_steering * rho_entry) return false;
+      rho *= 10.0;
+      restoration.start(kkt.l1_hard);
+      return true;
     }
     /// The elastic NLP's objective: f + rho (the elastic rows' L1 violation).
     double penalty(double fx, double l1, double l1_hard) const { return fx + rho * (l1 - l1_hard); }

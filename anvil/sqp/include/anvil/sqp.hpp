@@ -276,8 +276,7 @@ class Solver {
         // NOTE: the Hessian of the Lagrangian at multipliers that blew up may be indefinite beyond any regularization:
         // on with f's own Hessian
         zero_multipliers = true;
-        for (int i = 0; i < ng; ++i) lam_g[i] = 0.0;
-        for (int j = 0; j < nx; ++j) lam_x[j] = 0.0;
+        forget_multipliers(lam_g, lam_x);
         continue;
       }
       if (qp_status != anvil::qp::solved && qp_status != anvil::qp::max_iterations) {
@@ -315,6 +314,7 @@ class Solver {
           break;
         }
         restoration = false;
+        forget_multipliers(lam_g, lam_x);
         continue;
       }
       // NOTE: the next restoration QP starts from a tenth of the regularization this one needed (as in the optimality
@@ -326,8 +326,7 @@ class Solver {
         // phase starts from zero multipliers (f's own Hessian), as its first QP then estimates them (with them kept,
         // the bicycle's cold starts crawled at regularization 1-10 x I for 50 iterations)
         restoration = false;
-        for (int i = 0; i < ng; ++i) lam_g[i] = 0.0;
-        for (int j = 0; j < nx; ++j) lam_x[j] = 0.0;
+        forget_multipliers(lam_g, lam_x);
       }
     }
     stats.time_evaluation += lap(clock);
@@ -555,10 +554,14 @@ class Solver {
     /// The elastic NLP's objective: f + rho (the elastic rows' L1 violation).
     double penalty(double fx, double l1, double l1_hard) const { return fx + rho * (l1 - l1_hard); }
     /// The restoration may end at the accepted trial point: enough less violation, and acceptable to the optimality
-    /// filter.
-    bool restored(double tol, const WS& ws) const {
-      return l1_trial <= std::fmax(tol, restoration_reduction * theta_restoration) &&
-             optimality.acceptable(l1_trial, f_trial, ws);
+    /// filter; or feasible, the optimality filter then emptied where it rejects the point (nothing is left to
+    /// restore: restoring on, the elastic QPs of a feasible point only minimize f, under the restoration's filter).
+    bool restored(double tol, WS& ws) {
+      if (l1_trial <= tol) {
+        if (!optimality.acceptable(l1_trial, f_trial, ws)) optimality.size = 0;
+        return true;
+      }
+      return l1_trial <= restoration_reduction * theta_restoration && optimality.acceptable(l1_trial, f_trial, ws);
     }
 
     /// Evaluates f, g and the violation at x + alpha d into v.trial, v.g_trial, f_trial and l1_trial; false at a
@@ -605,6 +608,12 @@ class Solver {
       return 0.0;
     }
   };
+
+  /// Multipliers zeroed: the next Hessian is f's own, the next QP estimates them afresh.
+  static void forget_multipliers(double* lam_g, double* lam_x) {
+    for (int i = 0; i < ng; ++i) lam_g[i] = 0.0;
+    for (int j = 0; j < nx; ++j) lam_x[j] = 0.0;
+  }
 
   /// Whether the step d is negligible next to x: |d| <= 1e-11 max(1, |x|) (infinity norms).
   static bool is_tiny(const double* x, const double* d) {

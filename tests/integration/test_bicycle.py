@@ -47,9 +47,9 @@ COLD_REFERENCE = {"straight_12": "cold", "straight_20": "anvil", "centre_line_12
 COLD_FAILURES = {
   ("straight_12", "osqp"): "max_iterations: restoration from the inconsistent first QP, then steps damped by a "
   "Hessian regularized by up to 100 x I; it converges in 173 iterations to IPOPT's optimum with max_iter=300",
-  ("straight_20", "osqp"): "max_iterations: it reaches the U-turn local optimum (cost 1338.456, feasible to 1e-11) "
-  "but the dual residual stalls at ~5e-4, the regularization alternating 1 and 10 x I and OSQP at its iteration cap "
-  "every other QP; still not converged after 300 iterations",
+  ("speeding_27", "osqp"): "max_iterations: 15 restoration iterations whose QPs hit OSQP's iteration cap (the "
+  "regularization climbing to 1e8), then 35 at 10 x I whose QP solutions are ADMM's own (the polish fails on a "
+  "degenerate active set): linear convergence, primal 7e-6 and dual 1.7 after 50 iterations",
 }
 
 
@@ -146,8 +146,8 @@ def test_closed_loop_passes_the_obstacle(closed_loop: Callable[[str], ClosedLoop
 
 
 OSQP_LOOP = (
-  "the first call ends max_iterations (50 iterations from the cold guess: see COLD_FAILURES); its fallback input "
-  "u = 0 lets the car coast for one step, and the next call converges in 50 iterations, the others in 1-11"
+  "the first 3 calls end max_iterations (50 iterations each, from the cold guess: see COLD_FAILURES); their fallback "
+  "input u = 0 lets the car coast for 0.3 s, the 4th call converges in 7 iterations and the others in 1-9"
 )
 
 

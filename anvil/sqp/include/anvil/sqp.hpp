@@ -158,7 +158,9 @@ class Solver {
     const Clock::time_point start = Clock::now();
     limits.max_iter = limits.max_iter < 0 ? 0 : limits.max_iter > max_iter ? max_iter : limits.max_iter;
     stats = StatsT{};
+    // NOTE: no QP of this solve starts warm from an earlier call's (its result would depend on what ran before)
     QP::reset(ws.qp);
+    if constexpr (!P::elastic_in_qp) Elastic::reset(ws.elastic);
     // NOTE: x0 is moved into its bounds (as IPOPT does): a QP step keeps x + d within them, but a shortened one from
     // outside would leave them violated, and their multipliers then grow without bound
     for (int i = 0; i < nx; ++i) {
@@ -869,7 +871,7 @@ class Solver {
         stats.time_qp_update += lap(clock);
         if (status == anvil::qp::solved) {
           Elastic::set_elastic(weight, e);
-          // NOTE: warm from the last solved QP's iterate: started cold each time, the P2 cart-pole from xc = 3
+          // NOTE: warm from this solve's last solved QP's iterate: started cold each time, the P2 cart-pole from xc = 3
           // (|xc| <= 2) crawled to a local least-violation point 2.7x worse (max_iterations); warm, it ends
           // infeasible at the global one in 41 iterations
           status = Elastic::solve(q, v.l.data(), v.u.data(), 1e-8, true, e);

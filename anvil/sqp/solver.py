@@ -352,11 +352,17 @@ class SQPFunction(TemplatedFunction):
       stats["failed_function"] = self._function_name(int(info[2]))
       stats["failed_index"] = int(info[3])
       stats["message"] = f"{status}: {labels.failure(int(info[2]), int(info[3]))}"
-    elif info[4] >= 0 and status not in SUCCESS:
-      kind = "g" if info[4] < self.m else "x"
-      index = int(info[4]) if info[4] < self.m else int(info[4]) - self.m
-      stats["most_violated"] = (kind, index, float(worst[0]))
-      stats["message"] = f"{status}: {labels.violation(int(info[4]), float(worst[0]), float(worst[1]), bounds)}"
+    elif status not in SUCCESS:
+      # NOTE: a violation within the tolerance (rounding) is no diagnosis: the KKT residuals say what was not met
+      residuals = f"primal infeasibility {history[iterations, 1]:.3g}, dual infeasibility {history[iterations, 2]:.3g}"
+      if info[4] >= 0 and worst[0] > self.options.tol:
+        kind = "g" if info[4] < self.m else "x"
+        index = int(info[4]) if info[4] < self.m else int(info[4]) - self.m
+        stats["most_violated"] = (kind, index, float(worst[0]))
+        sentence = labels.violation(int(info[4]), float(worst[0]), float(worst[1]), bounds)
+        stats["message"] = f"{status}: {sentence}" + ("" if status == SQPStatus.infeasible else f" ({residuals})")
+      else:
+        stats["message"] = f"{status}: {residuals}"
     else:
       stats["message"] = str(status)
     return iterations, status, stats

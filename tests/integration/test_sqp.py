@@ -210,6 +210,8 @@ def test_call_time_limits(rosenbrock: SQPFunction) -> None:
   full = rosenbrock(*args)
   capped = rosenbrock(*args, max_iter=3)
   assert capped.status == "max_iterations" and capped.iterations == 3
+  dual = capped.stats["dual_infeasibility"][-1]
+  assert capped.stats["message"] == f"max_iterations: primal infeasibility 0, dual infeasibility {dual:.3g}"
   loose = rosenbrock(*args, tol=1e-3)
   assert loose.status == "converged" and loose.iterations < full.iterations
   assert rosenbrock(*args, max_time=1e-9).status == "time_limit"

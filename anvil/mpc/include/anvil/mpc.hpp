@@ -15,7 +15,8 @@
 // Failure policy: a call whose SQP ends neither converged nor acceptable (nor, in real-time-iteration mode, after its
 // one iteration) still returns a usable plan, said by Stats::fallback: the least-violation solution when the SQP
 // ended infeasible (its feasibility restoration found the point that violates the constraints least, inputs within
-// their bounds) unless its worst violation is a dynamics defect, else the call's initial guess (the previous plan
+// their bounds) where it follows the model (x_0 = x0 and every dynamics defect within defect_tol; in
+// real-time-iteration mode, where no defect is the worst violation), else the call's initial guess (the previous plan
 // shifted by one stage, or the cold guess) with its inputs clipped to their bounds. After such a failure the next call
 // starts cold, so no reset() is needed. A full-SQP call from a shifted warm start runs the SQP without its restoration
 // phase; where that solve ends max_iterations (the restoration would have begun: the QP at the shifted plan is
@@ -64,6 +65,7 @@ class Controller {
   using StatsT = Stats<typename SQP::StatsT>;
   static constexpr int nx = C::nx, nu = C::nu, nz = nx + nu, N = C::N, np = C::np, nh = C::nh, nhN = C::nhN;
   static constexpr int ns = C::ns, nw = C::nw, ng = C::ng, soft_rows = ng - 2 * ns;
+  static constexpr double defect_tol = 1e-6;  ///< the largest dynamics defect of a plan (see the failure policy)
 
   static void reset(WS& ws) {
     ws.s.guess = 0;
@@ -148,6 +150,13 @@ class Controller {
   /// dst[i] = src[table[i]] (0 where table[i] < 0)
   static void gather(double* dst, const double* src, const int* table, int n) {
     for (int i = 0; i < n; ++i) dst[i] = table[i] >= 0 ? src[table[i]] : 0.0;
+  }
+
+  /// The dynamics rows of g (x_0 - x0, then the defects) at the SQP's last iterate are all within defect_tol.
+  static bool dynamics_met(const double* g) {
+    for (int i = 0; i < nx * (N + 1); ++i)
+      if (!(std::fabs(g[i]) <= defect_tol)) return false;
+    return true;
   }
 
   static bool finite(const double* v, int n) {
@@ -262,10 +271,12 @@ class Controller {
     stats.cost = f;
     // NOTE: a result with NaN/inf would poison the next warm start: the next call then starts cold.
     const bool usable = finite(s.w_out.data(), nw) && finite(s.lam_g_out.data(), ng) && finite(s.lam_x_out.data(), nw);
-    // NOTE: a least-violation point whose worst violation is a dynamics defect is no trajectory: shift instead
+    // NOTE: a point off the model is no plan: shift instead. A real-time iteration's step leaves defects of the
+    // linearization's order: its plan counts where no defect is the worst violation
     const int worst = stats.sqp.worst_constraint;
-    const bool trajectory = worst < 0 || worst >= nx * (N + 1);
-    stats.fallback = solved(stats.status) ? 0 : stats.status == anvil::sqp::infeasible && usable && trajectory ? 2 : 1;
+    const bool follows_model =
+        usable && (C::real_time_iteration ? worst < 0 || worst >= nx * (N + 1) : dynamics_met(ws.sqp.v.g.data()));
+    stats.fallback = solved(stats.status) ? 0 : stats.status == anvil::sqp::infeasible && follows_model ? 2 : 1;
     if (stats.fallback == 1) {
       for (int i = 0; i < nw; ++i) s.w_out[i] = s.w[i];
       for (int i = 0; i < nx; ++i) s.w_out[i] = x0[i];

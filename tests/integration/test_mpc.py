@@ -287,6 +287,9 @@ def test_an_infeasible_call_returns_the_least_violation_plan_and_the_next_recove
   np.testing.assert_allclose(sol.x[:, 0], reference[:, 0], atol=1e-5)
   assert sol.message.startswith("infeasible: x_bounds: x[0] at stage "), sol.message
   assert "_nlp_" not in sol.message, "the message names the user's functions, not the NLP's"
+  still = hard(cartpole.step_numpy(sol.x[0], sol.u0))
+  assert still.status == "infeasible" and not still.stats["restarted_cold"], still.message
+  assert still.iterations < sol.iterations, "the next infeasible call starts from the shifted least-violation plan"
   recovered = hard(np.array([0.05, 0.0, 0.0, 0.0]))
   assert recovered.success and recovered.fallback == "none"
 

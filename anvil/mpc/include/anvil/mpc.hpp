@@ -18,10 +18,12 @@
 // their bounds) where it follows the model (x_0 = x0 and every dynamics defect within defect_tol; in
 // real-time-iteration mode, where no defect is the worst violation), else the call's initial guess (the previous plan
 // shifted by one stage, or the cold guess) with its inputs clipped to their bounds. After such a failure the next call
-// starts cold, so no reset() is needed. A full-SQP call from a shifted warm start runs the SQP without its restoration
-// phase; where that solve ends max_iterations (the restoration would have begun: the QP at the shifted plan is
-// inconsistent, as after a jump of the state away from the plan) or numerical_error, the SQP runs once more from the
-// cold guess (with restoration), within the time left of the call's max_time.
+// starts cold, so no reset() is needed. A full-SQP call from the shifted solution of the previous call runs the SQP
+// without its restoration phase; where that solve ends max_iterations (the restoration would have begun: the QP at the
+// shifted plan is inconsistent, as after a jump of the state away from the plan) or numerical_error, the SQP runs once
+// more from the cold guess (with restoration), within the time left of the call's max_time. From a shifted
+// least-violation plan (the previous call was infeasible) the restoration runs at once: a call that stays infeasible
+// picks up where the last one ended.
 #ifndef ANVIL_MPC_HPP
 #define ANVIL_MPC_HPP
 #include <chrono>
@@ -126,10 +128,11 @@ class Controller {
     const auto start = std::chrono::steady_clock::now();
     assemble(x0, p, lbx, ubx, lbu, ubu, lbh, ubh, lbhN, ubhN, ws);
     const bool shifted = (s.guess == 1 || s.guess == 3) && C::warm_start;
+    const bool after_infeasible = s.guess == 3;
     initial_guess(x0, lbu, ubu, ws);
     double f = 0.0;
     anvil::sqp::Limits warm = limits;
-    warm.restore = !shifted;
+    warm.restore = !shifted || after_infeasible;
     stats.status = solve_from_guess(x0, &f, stats, ws, warm);
     stats.restarted_cold = false;
     const int warm_iterations = stats.sqp.iterations;

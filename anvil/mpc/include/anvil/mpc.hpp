@@ -22,8 +22,8 @@
 // without its restoration phase; where that solve ends max_iterations (the restoration would have begun: the QP at the
 // shifted plan is inconsistent, as after a jump of the state away from the plan) or numerical_error, the SQP runs once
 // more from the cold guess (with restoration), within the time left of the call's max_time. From a shifted
-// least-violation plan (the previous call was infeasible) the restoration runs at once: a call that stays infeasible
-// picks up where the last one ended.
+// least-violation plan (the previous call was infeasible) the SQP begins in its restoration phase: a call that stays
+// infeasible picks up where the last one ended.
 #ifndef ANVIL_MPC_HPP
 #define ANVIL_MPC_HPP
 #include <chrono>
@@ -133,6 +133,7 @@ class Controller {
     double f = 0.0;
     anvil::sqp::Limits warm = limits;
     warm.restore = !shifted || after_infeasible;
+    warm.restore_first = after_infeasible;
     stats.status = solve_from_guess(x0, &f, stats, ws, warm);
     stats.restarted_cold = false;
     const int warm_iterations = stats.sqp.iterations;

@@ -55,7 +55,8 @@ struct Limits {
   int max_iter;     ///< at most the build-time max_iter (the size of the history)
   double tol;       ///< the convergence tolerance
   double max_time;  ///< seconds; past it the solve ends with time_limit (checked once per iteration)
-  bool restore = true;  ///< false: the solve ends max_iterations where its restoration phase would begin
+  bool restore = true;         ///< false: the solve ends max_iterations where its restoration phase would begin
+  bool restore_first = false;  ///< begin in the restoration phase where x0 violates the constraints
 };
 /// Functions whose output is checked for NaN/inf (Stats::failed_function).
 enum Evaluated : int {
@@ -221,6 +222,13 @@ class Solver {
       stats.time_evaluation += lap(clock);
       assemble_A(ws);
       assemble_bounds(x, g, lbx, ubx, lbg, ubg, ws);
+      if (k == 0 && limits.restore_first && kkt.primal > limits.tol) {
+        // the guess is the least-violation point of an infeasible solve: restoring at once spares the QP that would
+        // be inconsistent again (OSQP spent milliseconds telling so)
+        restoration = true;
+        stats.restoration[k] = true;
+        search.enter_restoration(kkt, fx, lam_g, ws);
+      }
       // *** optimality phase: the QP, then the filter line search ***
       if (!restoration) {
         reg = reg > 0.0 ? std::fmax(reg * 0.1, P::reg_min) : 0.0;

@@ -304,7 +304,7 @@ class MPCFunction(TemplatedFunction):
     the history is the second's). Whatever the status, `u0` is usable: when the SQP neither converged nor reached
     the acceptable level, the solution is the least-violation one (status "infeasible") or the call's initial guess
     (the previous plan shifted by one stage, or the cold guess) with its inputs clipped to their bounds (`fallback`
-    says which), and the next call starts cold."""
+    says which); the next call then starts cold, or after an infeasible call from its plan shifted, restoring."""
     e = self._entry
     if x0.__class__ is np.ndarray and x0.dtype == np.float64 and x0.shape == e.x0.shape:
       np.copyto(e.x0, x0)

@@ -54,12 +54,12 @@ import anvil as av
 from anvil.ad import jacobian, sphessian, spjacobian
 from anvil.codegen import find_c_compiler, find_compiler
 from anvil.problems import cartpole, quadrotor, shooting
+from anvil.problems.backend import casadi_backend
 from benchmarks.common import (
   C_FLAGS,
   CXX_FLAGS,
   Exe,
   Row,
-  casadi_backend,
   flat,
   fmt_array,
   link_harness,

@@ -46,13 +46,13 @@ import numpy as np
 import anvil as av
 from anvil.codegen import find_c_compiler, find_compiler
 from anvil.problems import quadrotor
+from anvil.problems.backend import casadi_backend
 from benchmarks.common import (
   C_FLAGS,
   CXX_FLAGS,
   Exe,
   Row,
   callgrind_costs,
-  casadi_backend,
   flat,
   fmt_array,
   link_harness,

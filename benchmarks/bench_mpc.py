@@ -38,7 +38,8 @@ import numpy as np
 
 from anvil.mpc import MPCOptions
 from anvil.problems import cartpole, cartpole_mpc
-from benchmarks.common import casadi_backend, casadi_solver, load_casadi, verdict
+from anvil.problems.backend import casadi_backend
+from benchmarks.common import casadi_solver, load_casadi, verdict
 from examples.cpp.harness import build_harness, run_harness
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -36,7 +36,8 @@ from anvil.mpc import MPCFunction, MPCOptions, simulate
 from anvil.problems import cartpole
 from anvil.problems import cartpole_mpc as cm
 from anvil.problems import hock_schittkowski as hs
-from benchmarks.common import casadi_backend, load_casadi, verdict
+from anvil.problems.backend import casadi_backend
+from benchmarks.common import load_casadi, verdict
 
 INF = np.inf
 SOLVES = 3

@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 
 from anvil.problems import shooting
-from benchmarks.common import casadi_backend, casadi_solver, load_casadi, verdict
+from anvil.problems.backend import casadi_backend
+from benchmarks.common import casadi_solver, load_casadi, verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 
 from anvil.codegen import find_compiler
-from anvil.problems.backend import Backend
 
 ROOT = Path(__file__).resolve().parent.parent
 OPT_FLAGS = ("-O3", "-fno-math-errno")
@@ -79,11 +78,6 @@ def casadi_solver(ca: Any, name: str, plugin: str, nlp: dict[str, Any], opts: di
         raise
       notes.append(f"{plugin}: option {bad!r} rejected, dropped")
       opts = {k: v for k, v in opts.items() if k != bad}
-
-
-def casadi_backend(ca: Any) -> Backend:
-  """The models' math backend on CasADi symbols (SX or MX)."""
-  return Backend(sin=ca.sin, cos=ca.cos, stack=lambda *xs: ca.vertcat(*xs))
 
 
 def fmt_array(a: np.ndarray) -> str:

@@ -1,4 +1,5 @@
-"""A tiny math backend so each model is written once and evaluated with numpy or traced with tinygrad."""
+"""A tiny math backend so each model is written once and evaluated with numpy, traced with tinygrad, or built with
+CasADi symbols (for the IPOPT references)."""
 
 from __future__ import annotations
 
@@ -12,15 +13,31 @@ from tinygrad import Tensor
 
 @dataclass(frozen=True)
 class Backend:
-  """The few operations the models use: elementwise sin/cos and stacking scalars into a vector."""
+  """The few operations the models use: elementwise sin, cos and sqrt, stacking scalars into a vector, concatenating
+  vectors, and the sum of a vector's entries."""
 
   sin: Callable[[Any], Any]
   cos: Callable[[Any], Any]
   stack: Callable[..., Any]
+  sqrt: Callable[[Any], Any]
+  cat: Callable[..., Any]
+  sum: Callable[[Any], Any]
 
 
-NUMPY = Backend(sin=np.sin, cos=np.cos, stack=lambda *xs: np.array(xs, dtype=np.float64))
-TINYGRAD = Backend(sin=Tensor.sin, cos=Tensor.cos, stack=lambda *xs: Tensor.stack(*xs))
+NUMPY = Backend(
+  sin=np.sin, cos=np.cos, stack=lambda *xs: np.array(xs, dtype=np.float64), sqrt=np.sqrt,
+  cat=lambda *vs: np.concatenate(vs), sum=np.sum,
+)  # fmt: skip
+TINYGRAD = Backend(
+  sin=Tensor.sin, cos=Tensor.cos, stack=lambda *xs: Tensor.stack(*xs), sqrt=Tensor.sqrt,
+  cat=lambda *vs: Tensor.cat(*vs), sum=Tensor.sum,
+)  # fmt: skip
+
+
+def casadi_backend(ca: Any) -> Backend:
+  """The backend on CasADi symbols (SX or MX); `ca` is the casadi module (a development dependency, imported by the
+  caller)."""
+  return Backend(sin=ca.sin, cos=ca.cos, stack=ca.vertcat, sqrt=ca.sqrt, cat=ca.vertcat, sum=ca.sum1)
 
 
 def rk4(ode: Callable[[Any, Any], Any], x: Any, u: Any, h: float) -> Any:

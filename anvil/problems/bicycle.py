@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 
 from anvil import Arg, NumericalFunction
 from anvil.mpc import LeastSquares, MPCFunction, MPCOptions, Soft, rk4
-from anvil.problems.backend import NUMPY, TINYGRAD, Backend
+from anvil.problems.backend import NUMPY, TINYGRAD, Backend, casadi_backend
 from anvil.problems.backend import rk4 as rk4_step
 
 WHEELBASE = 2.5
@@ -173,7 +173,7 @@ def solve_ipopt(x0: F64, guess: tuple[F64, F64] | None = None, tol: float = 1e-1
   casadi."""
   import casadi as ca
 
-  b = Backend(sin=ca.sin, cos=ca.cos, stack=lambda *xs: ca.vertcat(*xs))
+  b = casadi_backend(ca)
   N = HORIZON
   x0 = np.asarray(x0, dtype=np.float64)
   X, U, S = ca.SX.sym("X", NX, N + 1), ca.SX.sym("U", NU, N), ca.SX.sym("S", N)

@@ -47,9 +47,9 @@ def casadi_ocp(
   with tip_max the pole tip xc + 0.5 sin(theta) stays in ±tip_max at stages 0..n-1 and theta_N = 0. Returns the
   optimal inputs."""
   ca = pytest.importorskip("casadi")
-  from anvil.problems.backend import Backend
+  from anvil.problems.backend import casadi_backend
 
-  b = Backend(sin=ca.sin, cos=ca.cos, stack=lambda *xs: ca.vertcat(*xs))
+  b = casadi_backend(ca)
   refs = np.zeros((n + 1, 4)) if x_ref is None else x_ref
   X, U, S = ca.SX.sym("X", 4, n + 1), ca.SX.sym("U", 1, n), ca.SX.sym("S", n if soft_xc else 0)
   J, g, lbg, ubg = 0, [X[:, 0] - x0], [0.0] * 4, [0.0] * 4
@@ -244,9 +244,9 @@ def least_violation_ocp(x0: np.ndarray, n: int, xc_max: float) -> np.ndarray:
   """The least-violation plan of the narrow OCP, by IPOPT: min L1 violation of |xc| <= xc_max on x_1..x_N (slacks)
   + 1e-6 x the P2 cost (a tie-break), subject to the dynamics and |u| <= 20. Returns its states (N + 1, 4)."""
   ca = pytest.importorskip("casadi")
-  from anvil.problems.backend import Backend
+  from anvil.problems.backend import casadi_backend
 
-  b = Backend(sin=ca.sin, cos=ca.cos, stack=lambda *xs: ca.vertcat(*xs))
+  b = casadi_backend(ca)
   X, U, S = ca.SX.sym("X", 4, n + 1), ca.SX.sym("U", 1, n), ca.SX.sym("S", n)
   J, g = ca.sum1(S), [X[:, 0] - x0]
   for k in range(n):

@@ -1,0 +1,219 @@
+"""Chain-of-masses benchmark (P4, anvil.problems.chain): anvil's MPC controllers per closed-loop step and per build,
+against CasADi's sqpmethod and IPOPT on the same NLP, in one run.
+
+Run from the repository root (an anvil controller's cold build takes minutes at nx = 9: issue 14 is about that):
+
+  .venv/bin/python -m benchmarks.bench_chain                                 # n_mass 3, every controller
+  .venv/bin/python -m benchmarks.bench_chain --sizes 3 5 --controllers sqp gn rti
+
+Controllers: sqp (full SQP, exact Hessian), gn (full SQP, Gauss-Newton), rti (real-time iteration, Gauss-Newton).
+Build: construction and first call on an empty cache (cold), then both again in the same process (warm); the cold
+build's seconds per stage (trace, derive, schedule, render, compile, summed over the controller's functions, from the
+`anvil` log). Per step: the C++ solve time of the closed-loop calls (median, p95; the evaluation and QP shares from
+the SQP's own timers) and the mean SQP iterations. Closed-loop cost: the sum of the stage costs; the full-SQP
+controllers' against IPOPT's closed loop on the same NLP (relative difference; target 1e-6). CasADi: nlpsol ipopt and
+sqpmethod (qrqp, exact Hessian), each warm-started from its previous solution; time = the solver's t_wall_total.
+
+Targets (issue 14): at nx = 9 and 21, per step at or below acados's best configuration measured in issue 14,
+expressed against sqpmethod in the same run (0.093 / 0.045 / 0.041 x sqpmethod for sqp / gn / rti at nx = 9, 0.071 /
+0.029 / 0.014 x at nx = 21). Targets are printed with PASS/MISS; they are informational and the script exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from anvil.mpc import MPCFunction, MPCOptions
+from anvil.problems import chain
+from benchmarks.common import casadi_solver, load_casadi, verdict
+
+CONTROLLERS = {
+  "sqp": MPCOptions(),
+  "gn": MPCOptions(hessian="gauss_newton"),
+  "rti": MPCOptions(hessian="gauss_newton", mode="rti"),
+}
+#: acados's best per-step time over sqpmethod's, measured in issue 14, by nx.
+ACADOS_VS_SQPMETHOD = {9: {"sqp": 0.093, "gn": 0.045, "rti": 0.041}, 21: {"sqp": 0.071, "gn": 0.029, "rti": 0.014}}
+STAGES = ("trace", "derive", "schedule", "render", "compile")
+
+
+@dataclass
+class Loop:
+  """One controller's closed loop."""
+
+  name: str
+  nx: int
+  times: np.ndarray
+  iterations: np.ndarray
+  cost: float
+  evaluation: np.ndarray = field(default_factory=lambda: np.zeros(0))
+  qp: np.ndarray = field(default_factory=lambda: np.zeros(0))
+  statuses: dict[str, int] = field(default_factory=dict)
+  build: dict[str, float] = field(default_factory=dict)
+  note: str = ""
+
+
+class StageLog(logging.Handler):
+  """Sums the `anvil` log's per-stage build seconds ("<function>: <stage> <seconds> s")."""
+
+  def __init__(self) -> None:
+    super().__init__(logging.INFO)
+    self.seconds: dict[str, float] = defaultdict(float)
+
+  def emit(self, record: logging.LogRecord) -> None:
+    if record.msg == "%s: %s %.3f s" and len(record.args or ()) == 3:
+      _, what, seconds = record.args  # type: ignore[misc]
+      self.seconds[str(what)] += float(seconds)
+
+
+@contextmanager
+def cache_at(path: str) -> Iterator[None]:
+  """anvil's cache in `path` for the block."""
+  before = os.environ.get("ANVIL_CACHE_DIR")
+  os.environ["ANVIL_CACHE_DIR"] = path
+  try:
+    yield
+  finally:
+    if before is None:
+      os.environ.pop("ANVIL_CACHE_DIR", None)
+    else:
+      os.environ["ANVIL_CACHE_DIR"] = before
+
+
+def build(n_mass: int, kind: str, cache: str) -> tuple[MPCFunction, dict[str, float]]:
+  """The controller built and called once on `cache` (empty: cold), then again (warm): its build seconds."""
+  x0 = chain.initial_state(n_mass)
+  log = StageLog()
+  logger = logging.getLogger("anvil")
+  logger.addHandler(log)
+  level, logger.level = logger.level, logging.INFO
+  try:
+    with cache_at(cache):
+      start = time.perf_counter()
+      mpc = chain.chain_mpc(f"bench_chain{n_mass}_{kind}", n_mass, CONTROLLERS[kind])
+      mpc(x0)
+      cold = time.perf_counter() - start
+      stages = dict(log.seconds)
+      start = time.perf_counter()
+      chain.chain_mpc(f"bench_chain{n_mass}_{kind}", n_mass, CONTROLLERS[kind])(x0)
+      warm = time.perf_counter() - start
+  finally:
+    logger.removeHandler(log)
+    logger.level = level
+  return mpc, {"cold": cold, "warm": warm, **{s: stages.get(s, 0.0) for s in STAGES}}
+
+
+def anvil_loop(mpc: MPCFunction, n_mass: int, kind: str, steps: int) -> Loop:
+  """The closed loop of `steps` calls from chain.initial_state on the model itself."""
+  plant, x = chain.step_numpy(n_mass), chain.initial_state(n_mass)
+  mpc.reset()
+  times, its, evaluation, qp, cost, statuses = [], [], [], [], 0.0, defaultdict(int)
+  for _ in range(steps):
+    sol = mpc(x)
+    times.append(sol.solve_time)
+    its.append(sol.iterations)
+    evaluation.append(sol.stats["time_evaluation"])
+    qp.append(sol.stats["time_qp_update"] + sol.stats["time_qp_solve"])
+    statuses[str(sol.status)] += 1
+    cost += chain.stage_cost(n_mass, x, sol.u0)
+    x = plant(x, sol.u0)
+  return Loop(f"anvil {kind}", mpc.nx, np.array(times), np.array(its), cost, np.array(evaluation), np.array(qp),
+              dict(statuses))  # fmt: skip
+
+
+def casadi_loop(nlp: chain.CasadiChain, solver: Any, name: str, steps: int) -> Loop:
+  """The same closed loop with a CasADi solver, warm-started from its previous solution."""
+  n_mass = nlp.n_mass
+  plant, x = chain.step_numpy(n_mass), chain.initial_state(n_mass)
+  times, its, cost, statuses, sol = [], [], 0.0, defaultdict(int), None
+  for _ in range(steps):
+    sol = nlp.solve(solver, x, sol)
+    times.append(sol.seconds)
+    its.append(sol.iterations)
+    statuses[sol.status] += 1
+    cost += chain.stage_cost(n_mass, x, sol.u[0])
+    x = plant(x, sol.u[0])
+  return Loop(name, nlp.nx, np.array(times), np.array(its), cost, statuses=dict(statuses))
+
+
+def casadi_loops(ca: Any, n_mass: int, steps: int, notes: list[str]) -> list[Loop]:
+  """IPOPT and sqpmethod closed loops on the same NLP."""
+  nlp = chain.CasadiChain(n_mass)
+  sqp_options = {"qpsol": "qrqp", "hessian_approximation": "exact", "max_iter": 100, "tol_pr": 1e-8, "tol_du": 1e-8,
+                 "print_header": False, "print_iteration": False, "print_status": False, "print_time": False,
+                 "qpsol_options": {"print_iter": False, "print_header": False, "error_on_fail": False}}  # fmt: skip
+  sqpmethod = casadi_solver(ca, f"bench_chain_sqp{n_mass}", "sqpmethod", nlp.nlp, sqp_options, notes)
+  return [casadi_loop(nlp, nlp.ipopt(), "CasADi IPOPT", steps), casadi_loop(nlp, sqpmethod, "CasADi sqpmethod", steps)]
+
+
+def print_loops(loops: list[Loop], reference: float | None) -> None:
+  """The table of one size."""
+  head = (f"  {'controller':<18} {'median ms':>10} {'p95 ms':>8} {'eval ms':>8} {'QP ms':>8} {'its':>5}  "
+          f"{'cost':>12} {'vs IPOPT':>9}  statuses; build")  # fmt: skip
+  print(head + "\n  " + "-" * (len(head) + 30))
+  for lp in loops:
+    ms = lambda a: f"{np.median(a) * 1e3:8.3f}" if a.size else f"{'-':>8}"
+    rel = (
+      f"{abs(lp.cost - reference) / abs(reference):9.1e}" if reference and lp.name != "CasADi IPOPT" else f"{'-':>9}"
+    )
+    build = ""
+    if lp.build:
+      stages = " / ".join(f"{lp.build[s]:.1f}" for s in STAGES)
+      build = f"; cold {lp.build['cold']:.1f} s ({'/'.join(STAGES)}: {stages}), warm {lp.build['warm']:.1f} s"
+    statuses = ", ".join(f"{k} {v}" for k, v in lp.statuses.items())
+    print(
+      f"  {lp.name:<18} {np.median(lp.times) * 1e3:10.3f} {np.percentile(lp.times, 95) * 1e3:8.3f} "
+      f"{ms(lp.evaluation)} {ms(lp.qp)} {lp.iterations.mean():5.1f}  {lp.cost:12.6f} {rel}  {statuses}{build}"
+    )
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--sizes", type=int, nargs="+", default=[3], help="n_mass values (3 4 5 6 8: nx 9 ... 39)")
+  parser.add_argument("--controllers", nargs="+", default=list(CONTROLLERS), choices=list(CONTROLLERS))
+  parser.add_argument("--steps", type=int, default=chain.CLOSED_LOOP_STEPS, help="closed-loop steps")
+  args = parser.parse_args()
+  ca, notes, targets = load_casadi(), [], []
+  for n_mass in args.sizes:
+    loops = []
+    for kind in args.controllers:
+      with tempfile.TemporaryDirectory(prefix="bench_chain_") as cache:
+        mpc, seconds = build(n_mass, kind, cache)
+        loop = anvil_loop(mpc, n_mass, kind, args.steps)
+      loop.build = seconds
+      loops.append(loop)
+    reference = None
+    if ca is not None:
+      loops += casadi_loops(ca, n_mass, args.steps, notes)
+      reference = loops[-2].cost
+      sqpmethod = float(np.median(loops[-1].times))
+      for loop in loops:
+        factor = ACADOS_VS_SQPMETHOD.get(loop.nx, {}).get(loop.name.removeprefix("anvil "))
+        if factor is not None:
+          median = float(np.median(loop.times))
+          targets.append(f"  nx {loop.nx} {loop.name}: {median * 1e3:.3f} ms <= {factor} x sqpmethod "
+                         f"({factor * sqpmethod * 1e3:.3f} ms): {verdict(median, factor * sqpmethod)}")  # fmt: skip
+    nx = chain.state_size(n_mass)
+    print(f"\nchain of {n_mass} masses (nx = {nx}, nu = 3, N = {chain.HORIZON}), {args.steps} closed-loop steps")
+    print_loops(loops, reference)
+  if ca is None:
+    print("\ncasadi is not installed: no IPOPT or sqpmethod rows, no targets")
+  for note in notes:
+    print(f"note: {note}")
+  if targets:
+    print("\ntargets (acados's best per step, issue 14):\n" + "\n".join(targets))
+
+
+if __name__ == "__main__":
+  main()

@@ -9,7 +9,7 @@ Run from the repository root (an anvil controller's cold build takes minutes at 
 Controllers: sqp (full SQP, exact Hessian), gn (full SQP, Gauss-Newton), rti (real-time iteration, Gauss-Newton).
 Build: construction and first call on an empty cache (cold), then both again in the same process (warm); the cold
 build's seconds per stage (trace, derive, schedule, render, compile, summed over the controller's functions, from the
-`anvil` log). Per step: the C++ solve time of the closed-loop calls (median, p95; the evaluation and QP shares from
+`anvil` log; "rest": what the log does not count, mostly schedule and render in forked workers). Per step: the C++ solve time of the closed-loop calls (median, p95; the evaluation and QP shares from
 the SQP's own timers) and the mean SQP iterations. Closed-loop cost: the sum of the stage costs; the full-SQP
 controllers' against IPOPT's closed loop on the same NLP (relative difference; target 1e-6). CasADi: nlpsol ipopt and
 sqpmethod (qrqp, exact Hessian), each warm-started from its previous solution; time = the solver's t_wall_total.
@@ -36,7 +36,7 @@ import numpy as np
 
 from anvil.mpc import MPCFunction, MPCOptions
 from anvil.problems import chain
-from benchmarks.common import casadi_solver, load_casadi, verdict
+from benchmarks.common import casadi_solver, load_casadi, shift, verdict
 
 CONTROLLERS = {
   "sqp": MPCOptions(),
@@ -45,6 +45,8 @@ CONTROLLERS = {
 }
 #: acados's best per-step time over sqpmethod's, measured in issue 14, by nx.
 ACADOS_VS_SQPMETHOD = {9: {"sqp": 0.093, "gn": 0.045, "rti": 0.041}, 21: {"sqp": 0.071, "gn": 0.029, "rti": 0.014}}
+#: The build stages the process logs itself (schedule and render run in forked workers when several functions need
+#: them: what the log does not count of a cold build is theirs, and the first call's).
 STAGES = ("trace", "derive", "schedule", "render", "compile")
 
 
@@ -111,7 +113,8 @@ def build(n_mass: int, kind: str, cache: str) -> tuple[MPCFunction, dict[str, fl
   finally:
     logger.removeHandler(log)
     logger.level = level
-  return mpc, {"cold": cold, "warm": warm, **{s: stages.get(s, 0.0) for s in STAGES}}
+  logged = {s: stages.get(s, 0.0) for s in STAGES}
+  return mpc, {"cold": cold, "warm": warm, **logged, "rest": cold - sum(logged.values())}
 
 
 def anvil_loop(mpc: MPCFunction, n_mass: int, kind: str, steps: int) -> Loop:
@@ -132,13 +135,28 @@ def anvil_loop(mpc: MPCFunction, n_mass: int, kind: str, steps: int) -> Loop:
               dict(statuses))  # fmt: skip
 
 
+def shifted(nlp: chain.CasadiChain, sol: chain.CasadiSolution) -> dict[str, np.ndarray]:
+  """A CasADi solution moved one stage earlier, as anvil's controller shifts its own: w = [stages (nx + nu), x_N,
+  wall slacks per stage], g = [x_0 rows and defects (nx per stage), wall rows per stage]."""
+  nx, walls = nlp.nx, len(chain.wall_indices(nlp.n_mass))
+  slacks = walls * (chain.HORIZON - 1)
+  head, rows = sol.w.size - slacks, nx * (chain.HORIZON + 1)
+  w = np.concatenate([shift(sol.w[:head], nx + chain.NU, nx), shift(sol.w[head:], walls, walls)])
+  lam_x = np.concatenate([shift(sol.lam_x[:head], nx + chain.NU, nx), shift(sol.lam_x[head:], walls, walls)])
+  lam_x[:nx] = 0.0
+  lam_g = np.concatenate([shift(sol.lam_g[:rows], nx, 0), shift(sol.lam_g[rows:], walls, walls)])
+  return {"x0": w, "lam_g0": lam_g, "lam_x0": lam_x}
+
+
 def casadi_loop(nlp: chain.CasadiChain, solver: Any, name: str, steps: int) -> Loop:
-  """The same closed loop with a CasADi solver, warm-started from its previous solution."""
+  """The same closed loop with a CasADi solver, warm-started from its previous solution shifted by one stage
+  (primal and dual: IPOPT takes only the primal start)."""
   n_mass = nlp.n_mass
   plant, x = chain.step_numpy(n_mass), chain.initial_state(n_mass)
   times, its, cost, statuses, sol = [], [], 0.0, defaultdict(int), None
   for _ in range(steps):
-    sol = nlp.solve(solver, x, sol)
+    start = None if sol is None else shifted(nlp, sol)
+    sol = nlp.solve(solver, x, start)
     times.append(sol.seconds)
     its.append(sol.iterations)
     statuses[sol.status] += 1
@@ -152,9 +170,12 @@ def casadi_loops(ca: Any, n_mass: int, steps: int, notes: list[str]) -> list[Loo
   nlp = chain.CasadiChain(n_mass)
   sqp_options = {"qpsol": "qrqp", "hessian_approximation": "exact", "max_iter": 100, "tol_pr": 1e-8, "tol_du": 1e-8,
                  "print_header": False, "print_iteration": False, "print_status": False, "print_time": False,
+                 "record_time": True,
                  "qpsol_options": {"print_iter": False, "print_header": False, "error_on_fail": False}}  # fmt: skip
   sqpmethod = casadi_solver(ca, f"bench_chain_sqp{n_mass}", "sqpmethod", nlp.nlp, sqp_options, notes)
-  return [casadi_loop(nlp, nlp.ipopt(), "CasADi IPOPT", steps), casadi_loop(nlp, sqpmethod, "CasADi sqpmethod", steps)]
+  ipopt_options = {**nlp.ipopt_options(), "record_time": True}
+  ipopt = casadi_solver(ca, f"bench_chain_ipopt{n_mass}", "ipopt", nlp.nlp, ipopt_options, notes)
+  return [casadi_loop(nlp, ipopt, "CasADi IPOPT", steps), casadi_loop(nlp, sqpmethod, "CasADi sqpmethod", steps)]
 
 
 def print_loops(loops: list[Loop], reference: float | None) -> None:
@@ -169,8 +190,8 @@ def print_loops(loops: list[Loop], reference: float | None) -> None:
     )
     build = ""
     if lp.build:
-      stages = " / ".join(f"{lp.build[s]:.1f}" for s in STAGES)
-      build = f"; cold {lp.build['cold']:.1f} s ({'/'.join(STAGES)}: {stages}), warm {lp.build['warm']:.1f} s"
+      stages = " / ".join(f"{lp.build[s]:.1f}" for s in (*STAGES, "rest"))
+      build = f"; cold {lp.build['cold']:.1f} s ({'/'.join(STAGES)}/rest: {stages}), warm {lp.build['warm']:.1f} s"
     statuses = ", ".join(f"{k} {v}" for k, v in lp.statuses.items())
     print(
       f"  {lp.name:<18} {np.median(lp.times) * 1e3:10.3f} {np.percentile(lp.times, 95) * 1e3:8.3f} "

@@ -39,7 +39,7 @@ import numpy as np
 from anvil.mpc import MPCOptions
 from anvil.problems import cartpole, cartpole_mpc
 from anvil.problems.backend import casadi_backend
-from benchmarks.common import casadi_solver, load_casadi, verdict
+from benchmarks.common import casadi_solver, load_casadi, shift, verdict
 from examples.cpp.harness import build_harness, run_harness
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -150,14 +150,6 @@ def casadi_nlp(ca: Any) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
   for k in range(N):
     lbw[k * nz + NX], ubw[k * nz + NX] = -cartpole_mpc.U_MAX, cartpole_mpc.U_MAX
   return {"x": w, "p": p, "f": cost, "g": ca.vertcat(*defects)}, lbw, ubw
-
-
-def shift(v: np.ndarray, block: int, tail: int) -> np.ndarray:
-  """The previous solution moved one stage earlier (blocks of `block` entries, the last `tail` entries repeated)."""
-  out = v.copy()
-  out[: len(v) - block - tail] = v[block : len(v) - tail]
-  out[len(v) - block - tail : len(v) - block] = v[len(v) - tail :]
-  return out
 
 
 def run_casadi(ca: Any, label: str, plugin: str, opts: dict[str, Any], steps: int, notes: list[str]) -> Loop:

@@ -80,6 +80,14 @@ def casadi_solver(ca: Any, name: str, plugin: str, nlp: dict[str, Any], opts: di
       opts = {k: v for k, v in opts.items() if k != bad}
 
 
+def shift(v: np.ndarray, block: int, tail: int) -> np.ndarray:
+  """The previous solution moved one stage earlier (blocks of `block` entries, the last `tail` entries repeated)."""
+  out = v.copy()
+  out[: len(v) - block - tail] = v[block : len(v) - tail]
+  out[len(v) - block - tail : len(v) - block] = v[len(v) - tail :]
+  return out
+
+
 def fmt_array(a: np.ndarray) -> str:
   return ", ".join(repr(float(v)) for v in a)
 

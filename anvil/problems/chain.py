@@ -216,21 +216,25 @@ class CasadiChain:
     self.lbw = np.concatenate([np.tile(stage_lo, N), np.full(nx, -np.inf), np.zeros(slacks)])
     self.ubw = np.concatenate([np.tile(stage_hi, N), np.full(nx, np.inf), np.full(slacks, np.inf)])
 
-  def ipopt(self, tol: float = 1e-10) -> Any:
+  @staticmethod
+  def ipopt_options(tol: float = 1e-10) -> dict[str, Any]:
     """IPOPT (exact Hessian) to tol with bound_relax_factor 0 (its default relaxation of every bound by 1e-8 moves the
-    optimum)."""
-    options: dict[str, Any] = {"ipopt.tol": tol, "ipopt.bound_relax_factor": 0.0, "ipopt.print_level": 0,
-                               "ipopt.sb": "yes", "print_time": False}  # fmt: skip
-    return self.ca.nlpsol(f"chain_ipopt_{self.n_mass}", "ipopt", self.nlp, options)
+    optimum), quiet."""
+    return {"ipopt.tol": tol, "ipopt.bound_relax_factor": 0.0, "ipopt.print_level": 0, "ipopt.sb": "yes",
+            "print_time": False}  # fmt: skip
 
-  def solve(self, solver: Any, x0: F64, guess: CasadiSolution | tuple[F64, F64] | None = None) -> CasadiSolution:
-    """Solve from x0 with a solver of this NLP, starting at `guess`: a previous solution (primal and dual), a pair
-    (x (N + 1, nx), u (N, nu)) with slacks 0, or None for anvil's cold start (every x_k = x0, u_k = 0)."""
+  def ipopt(self, tol: float = 1e-10) -> Any:
+    """IPOPT on this NLP (ipopt_options)."""
+    return self.ca.nlpsol(f"chain_ipopt_{self.n_mass}", "ipopt", self.nlp, self.ipopt_options(tol))
+
+  def solve(self, solver: Any, x0: F64, guess: dict[str, F64] | tuple[F64, F64] | None = None) -> CasadiSolution:
+    """Solve from x0 with a solver of this NLP, starting at `guess`: the solver's own start ({"x0": w, "lam_g0": ...,
+    "lam_x0": ...}), a pair (x (N + 1, nx), u (N, nu)) with slacks 0, or None for anvil's cold start (every
+    x_k = x0, u_k = 0)."""
     N, nx = HORIZON, self.nx
     x0 = np.asarray(x0, dtype=np.float64)
-    start: dict[str, Any] = {}
-    if isinstance(guess, CasadiSolution):
-      start = {"x0": guess.w, "lam_g0": guess.lam_g, "lam_x0": guess.lam_x}
+    if isinstance(guess, dict):
+      start = dict(guess)
     else:
       xs, us = (np.tile(x0, (N + 1, 1)), np.zeros((N, NU))) if guess is None else guess
       slacks = self.lbw.size - N * (nx + NU) - nx
@@ -243,7 +247,7 @@ class CasadiChain:
     return CasadiSolution(
       float(res["f"]), x, stages[:, nx:].copy(), w, np.array(res["lam_g"]).reshape(-1),
       np.array(res["lam_x"]).reshape(-1), str(stats["return_status"]), int(stats["iter_count"]),
-      bool(stats["success"]), float(stats.get("t_wall_total", float("nan"))),
+      bool(stats["success"]), float(stats.get("t_wall_total", float("nan"))),  # with record_time
     )  # fmt: skip
 
 

@@ -9,10 +9,11 @@ Run from the repository root (an anvil controller's cold build takes minutes at 
 Controllers: sqp (full SQP, exact Hessian), gn (full SQP, Gauss-Newton), rti (real-time iteration, Gauss-Newton).
 Build: construction and first call on an empty cache (cold), then both again in the same process (warm); the cold
 build's seconds per stage (trace, derive, schedule, render, compile, summed over the controller's functions, from the
-`anvil` log; "rest": what the log does not count, mostly schedule and render in forked workers). Per step: the C++ solve time of the closed-loop calls (median, p95; the evaluation and QP shares from
-the SQP's own timers) and the mean SQP iterations. Closed-loop cost: the sum of the stage costs; the full-SQP
-controllers' against IPOPT's closed loop on the same NLP (relative difference; target 1e-6). CasADi: nlpsol ipopt and
-sqpmethod (qrqp, exact Hessian), each warm-started from its previous solution; time = the solver's t_wall_total.
+`anvil` log; "rest": what the log does not count, mostly schedule and render in forked workers). Per step: the C++
+solve time of the closed-loop calls (median, p95; the evaluation and QP shares from the SQP's own timers) and the mean
+SQP iterations. Closed-loop cost: the sum of the stage costs; the full-SQP controllers' against IPOPT's closed loop on
+the same NLP (relative difference; target 1e-6). CasADi: nlpsol ipopt and sqpmethod (qrqp, exact Hessian), each
+warm-started from its previous solution shifted by one stage; time = the solver's t_wall_total.
 
 Targets (issue 14): at nx = 9 and 21, per step at or below acados's best configuration measured in issue 14,
 expressed against sqpmethod in the same run (0.093 / 0.045 / 0.041 x sqpmethod for sqp / gn / rti at nx = 9, 0.071 /

@@ -32,17 +32,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import platform
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,8 +55,11 @@ from anvil.problems.backend import casadi_backend
 from benchmarks.common import (
   C_FLAGS,
   CXX_FLAGS,
+  STAGES,
   Exe,
   Row,
+  StageRecorder,
+  anvil_cache,
   flat,
   fmt_array,
   link_harness,
@@ -69,6 +69,7 @@ from benchmarks.common import (
   print_table,
   run_exe,
   sh,
+  stage_seconds,
   tight_loops,
   time_python,
   verdict,
@@ -89,8 +90,6 @@ TARGET_WARM_S = 0.5
 TARGET_COLD_FLAT = 1.5  # cold build max / min over N
 TARGET_EXPONENT = 1.1  # eval time ~ N^p, p from a log-log fit
 TARGET_P3_RATIO = 1.0
-STAGES = ("trace+derive", "schedule", "render", "compile")
-STAGE_RE = re.compile(r"^(?P<name>\w+): (?P<stage>trace|derive|schedule|render|compile) (?P<s>[0-9.]+) s$")
 
 # Generic tight-loop harness. @INIT@ defines INIT<i>[] (the check point of every input); @SETUP@ defines in<i>
 # (double*), `yout` (const double*) and `eval()`. Arguments: calls per repetition, repetitions, warm-up calls.
@@ -136,7 +135,8 @@ CHILD = """import time
 t0 = time.perf_counter()
 import json, sys
 from anvil.codegen import STAGE_COUNTS
-from benchmarks.bench_ad import StageRecorder, p3_function, p3_point
+from benchmarks.bench_ad import p3_function, p3_point
+from benchmarks.common import StageRecorder
 recorder = StageRecorder()
 t1 = time.perf_counter()
 fn = p3_function({kind!r}, {n})
@@ -217,57 +217,6 @@ def casadi_csc(fun: Any, args: Sequence[np.ndarray]) -> sp.csc_array:
 
 
 # *** build-stage log ***
-
-
-class StageRecorder(logging.Handler):
-  """Records the `anvil` logger's lines with the perf_counter time they were emitted."""
-
-  def __init__(self) -> None:
-    super().__init__(logging.INFO)
-    self.records: list[tuple[float, str]] = []
-    log = logging.getLogger("anvil")
-    log.setLevel(logging.INFO)
-    log.addHandler(self)
-
-  def emit(self, record: logging.LogRecord) -> None:
-    self.records.append((time.perf_counter(), record.getMessage()))
-
-  def take(self) -> list[tuple[float, str]]:
-    out, self.records = self.records, []
-    return out
-
-
-def stage_seconds(records: Sequence[Sequence[Any]]) -> dict[str, float]:
-  """Seconds per stage from the logged lines; a stage nested in another of the same function (derive in trace) is
-  counted once, in the outer one. Keys: STAGES; `derive` outside trace is added to `trace+derive`."""
-  spans = []
-  for t_end, msg in records:
-    if m := STAGE_RE.match(msg):
-      spans.append((m["name"], m["stage"], float(t_end) - float(m["s"]), float(t_end)))
-  out = dict.fromkeys(STAGES, 0.0)
-  eps = 2e-3  # the log has millisecond resolution
-  for i, (name, what, a, b) in enumerate(spans):
-    if any(
-      j != i and n2 == name and a2 - eps <= a and b <= b2 + eps and b2 - a2 > b - a
-      for j, (n2, _, a2, b2) in enumerate(spans)
-    ):
-      continue
-    out["trace+derive" if what in ("trace", "derive") else what] += b - a
-  return out
-
-
-@contextmanager
-def anvil_cache(path: Path) -> Iterator[None]:
-  """Point anvil's disk cache at `path` for the duration (anvil reads ANVIL_CACHE_DIR at each use)."""
-  old = os.environ.get("ANVIL_CACHE_DIR")
-  os.environ["ANVIL_CACHE_DIR"] = str(path)
-  try:
-    yield
-  finally:
-    if old is None:
-      os.environ.pop("ANVIL_CACHE_DIR", None)
-    else:
-      os.environ["ANVIL_CACHE_DIR"] = old
 
 
 def child_build(kind: str, n: int, cache: Path) -> dict[str, Any]:

@@ -8,7 +8,7 @@ Run from the repository root (an anvil controller's cold build takes minutes at 
 
 Controllers: sqp (full SQP, exact Hessian), gn (full SQP, Gauss-Newton), rti (real-time iteration, Gauss-Newton).
 Build: construction and first call on an empty cache (cold), then both again in the same process (warm); the cold
-build's seconds per stage (trace, derive, schedule, render, compile, summed over the controller's functions, from the
+build's seconds per stage (trace+derive, schedule, render, compile, summed over the controller's functions, from the
 `anvil` log; "rest": what the log does not count, mostly schedule and render in forked workers). Per step: the C++
 solve time of the closed-loop calls (median, p95; the evaluation and QP shares from the SQP's own timers) and the mean
 SQP iterations. Closed-loop cost: the sum of the stage costs; the full-SQP controllers' against IPOPT's closed loop on
@@ -23,21 +23,27 @@ expressed against sqpmethod in the same run (0.093 / 0.045 / 0.041 x sqpmethod f
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from anvil.mpc import MPCFunction, MPCOptions
 from anvil.problems import chain
-from benchmarks.common import casadi_solver, load_casadi, shift, verdict
+from benchmarks.common import (
+  STAGES,
+  StageRecorder,
+  anvil_cache,
+  casadi_solver,
+  load_casadi,
+  shift,
+  stage_seconds,
+  verdict,
+)
 
 CONTROLLERS = {
   "sqp": MPCOptions(),
@@ -46,9 +52,6 @@ CONTROLLERS = {
 }
 #: acados's best per-step time over sqpmethod's, measured in issue 14, by nx.
 ACADOS_VS_SQPMETHOD = {9: {"sqp": 0.093, "gn": 0.045, "rti": 0.041}, 21: {"sqp": 0.071, "gn": 0.029, "rti": 0.014}}
-#: The build stages the process logs itself (schedule and render run in forked workers when several functions need
-#: them: what the log does not count of a cold build is theirs, and the first call's).
-STAGES = ("trace", "derive", "schedule", "render", "compile")
 
 
 @dataclass
@@ -67,54 +70,20 @@ class Loop:
   note: str = ""
 
 
-class StageLog(logging.Handler):
-  """Sums the `anvil` log's per-stage build seconds ("<function>: <stage> <seconds> s")."""
-
-  def __init__(self) -> None:
-    super().__init__(logging.INFO)
-    self.seconds: dict[str, float] = defaultdict(float)
-
-  def emit(self, record: logging.LogRecord) -> None:
-    if record.msg == "%s: %s %.3f s" and len(record.args or ()) == 3:
-      _, what, seconds = record.args  # type: ignore[misc]
-      self.seconds[str(what)] += float(seconds)
-
-
-@contextmanager
-def cache_at(path: str) -> Iterator[None]:
-  """anvil's cache in `path` for the block."""
-  before = os.environ.get("ANVIL_CACHE_DIR")
-  os.environ["ANVIL_CACHE_DIR"] = path
-  try:
-    yield
-  finally:
-    if before is None:
-      os.environ.pop("ANVIL_CACHE_DIR", None)
-    else:
-      os.environ["ANVIL_CACHE_DIR"] = before
-
-
-def build(n_mass: int, kind: str, cache: str) -> tuple[MPCFunction, dict[str, float]]:
-  """The controller built and called once on `cache` (empty: cold), then again (warm): its build seconds."""
+def build(n_mass: int, kind: str, cache: Path, recorder: StageRecorder) -> tuple[MPCFunction, dict[str, float]]:
+  """The controller built and called once on `cache` (empty: cold), then again (warm): its build seconds, the cold
+  build's per stage (what the log does not count is "rest": schedule and render in forked workers)."""
   x0 = chain.initial_state(n_mass)
-  log = StageLog()
-  logger = logging.getLogger("anvil")
-  logger.addHandler(log)
-  level, logger.level = logger.level, logging.INFO
-  try:
-    with cache_at(cache):
-      start = time.perf_counter()
-      mpc = chain.chain_mpc(f"bench_chain{n_mass}_{kind}", n_mass, CONTROLLERS[kind])
-      mpc(x0)
-      cold = time.perf_counter() - start
-      stages = dict(log.seconds)
-      start = time.perf_counter()
-      chain.chain_mpc(f"bench_chain{n_mass}_{kind}", n_mass, CONTROLLERS[kind])(x0)
-      warm = time.perf_counter() - start
-  finally:
-    logger.removeHandler(log)
-    logger.level = level
-  logged = {s: stages.get(s, 0.0) for s in STAGES}
+  recorder.take()
+  with anvil_cache(cache):
+    start = time.perf_counter()
+    mpc = chain.chain_mpc(f"bench_chain{n_mass}_{kind}", n_mass, CONTROLLERS[kind])
+    mpc(x0)
+    cold = time.perf_counter() - start
+    logged = stage_seconds(recorder.take())
+    start = time.perf_counter()
+    chain.chain_mpc(f"bench_chain{n_mass}_{kind}", n_mass, CONTROLLERS[kind])(x0)
+    warm = time.perf_counter() - start
   return mpc, {"cold": cold, "warm": warm, **logged, "rest": cold - sum(logged.values())}
 
 
@@ -206,12 +175,12 @@ def main() -> None:
   parser.add_argument("--controllers", nargs="+", default=list(CONTROLLERS), choices=list(CONTROLLERS))
   parser.add_argument("--steps", type=int, default=chain.CLOSED_LOOP_STEPS, help="closed-loop steps")
   args = parser.parse_args()
-  ca, notes, targets = load_casadi(), [], []
+  ca, notes, targets, recorder = load_casadi(), [], [], StageRecorder()
   for n_mass in args.sizes:
     loops = []
     for kind in args.controllers:
       with tempfile.TemporaryDirectory(prefix="bench_chain_") as cache:
-        mpc, seconds = build(n_mass, kind, cache)
+        mpc, seconds = build(n_mass, kind, Path(cache), recorder)
         loop = anvil_loop(mpc, n_mass, kind, args.steps)
       loop.build = seconds
       loops.append(loop)

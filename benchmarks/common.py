@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
+import os
 import re
 import shutil
 import statistics
@@ -15,7 +17,7 @@ import subprocess
 import time
 import timeit
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,9 @@ import numpy as np
 from anvil.codegen import find_compiler
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The build stages of anvil's log, as stage_seconds reports them (derive runs inside trace or on its own).
+STAGES = ("trace+derive", "schedule", "render", "compile")
+STAGE_RE = re.compile(r"^(?P<name>\w+): (?P<stage>trace|derive|schedule|render|compile) (?P<s>[0-9.]+) s$")
 OPT_FLAGS = ("-O3", "-fno-math-errno")
 CXX_FLAGS = (*OPT_FLAGS, "-std=c++17")
 C_FLAGS = (*OPT_FLAGS, "-std=c11")
@@ -78,6 +83,57 @@ def casadi_solver(ca: Any, name: str, plugin: str, nlp: dict[str, Any], opts: di
         raise
       notes.append(f"{plugin}: option {bad!r} rejected, dropped")
       opts = {k: v for k, v in opts.items() if k != bad}
+
+
+class StageRecorder(logging.Handler):
+  """Records the `anvil` logger's lines with the perf_counter time they were emitted."""
+
+  def __init__(self) -> None:
+    super().__init__(logging.INFO)
+    self.records: list[tuple[float, str]] = []
+    log = logging.getLogger("anvil")
+    log.setLevel(logging.INFO)
+    log.addHandler(self)
+
+  def emit(self, record: logging.LogRecord) -> None:
+    self.records.append((time.perf_counter(), record.getMessage()))
+
+  def take(self) -> list[tuple[float, str]]:
+    out, self.records = self.records, []
+    return out
+
+
+def stage_seconds(records: Sequence[Sequence[Any]]) -> dict[str, float]:
+  """Seconds per stage from the logged lines; a stage nested in another of the same function (derive in trace) is
+  counted once, in the outer one. Keys: STAGES; `derive` outside trace is added to `trace+derive`."""
+  spans = []
+  for t_end, msg in records:
+    if m := STAGE_RE.match(msg):
+      spans.append((m["name"], m["stage"], float(t_end) - float(m["s"]), float(t_end)))
+  out = dict.fromkeys(STAGES, 0.0)
+  eps = 2e-3  # the log has millisecond resolution
+  for i, (name, what, a, b) in enumerate(spans):
+    if any(
+      j != i and n2 == name and a2 - eps <= a and b <= b2 + eps and b2 - a2 > b - a
+      for j, (n2, _, a2, b2) in enumerate(spans)
+    ):
+      continue
+    out["trace+derive" if what in ("trace", "derive") else what] += b - a
+  return out
+
+
+@contextlib.contextmanager
+def anvil_cache(path: Path) -> Iterator[None]:
+  """Point anvil's disk cache at `path` for the duration (anvil reads ANVIL_CACHE_DIR at each use)."""
+  old = os.environ.get("ANVIL_CACHE_DIR")
+  os.environ["ANVIL_CACHE_DIR"] = str(path)
+  try:
+    yield
+  finally:
+    if old is None:
+      os.environ.pop("ANVIL_CACHE_DIR", None)
+    else:
+      os.environ["ANVIL_CACHE_DIR"] = old
 
 
 def shift(v: np.ndarray, block: int, tail: int) -> np.ndarray:

@@ -17,8 +17,8 @@
 // ended infeasible (its feasibility restoration found the point that violates the constraints least, inputs within
 // their bounds) where it follows the model (x_0 = x0 and every dynamics defect within defect_tol; in
 // real-time-iteration mode, where no defect is the worst violation), else the call's initial guess (the previous plan
-// shifted by one stage, or the cold guess) with its inputs clipped to their bounds. After such a failure the next call
-// starts cold, so no reset() is needed. A full-SQP call from the shifted solution of the previous call runs the SQP
+// shifted by one stage, or the cold guess) with its inputs clipped to their bounds, after which the next call starts
+// cold, so no reset() is needed. A full-SQP call from the shifted solution of the previous call runs the SQP
 // without its restoration phase; where that solve ends max_iterations (the restoration would have begun: the QP at the
 // shifted plan is inconsistent, as after a jump of the state away from the plan) or numerical_error, the SQP runs once
 // more from the cold guess (with restoration), within the time left of the call's max_time. From a shifted

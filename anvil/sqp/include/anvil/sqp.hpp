@@ -6,10 +6,11 @@
 // min f + rho (L1 violation of the elastic rows) s.t. the rows the elastic QP keeps hard, by elastic QPs and a filter
 // line search of its own (the hard rows' L1 violation vs that penalty), back to the optimality phase once the violation
 // is reduced enough and the point is acceptable to the optimality filter, or ending `infeasible` at a stationary point
-// of the elastic NLP with violation left (the least-violation point, as far as f's share in the penalty allows). Termination on primal and dual infeasibility and complementarity (tol),
-// at an acceptable level (acceptable_tol for acceptable_iter iterations in a row, or a stalled line search there), on
-// the iteration or time limit; NaN/inf diagnostics naming the function and output. Every QP goes through the QP
-// contract (anvil/qp.hpp): the loop never sees how it is solved.
+// of the elastic NLP with violation left (the least-violation point: the price rises while it still buys less
+// violation). Termination on primal and dual infeasibility and complementarity (tol), at an acceptable level
+// (acceptable_tol for acceptable_iter iterations in a row, or a stalled line search there), on the iteration or time
+// limit; NaN/inf diagnostics naming the function and output. Every QP goes through the QP contract (anvil/qp.hpp): the
+// loop never sees how it is solved.
 //
 // The problem P (generated per NLP) provides:
 //   sizes: nx, ng, max_iter, nnz_jac, nnz_hess, nnz_P, nnz_A, nnz_Ae;
@@ -222,15 +223,11 @@ class Solver {
       stats.time_evaluation += lap(clock);
       assemble_A(ws);
       assemble_bounds(x, g, lbx, ubx, lbg, ubg, ws);
-      if (k == 0 && limits.restore_first && kkt.primal > limits.tol) {
-        // the guess is the least-violation point of an infeasible solve: restoring at once spares the QP that would
-        // be inconsistent again (OSQP spent milliseconds telling so)
-        restoration = true;
-        stats.restoration[k] = true;
-        search.enter_restoration(kkt, fx, lam_g, ws);
-      }
+      // NOTE: from the least-violation point of an infeasible solve (restore_first) the restoration begins at once: it
+      // spares the QP that would be inconsistent again (OSQP spent milliseconds telling so)
+      bool restore_now = k == 0 && limits.restore_first && kkt.primal > limits.tol;
       // *** optimality phase: the QP, then the filter line search ***
-      if (!restoration) {
+      if (!restoration && !restore_now) {
         reg = reg > 0.0 ? std::fmax(reg * 0.1, P::reg_min) : 0.0;
         if (line_search_failures > 0) reg = std::fmax(reg, 1e-4 * kkt.gradient_scale);
         // NOTE: QPs far from the solution need not be solved to the final accuracy: each asks for 1e-2 of the KKT
@@ -270,6 +267,9 @@ class Solver {
         }
         // *** the QP is inconsistent (or failed) or no step was acceptable: restore feasibility ***
         if (!limits.restore) break;
+        restore_now = true;
+      }
+      if (restore_now) {
         restoration = true;
         stats.restoration[k] = true;
         search.enter_restoration(kkt, fx, lam_g, ws);
@@ -508,8 +508,8 @@ class Solver {
       return true;
     }
     /// Whether a trial point (theta_trial, phi_trial) at step length alpha is acceptable from (theta, phi), whose
-    /// model predicts a decrease `predicted` of phi: Armijo decrease of phi where the switching condition holds
-    /// (*phi_step set; the filter is left as it is), else sufficient decrease of either (the point joins the filter).
+    /// model predicts a decrease `predicted` of phi: Armijo decrease of phi where the switching condition holds (the
+    /// filter is left as it is), else sufficient decrease of either (the point joins the filter).
     bool accepts(double theta, double phi, double predicted, double alpha, double theta_trial, double phi_trial,
                  WS& ws) {
       if (!acceptable(theta_trial, phi_trial, ws)) return false;

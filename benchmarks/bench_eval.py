@@ -151,7 +151,7 @@ t1 = time.perf_counter()
 f = av.NumericalFunction("quad_step", quadrotor.step, (av.Arg(12), av.Arg(4)))
 y = f(quadrotor.TEST_X, quadrotor.TEST_U)
 t2 = time.perf_counter()
-print(json.dumps({{"import_s": t1 - t0, "build_s": t2 - t1, "stages": dict(STAGE_COUNTS), "y": y.tolist()}}))
+print(json.dumps({"import_s": t1 - t0, "build_s": t2 - t1, "stages": dict(STAGE_COUNTS), "y": y.tolist()}))
 """
 
 

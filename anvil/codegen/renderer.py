@@ -17,7 +17,7 @@ from tinygrad.dtype import AddrSpace
 from tinygrad.helpers import Context, Target
 from tinygrad.renderer import Renderer
 from tinygrad.renderer.cstyle import ClangRenderer, base_rewrite
-from tinygrad.uop.ops import AxisType, Ops, PatternMatcher, UOp, UPat, graph_rewrite
+from tinygrad.uop.ops import AxisType, GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
 from anvil.codegen.arg import CPP_TYPES
 
@@ -145,8 +145,12 @@ RENDERER = PortableCppRenderer()
 #: Loops whose trip count, times the lanes already unrolled, stays within this many lanes are fully unrolled.
 UNROLL_LANES = 16
 #: Kernels with at most this many iterations in all are unrolled completely: straight-line code, in which tinygrad
-#: folds index-dependent constants (identity seeds of small Jacobians) before the C++ compiler sees them.
+#: folds index-dependent constants (identity seeds of small Jacobians) before the C++ compiler sees them...
 FULL_UNROLL_ITERATIONS = 256
+#: ...when the unrolled code stays within this many operations (iterations times the loop body's ALU operations). A
+#: larger kernel (a model batched over a horizon's stages) keeps its loops: unrolling it would repeat the body per
+#: stage, multiplying render and compile time for no run-time gain.
+FULL_UNROLL_OPERATIONS = 1024
 LOOP_AXES = (AxisType.LOOP, AxisType.WEAK, AxisType.GLOBAL, AxisType.REDUCE)
 
 
@@ -154,9 +158,10 @@ def _unroll_small_loops(hand_coded: Callable[[Scheduler], Scheduler], k: Schedul
   """tinygrad's hand-coded opts, then every remaining loop small enough fully unrolled (no loops, no lane selects)."""
   k = hand_coded(k)
   sizes = [r.vmax + 1 for r in k.rngs if isinstance(r.vmax, int)]
-  lanes = (
-    UNROLL_LANES if len(sizes) < len(k.rngs) or math.prod(sizes) > FULL_UNROLL_ITERATIONS else FULL_UNROLL_ITERATIONS
-  )
+  iterations = math.prod(sizes)
+  full = len(sizes) == len(k.rngs) and iterations <= FULL_UNROLL_ITERATIONS
+  full = full and iterations * _body_operations(k.ast) <= FULL_UNROLL_OPERATIONS
+  lanes = FULL_UNROLL_ITERATIONS if full else UNROLL_LANES
   while True:
     small = [(i, r) for i, r in enumerate(k.rngs) if r.arg[-1] in LOOP_AXES and isinstance(r.vmax, int)
              and r.vmax + 1 > 1 and k.upcast_size() * (r.vmax + 1) <= lanes]  # fmt: skip
@@ -168,6 +173,11 @@ def _unroll_small_loops(hand_coded: Callable[[Scheduler], Scheduler], k: Schedul
       k.apply_opt(Opt(OptOps.UNROLL, k.unrollable_dims.index(i), 0) if reduce else Opt(OptOps.UPCAST, i, 0))
     except KernelOptError:
       k.shift_to(r, r.vmax + 1, AxisType.UNROLL if reduce else AxisType.UPCAST)
+
+
+def _body_operations(ast: UOp) -> int:
+  """The ALU operations of one iteration of a kernel's loops (index arithmetic included)."""
+  return sum(1 for u in ast.toposort() if u.op in GroupOp.ALU)
 
 
 @contextmanager

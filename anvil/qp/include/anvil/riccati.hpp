@@ -11,7 +11,8 @@
 // (nuN of them, e.g. the slacks of soft terminal constraints) that enter no dynamics.
 //
 // Sizes are template parameters: every loop has compile-time bounds and the workspace is plain arrays, allocated by
-// the caller (no heap use at all).
+// the caller (no heap use at all). Rows are used through their nonzeros, found at the start of each solve: a bound on
+// one variable (most rows of an OCP) costs one entry, not a dense row, in every product and in the Hessian's G'WG.
 #ifndef ANVIL_RICCATI_HPP
 #define ANVIL_RICCATI_HPP
 #include <chrono>
@@ -118,6 +119,44 @@ struct Row {
 struct Norms {
   double equality = 0.0, inequality = 0.0, complementarity = 0.0, sum = 0.0;
   int count = 0;
+};
+
+/// The nonzero columns of one row of G (of length n), in increasing order.
+template <int n>
+struct Pattern {
+  int count;
+  int index[n];
+
+  void find(const double* a) {
+    count = 0;
+    for (int j = 0; j < n; ++j)
+      if (a[j] != 0.0) index[count++] = j;
+  }
+
+  /// a'[x; y] where x holds the first m entries.
+  template <int m>
+  double dot(const double* a, const double* x, const double* y) const {
+    double v = 0.0;
+    for (int e = 0; e < count; ++e) {
+      const int j = index[e];
+      v += a[j] * (j < m ? x[j] : y[j - m]);
+    }
+    return v;
+  }
+
+  /// r += a e
+  void add(const double* a, double e, double* r) const {
+    for (int c = 0; c < count; ++c) r[index[c]] += a[index[c]] * e;
+  }
+
+  /// M += a w a' (the lower triangle, M's rows and columns ordered as a's entries)
+  template <int s>
+  void add_outer(const double* a, double w, double (&M)[s][s]) const {
+    for (int c = 0; c < count; ++c) {
+      const int i = index[c];
+      for (int e = 0; e <= c; ++e) M[i][index[e]] += a[i] * w * a[index[e]];
+    }
+  }
 };
 
 /// A present side's starting point: cold, t = max(distance, 1) and l = 1/t (elastic: s covers a violation, l = m =
@@ -322,6 +361,8 @@ struct Riccati {
     double x[N + 1][nx], u[N][nu], uN[muN], pi[N][nx];
     double dx[N + 1][nx], du[N][nu], duN[muN], dpi[N][nx];
     riccati::Row rows[N][mg], rowsN[mgN];
+    riccati::Pattern<nz> pattern[N][mg];  ///< the nonzeros of G_k's rows
+    riccati::Pattern<nzN> patternN[mgN];
     double r_z[N][nz], r_N[nzN], r_dyn[N][nx], q[N][nz], qN[nzN];
     double P[N + 1][nx][nx], p[N + 1][nx], L[N][nu][nu], K[N][nu][nx], k[N][nu], LN[muN][muN], KN[muN][nx], kN[muN];
     bool warm;  ///< the iterates hold a solution a warm start can begin from
@@ -392,18 +433,22 @@ struct Riccati {
   }
 
  private:
-  /// a'[x; u] for a row a of G_k (m = nu) or of G_N (m = nuN).
-  template <int m>
-  static double dot(const double* a, const double* x, const double* u) {
-    double v = 0.0;
-    for (int j = 0; j < nx; ++j) v += a[j] * x[j];
-    for (int j = 0; j < m; ++j) v += a[nx + j] * u[j];
-    return v;
+  /// G_k's row m times [x; u].
+  static double row_value(const Data& d, const Workspace& ws, int k, int m, const double* x, const double* u) {
+    return ws.pattern[k][m].template dot<nx>(d.G[k][m], x, u);
   }
 
-  /// [A_k B_k] column j.
-  static double dynamics_entry(const Data& d, int k, int row, int j) {
-    return j < nx ? d.A[k][row][j] : d.B[k][row][j - nx];
+  /// G_N's row m times [x; u].
+  static double final_row_value(const Data& d, const Workspace& ws, int m, const double* x, const double* u) {
+    return ws.patternN[m].template dot<nx>(d.GN[m], x, u);
+  }
+
+  /// r += [A_k B_k]'v
+  static void add_dynamics_transposed(const Data& d, int k, const double* v, double* r) {
+    for (int j = 0; j < nx; ++j) {
+      for (int i = 0; i < nx; ++i) r[i] += d.A[k][j][i] * v[j];
+      for (int i = 0; i < nu; ++i) r[nx + i] += d.B[k][j][i] * v[j];
+    }
   }
 
   /// Residuals of the KKT conditions at the iterate; returns mu (mean complementarity) and the residual norms in sol.
@@ -416,15 +461,14 @@ struct Riccati {
         double v = d.g[k][i];
         for (int j = 0; j < nx; ++j) v += d.H[k][i][j] * ws.x[k][j];
         for (int j = 0; j < nu; ++j) v += d.H[k][i][nx + j] * ws.u[k][j];
-        for (int j = 0; j < nx; ++j) v += dynamics_entry(d, k, j, i) * ws.pi[k][j];
         r[i] = v;
       }
+      add_dynamics_transposed(d, k, ws.pi[k], r);
       if (k > 0)
         for (int i = 0; i < nx; ++i) r[i] -= ws.pi[k - 1][i];
       for (int m = 0; m < ng; ++m) {
-        const double v = dot<nu>(d.G[k][m], ws.x[k], ws.u[k]);
-        const double lam = riccati::row_residuals(ws.rows[k][m], v, d.lo[k][m], d.hi[k][m], n);
-        for (int i = 0; i < nz; ++i) r[i] += d.G[k][m][i] * lam;
+        const double v = row_value(d, ws, k, m, ws.x[k], ws.u[k]);
+        ws.pattern[k][m].add(d.G[k][m], riccati::row_residuals(ws.rows[k][m], v, d.lo[k][m], d.hi[k][m], n), r);
       }
       for (int i = k == 0 ? nx : 0; i < nz; ++i) stat = std::fmax(stat, std::fabs(r[i]));  // x_0 is fixed
       for (int i = 0; i < nx; ++i) {
@@ -442,9 +486,8 @@ struct Riccati {
       ws.r_N[i] = v;
     }
     for (int m = 0; m < ngN; ++m) {
-      const double v = dot<nuN>(d.GN[m], ws.x[N], ws.uN);
-      const double lam = riccati::row_residuals(ws.rowsN[m], v, d.loN[m], d.hiN[m], n);
-      for (int i = 0; i < nzN; ++i) ws.r_N[i] += d.GN[m][i] * lam;
+      const double v = final_row_value(d, ws, m, ws.x[N], ws.uN);
+      ws.patternN[m].add(d.GN[m], riccati::row_residuals(ws.rowsN[m], v, d.loN[m], d.hiN[m], n), ws.r_N);
     }
     for (int i = 0; i < nzN; ++i) stat = std::fmax(stat, std::fabs(ws.r_N[i]));
     sol.residual_stationarity = stat;
@@ -454,15 +497,26 @@ struct Riccati {
     return n.count ? n.sum / n.count : 0.0;
   }
 
+  /// The lower triangle of H's symmetric part, into Q.
+  template <int s>
+  static void symmetric_part(const double (&H)[s][s], double (&Q)[s][s]) {
+    for (int i = 0; i < s; ++i)
+      for (int j = 0; j <= i; ++j) Q[i][j] = 0.5 * (H[i][j] + H[j][i]);
+  }
+
+  /// Copies Q's lower triangle into its upper one.
+  template <int s>
+  static void mirror(double (&Q)[s][s]) {
+    for (int i = 0; i < s; ++i)
+      for (int j = 0; j < i; ++j) Q[j][i] = Q[i][j];
+  }
+
   /// Riccati factorization of the Newton system's LQ problem with Hessians H + G'WG: P, K and the Cholesky factors.
   static bool factor(const Data& d, Workspace& ws) {
     double QN[nzN][nzN];
-    for (int i = 0; i < nzN; ++i)
-      for (int j = 0; j < nzN; ++j) {
-        double v = d.HN[i][j];
-        for (int m = 0; m < ngN; ++m) v += d.GN[m][i] * riccati::row_weight(ws.rowsN[m]) * d.GN[m][j];
-        QN[i][j] = v;
-      }
+    symmetric_part(d.HN, QN);
+    for (int m = 0; m < ngN; ++m) ws.patternN[m].add_outer(d.GN[m], riccati::row_weight(ws.rowsN[m]), QN);
+    mirror(QN);
     if constexpr (nuN > 0) {
       if (!riccati::eliminate_inputs<nx, nuN>(QN, ws.LN, ws.KN, ws.P[N])) return false;
     } else {
@@ -471,23 +525,22 @@ struct Riccati {
     }
     for (int k = N - 1; k >= 0; --k) {
       const double(&P)[nx][nx] = ws.P[k + 1];
-      double W[mg];
-      for (int m = 0; m < ng; ++m) W[m] = riccati::row_weight(ws.rows[k][m]);
-      double PAB[nx][nz];  // P [A B]
+      double AB[nx][nz];  // [A B]
+      for (int l = 0; l < nx; ++l) {
+        for (int j = 0; j < nx; ++j) AB[l][j] = d.A[k][l][j];
+        for (int j = 0; j < nu; ++j) AB[l][nx + j] = d.B[k][l][j];
+      }
+      double PAB[nx][nz] = {};  // P [A B]
       for (int i = 0; i < nx; ++i)
-        for (int j = 0; j < nz; ++j) {
-          double v = 0.0;
-          for (int l = 0; l < nx; ++l) v += P[i][l] * dynamics_entry(d, k, l, j);
-          PAB[i][j] = v;
-        }
-      double Q[nz][nz];  // H + G'WG + [A B]'P[A B]
-      for (int i = 0; i < nz; ++i)
-        for (int j = 0; j < nz; ++j) {
-          double v = d.H[k][i][j];
-          for (int m = 0; m < ng; ++m) v += d.G[k][m][i] * W[m] * d.G[k][m][j];
-          for (int l = 0; l < nx; ++l) v += dynamics_entry(d, k, l, i) * PAB[l][j];
-          Q[i][j] = v;
-        }
+        for (int l = 0; l < nx; ++l)
+          for (int j = 0; j < nz; ++j) PAB[i][j] += P[i][l] * AB[l][j];
+      double Q[nz][nz];  // H + G'WG + [A B]'P[A B], lower triangle, then mirrored
+      symmetric_part(d.H[k], Q);
+      for (int l = 0; l < nx; ++l)
+        for (int i = 0; i < nz; ++i)
+          for (int j = 0; j <= i; ++j) Q[i][j] += AB[l][i] * PAB[l][j];
+      for (int m = 0; m < ng; ++m) ws.pattern[k][m].add_outer(d.G[k][m], riccati::row_weight(ws.rows[k][m]), Q);
+      mirror(Q);
       if (!riccati::eliminate_inputs<nx, nu>(Q, ws.L[k], ws.K[k], ws.P[k])) return false;
     }
     return true;
@@ -498,16 +551,12 @@ struct Riccati {
   static void newton_step(const Data& d, Workspace& ws, double target, bool corrector) {
     for (int k = 0; k < N; ++k) {
       for (int i = 0; i < nz; ++i) ws.q[k][i] = ws.r_z[k][i];
-      for (int m = 0; m < ng; ++m) {
-        const double e = riccati::row_rhs(ws.rows[k][m], target, corrector);
-        for (int i = 0; i < nz; ++i) ws.q[k][i] += d.G[k][m][i] * e;
-      }
+      for (int m = 0; m < ng; ++m)
+        ws.pattern[k][m].add(d.G[k][m], riccati::row_rhs(ws.rows[k][m], target, corrector), ws.q[k]);
     }
     for (int i = 0; i < nzN; ++i) ws.qN[i] = ws.r_N[i];
-    for (int m = 0; m < ngN; ++m) {
-      const double e = riccati::row_rhs(ws.rowsN[m], target, corrector);
-      for (int i = 0; i < nzN; ++i) ws.qN[i] += d.GN[m][i] * e;
-    }
+    for (int m = 0; m < ngN; ++m)
+      ws.patternN[m].add(d.GN[m], riccati::row_rhs(ws.rowsN[m], target, corrector), ws.qN);
     // backward: the terminal inputs, then p_k = q_x + A's + K'(q_u + B's), k_k = -Q_uu^-1 (q_u + B's), s = P b + p
     if constexpr (nuN > 0) {
       double qv[nuN];
@@ -524,11 +573,8 @@ struct Riccati {
         s[i] = v;
       }
       double qz[nz];
-      for (int i = 0; i < nz; ++i) {
-        double v = ws.q[k][i];
-        for (int j = 0; j < nx; ++j) v += dynamics_entry(d, k, j, i) * s[j];
-        qz[i] = v;
-      }
+      for (int i = 0; i < nz; ++i) qz[i] = ws.q[k][i];
+      add_dynamics_transposed(d, k, s, qz);
       riccati::feedforward<nx, nu>(qz, qz + nx, ws.L[k], ws.K[k], ws.p[k], ws.k[k]);
     }
     // forward rollout from dx_0 = 0
@@ -558,9 +604,9 @@ struct Riccati {
     }
     for (int k = 0; k < N; ++k)
       for (int m = 0; m < ng; ++m)
-        riccati::row_step(ws.rows[k][m], dot<nu>(d.G[k][m], ws.dx[k], ws.du[k]), target, corrector);
+        riccati::row_step(ws.rows[k][m], row_value(d, ws, k, m, ws.dx[k], ws.du[k]), target, corrector);
     for (int m = 0; m < ngN; ++m)
-      riccati::row_step(ws.rowsN[m], dot<nuN>(d.GN[m], ws.dx[N], ws.duN), target, corrector);
+      riccati::row_step(ws.rowsN[m], final_row_value(d, ws, m, ws.dx[N], ws.duN), target, corrector);
   }
 
   /// The largest alpha in (0, 1] keeping every present side's slack and multiplier nonnegative.
@@ -605,11 +651,15 @@ struct Riccati {
     }
     for (int i = 0; i < nx; ++i) ws.x[0][i] = d.x0[i];
     for (int k = 0; k < N; ++k)
-      for (int m = 0; m < ng; ++m)
-        riccati::start_row(ws.rows[k][m], dot<nu>(d.G[k][m], ws.x[k], ws.u[k]), d.lo[k][m], d.hi[k][m], d.z[k][m],
-                           warm);
-    for (int m = 0; m < ngN; ++m)
-      riccati::start_row(ws.rowsN[m], dot<nuN>(d.GN[m], ws.x[N], ws.uN), d.loN[m], d.hiN[m], d.zN[m], warm);
+      for (int m = 0; m < ng; ++m) {
+        ws.pattern[k][m].find(d.G[k][m]);
+        riccati::start_row(ws.rows[k][m], row_value(d, ws, k, m, ws.x[k], ws.u[k]), d.lo[k][m], d.hi[k][m],
+                           d.z[k][m], warm);
+      }
+    for (int m = 0; m < ngN; ++m) {
+      ws.patternN[m].find(d.GN[m]);
+      riccati::start_row(ws.rowsN[m], final_row_value(d, ws, m, ws.x[N], ws.uN), d.loN[m], d.hiN[m], d.zN[m], warm);
+    }
   }
 };
 

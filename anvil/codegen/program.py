@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import math
 import struct
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -160,7 +161,9 @@ def _constant_values(buf: UOp) -> tuple[str, ...]:
 
 
 class _Layout:
-  """Assigns every buffer that is neither an input nor an output an aligned region of the workspace."""
+  """Assigns every buffer that is neither an input nor an output an aligned region of the workspace. Regions are
+  reused: a buffer's region is free again after the last step that uses it, so the workspace (and the memory the
+  kernels touch) is the most that is live at one step, not the sum of every intermediate."""
 
   def __init__(self, name: str, traced: TracedGraph, gathered: Collection[int]):
     self.refs: dict[UOp, BufferRef] = {u: BufferRef("in", i, u.dtype) for i, u in enumerate(traced.inputs)}
@@ -181,11 +184,48 @@ class _Layout:
         )
     self.written.update(ref for ref, read in zip(step.args, reads, strict=True) if not read)
 
+  def place(self, uses: Sequence[Sequence[UOp]], persistent: Collection[UOp]) -> None:
+    """Give the workspace buffers among `uses` (the buffers of each step, in order) their regions; `persistent` ones
+    (captured constants, which `init_ws()` writes once) are never freed."""
+    last = {b: i for i, bufs in enumerate(uses) for b in bufs if b not in self.refs}
+    dying: dict[int, list[UOp]] = {}
+    for b, i in last.items():
+      if b not in persistent:
+        dying.setdefault(i, []).append(b)
+    free: list[tuple[int, int]] = []  # (offset, bytes), sorted by offset, adjacent blocks merged
+    for i, bufs in enumerate(uses):
+      for b in bufs:
+        if b not in self.refs:
+          self.refs[b] = BufferRef("ws", self._allocate(free, _nbytes(b)), b.dtype)
+      for b in dying.get(i, ()):
+        _release(free, self.refs[b].index, _nbytes(b))
+
+  def _allocate(self, free: list[tuple[int, int]], nbytes: int) -> int:
+    """First fit among the free blocks, else at the end (growing a free block that ends there)."""
+    for j, (offset, size) in enumerate(free):
+      if size >= nbytes:
+        free[j : j + 1] = [(offset + nbytes, size - nbytes)] if size > nbytes else []
+        return offset
+    offset = free.pop()[0] if free and free[-1][0] + free[-1][1] == self.size else self.size
+    self.size = offset + nbytes
+    return offset
+
   def ref(self, buf: UOp) -> BufferRef:
-    if (r := self.refs.get(buf)) is None:
-      self.refs[buf] = r = BufferRef("ws", self.size, buf.dtype)
-      self.size += _align(buf.max_numel() * buf.dtype.itemsize)
-    return r
+    return self.refs[buf]
+
+
+def _nbytes(buf: UOp) -> int:
+  return _align(buf.max_numel() * buf.dtype.itemsize)
+
+
+def _release(free: list[tuple[int, int]], offset: int, nbytes: int) -> None:
+  """Return a region to the sorted free list, merged with its neighbours."""
+  j = bisect.bisect(free, (offset, 0))
+  free.insert(j, (offset, nbytes))
+  if j + 1 < len(free) and offset + nbytes == free[j + 1][0]:
+    free[j : j + 2] = [(offset, nbytes + free[j + 1][1])]
+  if j > 0 and free[j - 1][0] + free[j - 1][1] == offset:
+    free[j - 1 : j + 1] = [(free[j - 1][0], free[j - 1][1] + free[j][1])]
 
 
 def build_program(
@@ -205,16 +245,30 @@ def build_program(
   gathers = gathers or {}
   layout = _Layout(name, traced, gathers)
   kernels: dict[bytes, RenderedKernel] = {}
-  steps: list[KernelStep | CopyStep | GatherStep] = []
-  constants: list[ConstantData] = []
+  work: list[tuple[UOp, tuple[UOp, ...]]] = []  # (kernel or copy, its buffers)
   for item in items:
     ast, args = item.src[0], item.src[1:]
     if ast.op is Ops.COPY:
-      dst, src = args
-      if src.device not in HOST_DEVICES:
-        raise RuntimeError(f"internal: copy from device {src.device} is not a captured constant")
-      if dst.max_numel() == 0:  # NOTE: C++ has no zero-length arrays, and there is nothing to copy
-        continue
+      if args[1].device not in HOST_DEVICES:
+        raise RuntimeError(f"internal: copy from device {args[1].device} is not a captured constant")
+      if args[0].max_numel() > 0:  # NOTE: C++ has no zero-length arrays, and there is nothing to copy
+        work.append((ast, args))
+      continue
+    if ast.op is not Ops.SINK:
+      raise NotImplementedError(f"schedule item {ast.op} is not supported by anvil's C++ backend")
+    if (kernel := kernels.get(ast.key)) is None:
+      kernels[ast.key] = kernel = render(ast, f"k{len(kernels)}")
+      if progress is not None:
+        progress.update(f"rendered kernel {len(kernels)}")
+    work.append((ast, tuple(args[i] for i in kernel.params)))
+  gathered = {i: traced.stores[traced.output_slots[i]] for i, table in gathers.items() if len(table)}
+  layout.place([*(bufs[:1] if ast.op is Ops.COPY else bufs for ast, bufs in work), tuple(gathered.values())],
+               {bufs[0] for ast, bufs in work if ast.op is Ops.COPY})  # fmt: skip
+  steps: list[KernelStep | CopyStep | GatherStep] = []
+  constants: list[ConstantData] = []
+  for ast, bufs in work:
+    if ast.op is Ops.COPY:
+      dst, src = bufs
       ref = layout.ref(dst)
       layout.written.add(ref)
       const = ConstantData(f"const{len(constants)}", ref.index if ref.kind == "ws" else -1, dst.dtype,
@@ -223,20 +277,12 @@ def build_program(
       if ref.kind == "out":  # NOTE: a constant returned as an output is copied on every call
         steps.append(CopyStep(ref, const, len(const.values) * dst.dtype.itemsize))
       continue
-    if ast.op is not Ops.SINK:
-      raise NotImplementedError(f"schedule item {ast.op} is not supported by anvil's C++ backend")
-    if (kernel := kernels.get(ast.key)) is None:
-      kernels[ast.key] = kernel = render(ast, f"k{len(kernels)}")
-      if progress is not None:
-        progress.update(f"rendered kernel {len(kernels)}")
-    step = KernelStep(kernel.name, tuple(layout.ref(args[i]) for i in kernel.params))
+    kernel = kernels[ast.key]
+    step = KernelStep(kernel.name, tuple(layout.ref(b) for b in bufs))
     layout.check_initialized(step, [i not in kernel.writes for i in kernel.params])
     steps.append(step)
-  for i, table in gathers.items():
-    if not len(table):  # NOTE: no nonzeros: nothing to gather, and C++ has no zero-length arrays
-      continue
-    store = traced.stores[traced.output_slots[i]]
-    constants.append(index := ConstantData(f"gather{i}", -1, dtypes.int32, tuple(str(int(t)) for t in table)))
+  for i, store in gathered.items():  # NOTE: outputs without nonzeros have nothing to gather (and no C++ array)
+    constants.append(index := ConstantData(f"gather{i}", -1, dtypes.int32, tuple(str(int(t)) for t in gathers[i])))
     steps.append(GatherStep(BufferRef("out", i, store.dtype), layout.ref(store), index))
   return Program(tuple(kernels.values()), (*steps, *_output_copies(traced)), tuple(constants), layout.size)
 

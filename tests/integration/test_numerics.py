@@ -741,3 +741,27 @@ def test_empty_captured_constants() -> None:
   np.testing.assert_array_equal(doubled, [2.0, 4.0, 6.0])
   assert none.shape == (0,)
   np.testing.assert_array_equal(plus_zero, [1.0, 2.0])
+
+
+def test_workspace_regions_reused_across_a_chain_of_kernels() -> None:
+  # NOTE: every normalization is a reduction, so tinygrad schedules one kernel (one intermediate buffer) per link; the
+  # captured constant is copied into the workspace once, by init_ws(), and must survive every reuse of the regions.
+  links, weights = 12, np.linspace(0.5, 1.5, 64)
+
+  def chain(x):
+    y, w = x, Tensor(weights)
+    for _ in range(links):
+      y = (y * w).sin() / (y * y).sum().sqrt()
+    return y, (x * w).sum()
+
+  f = av.NumericalFunction("num_workspace_reuse", chain, Arg(64))
+  for seed in range(3):
+    x = np.random.default_rng(seed).normal(size=64)
+    y = x
+    for _ in range(links):
+      y = np.sin(y * weights) / np.sqrt(np.sum(y * y))
+    outs = f(x)
+    check_outputs(outs, [("chain", y), ("weighted", np.sum(x * weights))], F64, np.float64)
+  intermediates = sum(1 for step in f.program.steps if any(r.kind == "ws" for r in step.args))
+  # without reuse: 12 intermediates of 64 doubles and the constant; with it: two alternating regions and the constant
+  assert intermediates > 10 and f.program.ws_size <= 3 * 64 * 8

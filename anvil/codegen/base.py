@@ -78,6 +78,9 @@ class FunctionBase(abc.ABC):
   name: str
   #: Where the generated code runs: "CPU", "CUDA" or "METAL" (one device per module).
   device: str = "CPU"
+  #: Whether `source_code` defines nothing the definitions of other functions use, so a build may compile it as a
+  #: translation unit of its own (beside the rest, which reaches it through the header's declarations).
+  self_contained_source: bool = False
 
   def dependencies(self) -> tuple[FunctionBase, ...]:
     """The generated functions this one calls (emitted before it)."""

@@ -115,6 +115,8 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
     >>> y = f(np.ones(3), np.eye(3))          # numpy in, numpy out
   """
 
+  self_contained_source = True
+
   @overload
   def __init__(
     self: NumericalFunction[[ArrayLike], Array],

@@ -205,13 +205,15 @@ def compile_library(
   c_sources: Sequence[str] = (),
   include_dirs: Sequence[str] = (),
   toolchain: Toolchain | None = None,
+  cxx_parts: Sequence[str] = (),
 ) -> Path:
   """Compile `main` (one of `sources`, all written beside it) into the cached library for `key`.
 
   Sources are kept under the cache's `src/<key>/` so a compiler error can point at them. `c_sources` (also among
-  `sources`) are compiled as C into cached objects and linked in; `include_dirs` are relative to the source folder.
+  `sources`) are compiled as C into cached objects and linked in; `cxx_parts` (also among `sources`) are further C++
+  translation units, compiled beside `main` and linked in; `include_dirs` are relative to the source folder.
   Concurrent builds of the same key each compile into a private file and atomically rename it into place. `toolchain`
-  (default: the CPU one) builds `main`; C sources always use the CPU one.
+  (default: the CPU one) builds `main`; C sources and parts always use the CPU one.
   """
   cxx = find_compiler()
   src_dir = cache_dir() / "src" / key
@@ -219,21 +221,23 @@ def compile_library(
     write_atomic(src_dir / filename, text)
   includes = [str(src_dir / d) for d in include_dirs]
   out = cache_dir() / "lib" / f"{key}.so"
-  if not c_sources:
+  if not c_sources and not cxx_parts:
     tc = toolchain or Toolchain(cxx, cxxflags())
     _compile_to([tc.compiler, *tc.flags, *(f"-I{i}" for i in includes), str(src_dir / main)], out, what, src_dir / main)
     return out
-  # NOTE: the C sources (cached objects) and the C++ translation unit compile in parallel, then one link.
-  flags = [f for f in cxxflags() if f != "-shared"]
-  main_object = src_dir / f"{Path(main).stem}.o"
-  with ThreadPoolExecutor(max_workers=min(len(c_sources) + 1, os.cpu_count() or 2)) as pool:
-    cxx_job = pool.submit(
-      _compile_to, [cxx, *flags, *(f"-I{i}" for i in includes), "-c", str(src_dir / main)], main_object, what,
-      src_dir / main,
-    )  # fmt: skip
-    objects = [str(o) for o in pool.map(lambda c: _c_object(cxx, src_dir, c, sources[c], includes, what), c_sources)]
-    cxx_job.result()
-  _compile_to([cxx, *cxxflags(), str(main_object), *objects], out, what, src_dir / main)
+  # NOTE: the C sources (cached objects) and the C++ translation units compile in parallel, then one link.
+  flags = [cxx, *(f for f in cxxflags() if f != "-shared"), *(f"-I{i}" for i in includes), "-c"]
+  units = [main, *cxx_parts]
+  objects = [src_dir / f"{Path(unit).stem}.o" for unit in units]
+  with ThreadPoolExecutor(max_workers=min(len(c_sources) + len(units), os.cpu_count() or 2)) as pool:
+    cxx_jobs = [
+      pool.submit(_compile_to, [*flags, str(src_dir / u)], o, what, src_dir / u)
+      for u, o in zip(units, objects, strict=True)
+    ]
+    c_objects = [str(o) for o in pool.map(lambda c: _c_object(cxx, src_dir, c, sources[c], includes, what), c_sources)]
+    for job in cxx_jobs:
+      job.result()
+  _compile_to([cxx, *cxxflags(), *map(str, objects), *c_objects], out, what, src_dir / main)
   return out
 
 

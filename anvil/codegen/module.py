@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from anvil.codegen.base import FunctionBase, check_identifier, render_template
@@ -76,26 +76,32 @@ def module_device(fns: Sequence[FunctionBase]) -> str:
 @dataclass(frozen=True)
 class ModuleCode:
   """The text of a generated module: a header and a source; a GPU module (`device` CUDA or METAL) is only a header
-  and its source is empty."""
+  and its source is empty. `parts` maps the name of a function whose definitions were split off the source to a
+  translation unit of their own (it includes the header)."""
 
   name: str
   header: str
   source: str
   functions: tuple[FunctionBase, ...]
   device: str = "CPU"
+  parts: Mapping[str, str] = field(default_factory=dict)
 
 
 def module_code(
-  module_name: str, fns: Sequence[FunctionBase], constants: Sequence[CodegenIntConstant] = ()
+  module_name: str, fns: Sequence[FunctionBase], constants: Sequence[CodegenIntConstant] = (), split_over: int = 0
 ) -> ModuleCode:
-  """Render the header and source of a module holding `fns`, their dependencies and `constants`."""
+  """Render the header and source of a module holding `fns`, their dependencies and `constants`.
+
+  With `split_over` > 0, the definitions of every function with a self-contained source longer than `split_over`
+  characters go into a translation unit of their own (`ModuleCode.parts`), so a build compiles them side
+  by side; the header is unchanged.
+  """
   check_identifier(module_name, "generate_module: module_name")
   ordered = toposort(fns)
   device = module_device(ordered)
   build_in_parallel(ordered)
   consts = sort_constants([*constants, *(c for f in ordered for c in f.codegen_constants)])
   header_includes = _dedup(inc for f in ordered for inc in f.header_includes)
-  source_includes = _dedup(inc for f in ordered for inc in f.source_includes)
   # NOTE: a GPU module is header-only: its functions' header code holds their (inline) definitions.
   gpu = device != "CPU"
   support = [runtime_include("support"), *([device_support(device)] if gpu else [])]
@@ -104,22 +110,32 @@ def module_code(
     "module.hpp.j2",
     version=__version__,
     name=module_name,
-    includes=_ordered([*support, *header_includes, *(source_includes if gpu else ())]),
+    includes=_ordered(
+      [*support, *header_includes, *(_dedup(i for f in ordered for i in f.source_includes) if gpu else ())]
+    ),
     constants=[c.declaration() for c in consts],
     functions=[f.header_code for f in ordered],
   )
   header = inline_runtime_headers(header, inlined)
   if gpu:
     return ModuleCode(module_name, header, "", ordered, device)
-  source = render_template(
+  split = [f for f in ordered if split_over > 0 and f.self_contained_source and len(f.source_code) > split_over]
+  parts = {f.name: _source(module_name, [f], set(inlined)) for f in split}
+  source = _source(module_name, [f for f in ordered if f not in split], inlined)
+  return ModuleCode(module_name, header, source, ordered, parts=parts)
+
+
+def _source(module_name: str, fns: Sequence[FunctionBase], inlined: set[str]) -> str:
+  """A translation unit of the module: the header, then the definitions of `fns` with the runtime headers they need
+  (those not in `inlined`, the ones the header already holds)."""
+  text = render_template(
     "module.cpp.j2",
     version=__version__,
     name=module_name,
-    includes=_ordered(source_includes),
-    functions=[f.source_code for f in ordered],
+    includes=_ordered(_dedup(inc for f in fns for inc in f.source_includes)),
+    functions=[f.source_code for f in fns],
   )
-  source = inline_runtime_headers(source, inlined)
-  return ModuleCode(module_name, header, source, ordered)
+  return inline_runtime_headers(text, inlined)
 
 
 def _dedup(items: Iterable[str]) -> list[str]:

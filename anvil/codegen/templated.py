@@ -80,13 +80,19 @@ class TemplatedFunction(FunctionBase):
     return NativeHandle(load_library(self.library), self.name)
 
 
+#: A JIT library compiles the definitions of each generated function longer than this many characters (derivatives of
+#: large models: the bulk of a solver's code) as a translation unit of its own, side by side with the rest.
+SPLIT_OVER = 100_000
+
+
 def module_library(fn: FunctionBase, wrapper: Callable[[str], str]) -> str:
   """Compile (or find in the cache) the JIT library of `fn`'s module: `fn` and its dependencies, the entry points
   `wrapper(module)` renders (they include `<module>.cpp`), and the C sources the functions bring (`extra_files`)."""
   module = f"anvil_jit_{fn.name}"
-  code = module_code(module, [fn])
+  code = module_code(module, [fn], split_over=SPLIT_OVER)
   extra = {path: text for f in code.functions for path, text in f.extra_files().items()}
-  sources = {**extra, f"{module}.hpp": code.header, f"{module}.cpp": code.source}
+  parts = {f"{module}_{name}.cpp": text for name, text in code.parts.items()}
+  sources = {**extra, **parts, f"{module}.hpp": code.header, f"{module}.cpp": code.source}
   sources["jit.cpp"] = inline_runtime_headers(wrapper(module))
   digest = hashlib.sha256("".join(f"{k}\0{v}\0" for k, v in sorted(sources.items())).encode()).hexdigest()
   key = library_key(f"module|{codegen_fingerprint()}|{digest}")
@@ -95,4 +101,4 @@ def module_library(fn: FunctionBase, wrapper: Callable[[str], str]) -> str:
   c_sources = sorted(path for path in extra if path.endswith(".c"))
   include_dirs = sorted({d for f in code.functions for d in f.include_dirs})
   with stage(fn.name, "compile"):
-    return str(compile_library(key, sources, "jit.cpp", fn.name, c_sources, include_dirs))
+    return str(compile_library(key, sources, "jit.cpp", fn.name, c_sources, include_dirs, cxx_parts=sorted(parts)))

@@ -10,6 +10,7 @@ import pytest
 import scipy.sparse as sp
 
 import anvil as av
+from anvil.codegen import program
 from anvil.problems import cartpole, quadrotor
 
 N = av.CodegenIntConstant("N_POINTS", 3)
@@ -101,14 +102,19 @@ def module(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[av.Nume
   fns = _functions()
   rng = np.random.default_rng(0)
   inputs = [_inputs(fn, rng) for fn in fns]
-  header, source = av.generate_module("mod_all", [Twice(fns[0]), *fns[1:]], out_dir=out)
-  assert (header, source) == (out / "mod_all.hpp", out / "mod_all.cpp")
-  (out / "main.cpp").write_text(_harness(fns, inputs))
-  expected = []
-  for fn, ins in zip(fns, inputs, strict=True):
-    result = fn(*ins)
-    outs = result if isinstance(result, tuple) else (result,)
-    expected += [np.asarray(o.data if sp.issparse(o) else o, dtype=np.float64).ravel() for o in outs]
+  # NOTE: the quadrotor's kernels are kept functions of their own, as a large model's are (the others stay inlined),
+  # so the compile, run and sanitizer tests below see both forms; generated code is cached: a cache of its own.
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setenv("ANVIL_CACHE_DIR", str(tmp_path_factory.mktemp("module_cache")))
+    mp.setattr(program, "INLINE_KERNELS_UP_TO", sum(len(k.source) for k in fns[0].program.kernels) - 1)
+    header, source = av.generate_module("mod_all", [Twice(fns[0]), *fns[1:]], out_dir=out)
+    assert (header, source) == (out / "mod_all.hpp", out / "mod_all.cpp")
+    (out / "main.cpp").write_text(_harness(fns, inputs))
+    expected = []
+    for fn, ins in zip(fns, inputs, strict=True):
+      result = fn(*ins)
+      outs = result if isinstance(result, tuple) else (result,)
+      expected += [np.asarray(o.data if sp.issparse(o) else o, dtype=np.float64).ravel() for o in outs]
   return out, fns, [np.concatenate(expected)]
 
 
@@ -149,6 +155,9 @@ def test_module_layout(module: tuple[Path, list[av.NumericalFunction], list[np.n
   assert "static constexpr int innerIndices[4] = {0, 2, 0, 1};" in header
   assert "static constexpr int outerStarts[4] = {0, 2, 2, 4};" in header
   source = (out / "mod_all.cpp").read_text()
+  quad, cart = source.split("namespace mod_quad {")[1].split("namespace mod_cart {")
+  assert "ANVIL_KERNEL_OUTLINED void" in quad and "ANVIL_KERNEL void" not in quad
+  assert "ANVIL_KERNEL void" in cart and "ANVIL_KERNEL_OUTLINED" not in cart
   assert "std::cos(" in source and "std::sin(" in source and "__builtin" not in source
   assert "malloc" not in source and "new " not in source.split("init_ws")[-1]
 

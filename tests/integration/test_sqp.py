@@ -10,6 +10,7 @@ import pytest
 
 import anvil as av
 from anvil import Arg, Tensor
+from anvil.codegen import templated
 from anvil.sqp import SQPFunction, SQPOptions
 
 INF = np.inf
@@ -59,6 +60,25 @@ def test_hs071() -> None:
   distance_x = np.where(res.lam_x > 0, 5.0 - x, x - 1.0)
   assert max(np.abs(res.lam_g * distance_g).max(), np.abs(res.lam_x * distance_x).max()) < 1e-7
   assert res.stats["complementarity"][-1] < 1e-7
+
+
+def test_generated_functions_compiled_as_translation_units_of_their_own(
+  fresh_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+  # NOTE: a large model's derivatives are compiled side by side with the solver; here every function is "large"
+  monkeypatch.setattr(templated, "SPLIT_OVER", 1)
+  f = av.NumericalFunction("sqp_split_f", lambda x, p: x[0] * x[3] * (x[0] + x[1] + x[2]) + x[2], (Arg(4), Arg(0)))
+  g = av.NumericalFunction("sqp_split_g", lambda x, p: Tensor.stack(x[0] * x[1] * x[2] * x[3], (x * x).sum()),
+                           (Arg(4), Arg(0)))  # fmt: skip
+  res = SQPFunction("sqp_split", f, g)(np.array([1.0, 5.0, 5.0, 1.0]), np.zeros(0), np.ones(4), np.full(4, 5.0),
+                                       [25.0, 40.0], [INF, 40.0])  # fmt: skip
+  assert res.success and res.f == pytest.approx(17.0140173, rel=1e-6)
+  np.testing.assert_allclose(res.x, [1.0, 4.7429994, 3.8211503, 1.3794082], atol=1e-6)
+  parts = {p.name for p in fresh_cache.glob("src/*/anvil_jit_sqp_split_*.cpp")}
+  assert {
+    "anvil_jit_sqp_split_sqp_split_lagrangian_hessian.cpp",
+    "anvil_jit_sqp_split_sqp_split_constraint_jacobian.cpp",
+  } <= parts
 
 
 def test_active_bounds_and_equalities_with_a_parameter() -> None:

@@ -10,15 +10,20 @@
 #include <type_traits>
 #include <utility>
 
+// ANVIL_KERNEL: a kernel inlined into its function's call(); ANVIL_KERNEL_OUTLINED: one kept a function of its own
+// (large programs: the compiler's time on one huge call() grows faster than its size).
 #if defined(__GNUC__) || defined(__clang__)
 #define ANVIL_RESTRICT __restrict__
 #define ANVIL_KERNEL static inline __attribute__((always_inline))
+#define ANVIL_KERNEL_OUTLINED static __attribute__((noinline))
 #elif defined(_MSC_VER)
 #define ANVIL_RESTRICT __restrict
 #define ANVIL_KERNEL static __forceinline
+#define ANVIL_KERNEL_OUTLINED static __declspec(noinline)
 #else
 #define ANVIL_RESTRICT
 #define ANVIL_KERNEL static inline
+#define ANVIL_KERNEL_OUTLINED static
 #endif
 
 namespace anvil {

@@ -155,8 +155,9 @@ class MPCFunction(TemplatedFunction):
     """The SQP solver of the multiple-shooting NLP (its QPs laid out by stage, for the Riccati QP solver)."""
     cost, constraints = self.ocp.functions()
     hessian = self.ocp.gauss_newton_hessian() if self.options.hessian == "gauss_newton" else None
+    # NOTE: the Gauss-Newton Hessian, 2 sigma J'WJ + diag(2 l2), is PSD (LeastSquares checks W, Soft checks l2)
     return SQPFunction(f"{self.name}_sqp", cost, constraints, self.options.sqp_options, hessian=hessian,
-                       stages=self.ocp.stage_layout())  # fmt: skip
+                       stages=self.ocp.stage_layout(), convex_hessian=hessian is not None)  # fmt: skip
 
   @property
   def model_functions(self) -> tuple[Fn, Fn]:

@@ -52,6 +52,7 @@ class _SolverContext:
   qp: str
   elastic: str
   elastic_rows: bool
+  convex_hessian: bool
   options: SQPOptions
   tables: tuple[tuple[str, tuple[int, ...]], ...]
 
@@ -85,6 +86,9 @@ class SQPFunction(TemplatedFunction):
     options: SQPOptions.
     hessian: optional Hessian approximation replacing the exact Lagrangian Hessian (e.g. Gauss-Newton): a
       SparseNumericalFunction of (x, p, sigma, λ) returning the upper triangle of an n x n matrix.
+    convex_hessian: `hessian` is positive semidefinite wherever it is evaluated (Gauss-Newton with PSD weights): the
+      real-time iteration's preparation then loads its QP without the inertia test (a sparse KKT factorization) that
+      otherwise decides its regularization. Needs `hessian`.
     stages: where x's entries and g's rows sit in the stages of an optimal control problem (a StageLayout): needed
       by `RiccatiOptions`, ignored by OSQP.
 
@@ -105,6 +109,7 @@ class SQPFunction(TemplatedFunction):
     *,
     hessian: SparseNumericalFunction | None = None,
     stages: StageLayout | None = None,
+    convex_hessian: bool = False,
   ) -> None:
     self.name = check_identifier(name, "SQPFunction name")
     self.n, self.np = _xp_args(cost, "cost")
@@ -120,6 +125,9 @@ class SQPFunction(TemplatedFunction):
     self.cost, self.constraints, self.stages = cost, constraints, stages
     self.gradient = gradient(cost, 0, name=f"{name}_cost_gradient")
     self._hessian = None if hessian is None else self._check_hessian(hessian)
+    if not isinstance(convex_hessian, bool) or (convex_hessian and hessian is None):
+      raise ValueError(f"{name}: convex_hessian=True declares a given hessian positive semidefinite; pass hessian=")
+    self.convex_hessian = convex_hessian
 
   def _check_hessian(self, hessian: SparseNumericalFunction) -> SparseNumericalFunction:
     expected = ((self.n,), (self.np,), (1,), (self.m,))
@@ -249,6 +257,7 @@ class SQPFunction(TemplatedFunction):
       nnz_jac=0 if jac is None else jac.nnz, nnz_hess=self.hessian.nnz, nnz_P=normal.p_pattern.nnz,
       nnz_A=normal.a_pattern.nnz, nnz_Ae=elastic.a_pattern.nnz, qp=self.qp.name,
       elastic="" if self.elastic is None else self.elastic.name, elastic_rows=self.stages is not None,
+      convex_hessian=self.convex_hessian,
       options=self.options, tables=tuple(tables.items()),
     )  # fmt: skip
 

@@ -174,6 +174,14 @@ def test_gauss_newton_hessian_and_closed_loop() -> None:
   np.testing.assert_allclose(H, np.triu(expected), atol=1e-14)
   cl = simulate(mpc, cartpole.step_numpy, cm.X0_STABILIZE, cm.STEPS_STABILIZE)
   assert cl.cost == pytest.approx(cm.COST_STABILIZE, rel=1e-5) and cl.failures == 0
+  # its real-time iteration: the PSD Gauss-Newton QP is loaded without an inertia test, and tracks the full SQP
+  options = MPCOptions(hessian="gauss_newton", mode="rti")
+  rti = MPCFunction("test_mpc_gn_rti", mpc.ocp.dynamics, mpc.ocp.stage_cost, mpc.ocp.terminal_cost, horizon=30,
+                    x_bounds=x_bounds, u_bounds=u_bounds, options=options)  # fmt: skip
+  assert rti.sqp.convex_hessian
+  cl_rti = simulate(rti, cartpole.step_numpy, cm.X0_STABILIZE, cm.STEPS_STABILIZE)
+  assert cl_rti.failures == 0 and cl_rti.cost == pytest.approx(cl.cost, rel=1e-2)
+  assert np.linalg.norm(cl_rti.x[-1]) < 1e-3
 
 
 def test_real_time_iteration() -> None:

@@ -128,6 +128,8 @@ def test_bad_inputs_raise(rosenbrock: SQPFunction) -> None:
     SQPFunction("sqp_bad", av.NumericalFunction("sqp_bad_f", lambda x: x.sum(), Arg(2)))
   with pytest.raises(ValueError, match=r"SQPOptions\.tol"):
     SQPOptions(tol=-1.0)
+  with pytest.raises(ValueError, match="convex_hessian=True declares a given hessian positive semidefinite"):
+    SQPFunction("sqp_bad_convex", rosenbrock.cost, convex_hessian=True)
 
 
 def test_standalone_module_matches_python(tmp_path: Path) -> None:

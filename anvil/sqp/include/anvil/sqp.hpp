@@ -16,7 +16,8 @@
 //   sizes: nx, ng, max_iter, nnz_jac, nnz_hess, nnz_P, nnz_A, nnz_Ae;
 //   settings: name (for verbose output), tol, acceptable_tol, acceptable_iter, max_time, reg_min, reg_max, armijo,
 //     backtrack, min_step, verbose, elastic_rows (Elastic is a backend with elastic rows, set_elastic(), over the QP's
-//     patterns; else it solves the slack form below), elastic_in_qp (Elastic is QP itself);
+//     patterns; else it solves the slack form below), elastic_in_qp (Elastic is QP itself), convex_hessian (the
+//     Hessian is PSD wherever evaluated: the real-time iteration loads its QP without the inertia test);
 //   tables: hess_to_P[nnz_hess], diag_P[nx] (where the Hessian and the regularization go in P: triu(H) plus the full
 //     diagonal), jac_to_A[nnz_jac], eye_to_A[nx] (A = [dg/dx; I]), jac_to_Ae[nnz_jac], eye_to_Ae[nx], slack_to_Ae[4 ng]
 //     (the elastic QP's A: [dg/dx, I, -I; I, 0, 0; 0, I]), hess_p/hess_i and jac_p/jac_i (the CSC patterns of the
@@ -347,7 +348,7 @@ class Solver {
 
   /// Real-time iteration, preparation phase: at the linearization point (x, lam_g) with parameter p, evaluate dg/dx
   /// and the Lagrangian Hessian, regularize it (screened on the equality rows of the expected bounds and the rows
-  /// active in the previous QP) and load the QP's matrices. Returns converged when prepared, else numerical_error (a
+  /// active in the previous QP, unless P::convex_hessian) and load the QP's matrices. Returns converged when prepared, else numerical_error (a
   /// NaN/inf, reported by the next rti_feedback()).
   static int rti_prepare(const double* x, const double* p, const double* lam_g, const double* lbx, const double* ubx,
                          const double* lbg, const double* ubg, WS& ws) {
@@ -376,7 +377,7 @@ class Solver {
     double reg = 0.0;
     for (;;) {
       assemble_P(reg, ws);
-      const int loaded = QP::load(v.Px.data(), v.Ax.data(), v.l.data(), v.u.data(), true, ws.qp);
+      const int loaded = QP::load(v.Px.data(), v.Ax.data(), v.l.data(), v.u.data(), !P::convex_hessian, ws.qp);
       if (loaded == anvil::qp::solved) break;
       if (loaded != anvil::qp::nonconvex) return numerical_error;
       reg = reg > 0.0 ? reg * 10.0 : P::reg_min;

@@ -11,7 +11,7 @@ from numpy.typing import NDArray
 from tinygrad import Tensor
 
 from anvil.ad.coloring import color_columns, column_period, seed_matrix, star_color, star_recovery
-from anvil.ad.sparsity import hessian_sparsity, jacobian_sparsity
+from anvil.ad.sparsity import constant_derivatives, hessian_sparsity, jacobian_sparsity
 from anvil.ad.transforms import (
   Fn,
   batched_graph,
@@ -27,6 +27,7 @@ from anvil.codegen.build import stage
 from anvil.codegen.renderer import UNROLL_LANES
 
 SeedGraph = Callable[[Fn, Sequence[Tensor], int, Tensor, str], Tensor]
+Index = NDArray[np.int64]
 #: What one batched VJP colour costs in JVP colours, measured on generated code. A chain of masses' multiple-shooting
 #: constraints (nx = 21, N = 40, norms: one kernel per reduction) take 2.16 ms through 38 VJP colours and 1.01 ms
 #: through 42 JVP colours (2.4x per colour; reverse mode also makes 141 kernels against 116); the cart-pole's (one fused
@@ -55,6 +56,13 @@ class Compression:
   def count(self) -> int:
     """Number of colours (seeds)."""
     return int(self.seeds.shape[0])
+
+  @property
+  def length(self) -> int:
+    """Length of the flattened compressed result."""
+    if self.count == 0:
+      return 1
+    return self.count * (self.size + (-self.size % self.period if self.colours_inner else 0))
 
   @property
   def colours_inner(self) -> bool:
@@ -96,21 +104,36 @@ def _probe_output(fn: Fn, what: str) -> tuple[list[Tensor], Tensor]:
 
 
 def _sparse(
-  fn: Fn, name: str, pattern: sp.csc_array, plan: Compression, gather: NDArray[np.int64], wrt: int, what: str
+  fn: Fn,
+  name: str,
+  pattern: sp.csc_array,
+  plan: Compression,
+  gather: NDArray[np.int64],
+  wrt: int,
+  what: str,
+  constants: NDArray[np.float64] | None = None,
+  shift: NDArray[np.float64] | None = None,
 ) -> SparseNumericalFunction:
+  """The sparse function evaluating `plan` (followed by the `constants`, which gather indices past it pick; `shift`
+  is added to the gathered values)."""
+
   def compressed(*xs: Tensor) -> Tensor:
     with stage(name, "derive"):
-      return plan.evaluate(fn, xs, wrt, what)
+      values = plan.evaluate(fn, xs, wrt, what)
+      return values if constants is None else values.cat(Tensor(constants, dtype=values.dtype))
 
-  return SparseNumericalFunction(name, compressed, fn.inputs, pattern, device=fn.device, gather=gather)
+  return SparseNumericalFunction(name, compressed, fn.inputs, pattern, device=fn.device, gather=gather,
+                                 gather_shift=shift)  # fmt: skip
 
 
 def spjacobian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> SparseNumericalFunction:
   """The Jacobian with respect to input `wrt` as a sparse function returning a `scipy.sparse.csc_array`.
 
-  The pattern is structural (from the graph, not from numerical zeros). Rows (or columns, whichever is cheaper: a
-  row colour costs REVERSE_PASS_COST column colours) sharing no column (row) are coloured together; one batched VJP
-  (JVP) over the colour seeds evaluates the compressed Jacobian and a generated gather scatters it into the CSC values.
+  The pattern is structural (from the graph, not from numerical zeros). Entries that are the same at every point
+  (linear terms: the identity blocks of multiple-shooting defects) are found at trace time and returned as constants.
+  Of the others, rows (or columns, whichever is cheaper: a row colour costs REVERSE_PASS_COST column colours) sharing
+  no column (row) are coloured together; one batched VJP (JVP) over the colour seeds evaluates the compressed
+  Jacobian and a generated gather scatters it into the CSC values.
 
   Example:
     >>> dg = spjacobian(g)              # dg(w, p) -> csc_array of shape (g size, w size)
@@ -120,18 +143,60 @@ def spjacobian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> SparseNumeri
   with stage(new_name, "derive"):
     probe, out = _probe_output(fn, "spjacobian")
     pattern = jacobian_sparsity([out.uop], [p.uop for p in probe], wrt)
-  rows, cols = _csc_coordinates(pattern)
-  col_colors = _or_identity(color_columns(pattern))
-  row_colors = _or_identity(color_columns(sp.csc_array(pattern.T)))
+    rows, cols = _csc_coordinates(pattern)
+    constant = _constant_entries(probe, out, wrt, pattern, rows, cols)
+  # NOTE: entries that are the same at every point (identity blocks of defects, linear constraints) are constants of
+  # the generated code; only the others are coloured and evaluated.
+  varying = np.isnan(constant)
+  evaluated = sp.csc_array((np.ones(int(varying.sum())), (rows[varying], cols[varying])), shape=pattern.shape)
+  evaluated.sort_indices()
+  plan, position = _jacobian_plan(evaluated, out, arg)
+  fixed = ~varying
+  gather = np.empty(rows.size, np.int64)
+  gather[varying] = position(rows[varying], cols[varying])
+  gather[fixed] = plan.length + np.arange(int(fixed.sum()))
+  if not fixed.any():
+    return _sparse(fn, new_name, pattern, plan, gather, wrt, "spjacobian")
+  # NOTE: the seeds still carry the constant entries' columns (rows), whose contributions add into the compressed
+  # values of the varying entries sharing a colour with them: the gather takes them off again
+  added = np.zeros(max(plan.length, 1))
+  if plan.count:
+    np.add.at(added, position(rows[fixed], cols[fixed]), constant[fixed])
+  shift = np.where(varying, -added[np.where(varying, gather, 0)], 0.0)
+  shifts = shift if shift.any() else None
+  return _sparse(fn, new_name, pattern, plan, gather, wrt, "spjacobian", constant[fixed], shifts)
+
+
+def _constant_entries(
+  probe: Sequence[Tensor], out: Tensor, wrt: int, pattern: sp.csc_array, rows: Index, cols: Index
+) -> NDArray[np.float64]:
+  """Each stored entry's value where it is the same at every point, else NaN (one trace-time forward pass seeded by
+  a column colouring, so every row meets each colour in at most one of its columns)."""
+  colors = color_columns(pattern)
+  if colors.size == 0 or rows.size == 0:
+    return np.full(rows.size, np.nan)
+  seeds = seed_matrix(colors, colors.size)
+  values = constant_derivatives([out.uop], [p.uop for p in probe], wrt, seeds)
+  return values[rows, colors[cols]]
+
+
+def _jacobian_plan(
+  evaluated: sp.csc_array, out: Tensor, arg: Arg
+) -> tuple[Compression, Callable[[Index, Index], Index]]:
+  """The compression of the entries of `evaluated` (JVP over column colours or VJP over row colours, whichever is
+  cheaper) and where an entry (row, column) of the Jacobian lands in its flattened result."""
+  if evaluated.nnz == 0:  # NOTE: every entry is constant: nothing to evaluate
+    nothing = Compression(jvp_graph, np.zeros((0, evaluated.shape[1])), Arg(arg.shape, arg.dtype), 0, 1)
+    return nothing, lambda rows, cols: np.zeros(rows.size, np.int64)
+  col_colors = _or_identity(color_columns(evaluated))
+  row_colors = _or_identity(color_columns(sp.csc_array(evaluated.T)))
   # NOTE: a pass of reverse mode costs REVERSE_PASS_COST forward passes: the VJP wins only with that many times fewer
   # colours.
   if col_colors.size == 0 or (row_colors.size and REVERSE_PASS_COST * (row_colors.max() + 1) <= col_colors.max() + 1):
-    plan = _compression(vjp_graph, row_colors, Arg(tuple(int(d) for d in out.shape), out.dtype), pattern)
-    gather = plan.gather(cols, row_colors[rows])
-  else:
-    plan = _compression(jvp_graph, col_colors, Arg(arg.shape, arg.dtype), sp.csc_array(pattern.T))
-    gather = plan.gather(rows, col_colors[cols])
-  return _sparse(fn, new_name, pattern, plan, gather, wrt, "spjacobian")
+    plan = _compression(vjp_graph, row_colors, Arg(tuple(int(d) for d in out.shape), out.dtype), evaluated)
+    return plan, lambda rows, cols: plan.gather(cols, row_colors[rows])
+  plan = _compression(jvp_graph, col_colors, Arg(arg.shape, arg.dtype), sp.csc_array(evaluated.T))
+  return plan, lambda rows, cols: plan.gather(rows, col_colors[cols])
 
 
 def sphessian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> SparseNumericalFunction:

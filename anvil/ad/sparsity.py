@@ -417,6 +417,97 @@ _RULES: dict[Ops, Callable[[UOp, list[_Node]], _Node]] = {
 }  # fmt: skip
 
 
+# ---- constant derivatives: the entries of the Jacobian that do not depend on the point ----
+
+
+def constant_derivatives(outputs: Sequence[UOp], inputs: Sequence[UOp], wrt: int, seeds: Array) -> Array:
+  """Directional derivatives of the outputs that are the same at every point: ∂out/∂x_wrt · seed for each row of
+  `seeds` (shape (count, size of input `wrt`)), or NaN where that value depends on the point (on a curved op, on
+  another input, on a value not known at trace time).
+
+  Forward mode over the same graph as `jacobian_sparsity`, with the constants it folds: a sum, a product by a known
+  value, a movement, a branch a known mask picks keep the derivative constant; any other op makes it NaN wherever it
+  is not zero. With seeds from a column colouring of the pattern, element (r, c) is the entry of row r in the column
+  of colour c: constant entries (e.g. the identity blocks of multiple-shooting defects) need no evaluation at run
+  time. Returns an array of shape (sum of the output sizes, count).
+  """
+  nodes = _forward(outputs, inputs, wrt)
+  count = seeds.shape[0]
+  tangents: dict[UOp, Array] = {}
+  for i, u in enumerate(inputs):
+    size = _size(u)
+    t = seeds.T.reshape(*_shape(u), count) if i == wrt else np.zeros((*_shape(u), count))
+    views = [u, u.src[0]] if u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER else [u]
+    for v in views:
+      tangents.setdefault(v, t.reshape(*_shape(v), count) if size else np.zeros((*_shape(v), count)))
+  with np.errstate(all="ignore"):
+    for u, node in nodes.items():
+      if u not in tangents:
+        t = _tangent(u, [nodes[s] for s in _operands(u)], [tangents[s] for s in _operands(u)], count)
+        tangents[u] = np.where(node.known[..., None], 0.0, t)
+  return np.concatenate([tangents[o].reshape(-1, count) for o in outputs])
+
+
+def _tangent(u: UOp, xs: list[_Node], ts: list[Array], count: int) -> Array:
+  """u's tangents (its shape plus a trailing axis of seeds) from its operands'."""
+  shape = (*_shape(u), count)
+  if u.op in GroupOp.Movement:
+    return _move_tangent(u, ts[0])
+  if u.op in _CUT or u.op in (Ops.CONST, Ops.BUFFER):
+    return np.zeros(shape)
+  if u.op in _PASS:
+    return np.broadcast_to(ts[0], shape)
+  if u.op is Ops.STACK:
+    return np.stack([np.broadcast_to(t, (*_shape(s), count)) for s, t in zip(u.src, ts, strict=True)])
+  if u.op is Ops.REDUCE:
+    op, n = u.arg
+    return np.sum(ts[0], axis=tuple(range(n))) if op is Ops.ADD else _curved(ts, shape, n)
+  if u.op in (Ops.ADD, Ops.SUB):
+    return np.broadcast_to(ts[0] + ts[1] if u.op is Ops.ADD else ts[0] - ts[1], shape)
+  if u.op is Ops.NEG:
+    return np.broadcast_to(-ts[0], shape)
+  if u.op is Ops.MUL:
+    (a, b), (ta, tb) = xs, ts
+    # NOTE: with neither factor known the product's derivative is constant only where neither factor moves
+    free = np.where((ta == 0) & (tb == 0), 0.0, np.nan)
+    by_a = np.where(a.known[..., None], a.val[..., None] * tb, free)
+    return np.broadcast_to(np.where(b.known[..., None], ta * b.val[..., None], by_a), shape)
+  if u.op is Ops.WHERE:
+    c = xs[0]
+    chosen = np.where(c.val.astype(bool)[..., None], ts[1], ts[2])
+    return np.broadcast_to(np.where(c.known[..., None], chosen, _curved(ts[1:], shape, 0)), shape)
+  return _curved(ts, shape, 0)
+
+
+def _curved(ts: list[Array], shape: tuple[int, ...], reduced: int) -> Array:
+  """NaN wherever an operand's tangent (over the first `reduced` axes, which the op reduces) is not zero: there the
+  derivative depends on the point."""
+  moving: Array = np.zeros((), bool)
+  for t in ts:
+    moving = moving | (t != 0)
+  if reduced:
+    moving = np.asarray(moving.any(axis=tuple(range(reduced))))
+  return np.where(np.broadcast_to(moving, shape), np.nan, 0.0)
+
+
+def _move_tangent(u: UOp, t: Array) -> Array:
+  """A movement op applied to tangents (their trailing seed axis untouched)."""
+  shape, count = _shape(u), t.shape[-1]
+  match u.op:
+    case Ops.RESHAPE:
+      return t.reshape(*shape, count)
+    case Ops.EXPAND:
+      return np.broadcast_to(t, (*shape, count))
+    case Ops.PERMUTE:
+      return t.transpose((*u.marg, len(u.marg)))
+    case Ops.FLIP:
+      return np.flip(t, tuple(i for i, f in enumerate(u.marg) if f))
+    case Ops.SHRINK:
+      return t[tuple(slice(o, o + s) for o, s in u.marg)]
+    case _:  # PAD
+      return _embed(t, (*shape, count), (*_slices(u.marg, t.shape[:-1]), slice(None)), 0.0)
+
+
 # ---- reverse pass: live adjoints and second-order couplings ----
 
 

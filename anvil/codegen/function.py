@@ -234,6 +234,11 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
     """Outputs computed compressed and expanded by an index table (see `build_program`); none here."""
     return {}
 
+  @property
+  def _gather_shifts(self) -> dict[int, Sequence[float]]:
+    """Constants added to gathered outputs, entry by entry (see `build_program`); none here."""
+    return {}
+
   @cached_property
   def program(self) -> Program:
     """Scheduled kernels, workspace layout and rendered kernel sources (stages `schedule` and `render`)."""
@@ -241,7 +246,7 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
       items = schedule(self.traced)
     render = render_kernel if self.device == "CPU" else functools.partial(render_gpu_kernel, device=self.device)
     with stage(self.name, "render") as progress:
-      return build_program(self.name, self.traced, items, progress, self._gathers, render)
+      return build_program(self.name, self.traced, items, progress, self._gathers, render, self._gather_shifts)
 
   @cached_property
   def gpu_layout(self) -> GpuLayout:

@@ -91,19 +91,20 @@ class CopyStep:
 
 @dataclass(frozen=True)
 class GatherStep:
-  """`dst[k] = src[index[k]]` for every entry of a constant index table (sparse derivative values from a compressed
-  evaluation)."""
+  """`dst[k] = src[index[k]]` (`+ shift[k]` with a shift table) for every entry of a constant index table (sparse
+  derivative values from a compressed evaluation)."""
 
   dst: BufferRef
   src: BufferRef
   index: ConstantData
+  shift: ConstantData | None = None
 
   @property
   def code(self) -> str:
     """The C++ statement."""
-    src = self.src.cpp
+    src, shift = self.src.cpp, "" if self.shift is None else f" + {self.shift.name}[k]"
     return (f"for (std::size_t k = 0; k < {len(self.index.values)}; ++k) {self.dst.cpp}[k] = "
-            f"{src}[{self.index.name}[k]];")  # fmt: skip
+            f"{src}[{self.index.name}[k]]{shift};")  # fmt: skip
 
   @property
   def args(self) -> tuple[BufferRef, ...]:
@@ -246,12 +247,13 @@ def build_program(
   progress: Progress | None = None,
   gathers: Mapping[int, Sequence[int]] | None = None,
   render: Callable[[UOp, str], RenderedKernel] = render_kernel,
+  shifts: Mapping[int, Sequence[float]] | None = None,
 ) -> Program:
   """Lay out the workspace and render each distinct kernel of the schedule `items` once, with `render` (default:
   portable C++ for the CPU).
 
   `gathers` maps an output index to an index table: that output is then `value[table[k]]` for each k, where `value`
-  is what the function computed for it (kept in the workspace).
+  is what the function computed for it (kept in the workspace); `shifts` (by output index) adds a constant per entry.
   """
   gathers = gathers or {}
   layout = _Layout(name, traced, gathers)
@@ -294,7 +296,11 @@ def build_program(
     steps.append(step)
   for i, store in gathered.items():  # NOTE: outputs without nonzeros have nothing to gather (and no C++ array)
     constants.append(index := ConstantData(f"gather{i}", -1, dtypes.int32, tuple(str(int(t)) for t in gathers[i])))
-    steps.append(GatherStep(BufferRef("out", i, store.dtype), layout.ref(store), index))
+    shift = None
+    if (values := (shifts or {}).get(i)) is not None:
+      literals = tuple(cpp_literal(v, store.dtype) for v in values)
+      constants.append(shift := ConstantData(f"shift{i}", -1, store.dtype, literals))
+    steps.append(GatherStep(BufferRef("out", i, store.dtype), layout.ref(store), index, shift))
   return Program(tuple(kernels.values()), (*steps, *_output_copies(traced)), tuple(constants), layout.size)
 
 

@@ -55,6 +55,7 @@ class SparseNumericalFunction(NumericalFunction[..., Any]):
     device: "CPU".
     gather: optional index table, one entry per nonzero: `fn` then returns a compressed vector and nonzero k is
       `fn(...)[gather[k]]`, expanded in C++ (this is how compressed sparse derivatives are evaluated).
+    gather_shift: with `gather`, a constant per nonzero added after the gather (finite; default none).
 
   Example:
     >>> pattern = scipy.sparse.csc_array(np.eye(3))
@@ -71,18 +72,25 @@ class SparseNumericalFunction(NumericalFunction[..., Any]):
     device: str = "CPU",
     *,
     gather: ArrayLike | None = None,
+    gather_shift: ArrayLike | None = None,
   ) -> None:
     self.shape, self.indices, self.indptr = _pattern(name, pattern)
     self.gather = None if gather is None else np.asarray(gather, dtype=np.int64)
     if self.gather is not None and (self.gather.shape != (self.nnz,) or np.any(self.gather < 0)):
       raise ValueError(f"{name}: gather must hold one non-negative index per nonzero ({self.nnz})")
+    self.gather_shift = None if gather_shift is None else np.asarray(gather_shift, dtype=np.float64)
+    if self.gather_shift is not None and (
+      self.gather is None or self.gather_shift.shape != (self.nnz,) or not np.isfinite(self.gather_shift).all()
+    ):
+      raise ValueError(f"{name}: gather_shift must hold one finite value per nonzero ({self.nnz}), with gather")
     super().__init__(name, fn, inputs, device)
     self.compressed_fn = fn
     if self.gather is not None:
       # NOTE: `fn` keeps the meaning "returns the nnz values" for composing and differentiating again (a tinygrad
       # gather); the generated code computes `compressed_fn` and expands it with a table instead.
       index = Tensor(self.gather.astype(np.int32))
-      self.fn = lambda *xs: self.compressed_fn(*xs).flatten()[index]
+      shift = None if self.gather_shift is None else Tensor(self.gather_shift)
+      self.fn = lambda *xs: _shifted(self.compressed_fn(*xs).flatten()[index], shift)
 
   @property
   def nnz(self) -> int:
@@ -92,7 +100,8 @@ class SparseNumericalFunction(NumericalFunction[..., Any]):
   @property
   def _key_extra(self) -> str:
     gather = "" if self.gather is None else self.gather.tobytes().hex()
-    return f"{self.shape}|{self.indices.tobytes().hex()}|{self.indptr.tobytes().hex()}|{gather}"
+    shift = "" if self.gather_shift is None else self.gather_shift.tobytes().hex()
+    return f"{self.shape}|{self.indices.tobytes().hex()}|{self.indptr.tobytes().hex()}|{gather}|{shift}"
 
   @property
   def _traced_fn(self) -> Callable[..., Any]:
@@ -101,6 +110,10 @@ class SparseNumericalFunction(NumericalFunction[..., Any]):
   @property
   def _gathers(self) -> dict[int, Sequence[int]]:
     return {} if self.gather is None else {0: self.gather.tolist()}
+
+  @property
+  def _gather_shifts(self) -> dict[int, Sequence[float]]:
+    return {} if self.gather_shift is None else {0: self.gather_shift.tolist()}
 
   @property
   def outputs(self) -> tuple[OutputSpec, ...]:
@@ -181,3 +194,7 @@ def sparse_numerical_function(
     return SparseNumericalFunction(name, fn, args, pattern, device=device)
 
   return decorate
+
+
+def _shifted(values: Tensor, shift: Tensor | None) -> Tensor:
+  return values if shift is None else values + shift.cast(values.dtype)

@@ -139,3 +139,23 @@ def test_empty_sparse_jacobian_module_compiles(tmp_path: Path, cxx: str) -> None
   cmd = [cxx, "-std=c++17", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-c", "sp_empty_mod.cpp", "-o", "m.o"]
   build = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
   assert build.returncode == 0, build.stderr
+
+
+def test_constant_entries_are_not_evaluated_and_values_stay_exact() -> None:
+  # NOTE: x_{k+1} - F(x_k) defects of a nonlinear map: the identity entries are constants of the generated code, so
+  # x_k and x_{k+1} may share a colour; their seeds still add the constants in, which the gather takes off again
+  def defects(w):
+    x = w.reshape(6, 2)
+    f = Tensor.stack(x[:-1, 0] + 0.1 * x[:-1, 1].sin(), x[:-1, 1] - 0.2 * x[:-1, 0] * x[:-1, 1], dim=1)
+    return (x[1:] - f).flatten().cat(x[0] * 3.0)
+
+  g = av.NumericalFunction("sp_constant_entries", defects, Arg(12))
+  jac = spjacobian(g)
+  assert jac.gather_shift is not None
+  w = np.random.default_rng(7).uniform(-1, 1, 12)
+  np.testing.assert_allclose(jac(w).toarray(), jacobian(g)(w), rtol=1e-14, atol=1e-14)
+  np.testing.assert_allclose(jac(w).toarray(), fd_jacobian(lambda z: g(z), w), rtol=1e-6, atol=1e-8)
+  # fully linear: every entry is a constant, nothing is evaluated
+  lin = av.NumericalFunction("sp_all_constant", lambda w: w[1:] - 2.0 * w[:-1], Arg(5))
+  expected = np.eye(5, k=1)[:4] - 2.0 * np.eye(5)[:4]
+  np.testing.assert_array_equal(spjacobian(lin)(np.ones(5)).toarray(), expected)

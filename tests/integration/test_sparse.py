@@ -59,3 +59,11 @@ def test_bad_patterns_and_outputs() -> None:
   f = av.SparseNumericalFunction("sp_bad5", lambda x: x, av.Arg(3), sp.csc_array(np.eye(2)))
   with pytest.raises(ValueError, match=r"sp_bad5: a sparse function must return one vector of the nnz = 2 values"):
     f(np.ones(3))
+  eye = sp.csc_array(np.eye(2))
+  with pytest.raises(ValueError, match=r"sp_bad6: gather_shift must hold one finite value per nonzero \(2\)"):
+    av.SparseNumericalFunction("sp_bad6", lambda x: x, av.Arg(2), eye, gather=[0, 1], gather_shift=[1.0, np.nan])
+  with pytest.raises(ValueError, match=r"sp_bad7: gather_shift .* with gather"):
+    av.SparseNumericalFunction("sp_bad7", lambda x: x, av.Arg(2), eye, gather_shift=[1.0, 2.0])
+  shifted = av.SparseNumericalFunction("sp_shift", lambda x: x * 2, av.Arg(2), eye, gather=[1, 0],
+                                       gather_shift=[0.5, -1])  # fmt: skip
+  np.testing.assert_array_equal(shifted(np.array([1.0, 3.0])).toarray(), np.diag([6.5, 1.0]))

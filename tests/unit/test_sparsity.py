@@ -13,7 +13,7 @@ import tinygrad
 from tinygrad import Tensor, dtypes
 
 import anvil  # noqa: F401  (sets tinygrad's NULL tracing device and float64 default)
-from anvil.ad.sparsity import SparsityError, hessian_sparsity, jacobian_sparsity
+from anvil.ad.sparsity import SparsityError, constant_derivatives, hessian_sparsity, jacobian_sparsity
 from anvil.problems import cartpole, quadrotor
 
 Array = np.ndarray
@@ -401,3 +401,21 @@ def test_bad_wrt(wrt: Any) -> None:
   x, y = vec(2), vec(2)
   with pytest.raises(ValueError, match="wrt"):
     jacobian_sparsity([(x * y).uop], [x.uop, y.uop], wrt)
+
+
+def test_constant_derivatives_are_found_and_curved_ones_are_not() -> None:
+  x, p = Tensor.empty(3, dtype=dtypes.float64), Tensor.empty(2, dtype=dtypes.float64)
+  rows = [
+    x[1] - 2 * x[0],  # affine
+    x[0] * x[1],  # curved in both
+    x[2].sin() + 3 * x[1],  # curved in x2, affine in x1
+    p[0] * x[0],  # the coefficient is another input
+    (x * Tensor([1.0, 2.0, 0.0])).sum(),  # a known zero coefficient
+    x[2:3].cat(x[0:2])[1] * 4,  # movements
+    x[0] / 2,
+    (x[1] > 0).where(x[0], x[1]),  # a branch on the point
+  ]
+  got = constant_derivatives([Tensor.stack(*rows).uop], [x.uop, p.uop], 0, np.eye(3))
+  nan = np.nan
+  expected = [[-2, 1, 0], [nan, nan, 0], [0, 3, nan], [nan, 0, 0], [1, 2, 0], [4, 0, 0], [0.5, 0, 0], [nan, nan, 0]]
+  np.testing.assert_array_equal(got, np.array(expected, dtype=np.float64))

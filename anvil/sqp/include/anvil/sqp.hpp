@@ -35,6 +35,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "anvil/qp.hpp"
 #include "anvil/support.hpp"
@@ -516,8 +517,11 @@ class Solver {
       if (!acceptable(theta_trial, phi_trial, ws)) return false;
       const bool phi_step = theta <= theta_min && predicted > 0.0 &&
                             alpha * std::pow(predicted, 2.3) > std::pow(theta, 1.1);
-      if (phi_step) return phi_trial <= phi - P::armijo * alpha * predicted;
-      if (!(theta_trial <= (1.0 - 1e-5) * theta || phi_trial <= phi - 1e-5 * theta)) return false;
+      // NOTE: decreases are compared up to the rounding of phi itself (IPOPT's 10 eps |phi|): near a solution the
+      // promised decrease falls below it, and noise alone would reject full steps
+      const double noise = 10.0 * std::numeric_limits<double>::epsilon() * std::fabs(phi);
+      if (phi_step) return phi_trial <= phi - P::armijo * alpha * predicted + noise;
+      if (!(theta_trial <= (1.0 - 1e-5) * theta || phi_trial <= phi - 1e-5 * theta + noise)) return false;
       add(theta, phi, ws);
       return true;
     }

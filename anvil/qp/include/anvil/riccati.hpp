@@ -68,18 +68,26 @@ bool eliminate_inputs(const double (&Q)[nx + m][nx + m], double (&L)[m][m], doub
   for (int i = 0; i < m; ++i)
     for (int j = 0; j < m; ++j) L[i][j] = Q[nx + i][nx + j];
   if (!cholesky(L)) return false;
-  for (int j = 0; j < nx; ++j) {
-    double col[m];
-    for (int i = 0; i < m; ++i) col[i] = Q[nx + i][j];
-    cholesky_solve(L, col);
-    for (int i = 0; i < m; ++i) K[i][j] = -col[i];
+  // K = -(L L')^-1 Q_ux, both triangular solves on whole rows of nx (vectorizable)
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < nx; ++j) K[i][j] = -Q[nx + i][j];
+    for (int k = 0; k < i; ++k)
+      for (int j = 0; j < nx; ++j) K[i][j] -= L[i][k] * K[k][j];
+    for (int j = 0; j < nx; ++j) K[i][j] /= L[i][i];
   }
+  for (int i = m - 1; i >= 0; --i) {
+    for (int k = i + 1; k < m; ++k)
+      for (int j = 0; j < nx; ++j) K[i][j] -= L[k][i] * K[k][j];
+    for (int j = 0; j < nx; ++j) K[i][j] /= L[i][i];
+  }
+  // P = Q_xx + Q_ux'K (symmetric: the lower triangle, mirrored)
   for (int i = 0; i < nx; ++i)
-    for (int j = 0; j <= i; ++j) {
-      double v = 0.5 * (Q[i][j] + Q[j][i]);
-      for (int l = 0; l < m; ++l) v += 0.5 * (Q[nx + l][i] * K[l][j] + Q[nx + l][j] * K[l][i]);
-      P[i][j] = P[j][i] = v;
-    }
+    for (int j = 0; j <= i; ++j) P[i][j] = Q[i][j];
+  for (int l = 0; l < m; ++l)
+    for (int i = 0; i < nx; ++i)
+      for (int j = 0; j <= i; ++j) P[i][j] += Q[nx + l][i] * K[l][j];
+  for (int i = 0; i < nx; ++i)
+    for (int j = 0; j < i; ++j) P[j][i] = P[i][j];
   return true;
 }
 

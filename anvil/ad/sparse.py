@@ -120,7 +120,8 @@ def _sparse(
   def compressed(*xs: Tensor) -> Tensor:
     with stage(name, "derive"):
       values = plan.evaluate(fn, xs, wrt, what)
-      return values if constants is None else values.cat(Tensor(constants, dtype=values.dtype))
+      # NOTE: the evaluation stays a kernel of its own (its stage-structured loops), the constants copied after it
+      return values if constants is None else values.contiguous().cat(Tensor(constants, dtype=values.dtype))
 
   return SparseNumericalFunction(name, compressed, fn.inputs, pattern, device=fn.device, gather=gather,
                                  gather_shift=shift)  # fmt: skip

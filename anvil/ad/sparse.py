@@ -160,10 +160,10 @@ def spjacobian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> SparseNumeri
     return _sparse(fn, new_name, pattern, plan, gather, wrt, "spjacobian")
   # NOTE: the seeds still carry the constant entries' columns (rows), whose contributions add into the compressed
   # values of the varying entries sharing a colour with them: the gather takes them off again
-  added = np.zeros(max(plan.length, 1))
-  if plan.count:
-    np.add.at(added, position(rows[fixed], cols[fixed]), constant[fixed])
-  shift = np.where(varying, -added[np.where(varying, gather, 0)], 0.0)
+  added = np.zeros(plan.length)
+  np.add.at(added, position(rows[fixed], cols[fixed]), constant[fixed])
+  shift = np.zeros(rows.size)
+  shift[varying] = -added[gather[varying]]
   shifts = shift if shift.any() else None
   return _sparse(fn, new_name, pattern, plan, gather, wrt, "spjacobian", constant[fixed], shifts)
 

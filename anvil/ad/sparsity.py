@@ -223,11 +223,15 @@ def _leaves(inputs: Sequence[UOp], wrt: int) -> dict[UOp, _Node]:
   for i, u in enumerate(inputs):
     size = _size(u)
     deps = np.array([1 << k for k in range(size)] if i == wrt else [0] * size, dtype=object)
-    # NOTE: an N-d input is RESHAPE(BUFFER); seed the buffer too (flat order), should the graph reach it directly.
-    views = [u, u.src[0]] if u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER else [u]
-    for v in views:
+    for v in _input_views(u):
       leaves.setdefault(v, _make(v, deps.reshape(_shape(v)), np.zeros(()), np.zeros((), bool)))
   return leaves
+
+
+def _input_views(u: UOp) -> list[UOp]:
+  """The UOps an input is seen as: an N-d input is RESHAPE(BUFFER), and the graph may reach the buffer (flat order)
+  directly."""
+  return [u, u.src[0]] if u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER else [u]
 
 
 def _toposort(roots: Sequence[UOp], leaves: dict[UOp, _Node]) -> list[UOp]:
@@ -435,11 +439,9 @@ def constant_derivatives(outputs: Sequence[UOp], inputs: Sequence[UOp], wrt: int
   count = seeds.shape[0]
   tangents: dict[UOp, Array] = {}
   for i, u in enumerate(inputs):
-    size = _size(u)
-    t = seeds.T.reshape(*_shape(u), count) if i == wrt else np.zeros((*_shape(u), count))
-    views = [u, u.src[0]] if u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER else [u]
-    for v in views:
-      tangents.setdefault(v, t.reshape(*_shape(v), count) if size else np.zeros((*_shape(v), count)))
+    t = seeds.T if i == wrt else np.zeros((_size(u), count))
+    for v in _input_views(u):
+      tangents.setdefault(v, t.reshape(*_shape(v), count))
   with np.errstate(all="ignore"):
     for u, node in nodes.items():
       if u not in tangents:

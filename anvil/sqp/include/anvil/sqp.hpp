@@ -349,8 +349,8 @@ class Solver {
 
   /// Real-time iteration, preparation phase: at the linearization point (x, lam_g) with parameter p, evaluate dg/dx
   /// and the Lagrangian Hessian, regularize it (screened on the equality rows of the expected bounds and the rows
-  /// active in the previous QP, unless P::convex_hessian) and load the QP's matrices. Returns converged when prepared, else numerical_error (a
-  /// NaN/inf, reported by the next rti_feedback()).
+  /// active in the previous QP, unless P::convex_hessian) and load the QP's matrices. Returns converged when prepared,
+  /// else numerical_error (a NaN/inf, reported by the next rti_feedback()).
   static int rti_prepare(const double* x, const double* p, const double* lam_g, const double* lbx, const double* ubx,
                          const double* lbg, const double* ubg, WS& ws) {
     auto& v = ws.v;

@@ -29,3 +29,18 @@ def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
   cache = tmp_path / "cache"
   monkeypatch.setenv("ANVIL_CACHE_DIR", str(cache))
   return cache
+
+
+def write_osqp_sources(out: Path, prefix: str) -> Path:
+  """OSQP's C sources and headers (with QDLDL), as the wheel generates them for a 2x2 problem, written under `out`."""
+  import numpy as np
+  import scipy.sparse as sp
+
+  from anvil.qp import OSQPOptions
+  from anvil.qp.osqp import EmbeddedOSQP
+
+  pattern = sp.csc_array(np.eye(2))
+  for name, text in EmbeddedOSQP(prefix, pattern, pattern, OSQPOptions()).files.items():
+    (out / name).parent.mkdir(parents=True, exist_ok=True)
+    (out / name).write_text(text)
+  return out

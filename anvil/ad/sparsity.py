@@ -399,12 +399,13 @@ def _reduce(u: UOp, xs: list[_Node]) -> _Node:
   """REDUCE combines the leading arg[1] axes with arg[0] (ADD, MUL or MAX)."""
   (x,), (op, n) = xs, u.arg
   axes = tuple(range(n))
-  val = _REDUCE_EVAL[op].reduce(x.val, axis=axes, initial=_lowest(x.val.dtype) if op is Ops.MAX else None)
+  initial = _lowest(x.val.dtype) if op is Ops.MAX else {Ops.ADD: 0, Ops.MUL: 1}[op]
+  val = _REDUCE_EVAL[op].reduce(x.val, axis=axes, initial=initial)
   known = np.logical_and.reduce(x.known, axis=axes)
   if op is Ops.MUL:
     zero = np.logical_or.reduce(x.known & (x.val == 0), axis=axes)
     known, val = known | zero, np.where(zero, 0, val)
-  return _make(u, np.bitwise_or.reduce(x.deps, axis=axes), val, known)
+  return _make(u, np.bitwise_or.reduce(x.deps, axis=axes, initial=0), val, known)
 
 
 def _lowest(dt: np.dtype) -> object:

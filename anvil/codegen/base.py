@@ -4,41 +4,13 @@ from __future__ import annotations
 
 import abc
 import functools
-import keyword
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
 from anvil.codegen.constant import CodegenIntConstant
-
-# NOTE: names become C++ namespaces at global scope: C++ keywords and C library names are invalid too.
-CPP_KEYWORDS = frozenset(
-  (
-    "alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t char32_t "
-    "class compl concept const consteval constexpr constinit const_cast continue co_await co_return co_yield "
-    "decltype default delete do double dynamic_cast else enum explicit export extern false float for friend "
-    "goto if inline int long mutable namespace new noexcept not not_eq nullptr operator or or_eq private "
-    "protected public register reinterpret_cast requires return short signed sizeof static static_assert "
-    "static_cast struct switch template this thread_local throw true try typedef typeid typename union "
-    "unsigned using virtual void volatile wchar_t while xor xor_eq std anvil "
-    # names <cmath>, <cstring> and friends may declare in the global namespace, or define as macros
-    "main sin cos tan asin acos atan atan2 sinh cosh tanh exp exp2 log log2 log10 sqrt cbrt pow abs fabs trunc floor "
-    "ceil round fmod fmin fmax hypot memcpy memset memmove strlen size_t errno assert NAN INFINITY HUGE_VAL "
-  ).split()
-)
-
-
-def check_identifier(name: object, what: str) -> str:
-  """Return `name` if it can name a C++ namespace or file, else raise ValueError saying why not."""
-  if not isinstance(name, str):
-    raise TypeError(f"{what}: expected a str, got {type(name).__name__}")
-  if not name.isidentifier() or not name.isascii() or keyword.iskeyword(name) or name in CPP_KEYWORDS:
-    raise ValueError(f"{what}: {name!r} is not a valid C++ identifier (letters, digits and _, not a keyword)")
-  if name.startswith("__") or (name.startswith("_") and name[1:2].isupper()):
-    raise ValueError(f"{what}: {name!r} is reserved in C++ (leading __ or _ and a capital)")
-  return name
-
+from anvil.codegen.names import check_identifier as check_identifier
 
 TEMPLATES = Path(__file__).parent / "templates"
 

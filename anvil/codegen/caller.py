@@ -12,20 +12,16 @@ from anvil.codegen.arg import Arg, numpy_dtype
 from anvil.codegen.jit import array_data_offset
 from anvil.codegen.native import NativeHandle
 from anvil.codegen.trace import OutputSpec
+from anvil.validation import as_array, check_shape
 
 
 def convert_input(name: str, index: int, arg: Arg, value: object) -> np.ndarray:
-  """The slow path: turn `value` into a C-contiguous array of `arg`'s dtype and shape, or raise naming the input."""
-  what = f"{name}: input {index} ({arg.name})"
-  try:
-    arr = np.asarray(value)
-  except (ValueError, TypeError) as e:
-    raise TypeError(f"{what}: cannot convert {type(value).__name__} to an array: {e}") from None
+  """The slow path: turn `value` into a C-contiguous array of `arg`'s dtype and shape, or raise naming the input (the
+  checks of `anvil.validation`)."""
+  what = f"input {index} ({arg.name})"
   dtype = numpy_dtype(arg.dtype)
-  if arr.dtype.kind in "OUSVMmc" or not np.can_cast(arr.dtype, dtype, casting="same_kind"):
-    raise TypeError(f"{what}: cannot cast dtype {arr.dtype} to {dtype}")
-  if arr.shape != arg.shape:
-    raise ValueError(f"{what}: expected shape {arg.shape}, got {arr.shape}")
+  arr = as_array(name, what, value, dtype)
+  check_shape(name, what, arr, arg.shape)
   return np.ascontiguousarray(arr, dtype=dtype)
 
 
@@ -42,12 +38,12 @@ def _library_call(ws: NativeHandle, n: int) -> Callable[..., None]:
     # about a microsecond per array, more than the whole call of a small function.
     return ws.entry("call_arrays", None, *[ctypes.py_object] * n, ctypes.c_void_p)
   slow = ws.entry("call", None, ctypes.c_void_p, ctypes.c_void_p)
-  ptrs = (ctypes.c_void_p * n)()
+  pointers = ctypes.c_void_p * n
 
   def call(*arrays_then_ws: Any) -> None:
-    for i, a in enumerate(arrays_then_ws[:-1]):
-      ptrs[i] = a.ctypes.data
-    slow(ptrs, arrays_then_ws[-1])
+    # NOTE: a pointer array per call: one shared by the calls would be refilled by another thread between the
+    # statements of this one
+    slow(pointers(*(a.ctypes.data for a in arrays_then_ws[:-1])), arrays_then_ws[-1])
 
   return call
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import keyword
 from dataclasses import dataclass
 from typing import Union
+
+from anvil.codegen.names import check_identifier
 
 IntLike = Union[int, "CodegenIntConstant"]
 INT_TYPES = ("int", "long", "long long", "unsigned", "std::size_t", "std::int32_t", "std::int64_t", "std::ptrdiff_t")
@@ -37,8 +38,8 @@ class CodegenIntConstant:
   def __post_init__(self) -> None:
     if isinstance(self.value, bool) or not isinstance(self.value, int):
       raise TypeError(f"CodegenIntConstant value: expected an int, got {self.value!r}")
-    if self.name is not None and (not self.name.isidentifier() or keyword.iskeyword(self.name)):
-      raise ValueError(f"CodegenIntConstant name: {self.name!r} is not a C++ identifier")
+    if self.name is not None:
+      check_identifier(self.name, "CodegenIntConstant name")
     if self.type not in INT_TYPES:
       raise ValueError(f"CodegenIntConstant type: expected one of {INT_TYPES}, got {self.type!r}")
 

@@ -9,7 +9,6 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from numpy.typing import ArrayLike, NDArray
@@ -18,6 +17,7 @@ from tinygrad import Tensor
 from anvil.codegen.arg import Arg, cpp_type
 from anvil.codegen.base import FunctionBase, check_identifier, render_template
 from anvil.codegen.build import stage
+from anvil.codegen.cache import read_artifact
 from anvil.codegen.caller import make_caller
 from anvil.codegen.constant import CodegenIntConstant
 from anvil.codegen.devices import require_device
@@ -109,6 +109,9 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
     device: "CPU", "CUDA" or "METAL" (float32 only). GPU functions take and return numpy arrays too (copied to the
       GPU and back); CUDA ones also take device arrays (DLPack) and then return `CudaArray`s. Their code can be
       generated anywhere; calling them needs the device usable here (see `anvil.devices()`).
+
+  Calls are thread-safe without a lock: each converts its inputs into arrays of its own and gets freshly allocated
+  outputs, and the native call holds the GIL, so two calls never share a buffer or run on the workspace at once.
 
   Example:
     >>> f = NumericalFunction("f", lambda x, A: A @ x.sin(), (Arg(3), Arg((3, 3))))
@@ -258,26 +261,24 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
   @property
   def build_size(self) -> int:
     """The traced graph's node count while the code is neither in memory nor in the on-disk cache, else 0."""
-    return 0 if "_code" in self.__dict__ or self._code_path.exists() else len(self.traced.call.toposort())
+    cached = "_code" in self.__dict__ or _cached_code(self._code_file) is not None
+    return 0 if cached else len(self.traced.call.toposort())
 
   @property
-  def _code_path(self) -> Path:
-    return cache_dir() / "code" / f"{self.key}.json"
+  def _code_file(self) -> str:
+    return f"{self.key}.json"
 
   @cached_property
   def _code(self) -> dict[str, str]:
-    path = self._code_path
-    try:
-      return json.loads(path.read_text())
-    except (OSError, ValueError):
-      pass
+    if (cached := _cached_code(self._code_file)) is not None:
+      return cached
     ctx = self._context()
     if self.device == "CPU":
       header, source = render_template("function.hpp.j2", fn=ctx), render_template("function.cpp.j2", fn=ctx)
     else:
       header, source = render_template("gpu_function.hpp.j2", fn=ctx, gpu=self.gpu_layout), ""
     code = {"header": header, "source": source}
-    write_atomic(path, json.dumps(code))
+    write_atomic(cache_dir() / "code" / self._code_file, json.dumps(code))
     return code
 
   @property
@@ -324,8 +325,7 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
   @cached_property
   def library(self) -> str:
     """Path of the compiled shared library (stage `compile`, skipped when the disk cache has it)."""
-    toolchain = Toolchain.for_device(self.device)
-    lib_key = library_key(f"{self.key}|{array_data_offset()}", toolchain)
+    lib_key = library_key(f"{self.key}|{array_data_offset()}", self.device)
     if (path := cached_library(lib_key)) is not None:
       return str(path)
     module = f"anvil_jit_{self.name}"
@@ -339,6 +339,7 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
       wrapper = render_template("gpu_jit.cpp.j2", fn=ctx, device=self.device, module=module)
     sources["jit.cpp"] = inline_runtime_headers(wrapper)
     with stage(self.name, "compile"):
+      toolchain = Toolchain.for_device(self.device)
       return str(compile_library(lib_key, sources, "jit.cpp", self.name, toolchain=toolchain))
 
   # *** calling ***
@@ -368,6 +369,18 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
   def _wrap_outputs(self) -> Callable[..., Any] | None:
     """Turns the output arrays into the call's result, or None to return them as they are."""
     return None
+
+
+def _cached_code(filename: str) -> dict[str, str] | None:
+  """The rendered code in the cache's `code/filename` when it verifies and holds a header and a source."""
+  if (data := read_artifact(f"code/{filename}")) is None:
+    return None
+  try:
+    code = json.loads(data)
+  except ValueError:
+    return None
+  valid = isinstance(code, dict) and all(isinstance(code.get(k), str) for k in ("header", "source"))
+  return code if valid else None
 
 
 def _named_args(name: str, fn: Callable[..., Any], inputs: object) -> tuple[Arg, ...]:

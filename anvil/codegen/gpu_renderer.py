@@ -14,17 +14,31 @@ from tinygrad.renderer import Renderer
 from tinygrad.renderer.cstyle import CStyleLanguage, CUDARenderer, MetalRenderer, uops_to_dtypes
 from tinygrad.uop.ops import Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
-from anvil.codegen.renderer import COS_MARK, COS_PATTERN, RenderedKernel, mark_cos
+from anvil.codegen.renderer import (
+  COS_MARK,
+  COS_PATTERN,
+  DivisionGuardedRenderer,
+  RenderedKernel,
+  mark_cos,
+  pm_guarded_division,
+)
 
 #: pi/2 in float64 and rounded to float32: float32 kernels carry the rounded constant.
 HALF_PI = (math.pi / 2, struct.unpack("<f", struct.pack("<f", math.pi / 2))[0])
 #: Dtypes a GPU kernel may not compute in: those needing headers the kernel source does not include.
 UNSUPPORTED_DTYPES = frozenset((dtypes.half, dtypes.bfloat16, *dtypes.fp8s))
+#: anvil_cdiv and anvil_cmod of a GPU kernel source, as anvil/support.hpp defines them (x / 0 == 0, x % 0 == 0, and
+#: MIN / -1 == MIN), declared with the qualifiers {q}; {u} spells the 64-bit unsigned type the negation wraps in.
+DIVISION = (
+  "template <class T> {q} T anvil_cdiv(T a, T b) {{ return b == T(0) ? T(0) : T(-1) < T(0) && b == T(-1) ? "
+  "T(({u})0 - ({u})a) : T(a / b); }}\ntemplate <class T> {q} T anvil_cmod(T a, T b) {{ return b == T(0) || "
+  "(T(-1) < T(0) && b == T(-1)) ? T(0) : T(a % b); }}"
+)
 #: What each device's kernel source starts with, once per function (tinygrad repeats it per kernel).
 PRELUDES = {
   "CUDA": "template <class T, class F> __device__ __forceinline__ T tg_bitcast(F v) { union U { F f; T t; }; U u; "
-  "u.f = v; return u.t; }",
-  "METAL": "#include <metal_stdlib>\nusing namespace metal;",
+  "u.f = v; return u.t; }\n" + DIVISION.format(q="__device__ __forceinline__", u="unsigned long long"),
+  "METAL": "#include <metal_stdlib>\nusing namespace metal;\n" + DIVISION.format(q="inline", u="ulong"),
 }
 
 
@@ -42,11 +56,16 @@ def _check_dtypes(renderer: CStyleLanguage, function_name: str, uops: list[UOp])
     raise TypeError(f"kernel {function_name} computes in {', '.join(bad)}, which {renderer.target.device} cannot{hint}")
 
 
-class _SharedSourceRenderer(CStyleLanguage):
+class _SharedSourceRenderer(DivisionGuardedRenderer):
   """What anvil changes in both of tinygrad's GPU renderers: a fixed target, no compiler or tensor cores at render
-  time, the dtypes checked, and no per-kernel prelude (the function's source starts with PRELUDES once)."""
+  time, the dtypes checked, and no per-kernel prelude (the function's source starts with PRELUDES once).
+
+  Integer division follows the CPU's rule (see `PortableCppRenderer`): where the divisor may be 0 or -1 it calls the
+  prelude's anvil_cdiv / anvil_cmod. GPUs do not trap there, but CUDA and Metal leave the results unspecified; the
+  helpers make them numpy's, the same on every device."""
 
   gpu_target: Target
+  division_prefix = "anvil_"
 
   def __init__(self) -> None:
     Renderer.__init__(self, self.gpu_target)
@@ -68,6 +87,7 @@ class AnvilCudaRenderer(_SharedSourceRenderer, CUDARenderer):
   type_map = {**CUDARenderer.type_map, dtypes.uint32: "unsigned int"}
   string_rewrite = (
     PatternMatcher([(UPat(Ops.SIN, arg=COS_MARK, name="x"), lambda ctx, x: f"cos({ctx[x.src[0]]})")])
+    + pm_guarded_division
     + CUDARenderer.string_rewrite
   )
 
@@ -78,6 +98,7 @@ class AnvilMetalRenderer(_SharedSourceRenderer, MetalRenderer):
   gpu_target = Target("METAL", "METAL", "portable")
   string_rewrite = (
     PatternMatcher([(UPat(Ops.SIN, arg=COS_MARK, name="x"), lambda ctx, x: f"precise::cos({ctx[x.src[0]]})")])
+    + pm_guarded_division
     + MetalRenderer.string_rewrite
   )
 

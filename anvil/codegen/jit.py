@@ -8,7 +8,7 @@ import hashlib
 import os
 import shutil
 import subprocess
-import tempfile
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from anvil.codegen.cache import cache_dir, find_artifact, publish, read_artifact, temporary_beside, write_atomic
 from anvil.version import __version__
 
 #: Flags of every JIT build; extra flags may be appended through the ANVIL_CXXFLAGS environment variable.
@@ -107,22 +108,6 @@ def cxxflags() -> tuple[str, ...]:
   return CXXFLAGS + tuple(os.environ.get("ANVIL_CXXFLAGS", "").split())
 
 
-def cache_dir() -> Path:
-  """Where compiled libraries and rendered sources are cached: $ANVIL_CACHE_DIR, else $XDG_CACHE_HOME/anvil."""
-  if d := os.environ.get("ANVIL_CACHE_DIR"):
-    return Path(d)
-  return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "anvil"
-
-
-def write_atomic(path: Path, data: str | bytes) -> None:
-  """Write a file so that concurrent readers see either nothing or the whole file."""
-  path.parent.mkdir(parents=True, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-  with os.fdopen(fd, "wb") as f:
-    f.write(data.encode() if isinstance(data, str) else data)
-  os.replace(tmp, path)
-
-
 @functools.cache
 def sources_fingerprint(root: Path) -> str:
   """anvil's version and a hash of every Python source, jinja2 template and runtime header under `root`."""
@@ -138,17 +123,83 @@ def codegen_fingerprint() -> str:
   return sources_fingerprint(Path(__file__).parent)
 
 
-def library_key(source_key: str, toolchain: Toolchain | None = None) -> str:
-  """Cache key of a compiled library: the generated code's key plus compiler, flags and code generator."""
-  tc = toolchain or Toolchain.for_device("CPU")
+def library_key(source_key: str, device: str = "CPU") -> str:
+  """Cache key of a compiled library: the generated code's key plus compiler, flags and code generator.
+
+  Without a compiler (a deployment machine with a warm cache) it is the key of the library last built for the same
+  code on `device`, by whichever compiler and flags built it; CompilerNotFoundError when there is none."""
+  portable = hashlib.sha256(f"{source_key}|{device}|{codegen_fingerprint()}".encode()).hexdigest()[:32]
+  try:
+    tc = Toolchain.for_device(device)
+  except CompilerNotFoundError as e:
+    if (key := _last_built(portable)) is not None:
+      return key
+    raise CompilerNotFoundError(f"{e}; the cache ({cache_dir()}) has no library built for this code either") from None
   ident = f"{source_key}|{compiler_identity(tc.compiler)}|{' '.join(tc.flags)}|{codegen_fingerprint()}"
-  return hashlib.sha256(ident.encode()).hexdigest()[:32]
+  key = hashlib.sha256(ident.encode()).hexdigest()[:32]
+  _PORTABLE_KEYS[key] = portable
+  return key
+
+
+#: The compiler-independent key of each library key computed in this process (what `_last_built` looks up).
+_PORTABLE_KEYS: dict[str, str] = {}
+
+
+def _last_built(portable: str) -> str | None:
+  """The key of the library last built for the compiler-independent key `portable`, if it is in the cache."""
+  if (data := read_artifact(f"index/{portable}")) is None:
+    return None
+  key = data.decode(errors="replace")
+  return key if find_artifact(f"lib/{key}.so") is not None else None
+
+
+def store_library(key: str, data: bytes) -> Path:
+  """Put the compiled library `data` into the cache as the library of `key`; returns its path."""
+  path = cache_dir() / "lib" / f"{key}.so"
+  write_atomic(path, data)
+  _index(key)
+  return path
+
+
+def _index(key: str) -> None:
+  """Record `key` as the library last built for its compiler-independent key."""
+  if (portable := _PORTABLE_KEYS.get(key)) is not None:
+    write_atomic(cache_dir() / "index" / portable, key)
 
 
 def cached_library(key: str) -> Path | None:
-  """The cached library for `key`, if one was built."""
-  path = cache_dir() / "lib" / f"{key}.so"
-  return path if path.exists() else None
+  """The cached library for `key` when it matches its record and loads; None when it must be (re)built."""
+  if (path := find_artifact(f"lib/{key}.so")) is None:
+    return None
+  try:
+    load_library(path)
+  except LibraryLoadError:
+    return None
+  return path
+
+
+class LibraryLoadError(RuntimeError):
+  """A shared library could not be loaded."""
+
+
+_LOADED: dict[str, ctypes.PyDLL] = {}
+_LOADING = threading.Lock()
+
+
+def load_library(path: Path | str) -> ctypes.PyDLL:
+  """Load a compiled library (once per process). PyDLL keeps the GIL during calls, so one workspace is never used by
+  two threads at once."""
+  with _LOADING:
+    if (lib := _LOADED.get(str(path))) is None:
+      lib = _LOADED[str(path)] = _open(Path(path))
+  return lib
+
+
+def _open(path: Path) -> ctypes.PyDLL:
+  try:
+    return ctypes.PyDLL(str(path))
+  except OSError as e:
+    raise LibraryLoadError(f"cannot load the library {path}: {e}") from None
 
 
 #: Flags for C sources linked into a library (OSQP's embedded solver): compiled as C, symbols hidden so they never
@@ -176,25 +227,33 @@ def _c_object(cxx: str, src_dir: Path, filename: str, text: str, includes: list[
   for inc in sorted(includes):
     for header in sorted(Path(inc).glob("*.h")):
       digest.update(header.name.encode() + header.read_bytes())
-  obj = cache_dir() / "obj" / f"{digest.hexdigest()[:32]}.o"
-  if not obj.exists():
-    _compile_to(
-      [cxx, *CFLAGS, *(f"-I{i}" for i in includes), "-c", str(src_dir / filename)], obj, what, src_dir / filename
-    )
+  name = f"{digest.hexdigest()[:32]}.o"
+  if (found := find_artifact(f"obj/{name}")) is not None:
+    return found
+  obj = cache_dir() / "obj" / name
+  source = src_dir / filename
+  _compile_to([cxx, *CFLAGS, *(f"-I{i}" for i in includes), "-c", str(source)], obj, what, source)
   return obj
 
 
-def _compile_to(cmd: list[str], out: Path, what: str, kept: Path) -> None:
-  """Run `cmd -o <private file>` and atomically rename the result to `out`; nothing is left behind on failure."""
-  out.parent.mkdir(parents=True, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.stem}.", suffix=f"{out.suffix}.tmp")
-  os.close(fd)
+def _compile_to(cmd: list[str], out: Path, what: str, kept: Path, loads: bool = False) -> None:
+  """Run `cmd -o <private file>` and publish the result as `out` (flushed, recorded, renamed atomically); nothing is
+  left behind on failure. A library (`loads`) is loaded from the private file first and not cached when that fails
+  (e.g. $CXX is a C compiler that left C++ symbols unresolved); it stays loaded for `load_library(out)`."""
+  tmp = temporary_beside(out)
   try:
-    _run_compiler([*cmd, "-o", tmp], what, kept)
-    os.replace(tmp, out)
+    _run_compiler([*cmd, "-o", str(tmp)], what, kept)
+    if loads:
+      try:
+        lib = _open(tmp)
+      except LibraryLoadError as e:
+        raise CompileError(f"{what}: the compiler ({cmd[0]}) built a library that does not load, so it was not "
+                           f"cached: {e}; is it a C++ compiler? (set CXX, e.g. CXX=g++)") from None  # fmt: skip
+      with _LOADING:
+        _LOADED[str(out)] = lib
+    publish(tmp, out)
   finally:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
+    tmp.unlink(missing_ok=True)
 
 
 def compile_library(
@@ -218,12 +277,14 @@ def compile_library(
   cxx = find_compiler()
   src_dir = cache_dir() / "src" / key
   for filename, text in sources.items():
-    write_atomic(src_dir / filename, text)
+    write_atomic(src_dir / filename, text, recorded=False)
   includes = [str(src_dir / d) for d in include_dirs]
   out = cache_dir() / "lib" / f"{key}.so"
   if not c_sources and not cxx_parts:
     tc = toolchain or Toolchain(cxx, cxxflags())
-    _compile_to([tc.compiler, *tc.flags, *(f"-I{i}" for i in includes), str(src_dir / main)], out, what, src_dir / main)
+    cmd = [tc.compiler, *tc.flags, *(f"-I{i}" for i in includes), str(src_dir / main)]
+    _compile_to(cmd, out, what, src_dir / main, loads=True)
+    _index(key)
     return out
   # NOTE: the C sources (cached objects) and the C++ translation units compile in parallel, then one link.
   flags = [cxx, *(f for f in cxxflags() if f != "-shared"), *(f"-I{i}" for i in includes), "-c"]
@@ -237,14 +298,9 @@ def compile_library(
     c_objects = [str(o) for o in pool.map(lambda c: _c_object(cxx, src_dir, c, sources[c], includes, what), c_sources)]
     for job in cxx_jobs:
       job.result()
-  _compile_to([cxx, *cxxflags(), *map(str, objects), *c_objects], out, what, src_dir / main)
+  _compile_to([cxx, *cxxflags(), *map(str, objects), *c_objects], out, what, src_dir / main, loads=True)
+  _index(key)
   return out
-
-
-@functools.cache
-def load_library(path: Path) -> ctypes.PyDLL:
-  """Load a compiled library. PyDLL keeps the GIL during calls, so one workspace is never used by two threads."""
-  return ctypes.PyDLL(str(path))
 
 
 @functools.cache

@@ -101,6 +101,8 @@ def module_code(
   device = module_device(ordered)
   build_in_parallel(ordered)
   consts = sort_constants([*constants, *(c for f in ordered for c in f.codegen_constants)])
+  if clashes := sorted({f.name for f in ordered}.intersection(c.name for c in consts)):
+    raise ValueError(f"generate_module: {', '.join(clashes)} name both a function and a constant (one C++ scope)")
   header_includes = _dedup(inc for f in ordered for inc in f.header_includes)
   # NOTE: a GPU module is header-only: its functions' header code holds their (inline) definitions.
   gpu = device != "CPU"
@@ -171,8 +173,9 @@ def generate_module(
     The paths of the header and the source (only the header for a GPU module).
 
   Raises:
-    ValueError: a name that is not a C++ identifier, two different functions with one name, a dependency cycle, a
-      constant declared twice with different values, or functions of different devices.
+    ValueError: a name that is not a C++ identifier or is reserved (see `anvil.codegen.names`), two different functions
+      with one name, a function and a constant with one name, a dependency cycle, a constant declared twice with
+      different values, or functions of different devices.
 
   Example:
     >>> generate_module("quad", [rk4_step], out_dir="build")
@@ -185,10 +188,10 @@ def generate_module(
   if code.device == "CPU":
     files[out / f"{module_name}.cpp"] = code.source
   for path, text in files.items():
-    write_atomic(path, text)
+    write_atomic(path, text, recorded=False)
   for f in code.functions:
     for relative, text in f.extra_files().items():
-      write_atomic(out / relative, text)
+      write_atomic(out / relative, text, recorded=False)
   written = " and ".join(map(str, files))
   logger.info("generate_module: wrote %s (%d functions)", written, len(code.functions))
   if verbosity >= 1:

@@ -9,14 +9,17 @@ import weakref
 from enum import StrEnum
 from typing import Any, Self
 
+#: The message of a workspace whose allocation failed (anvil/jit.hpp), raised as MemoryError.
+OUT_OF_MEMORY = "out of memory (std::bad_alloc)"
+
 
 class NativeHandle:
   """The workspace of the generated function `name` in a library the JIT loaded, freed when this handle is collected.
 
   Every JIT library exports `const char* anvil_<name>_ws_new(const char* config, void** ws)` (null on success, else
-  the message of the C++ exception that stopped it, raised here as RuntimeError) and `void anvil_<name>_ws_free(void*
-  ws)` (anvil/jit.hpp); `config` is what that function's `init_ws()` needs beyond its sizes (the kernel cache folder of
-  a CUDA function), empty for most.
+  the message of the C++ exception that stopped it, raised here as RuntimeError, or as MemoryError when allocating
+  failed) and `void anvil_<name>_ws_free(void* ws)` (anvil/jit.hpp); `config` is what that function's `init_ws()`
+  needs beyond its sizes (the kernel cache folder of a CUDA function), empty for most.
 
   Example:
     >>> handle = NativeHandle(load_library(path), "f")
@@ -30,7 +33,10 @@ class NativeHandle:
     free = self.entry("ws_free", None, ctypes.c_void_p)
     self.pointer = ctypes.c_void_p()
     if (error := new(config.encode(), ctypes.byref(self.pointer))) is not None:
-      raise RuntimeError(f"{name}: {error.decode(errors='replace')}")
+      message = error.decode(errors="replace")
+      if message == OUT_OF_MEMORY:
+        raise MemoryError(f"{name}: not enough memory for its workspace")
+      raise RuntimeError(f"{name}: {message}")
     weakref.finalize(self, free, self.pointer.value)
 
   def entry(self, what: str, restype: Any, *argtypes: Any) -> Any:

@@ -5,8 +5,10 @@ Python, so threads would not run them side by side)."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 from collections.abc import Sequence
@@ -25,6 +27,18 @@ def build_jobs() -> int:
   return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+#: prctl(2) option: the signal this process gets when its parent dies (Linux).
+PR_SET_PDEATHSIG = 1
+
+
+def _exit_with_parent(parent: int) -> None:
+  """In a worker: be killed when the parent process dies (killed mid-build), instead of building on as an orphan."""
+  libc = ctypes.CDLL(None, use_errno=True)
+  libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+  if os.getppid() != parent:  # NOTE: the parent died before prctl took effect
+    os._exit(1)
+
+
 def _build(index: int) -> None:
   """In a worker: render one function, whose code lands in the cache. A failure is left to the parent, which builds
   that function again when it reads its code and raises the error itself."""
@@ -36,7 +50,7 @@ def build_in_parallel(fns: Sequence[FunctionBase]) -> None:
   """Build the functions among `fns` whose code still needs scheduling and rendering in forked workers (largest
   first), when there are at least two of them and two workers, on Linux, in a process running one thread (forking a
   multi-threaded process can deadlock the child); otherwise nothing happens here and they are built one after the
-  other when their code is read."""
+  other when their code is read. A worker is killed when this process dies."""
   global _pending
   sizes = {f: f.build_size for f in fns}
   pending = sorted((f for f in fns if sizes[f] > 0), key=lambda f: -sizes[f])
@@ -45,7 +59,7 @@ def build_in_parallel(fns: Sequence[FunctionBase]) -> None:
     return
   _pending = pending
   try:
-    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+    with multiprocessing.get_context("fork").Pool(jobs, _exit_with_parent, (os.getpid(),)) as pool:
       pool.map(_build, range(len(_pending)), chunksize=1)
   finally:
     _pending = []

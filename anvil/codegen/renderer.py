@@ -16,7 +16,7 @@ from tinygrad.device import Compiler
 from tinygrad.dtype import AddrSpace
 from tinygrad.helpers import Context, Target
 from tinygrad.renderer import Renderer
-from tinygrad.renderer.cstyle import ClangRenderer, base_rewrite
+from tinygrad.renderer.cstyle import ClangRenderer, CStyleLanguage, base_rewrite
 from tinygrad.uop.ops import AxisType, GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
 from anvil.codegen.arg import CPP_TYPES
@@ -45,16 +45,55 @@ def mark_cos(s: UOp, c: UOp, x: UOp, m: UOp, half_pi: tuple[float, ...] = (math.
 pm_mark_cos = PatternMatcher([(COS_PATTERN, mark_cos)])
 
 
+#: The helper (anvil/support.hpp, or a GPU prelude) each integer division op is rendered as where it may fault.
+DIVISION_HELPERS = {Ops.CDIV: "cdiv", Ops.CMOD: "cmod"}
+
+
+def division_may_fault(x: UOp) -> bool:
+  """Whether the integer CDIV or CMOD `x` may divide by zero, or the dtype's minimum by -1 (the quotient overflows):
+  C++ leaves both undefined, and x86 traps (SIGFPE; SIGILL where the compiler sees a constant zero divisor)."""
+  divisor, dividend = x.src[1], x.src[0]
+  overflow = not dtypes.is_unsigned(x.dtype) and divisor.vmin <= -1 <= divisor.vmax
+  return divisor.vmin <= 0 <= divisor.vmax or (overflow and dividend.vmin <= x.dtype.min)
+
+
+class DivisionGuardedRenderer(CStyleLanguage):
+  """A C-style renderer whose integer division helpers (see `pm_guarded_division`) are spelled `division_prefix`
+  followed by cdiv or cmod."""
+
+  division_prefix: str
+
+
+def _render_division(ctx: DivisionGuardedRenderer, x: UOp) -> str | None:
+  if not division_may_fault(x):
+    return None
+  helper = f"{ctx.division_prefix}{DIVISION_HELPERS[x.op]}<{ctx.render_dtype(x.dtype)}>"
+  return f"{helper}({ctx[x.src[0]]}, {ctx[x.src[1]]})"
+
+
+#: Integer CDIV and CMOD that may fault rendered as calls of the renderer's `division_prefix` + cdiv / cmod, typed by
+#: the result's dtype; any other (by a constant, as index arithmetic divides, or by a divisor known positive) keeps C's
+#: operator.
+pm_guarded_division = PatternMatcher([(UPat(tuple(DIVISION_HELPERS), dtype=dtypes.ints, name="x"), _render_division)])
+
+
 def _bit_cast(ctx: PortableCppRenderer, x: UOp) -> str:
   return f"anvil::bit_cast<{ctx.render_type(x)}>({ctx[x.src[0]]})"
 
 
-class PortableCppRenderer(ClangRenderer):
-  """tinygrad's C renderer, made to emit portable C++17 that g++ and clang++ both compile warning-free."""
+class PortableCppRenderer(DivisionGuardedRenderer, ClangRenderer):
+  """tinygrad's C renderer, made to emit portable C++17 that g++ and clang++ both compile warning-free.
+
+  Integer division is defined for every operand, with numpy's results: `x // 0 == 0` and `x % 0 == 0`, and the
+  dtype's minimum `// -1` wraps to itself (`% -1 == 0`). C++ leaves these undefined (x86 traps), so a CDIV or CMOD
+  whose divisor may be 0 or -1 becomes a call of `anvil::cdiv` / `anvil::cmod` (anvil/support.hpp); division by a
+  constant other than 0 and -1 keeps the operator, so index arithmetic and float code render as tinygrad renders them.
+  """
 
   has_threads = False
   supports_float4 = False
   buffer_suffix = " ANVIL_RESTRICT"
+  division_prefix = "anvil::"
   infinity = "HUGE_VAL"
   nan = "NAN"
   type_map = {
@@ -83,6 +122,7 @@ class PortableCppRenderer(ClangRenderer):
         ),
       ]
     )
+    + pm_guarded_division
     + base_rewrite
   )
 

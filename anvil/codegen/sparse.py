@@ -57,6 +57,8 @@ class SparseNumericalFunction(NumericalFunction[..., Any]):
       `fn(...)[gather[k]]`, expanded in C++ (this is how compressed sparse derivatives are evaluated).
     gather_shift: with `gather`, a constant per nonzero added after the gather (finite; default none).
 
+  Calls are thread-safe, as a `NumericalFunction`'s: each result is a new csc_array over fresh values.
+
   Example:
     >>> pattern = scipy.sparse.csc_array(np.eye(3))
     >>> D = SparseNumericalFunction("D", lambda x: x * 2, Arg(3), pattern)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from tinygrad import Tensor, dtypes
 from tinygrad.device import Buffer
 from tinygrad.dtype import DType
@@ -25,6 +28,17 @@ if not DEV.device:
   DEV.value = "NULL"
 DEFAULT_FLOAT.value = "float64"
 HOST_DEVICES = ("NPY", "PYTHON")
+#: tinygrad Tensor methods that read values: a traced function's tensors hold none.
+VALUE_READS = frozenset({"item", "tolist", "numpy", "data", "_data", "__bool__"})
+#: How Python, math, numpy and tinygrad word their refusal of a Tensor where they need a number (float(t), math.sin(t),
+#: a numpy ufunc, `if t:`, a numpy array of Tensors).
+TENSOR_REFUSALS = ("not 'Tensor'", "not Tensor", "of type Tensor", "on Tensor", "<Tensor")
+VALUE_HINT = (
+  "a traced function cannot read tensor values (.item(), .numpy(), .tolist(), float(t), int(t), `if t > 0:`) nor "
+  "pass tensors to numpy or math functions (np.sin(t), math.exp(t)): while it is traced its tensors hold no values. "
+  "Write the math with Tensor methods (t.sin(), t.exp(), t.sum(), t.maximum(s)) and branches with "
+  "Tensor.where(condition, a, b) or (t > 0).where(a, b)"
+)
 
 
 @dataclass(frozen=True)
@@ -63,8 +77,7 @@ def trace(name: str, fn: Callable[..., Any], args: Sequence[Arg]) -> TracedGraph
   """Run `fn` on empty tinygrad tensors shaped like `args` and capture the graph of its outputs."""
   device = DEV.device
   inputs = [Tensor.empty(*a.shape, dtype=a.dtype, device=device) for a in args]
-  result = fn(*inputs)
-  outs = _as_tensors(name, result)
+  outs = _as_tensors(name, _run(name, fn, inputs))
   stores: list[Tensor] = []
   store_uops: list[UOp] = []
   slots: list[int] = []
@@ -96,11 +109,37 @@ def trace(name: str, fn: Callable[..., Any], args: Sequence[Arg]) -> TracedGraph
   )
 
 
+def _run(name: str, fn: Callable[..., Any], inputs: list[Tensor]) -> Any:
+  """fn(*inputs); an attempt to read a tensor's values is raised as a TypeError saying what to write instead."""
+  try:
+    return fn(*inputs)
+  except (RuntimeError, TypeError, KeyError) as e:
+    if VALUE_HINT in str(e) or not _reads_values(e):  # NOTE: a function traced inside another said it already
+      raise
+    first = (str(e).splitlines() or [""])[0]
+    raise TypeError(f"{name}: {VALUE_HINT} (it raised {type(e).__name__}: {first})") from e
+
+
+def _reads_values(e: Exception) -> bool:
+  """Whether `e` comes from reading a traced tensor's values: numpy code or a value-reading Tensor method on the way
+  (tinygrad's NULL device has nothing to copy out), a Python or numpy conversion refusing a Tensor, or tinygrad
+  refusing a numpy array of Tensors (what np.sin(tensor) returns)."""
+  for f in traceback.extract_tb(e.__traceback__):
+    if f"{os.sep}numpy{os.sep}" in f.filename or (f.name in VALUE_READS and f"{os.sep}tinygrad{os.sep}" in f.filename):
+      return True
+  if isinstance(e, KeyError):
+    return e.args == ("object",)
+  return any(refusal in str(e) for refusal in TENSOR_REFUSALS)
+
+
 def _as_tensors(name: str, result: Any) -> tuple[Tensor, ...]:
   outs = tuple(result) if isinstance(result, (tuple, list)) else (result,)
   if not outs:
     raise TypeError(f"{name}: the function returned no outputs; return a Tensor or a tuple of Tensors")
   for i, o in enumerate(outs):
+    if isinstance(o, np.ndarray) and o.dtype == object:
+      raise TypeError(f"{name}: output {i} is a numpy array of Tensors (a numpy function applied to a Tensor): "
+                      f"{VALUE_HINT}")  # fmt: skip
     if not isinstance(o, Tensor):
       raise TypeError(
         f"{name}: the function must return a Tensor or a tuple of Tensors, output {i} is {type(o).__name__}"

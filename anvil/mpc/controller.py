@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -16,7 +17,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from anvil.codegen import FunctionBase
 from anvil.codegen.base import check_identifier
-from anvil.codegen.jit import cache_dir, cached_library, library_key, sources_fingerprint, write_atomic
+from anvil.codegen.jit import cached_library, library_key, sources_fingerprint, store_library
 from anvil.codegen.native import NativeHandle
 from anvil.codegen.templated import TemplatedFunction
 from anvil.mpc.costs import LeastSquares
@@ -26,6 +27,7 @@ from anvil.mpc.result import FALLBACKS, MPCSolution
 from anvil.mpc.soft import Soft
 from anvil.mpc.transcription import Cost, Fn, Transcription
 from anvil.sqp import SQPFunction, SQPStatus
+from anvil.validation import check_bounds, float_array
 
 Bounds = tuple[ArrayLike, ArrayLike]
 F64 = NDArray[np.float64]
@@ -78,6 +80,10 @@ class MPCFunction(TemplatedFunction):
     soft: bounds to soften, {"x" | "u" | "constraints" | "x_terminal" | "terminal_constraints": Soft(...)}.
     options: MPCOptions.
 
+  Calls are thread-safe: the controller stages a call's inputs and outputs in buffers it allocated once, so a call,
+  `prepare()`, `reset()` and `set_guess()` each hold this controller's lock from staging to unpacking (calls from
+  several threads run one at a time; each warm-starts from whichever call ran before it).
+
   Example:
     >>> F = rk4("F", ode, 0.05, nx=4, nu=1)
     >>> mpc = MPCFunction("cartpole", F, l, lN, horizon=30, u_bounds=([-20.0], [20.0]))
@@ -120,6 +126,7 @@ class MPCFunction(TemplatedFunction):
     if terminal_constraints is None and terminal_constraint_bounds is not None:
       raise ValueError(f"{name}: terminal_constraint_bounds given without terminal_constraints")
     self.defaults = self._bounds(x_bounds, u_bounds, constraint_bounds, x_terminal_bounds, terminal_constraint_bounds)
+    self._lock = threading.Lock()
 
   # *** sizes ***
 
@@ -231,7 +238,7 @@ class MPCFunction(TemplatedFunction):
     if quick is not None:
       return str(quick)
     path = super().library
-    write_atomic(cache_dir() / "lib" / f"{self._problem_key}.so", Path(path).read_bytes())
+    store_library(self._problem_key, Path(path).read_bytes())
     return path
 
   @cached_property
@@ -263,23 +270,26 @@ class MPCFunction(TemplatedFunction):
 
   def reset(self) -> None:
     """Forget the previous solution: the next call starts cold."""
-    entry = self._entry
-    entry.reset(entry.ws)
+    with self._lock:
+      entry = self._entry
+      entry.reset(entry.ws)
 
   def prepare(self) -> SQPStatus:
     """Real-time iteration: the preparation phase, to run while waiting for the next state. It shifts the previous
     solution and linearizes and factors the QP there, so the next call only solves it (the feedback phase). A no-op
     in full-SQP mode, before the first call, after reset() and without warm start. Returns "converged" or
     "numerical_error" (a NaN/inf, reported in detail by the next call)."""
-    entry = self._entry
-    return SQPStatus.from_code(entry.prepare(entry.ws))
+    with self._lock:
+      entry = self._entry
+      return SQPStatus.from_code(entry.prepare(entry.ws))
 
   def set_guess(self, x: ArrayLike, u: ArrayLike) -> None:
     """Start the next call from the trajectory x (N + 1, nx) and inputs u (N, nu)."""
-    xs = _array(self.name, "x guess", x, (self.N + 1, self.nx))
-    us = _array(self.name, "u guess", u, (self.N, self.nu))
-    entry = self._entry
-    entry.set_guess(xs.ctypes.data, us.ctypes.data, entry.ws)
+    xs = float_array(self.name, "x guess", x, (self.N + 1, self.nx), finite=True)
+    us = float_array(self.name, "u guess", u, (self.N, self.nu), finite=True)
+    with self._lock:
+      entry = self._entry
+      entry.set_guess(xs.ctypes.data, us.ctypes.data, entry.ws)
 
   def __call__(
     self,
@@ -306,25 +316,31 @@ class MPCFunction(TemplatedFunction):
     the acceptable level, the solution is the least-violation one (status "infeasible") or the call's initial guess
     (the previous plan shifted by one stage, or the cold guess) with its inputs clipped to their bounds (`fallback`
     says which); the next call then starts cold, or after an infeasible call from its plan shifted, restoring."""
-    e = self._entry
-    if x0.__class__ is np.ndarray and x0.dtype == np.float64 and x0.shape == e.x0.shape:
-      np.copyto(e.x0, x0)
-    else:
-      np.copyto(e.x0, _array(self.name, "x0", x0, (self.nx,)))
-    if not np.isfinite(e.x0).all():
-      raise ValueError(f"{self.name}: x0 contains NaN or inf")
-    if p is not None or self.np:
-      np.copyto(e.p, self._params(p))
     changed = (x_bounds, u_bounds, constraint_bounds, x_terminal_bounds, terminal_constraint_bounds)
-    if all(b is None for b in changed):
-      inputs, bounds = e.default_inputs, self.defaults
-    else:
-      bounds = self._bounds(*changed, defaults=self.defaults)
-      inputs = e.inputs(bounds)
-    if max_iter is None and tol is None and max_time is None:
-      limits = e.default_limits
-    else:
-      limits = self.sqp.limits(max_iter, tol, max_time)
+    bounds = self.defaults if all(b is None for b in changed) else self._bounds(*changed, defaults=self.defaults)
+    given = max_iter is not None or tol is not None or max_time is not None
+    limits = self.sqp.limits(max_iter, tol, max_time) if given else None
+    state = self._state(x0)
+    params = self._params(p) if p is not None or self.np else None
+    with self._lock:
+      return self._solve(state, params, bounds, limits)
+
+  def _state(self, x0: ArrayLike) -> F64:
+    """x0, checked (a float64 array of the right shape is taken as it is: the common case costs one test)."""
+    if type(x0) is not np.ndarray or x0.dtype != np.float64 or x0.shape != (self.nx,):
+      return float_array(self.name, "x0", x0, (self.nx,), finite=True)
+    if not np.isfinite(x0).all():
+      raise ValueError(f"{self.name}: x0 contains NaN or inf")
+    return x0
+
+  def _solve(self, x0: F64, params: F64 | None, bounds: dict[str, F64], limits: F64 | None) -> MPCSolution:
+    """One call of the controller's C++ on checked inputs: stages them, calls, unpacks (under the lock)."""
+    e = self._entry
+    np.copyto(e.x0, x0)
+    if params is not None:
+      np.copyto(e.p, params)
+    inputs = e.default_inputs if bounds is self.defaults else e.inputs(bounds)
+    limits = e.default_limits if limits is None else limits
     e.call(inputs, e.outputs, limits.ctypes.data, e.pointers[0], e.pointers[1], e.pointers[2], e.pointers[3], e.ws)
     history, ihistory, info = e.stats
     scalars = e.scalars
@@ -337,13 +353,13 @@ class MPCFunction(TemplatedFunction):
     N, np_ = self.N, self.np
     if p is None:
       if np_:
-        raise ValueError(f"{self.name}: the functions take a parameter p of length {np_}; pass p")
+        raise ValueError(f"{self.name}: p is required: the functions take a parameter p of length {np_}; pass p")
       return np.zeros(0)
-    arr = _array(self.name, "p", p, None)
+    arr = float_array(self.name, "p", p, None, finite=True)
     if arr.shape == (np_,):
       return np.ascontiguousarray(np.broadcast_to(arr, (N + 1, np_)))
     if arr.shape != (N + 1, np_):
-      raise ValueError(f"{self.name}: p must have shape ({np_},) or per stage ({N + 1}, {np_}), got {arr.shape}")
+      raise ValueError(f"{self.name}: p: expected shape ({np_},) or per stage ({N + 1}, {np_}), got {arr.shape}")
     return arr
 
 
@@ -385,47 +401,24 @@ class _Entry:
     )
 
 
-def _array(name: str, what: str, value: ArrayLike, shape: tuple[int, ...] | None) -> F64:
-  """A C-contiguous float64 copy of value, checked for shape and NaN/inf."""
-  try:
-    arr = np.array(value, dtype=np.float64, order="C", copy=True)
-  except (TypeError, ValueError) as e:
-    raise TypeError(f"{name}: {what} must be an array of floats: {e}") from None
-  if shape is not None and arr.shape != shape:
-    if arr.size == int(np.prod(shape)) and arr.ndim <= 1 and len(shape) == 1:
-      arr = arr.reshape(shape)
-    else:
-      raise ValueError(f"{name}: {what} must have shape {shape}, got {arr.shape}")
-  if not np.all(np.isfinite(arr)):
-    raise ValueError(f"{name}: {what} contains NaN or inf")
-  return arr
-
-
 def _stage_bounds(name: str, what: str, given: Bounds | None, rows: int, size: int) -> tuple[F64, F64]:
-  """(lower, upper) as (rows, size) arrays from None (no bounds), (size,) or (rows, size) values; lower <= upper."""
+  """(lower, upper) as (rows, size) arrays from None (no bounds), (size,) or (rows, size) values, checked."""
   if given is None:
     return np.full((rows, size), -np.inf), np.full((rows, size), np.inf)
   if not isinstance(given, (tuple, list)) or len(given) != 2:
     raise TypeError(f"{name}: {what} must be a pair (lower, upper)")
   pair = []
   for side, value in zip(("lower", "upper"), given, strict=True):
-    try:
-      arr = np.array(value, dtype=np.float64)
-    except (TypeError, ValueError) as e:
-      raise TypeError(f"{name}: {what} {side} must be an array of floats: {e}") from None
+    arr = float_array(name, f"{what} {side}", value, None)
     if arr.shape in ((), (size,)):
       arr = np.broadcast_to(arr, (rows, size))
     elif arr.shape != (rows, size):
       raise ValueError(
-        f"{name}: {what} {side} must have shape ({size},) or per stage ({rows}, {size}), got {arr.shape}"
+        f"{name}: {what} {side}: expected shape ({size},) or per stage ({rows}, {size}), got {arr.shape}"
       )
-    if np.any(np.isnan(arr)):
-      raise ValueError(f"{name}: {what} {side} contains NaN")
     pair.append(np.ascontiguousarray(arr))
   lo, hi = pair
-  if np.any(lo > hi):
-    k, i = np.argwhere(lo > hi)[0]
-    raise ValueError(f"{name}: {what}: lower > upper at stage {k}, component {i} ({lo[k, i]} > {hi[k, i]})")
+  check_bounds(name, what, lo, hi, lambda i: f"stage {i[0]}, component {i[1]}")
   return lo, hi
 
 

@@ -10,6 +10,7 @@ from numpy.typing import ArrayLike, NDArray
 from tinygrad import Tensor
 
 from anvil.codegen import NumericalFunction
+from anvil.validation import float_array
 
 
 @dataclass(frozen=True, eq=False)
@@ -37,7 +38,7 @@ class LeastSquares:
     if len(residual.outputs[0].shape) != 1:
       raise ValueError(f"LeastSquares({residual.name}): the residual must be a vector, got {residual.outputs[0].shape}")
     nr = residual.outputs[0].shape[0]
-    w = np.asarray(weight, dtype=np.float64)
+    w = float_array(f"LeastSquares({residual.name})", "weight", weight, None, finite=True)
     w = np.diag(w) if w.ndim == 1 else w
     if w.shape != (nr, nr):
       raise ValueError(f"LeastSquares({residual.name}): weight must be {nr}x{nr} (or a length-{nr} diagonal)")

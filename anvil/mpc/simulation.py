@@ -15,6 +15,7 @@ from numpy.typing import ArrayLike, NDArray
 from anvil.mpc.controller import MPCFunction
 from anvil.mpc.costs import LeastSquares
 from anvil.sqp import SQPStatus
+from anvil.validation import float_array
 
 F64 = NDArray[np.float64]
 Plant = Callable[[F64, F64], Any]
@@ -33,6 +34,9 @@ class ClosedLoop:
     violations: per step, the largest violation of the controller's default path state bounds (those of stage 1)
       and input bounds (stage 0) by (x_{t+1}, u_t).
     x_bounds, u_bounds: those bounds (for plots).
+    failure: why the run stopped early (the plant raised, or returned NaN/inf or a wrong shape), or None; the
+      trajectories then hold the steps completed before it.
+    failed_step: the step t at which the plant failed (x has t + 1 states), or None.
   """
 
   x: F64
@@ -44,6 +48,8 @@ class ClosedLoop:
   violations: F64
   x_bounds: tuple[F64, F64] = field(repr=False)
   u_bounds: tuple[F64, F64] = field(repr=False)
+  failure: str | None = None
+  failed_step: int | None = None
 
   @property
   def cost(self) -> float:
@@ -76,8 +82,11 @@ class ClosedLoop:
     }
 
   def summary(self) -> str:
-    """The metrics as a small table."""
-    return "\n".join(f"{k:>20}: {v:.6g}" if isinstance(v, float) else f"{k:>20}: {v}" for k, v in self.metrics.items())
+    """The metrics as a small table, and the failure that stopped the run early, if any."""
+    lines = [f"{k:>20}: {v:.6g}" if isinstance(v, float) else f"{k:>20}: {v}" for k, v in self.metrics.items()]
+    if self.failure is not None:
+      lines.append(f"{'failed':>20}: stopped at step {self.failed_step}: {self.failure}")
+    return "\n".join(lines)
 
 
 def simulate(
@@ -103,7 +112,8 @@ def simulate(
     progress: print a progress bar to stderr (default: for runs of more than 100 steps on a terminal).
 
   A controller failure does not stop the run: the step is counted under its status and the input held at the last
-  usable value (zeros at the start) when the returned one is not finite.
+  usable value (zeros at the start) when the returned one is not finite. A plant failure (it raises, or returns
+  NaN/inf or a wrong shape) stops it: the run up to that step is returned, with `failure` and `failed_step` set.
   """
   if not isinstance(mpc, MPCFunction):
     raise TypeError(f"simulate: mpc must be an MPCFunction, got {type(mpc).__name__}")
@@ -111,11 +121,10 @@ def simulate(
     raise TypeError(f"simulate: plant must be callable (x, u) -> x_next, got {type(plant).__name__}")
   if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
     raise ValueError(f"simulate: steps must be an int >= 0, got {steps!r}")
-  x = np.array(x0, dtype=np.float64).reshape(-1)
-  if x.shape != (mpc.nx,) or not np.all(np.isfinite(x)):
-    raise ValueError(f"simulate: x0 must be {mpc.nx} finite numbers, got {np.asarray(x0)!r}")
+  x = float_array("simulate", "x0", x0, (mpc.nx,), finite=True)
   show = progress if progress is not None else steps > 100 and sys.stderr.isatty()
   xs, us, costs, times, its, statuses = [x], [], [], [], [], []
+  failed: tuple[int, str] | tuple[None, None] = (None, None)
   u_last = np.zeros(mpc.nu)
   mpc.reset()
   if guess is not None:
@@ -125,8 +134,12 @@ def simulate(
     p_t = p(t) if callable(p) else p
     sol = mpc(x, p_t)
     u = sol.u0.copy() if np.all(np.isfinite(sol.u0)) else u_last
+    x_next, failure = _plant_step(plant, x, u)
+    if failure is not None:
+      failed = (t, failure)
+      break
     costs.append(_stage_cost(mpc, x, u, p_t))
-    x = np.asarray(plant(x, u), dtype=np.float64).reshape(mpc.nx)
+    x = x_next
     xs.append(x)
     us.append(u)
     times.append(sol.solve_time)
@@ -137,14 +150,29 @@ def simulate(
       _progress(mpc.name, t + 1, steps, time.perf_counter() - start)
   if show:
     sys.stderr.write("\n")
-  X, U = np.array(xs), np.array(us).reshape(steps, mpc.nu)
+  X, U = np.array(xs), np.array(us).reshape(len(us), mpc.nu)
   bounds = mpc.defaults
   path = 1 if mpc.N > 1 else mpc.N  # the path bounds (row N holds the terminal ones)
   x_lo, x_hi, u_lo, u_hi = bounds["lbx"][path], bounds["ubx"][path], bounds["lbu"][0], bounds["ubu"][0]
   violation = np.maximum(np.maximum(x_lo - X[1:], X[1:] - x_hi).max(axis=1, initial=0.0),
-                         np.maximum(u_lo - U, U - u_hi).max(axis=1, initial=0.0)) if steps else np.zeros(0)  # fmt: skip
+                         np.maximum(u_lo - U, U - u_hi).max(axis=1, initial=0.0)) if us else np.zeros(0)  # fmt: skip
   return ClosedLoop(X, U, np.array(costs), np.array(times), np.array(its, dtype=np.int64), tuple(statuses),
-                    np.maximum(violation, 0.0), (x_lo, x_hi), (u_lo, u_hi))  # fmt: skip
+                    np.maximum(violation, 0.0), (x_lo, x_hi), (u_lo, u_hi), failed[1], failed[0])  # fmt: skip
+
+
+def _plant_step(plant: Plant, x: F64, u: F64) -> tuple[F64, str | None]:
+  """(x_next, None) from the plant, or (x, why) when it raised or returned something other than finite states."""
+  try:
+    value = plant(x.copy(), u.copy())
+  except Exception as e:  # NOTE: whatever the plant raises ends the run, which is returned up to this step
+    return x, f"the plant raised {type(e).__name__}: {e} (x = {x}, u = {u})"
+  try:
+    x_next = float_array("simulate", "x_next", value, None, finite=True)
+  except (TypeError, ValueError) as e:
+    return x, f"the plant returned {str(e).removeprefix('simulate: ')} (x = {x}, u = {u})"
+  if x_next.size != x.size:
+    return x, f"the plant returned x_next of shape {x_next.shape}, expected {x.size} values (x = {x}, u = {u})"
+  return x_next.reshape(x.shape), None
 
 
 def _stage_cost(mpc: MPCFunction, x: F64, u: F64, p: ArrayLike | None) -> float:

@@ -22,6 +22,7 @@ from anvil.codegen import Arg, NumericalFunction, SparseNumericalFunction
 from anvil.mpc.costs import LeastSquares
 from anvil.mpc.soft import SOFT_GROUPS, Soft
 from anvil.qp import StageLayout
+from anvil.validation import require_float64, require_type
 
 Fn = NumericalFunction[..., Any]
 Cost = Fn | LeastSquares
@@ -40,10 +41,19 @@ class SoftEntry:
   l2: float
 
 
+def _check_function(name: str, what: str, fn: object, outputs: bool) -> None:
+  """TypeError unless `fn` is a NumericalFunction (or, for a cost, a LeastSquares) of float64 inputs (and with
+  `outputs`, float64 outputs: this traces it)."""
+  where = f"MPCFunction({name})"
+  if what.endswith("cost"):
+    require_type(where, what, fn, (NumericalFunction, LeastSquares), "a NumericalFunction or LeastSquares")
+  else:
+    require_type(where, what, fn, (NumericalFunction,), "a NumericalFunction")
+  require_float64(where, what, fn.residual if isinstance(fn, LeastSquares) else fn, outputs=outputs)
+
+
 def _stage_inputs(fn: Cost, what: str, sizes: tuple[int, ...], np_: int) -> bool:
   """Check `fn` takes inputs of `sizes` (plus p of np_ when np_ > 0, optionally); True when it takes p."""
-  if not isinstance(fn, (NumericalFunction, LeastSquares)):
-    raise TypeError(f"MPCFunction: {what} must be a NumericalFunction (or LeastSquares), got {type(fn).__name__}")
   shapes = tuple(a.shape for a in fn.inputs)
   plain = tuple((s,) for s in sizes)
   if shapes == plain:
@@ -79,7 +89,12 @@ class Transcription:
   ) -> None:
     if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
       raise ValueError(f"MPCFunction({name}): horizon must be an int >= 1, got {horizon!r}")
-    if not isinstance(dynamics, NumericalFunction) or len(dynamics.inputs) not in (2, 3):
+    functions = {"dynamics": dynamics, "stage_cost": stage_cost, "terminal_cost": terminal_cost,
+                 "constraints": constraints, "terminal_constraints": terminal_constraints}  # fmt: skip
+    for what, fn in functions.items():
+      if fn is not None or what in ("dynamics", "stage_cost"):
+        _check_function(name, what, fn, outputs=False)
+    if len(dynamics.inputs) not in (2, 3):
       raise TypeError(f"MPCFunction({name}): dynamics must be a NumericalFunction of (x, u) or (x, u, p)")
     self.name, self.N = name, horizon
     self.nx, self.nu = dynamics.inputs[0].size, dynamics.inputs[1].size
@@ -107,6 +122,9 @@ class Transcription:
       _output_size(terminal_cost, "terminal_cost", True)
     self.nh = 0 if constraints is None else _output_size(constraints, "constraints", False)
     self.nhN = 0 if terminal_constraints is None else _output_size(terminal_constraints, "terminal_constraints", False)
+    for what, fn in functions.items():
+      if fn is not None:
+        _check_function(name, what, fn, outputs=True)
     self.soft = dict(soft or {})
     for group, spec in self.soft.items():
       if group not in SOFT_GROUPS:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import threading
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -22,6 +23,7 @@ from anvil.qp import QPBackend, QPProblem, QPStatus, RiccatiOptions, StageLayout
 from anvil.sqp.labels import NLPLabels
 from anvil.sqp.options import SQPOptions
 from anvil.sqp.result import SUCCESS, SQPResult, SQPStatus
+from anvil.validation import check_bounds, float_array, require_float64, require_type
 
 Fn = NumericalFunction[..., Any]
 HISTORY_NAMES = ("objective", "primal_infeasibility", "dual_infeasibility", "step", "regularization", "complementarity")
@@ -57,12 +59,15 @@ class _SolverContext:
   tables: tuple[tuple[str, tuple[int, ...]], ...]
 
 
-def _xp_args(fn: Fn, what: str) -> tuple[int, int]:
-  if not isinstance(fn, NumericalFunction) or len(fn.inputs) != 2 or len(fn.inputs[0].shape) != 1:
-    raise TypeError(f"SQPFunction: {what} must be a NumericalFunction of (x, p) with x a vector")
+def _xp_args(name: str, fn: Fn, what: str) -> tuple[int, int]:
+  """(n, np) of a function of (x, p): float64 vectors."""
+  require_type(name, what, fn, (NumericalFunction,), "a NumericalFunction of (x, p)")
+  if len(fn.inputs) != 2 or len(fn.inputs[0].shape) != 1:
+    raise TypeError(f"{name}: {what} must be a NumericalFunction of (x, p) with x a vector")
   n, p = fn.inputs[0], fn.inputs[1]
   if len(p.shape) != 1:
-    raise TypeError(f"SQPFunction: the parameter of {what} {fn.name} must be a vector (Arg(0) for none)")
+    raise TypeError(f"{name}: the parameter of {what} {fn.name} must be a vector (Arg(0) for none)")
+  require_float64(name, what, fn)
   return n.shape[0], p.shape[0]
 
 
@@ -92,6 +97,9 @@ class SQPFunction(TemplatedFunction):
     stages: where x's entries and g's rows sit in the stages of an optimal control problem (a StageLayout): needed
       by `RiccatiOptions`, ignored by OSQP.
 
+  Calls are thread-safe: each converts its inputs into arrays of its own and gets fresh outputs, and the C++ solve
+  (which holds the GIL) runs under this object's lock, so calls from several threads never share a buffer.
+
   Example:
     >>> f = NumericalFunction("f", lambda x, p: (1 - x[0]) ** 2 + 100 * (x[1] - x[0] ** 2) ** 2, (Arg(2), Arg(0)))
     >>> res = SQPFunction("rosen", f)(np.zeros(2), np.zeros(0), -np.inf * np.ones(2), np.inf * np.ones(2), [], [])
@@ -112,8 +120,8 @@ class SQPFunction(TemplatedFunction):
     convex_hessian: bool = False,
   ) -> None:
     self.name = check_identifier(name, "SQPFunction name")
-    self.n, self.np = _xp_args(cost, "cost")
-    if constraints is not None and _xp_args(constraints, "constraints") != (self.n, self.np):
+    self.n, self.np = _xp_args(name, cost, "cost")
+    if constraints is not None and _xp_args(name, constraints, "constraints") != (self.n, self.np):
       raise ValueError(f"{name}: cost and constraints must take the same x ({self.n}) and p ({self.np})")
     if options is not None and not isinstance(options, SQPOptions):
       raise TypeError(f"{name}: options must be SQPOptions, got {type(options).__name__}")
@@ -128,6 +136,7 @@ class SQPFunction(TemplatedFunction):
     if not isinstance(convex_hessian, bool) or (convex_hessian and hessian is None):
       raise ValueError(f"{name}: convex_hessian=True declares a given hessian positive semidefinite; pass hessian=")
     self.convex_hessian = convex_hessian
+    self._lock = threading.Lock()
 
   def _check_hessian(self, hessian: SparseNumericalFunction) -> SparseNumericalFunction:
     expected = ((self.n,), (self.np,), (1,), (self.m,))
@@ -270,7 +279,7 @@ class SQPFunction(TemplatedFunction):
   def __call__(
     self,
     x0: ArrayLike,
-    p: ArrayLike,
+    p: ArrayLike | None,
     lbx: ArrayLike,
     ubx: ArrayLike,
     lbg: ArrayLike = (),
@@ -283,7 +292,8 @@ class SQPFunction(TemplatedFunction):
     max_time: float | None = None,
   ) -> SQPResult:
     """Solve from x0 (optionally warm-starting the multipliers); ±inf bounds mean none. max_iter (at most the
-    options' max_iter), tol and max_time (seconds) replace the options' for this call."""
+    options' max_iter), tol and max_time (seconds) replace the options' for this call. p may be None when the
+    problem has no parameters (np = 0)."""
     n, m = self.n, self.m
     inputs = [self._vector("x0", x0, n, finite=True), self._vector("p", p, self.np, finite=True),
               self._vector("lbx", lbx, n), self._vector("ubx", ubx, n), self._vector("lbg", lbg, m),
@@ -291,16 +301,15 @@ class SQPFunction(TemplatedFunction):
               np.zeros(m) if lam_g0 is None else self._vector("lam_g0", lam_g0, m, finite=True),
               np.zeros(n) if lam_x0 is None else self._vector("lam_x0", lam_x0, n, finite=True)]  # fmt: skip
     for lo, hi, what in ((inputs[2], inputs[3], "x"), (inputs[4], inputs[5], "g")):
-      if np.any(lo > hi):
-        i = int(np.argmax(lo > hi))
-        raise ValueError(f"{self.name}: lb{what}[{i}] = {lo[i]} > ub{what}[{i}] = {hi[i]}")
+      check_bounds(self.name, f"bounds lb{what}, ub{what}", lo, hi, lambda i: f"index {i[0]}")
     limits = self.limits(max_iter, tol, max_time)
     outs = [np.empty(n), np.empty(1), np.empty(m), np.empty(n)]
     (history, ihistory, info), scalars = self.stats_buffers(), np.zeros(6)
     in_ptrs = (ctypes.c_void_p * 8)(*(a.ctypes.data for a in inputs))
     out_ptrs = (ctypes.c_void_p * 4)(*(a.ctypes.data for a in outs))
-    self._call(in_ptrs, out_ptrs, limits.ctypes.data, history.ctypes.data, ihistory.ctypes.data, info.ctypes.data,
-               scalars.ctypes.data, self.handle.pointer)  # fmt: skip
+    with self._lock:  # NOTE: the first call loads the library: one workspace, however many threads call at once
+      self._call(in_ptrs, out_ptrs, limits.ctypes.data, history.ctypes.data, ihistory.ctypes.data,
+                 info.ctypes.data, scalars.ctypes.data, self.handle.pointer)  # fmt: skip
     bounds = (inputs[2], inputs[3], inputs[4], inputs[5])
     iterations, status, stats = self.unpack_stats(history, ihistory, info, scalars[:2], scalars[2:], bounds)
     return SQPResult(outs[0], float(outs[1][0]), outs[2], outs[3], status, iterations, stats)
@@ -318,16 +327,10 @@ class SQPFunction(TemplatedFunction):
     return np.array([options.max_iter if max_iter is None else max_iter, options.tol if tol is None else tol,
                      options.max_time if max_time is None else max_time], dtype=np.float64)  # fmt: skip
 
-  def _vector(self, what: str, value: ArrayLike, size: int, finite: bool = False) -> NDArray[np.float64]:
-    try:
-      arr = np.ascontiguousarray(value, dtype=np.float64).reshape(-1) if np.size(value) else np.zeros(0)
-    except (TypeError, ValueError) as e:
-      raise TypeError(f"{self.name}: {what} must be a float vector: {e}") from None
-    if arr.shape != (size,):
-      raise ValueError(f"{self.name}: {what} must have length {size}, got {arr.size}")
-    if np.any(np.isnan(arr)) or (finite and not np.all(np.isfinite(arr))):
-      raise ValueError(f"{self.name}: {what} contains NaN{'' if not finite else ' or inf'}")
-    return arr
+  def _vector(self, what: str, value: ArrayLike | None, size: int, finite: bool = False) -> NDArray[np.float64]:
+    if value is None and what == "p" and size:
+      raise ValueError(f"{self.name}: p is required: the problem has {size} parameters; pass p of length {size}")
+    return float_array(self.name, what, np.zeros(0) if value is None and not size else value, (size,), finite=finite)
 
   def stats_buffers(self) -> tuple[NDArray[np.float64], NDArray[np.int32], NDArray[np.int32]]:
     """Fresh arrays the JIT export of Stats fills: history, ihistory and info."""

@@ -346,19 +346,19 @@ def test_bad_inputs_raise_clear_errors(tracking: MPCFunction) -> None:
   with pytest.raises(ValueError, match="riccati_tol"):
     MPCOptions(riccati_tol=1e-3)
   p = np.zeros(4)
-  with pytest.raises(ValueError, match="x0 must have shape"):
+  with pytest.raises(ValueError, match=r"x0: expected shape \(4,\)"):
     tracking(np.zeros(3), p)
   with pytest.raises(ValueError, match="NaN"):
     tracking(np.array([0.0, np.nan, 0.0, 0.0]), p)
   with pytest.raises(ValueError, match="pass p"):
     tracking(np.zeros(4))
-  with pytest.raises(ValueError, match="p must have shape"):
+  with pytest.raises(ValueError, match=r"p: expected shape \(4,\) or per stage"):
     tracking(np.zeros(4), np.zeros((3, 4)))
   with pytest.raises(ValueError, match="lower > upper at stage 2"):
     lo = np.full((N_SMALL, 1), -1.0)
     lo[2] = 2.0
     tracking(np.zeros(4), p, u_bounds=(lo, np.ones((N_SMALL, 1))))
-  with pytest.raises(ValueError, match="x_bounds lower must have shape"):
+  with pytest.raises(ValueError, match=r"x_bounds lower: expected shape \(4,\) or per stage"):
     tracking(np.zeros(4), p, x_bounds=(np.zeros(3), np.ones(3)))
 
 

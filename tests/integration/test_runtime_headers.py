@@ -17,10 +17,10 @@ import anvil as av
 from anvil.codegen.gpu import NVRTC_LIBRARIES
 from anvil.codegen.runtime import INCLUDE_DIRS, header_path
 from anvil.problems.ocp_qp import osqp_solution, random_qp
-from anvil.qp import OSQPOptions, QPStatus, RiccatiQP
+from anvil.qp import QPStatus, RiccatiQP
 from anvil.qp.kkt import ActiveSetKKT
-from anvil.qp.osqp import EmbeddedOSQP
 from anvil.sqp import SQPStatus
+from tests.conftest import write_osqp_sources
 
 HEADERS = sorted(p.name for root in INCLUDE_DIRS for p in (root / "anvil").glob("*.hpp"))
 WARNINGS = ("-std=c++17", "-Wall", "-Wextra", "-Wpedantic", "-Werror")
@@ -29,12 +29,7 @@ WARNINGS = ("-std=c++17", "-Wall", "-Wextra", "-Wpedantic", "-Werror")
 @pytest.fixture(scope="module")
 def osqp_sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
   """OSQP's C sources and headers (with QDLDL) as the wheel generates them, written to a folder."""
-  out = tmp_path_factory.mktemp("osqp_sources")
-  pattern = sp.csc_array(np.eye(2))
-  for name, text in EmbeddedOSQP("hdr_", pattern, pattern, OSQPOptions()).files.items():
-    (out / name).parent.mkdir(parents=True, exist_ok=True)
-    (out / name).write_text(text)
-  return out
+  return write_osqp_sources(tmp_path_factory.mktemp("osqp_sources"), "hdr_")
 
 
 def includes(osqp_root: Path) -> list[str]:

@@ -116,9 +116,9 @@ def test_nan_at_the_start_is_reported_by_name() -> None:
 
 def test_bad_inputs_raise(rosenbrock: SQPFunction) -> None:
   z, lo, hi = np.zeros(0), np.full(2, -INF), np.full(2, INF)
-  with pytest.raises(ValueError, match="x0 must have length 2, got 3"):
+  with pytest.raises(ValueError, match=r"x0: expected shape \(2,\), got \(3,\)"):
     rosenbrock(np.zeros(3), z, lo, hi)
-  with pytest.raises(ValueError, match=r"lbx\[1\] = 2.0 > ubx\[1\] = 1.0"):
+  with pytest.raises(ValueError, match=r"lbx, ubx: lower > upper at index 1 \(lower 2.0, upper 1.0\)"):
     rosenbrock(np.zeros(2), z, np.array([0.0, 2.0]), np.ones(2))
   with pytest.raises(ValueError, match="x0 contains NaN"):
     rosenbrock(np.array([np.nan, 0.0]), z, lo, hi)

@@ -40,6 +40,30 @@ inline To bit_cast(const From& from) noexcept {
   return to;
 }
 
+/// Integer a / b truncated toward zero, as C++ divides, and defined where C++ is not (numpy's results, no trap):
+/// a / 0 == 0, and the most negative value divided by -1 wraps to itself. Generated code calls it only where the
+/// divisor may be 0 or -1; division by any other constant keeps the operator.
+template <typename T>
+constexpr T cdiv(T a, T b) noexcept {
+  static_assert(std::is_integral<T>::value, "cdiv divides integers");
+  if (b == T(0)) return T(0);
+  if constexpr (std::is_signed<T>::value) {
+    using U = std::make_unsigned_t<T>;
+    if (b == T(-1)) return static_cast<T>(U(0) - static_cast<U>(a));
+  }
+  return static_cast<T>(a / b);
+}
+
+/// Integer a % b, as C++ takes it (the sign of a), defined where C++ is not: a % 0 == 0 and a % -1 == 0 (numpy's).
+template <typename T>
+constexpr T cmod(T a, T b) noexcept {
+  static_assert(std::is_integral<T>::value, "cmod divides integers");
+  if constexpr (std::is_signed<T>::value) {
+    if (b == T(-1)) return T(0);
+  }
+  return b == T(0) ? T(0) : static_cast<T>(a % b);
+}
+
 /// A dense C-order array whose shape is part of its type: Buffer<double, 3, 4> holds 12 doubles, Buffer<double> one.
 /// A default-constructed Buffer owns zeroed, 64-byte aligned memory; Buffer(pointer) is a view over caller memory
 /// that is never freed (this is how the Python JIT passes numpy arrays without copying).

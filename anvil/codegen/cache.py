@@ -1,0 +1,224 @@
+"""The on-disk build cache: where it lives, and artefacts that a reader gets whole and verified, or not at all.
+
+Every artefact (rendered code, compiled objects and libraries) is written to a private temporary file, flushed to
+disk, and its size and SHA-256 recorded in a `<name>.sha256` record beside it before it is renamed into place; a
+reader uses an artefact only when it matches its record, so a truncated, emptied or replaced file is rebuilt (and
+replaced) instead of trusted. Temporary files carry the writing process's id: those of processes that no longer run
+are removed when a process first uses the cache. A cache directory that cannot be created or written falls back, with
+a warning, to a private temporary one; artefacts already in a read-only cache are still used.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import stat
+import tempfile
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Suffix of an artefact's record: "<size> <sha256>".
+RECORD_SUFFIX = ".sha256"
+#: Temporary files whose writer cannot be told (no process id in the name) are removed after this many seconds.
+STALE_TEMPORARY_S = 24 * 3600.0
+_SUBFOLDERS = ("lib", "obj", "code", "index")
+
+
+def configured_cache_dir() -> Path:
+  """The configured cache directory: $ANVIL_CACHE_DIR, else $XDG_CACHE_HOME/anvil, else ~/.cache/anvil."""
+  if d := os.environ.get("ANVIL_CACHE_DIR"):
+    return Path(d)
+  return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "anvil"
+
+
+@dataclass(frozen=True)
+class CacheLocation:
+  """Where this process writes artefacts (`write`) and where it looks for them (`read`, `write` first)."""
+
+  write: Path
+  read: tuple[Path, ...]
+
+
+def cache_dir() -> Path:
+  """The directory this process writes cached artefacts to (the configured one, or its temporary fallback)."""
+  return cache_location().write
+
+
+def cache_location() -> CacheLocation:
+  """The cache this process uses, resolved once per configured directory."""
+  return _resolve(str(configured_cache_dir()))
+
+
+@functools.cache
+def _resolve(configured: str) -> CacheLocation:
+  path = Path(configured)
+  if (problem := _unwritable(path)) is None:
+    _warn_if_shared(path)
+    remove_orphans(path)
+    return CacheLocation(path, (path,))
+  fallback = Path(tempfile.mkdtemp(prefix="anvil-cache-"))
+  warnings.warn(
+    f"anvil: the cache directory {path} {problem}; this process caches in {fallback} instead (set ANVIL_CACHE_DIR "
+    "to a writable directory to keep builds between runs)",
+    RuntimeWarning,
+    stacklevel=4,
+  )
+  return CacheLocation(fallback, (fallback, path) if path.is_dir() else (fallback,))
+
+
+def _unwritable(path: Path) -> str | None:
+  """Why `path` cannot serve as a writable cache directory, or None when it can."""
+  try:
+    path.mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    return f"cannot be created ({e.strerror or e})"
+  if not os.access(path, os.W_OK | os.X_OK):
+    return "is not writable"
+  try:
+    fd, probe = tempfile.mkstemp(dir=path, prefix=f".probe.{os.getpid()}.", suffix=".tmp")
+  except OSError as e:
+    return f"is not writable ({e.strerror or e})"
+  os.close(fd)
+  os.unlink(probe)
+  return None
+
+
+def _warn_if_shared(path: Path) -> None:
+  """Warn when others than the cache's owner may write into it: they could plant code this process loads."""
+  for folder in (path, path / "lib"):
+    try:
+      st = folder.stat()
+    except OSError:
+      continue
+    if st.st_mode & stat.S_IWOTH or (st.st_mode & stat.S_IWGRP and _group_has_others(st.st_gid, st.st_uid)):
+      warnings.warn(
+        f"anvil: the cache directory {folder} is writable by others than its owner (mode "
+        f"{stat.filemode(st.st_mode)}): they could replace compiled code this process loads; `chmod go-w` it or set "
+        "ANVIL_CACHE_DIR",
+        RuntimeWarning,
+        stacklevel=5,
+      )
+      return
+
+
+def _group_has_others(gid: int, uid: int) -> bool:
+  """Whether group `gid` has members other than user `uid` (not a user-private group); True when unknown."""
+  try:
+    import grp
+    import pwd
+  except ImportError:  # NOTE: not POSIX
+    return True
+  try:
+    owner = pwd.getpwuid(uid).pw_name
+    members = set(grp.getgrgid(gid).gr_mem) | {u.pw_name for u in pwd.getpwall() if u.pw_gid == gid}
+  except KeyError:
+    return True
+  return bool(members - {owner})
+
+
+def _temporaries(root: Path) -> Iterator[Path]:
+  folders = [root / sub for sub in _SUBFOLDERS]
+  if (src := root / "src").is_dir():
+    folders += [d for d in src.iterdir() if d.is_dir()]
+  for folder in folders:
+    if folder.is_dir():
+      yield from (p for p in folder.iterdir() if p.name.startswith(".") and p.name.endswith(".tmp"))
+
+
+def _writer_alive(path: Path) -> bool:
+  """Whether the process that named this temporary file (".<name>.<pid>.<random>.tmp") still runs."""
+  parts = path.name.split(".")
+  pid = parts[-3] if len(parts) >= 4 else ""
+  if not pid.isdigit():
+    return time.time() - path.stat().st_mtime < STALE_TEMPORARY_S
+  try:
+    os.kill(int(pid), 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True
+  return True
+
+
+def remove_orphans(root: Path) -> list[Path]:
+  """Remove the temporary files under the cache `root` whose writers no longer run (killed mid-build); returns them."""
+  removed = []
+  for tmp in _temporaries(root):
+    try:
+      if not _writer_alive(tmp):
+        tmp.unlink()
+        removed.append(tmp)
+    except OSError:
+      continue  # NOTE: another process removed it first
+  return removed
+
+
+def temporary_beside(path: Path) -> Path:
+  """A new private file next to `path` (created empty), named so `remove_orphans` knows its writer."""
+  path.parent.mkdir(parents=True, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
+  os.close(fd)
+  return Path(tmp)
+
+
+def _record_of(path: Path) -> Path:
+  return path.with_name(path.name + RECORD_SUFFIX)
+
+
+def _digest(data: bytes) -> str:
+  return f"{len(data)} {hashlib.sha256(data).hexdigest()}"
+
+
+def publish(tmp: Path, path: Path, recorded: bool = True) -> None:
+  """Move the finished temporary file `tmp` to `path` atomically; a `recorded` artefact is flushed to disk and its
+  record written first."""
+  if recorded:
+    with open(tmp, "rb+") as f:
+      data = f.read()
+      os.fsync(f.fileno())
+    record = _record_of(path)
+    record_tmp = temporary_beside(record)
+    record_tmp.write_text(_digest(data))
+    os.replace(record_tmp, record)
+  os.replace(tmp, path)
+
+
+def write_atomic(path: Path, data: str | bytes, recorded: bool = True) -> None:
+  """Write an artefact so that concurrent readers see either nothing or the whole file (and, when `recorded`, its
+  record: see `read_verified`)."""
+  tmp = temporary_beside(path)
+  try:
+    tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+    publish(tmp, path, recorded)
+  finally:
+    tmp.unlink(missing_ok=True)
+
+
+def read_verified(path: Path) -> bytes | None:
+  """The content of the artefact at `path` when it matches its record; None when it is missing or does not."""
+  try:
+    data, record = path.read_bytes(), _record_of(path).read_text()
+  except (OSError, UnicodeDecodeError):
+    return None
+  return data if record.strip() == _digest(data) else None
+
+
+def _verified_in_cache(relative: str) -> tuple[Path, bytes] | None:
+  for root in cache_location().read:
+    if (data := read_verified(path := root / relative)) is not None:
+      return path, data
+  return None
+
+
+def find_artifact(relative: str) -> Path | None:
+  """The path of the verified artefact `relative` (e.g. "lib/<key>.so") in the cache, or None."""
+  return found[0] if (found := _verified_in_cache(relative)) is not None else None
+
+
+def read_artifact(relative: str) -> bytes | None:
+  """The content of the verified artefact `relative` in the cache, or None."""
+  return found[1] if (found := _verified_in_cache(relative)) is not None else None

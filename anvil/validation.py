@@ -1,0 +1,96 @@
+"""Checks of what users pass, shared by every layer (generated functions, the SQP solver, the MPC controller and its
+simulator), so each rejects the same things with the same kind of message, naming the function, then the argument
+(`<function>: <argument>: <problem>`).
+
+Numbers are bools, ints and floats (of any width): strings, bytes, complex numbers, objects, datetimes and arrays
+numpy cannot build are a TypeError; a wrong shape, NaN where none is allowed and inconsistent bounds a ValueError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from numpy.typing import DTypeLike, NDArray
+from tinygrad import dtypes
+
+F64 = NDArray[np.float64]
+#: numpy kinds that are not numbers: objects, unicode and byte strings, void, datetimes, timedeltas, complex numbers.
+NOT_NUMBERS = "OUSVMmc"
+
+
+def as_array(where: str, what: str, value: object, dtype: DTypeLike) -> NDArray[Any]:
+  """`value` as an array whose dtype casts to `dtype` within its kind (bools and ints to floats, float64 to float32);
+  TypeError for anything else, naming `where` (the function) and `what` (the argument)."""
+  try:
+    arr = np.asarray(value)
+  except (ValueError, TypeError) as e:
+    raise TypeError(f"{where}: {what}: cannot convert {type(value).__name__} to an array: {e}") from None
+  target = np.dtype(dtype)
+  if arr.dtype.kind in NOT_NUMBERS or not np.can_cast(arr.dtype, target, casting="same_kind"):
+    raise TypeError(f"{where}: {what}: cannot cast dtype {arr.dtype} to {target} (expected numbers)")
+  return arr
+
+
+def check_shape(where: str, what: str, arr: NDArray[Any], shape: tuple[int, ...]) -> None:
+  """ValueError unless `arr` has `shape`."""
+  if arr.shape != shape:
+    raise ValueError(f"{where}: {what}: expected shape {shape}, got {arr.shape}")
+
+
+def float_array(where: str, what: str, value: object, shape: tuple[int, ...] | None, *, finite: bool = False) -> F64:
+  """A C-contiguous float64 copy of `value`, of `shape` (any when None; a scalar is taken for a vector of one), with
+  no NaN (with `finite`, no inf either)."""
+  if value is None:
+    expected = "" if shape is None else f" of shape {shape}"
+    raise ValueError(f"{where}: {what} is required: pass an array{expected}")
+  arr = np.array(as_array(where, what, value, np.float64), dtype=np.float64, order="C")
+  if shape is not None:
+    if arr.shape == () and len(shape) == 1 and shape[0] == 1:
+      arr = arr.reshape(shape)
+    check_shape(where, what, arr, shape)
+  bad = np.isnan(arr) if not finite else ~np.isfinite(arr)
+  if bad.any():
+    at = np.argwhere(bad)[0]
+    raise ValueError(
+      f"{where}: {what} contains NaN{' or inf' if finite else ''} ({what}{_index(at)} = {arr[tuple(at)]})"
+    )
+  return arr
+
+
+def check_bounds(where: str, what: str, lower: F64, upper: F64, at: Callable[[tuple[int, ...]], str]) -> None:
+  """ValueError, naming the bounds `what`, the entry (`at(index)`) and the values, when no value satisfies a pair of
+  bounds: lower = +inf, upper = -inf or lower > upper."""
+  checks = (
+    (lower == np.inf, "lower = +inf (-inf means no lower bound)"),
+    (upper == -np.inf, "upper = -inf (+inf means no upper bound)"),
+    (lower > upper, "lower > upper"),
+  )
+  for bad, problem in checks:
+    if bad.any():
+      index = tuple(int(i) for i in np.argwhere(bad)[0])
+      raise ValueError(f"{where}: {what}: {problem} at {at(index)} (lower {lower[index]}, upper {upper[index]})")
+
+
+def require_float64(where: str, what: str, fn: Any, *, outputs: bool = False) -> None:
+  """TypeError unless every input (with `outputs`, every output too: this traces `fn`) of the generated function `fn`
+  is float64: the solvers compute in double."""
+  for i, arg in enumerate(fn.inputs):
+    if arg.dtype != dtypes.float64:
+      raise TypeError(f"{where}: {what} {fn.name} takes input {i} ({arg.name}) as {arg.dtype.name}; the solvers "
+                      "compute in float64: declare it Arg(shape) (float64 is the default)")  # fmt: skip
+  for i, out in enumerate(fn.outputs if outputs else ()):
+    if out.dtype != dtypes.float64:
+      raise TypeError(f"{where}: {what} {fn.name} returns output {i} as {out.dtype.name}; the solvers compute in "
+                      "float64: return float64 (e.g. .cast(dtypes.float64))")  # fmt: skip
+
+
+def require_type(where: str, what: str, value: object, kinds: tuple[type, ...], description: str) -> None:
+  """TypeError unless `value` is an instance of one of `kinds` (`description` says what is expected)."""
+  if not isinstance(value, kinds):
+    raise TypeError(f"{where}: {what} must be {description}, got {type(value).__name__}")
+
+
+def _index(index: NDArray[np.intp]) -> str:
+  return "" if index.size == 0 else f"[{', '.join(str(int(i)) for i in index)}]"

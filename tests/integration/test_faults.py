@@ -1,0 +1,358 @@
+"""Fault injection: damaged cache artefacts, processes killed mid-build, cache directories that cannot be used, no
+compiler on a machine with a warm cache. Each case ends with a process that builds (or loads) correctly and a cache
+without temporary files."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+X = [0.3, -1.2, 2.5]
+#: A process that builds `fault_fn` (its hook, if any, is `HOOK` run first) and prints what it got.
+BUILD = """
+import json, os, signal, sys, numpy as np
+import anvil as av
+from anvil.codegen import STAGE_COUNTS
+{hook}
+f = av.NumericalFunction("fault_fn", lambda x: (x.sin() * 2.0 + x[0]).exp(), av.Arg(3))
+y = f(np.array({x}))
+assert "namespace fault_fn" in f.header_code  # the rendered code is read too (as generate_module reads it)
+print(json.dumps({{"y": y.tolist(), "library": f.library, "stages": dict(STAGE_COUNTS)}}))
+"""
+
+
+def expected() -> np.ndarray:
+  x = np.array(X)
+  return np.exp(np.sin(x) * 2.0 + x[0])
+
+
+def run_build(cache: Path, hook: str = "", env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+  """Run BUILD in a new process on `cache`."""
+  env = {**os.environ, "ANVIL_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT), **(env or {})}
+  script = BUILD.format(hook=hook, x=X)
+  return subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def built(cache: Path, **kwargs: object) -> dict:
+  """BUILD's result on `cache`, checked against numpy."""
+  proc = run_build(cache, **kwargs)  # type: ignore[arg-type]
+  assert proc.returncode == 0, proc.stderr
+  result = json.loads(proc.stdout.strip().splitlines()[-1])
+  np.testing.assert_allclose(result["y"], expected(), rtol=1e-14)
+  return result
+
+
+def temporaries(cache: Path) -> list[Path]:
+  return [p for p in cache.rglob("*") if p.name.endswith(".tmp")]
+
+
+@pytest.fixture(scope="module")
+def warm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+  """A cache holding fault_fn's code and library, built by another process."""
+  cache = tmp_path_factory.mktemp("warm") / "cache"
+  built(cache)
+  return cache
+
+
+@pytest.fixture
+def copied_cache(warm_cache: Path, tmp_path: Path) -> Path:
+  """A private copy of the warm cache, to damage."""
+  return Path(shutil.copytree(warm_cache, tmp_path / "cache"))
+
+
+@pytest.fixture
+def resolve_again() -> None:
+  """Forget which cache directories this process resolved (each is resolved once per process)."""
+  from anvil.codegen import cache
+
+  cache._resolve.cache_clear()
+  yield
+  cache._resolve.cache_clear()
+
+
+def _only(cache: Path, folder: str, suffix: str) -> Path:
+  (found,) = [p for p in (cache / folder).iterdir() if p.name.endswith(suffix)]
+  return found
+
+
+def _truncate(path: Path) -> None:
+  with open(path, "r+b") as f:
+    f.truncate(path.stat().st_size // 2)
+
+
+def _plant_library(path: Path) -> None:
+  """Replace the library by a valid library of another function (same entry point names, other results)."""
+  other = path.parent.parent / "plant"
+  script = BUILD.replace("(x.sin() * 2.0 + x[0]).exp()", "x * 0.0")
+  env = {**os.environ, "ANVIL_CACHE_DIR": str(other), "PYTHONPATH": str(ROOT)}
+  proc = subprocess.run([sys.executable, "-c", script.format(hook="", x=X)], env=env, cwd=ROOT, capture_output=True,
+                        text=True, timeout=300)  # fmt: skip
+  planted = json.loads(proc.stdout.strip().splitlines()[-1])["library"]
+  shutil.copyfile(planted, path)
+
+
+DAMAGES: dict[str, tuple[str, str, Callable[[Path], None]]] = {
+  "library truncated": ("lib", ".so", _truncate),
+  "library empty": ("lib", ".so", lambda p: p.write_bytes(b"")),
+  "library garbage": ("lib", ".so", lambda p: p.write_bytes(os.urandom(4096))),
+  "library planted": ("lib", ".so", _plant_library),
+  "library record missing": ("lib", ".so.sha256", lambda p: p.unlink()),
+  "library record garbage": ("lib", ".so.sha256", lambda p: p.write_text("12 nonsense")),
+  "code {}": ("code", ".json", lambda p: p.write_text("{}")),
+  "code truncated": ("code", ".json", _truncate),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_a_damaged_artifact_is_rebuilt_and_replaced(copied_cache: Path, damage: str) -> None:
+  folder, suffix, hurt = DAMAGES[damage]
+  hurt(_only(copied_cache, folder, suffix))
+  first = built(copied_cache)
+  assert first["stages"].get("compile" if folder == "lib" else "render") == 1, first["stages"]
+  second = built(copied_cache)
+  assert "compile" not in second["stages"] and "render" not in second["stages"], "the rebuilt artefact verifies"
+  assert temporaries(copied_cache) == []
+
+
+def test_a_code_record_that_matches_garbage_is_not_trusted(
+  copied_cache: Path, monkeypatch: pytest.MonkeyPatch, resolve_again: None
+) -> None:
+  """`{}` written with a matching record (e.g. by an older anvil) still lacks the code: it is not used."""
+  from anvil.codegen.cache import write_atomic
+  from anvil.codegen.function import _cached_code
+
+  monkeypatch.setenv("ANVIL_CACHE_DIR", str(copied_cache))
+  code = _only(copied_cache, "code", ".json")
+  assert _cached_code(code.name) is not None
+  write_atomic(code, "{}")
+  assert _cached_code(code.name) is None
+
+
+# *** processes killed mid-build ***
+
+KILL_HOOKS = {
+  # NOTE: each hook SIGKILLs the building process at one point of its build, after it created temporary files
+  "trace": "import anvil.codegen.function as f; f.trace = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)",
+  "render": (
+    "import anvil.codegen.cache as c; publish = c.publish\n"
+    "def killing(tmp, path, recorded=True):\n"
+    "  if path.suffix == '.json': os.kill(os.getpid(), signal.SIGKILL)\n"
+    "  publish(tmp, path, recorded)\n"
+    "c.publish = killing"
+  ),
+  "compile": (
+    "import anvil.codegen.jit as j; run = j._run_compiler\n"
+    "def killing(cmd, what, kept):\n"
+    "  run(cmd, what, kept); os.kill(os.getpid(), signal.SIGKILL)\n"
+    "j._run_compiler = killing"
+  ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", list(KILL_HOOKS))
+def test_a_build_killed_mid_way_leaves_nothing_behind(tmp_path: Path, stage: str) -> None:
+  cache = tmp_path / "cache"
+  killed = run_build(cache, hook=KILL_HOOKS[stage])
+  assert killed.returncode == -signal.SIGKILL
+  if stage != "trace":
+    assert temporaries(cache), "the killed build left temporary files (else this test tests nothing)"
+  built(cache)
+  assert temporaries(cache) == []
+
+
+PARALLEL = """
+import os, sys, time
+import anvil as av
+from anvil.codegen import parallel
+def slow(index):
+  os.write(1, b"%d\\n" % os.getpid())
+  time.sleep(60)
+parallel._build = slow
+os.environ["ANVIL_BUILD_JOBS"] = "2"
+fns = [av.NumericalFunction(f"orphan_{k}", lambda x: x.sin() * (k + 1.0), av.Arg(3)) for k in range(2)]
+parallel.build_in_parallel(fns)
+"""
+
+
+def _running(pid: int) -> bool:
+  try:
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+  except OSError:
+    return False
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="forked build workers are Linux-only")
+def test_forked_build_workers_exit_when_their_parent_is_killed(tmp_path: Path) -> None:
+  env = {**os.environ, "ANVIL_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+  parent = subprocess.Popen([sys.executable, "-c", PARALLEL], env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+  assert parent.stdout is not None
+  workers = [int(parent.stdout.readline()) for _ in range(2)]
+  assert all(_running(w) for w in workers)
+  parent.kill()
+  parent.wait()
+  parent.stdout.close()
+  deadline = time.monotonic() + 10
+  while any(_running(w) for w in workers) and time.monotonic() < deadline:
+    time.sleep(0.05)
+  assert not any(_running(w) for w in workers), "a build worker outlived its parent"
+
+
+# *** cache directories that cannot be used as they are ***
+
+
+def test_an_uncreatable_cache_directory_falls_back_to_a_temporary_one(
+  tmp_path: Path, monkeypatch: pytest.MonkeyPatch, resolve_again: None
+) -> None:
+  import anvil as av
+  from anvil.codegen.cache import cache_dir
+
+  blocker = tmp_path / "a-file"
+  blocker.write_text("")
+  monkeypatch.setenv("ANVIL_CACHE_DIR", str(blocker / "cache"))
+  with pytest.warns(RuntimeWarning, match="ANVIL_CACHE_DIR"):
+    fallback = cache_dir()
+  assert fallback.is_dir() and not str(fallback).startswith(str(blocker))
+  f = av.NumericalFunction("fault_fallback", lambda x: x * 3.0, av.Arg(2))
+  np.testing.assert_array_equal(f(np.array([1.0, 2.0])), [3.0, 6.0])
+  assert Path(f.library).is_relative_to(fallback)
+
+
+def test_a_read_only_cache_is_still_read(
+  copied_cache: Path, monkeypatch: pytest.MonkeyPatch, resolve_again: None
+) -> None:
+  """A warm cache that cannot be written (a deployment image) still provides its artefacts; new ones go elsewhere."""
+  import anvil as av
+  from anvil.codegen import STAGE_COUNTS, cache
+
+  monkeypatch.setattr(cache, "_unwritable", lambda path: "is not writable" if path == copied_cache else None)
+  monkeypatch.setenv("ANVIL_CACHE_DIR", str(copied_cache))
+  before = dict(STAGE_COUNTS)
+  with pytest.warns(RuntimeWarning, match=f"{copied_cache} is not writable"):
+    f = av.NumericalFunction("fault_fn", lambda x: (x.sin() * 2.0 + x[0]).exp(), av.Arg(3))
+    np.testing.assert_allclose(f(np.array(X)), expected(), rtol=1e-14)
+  assert Path(f.library).is_relative_to(copied_cache)
+  assert all(STAGE_COUNTS[s] == before.get(s, 0) for s in ("render", "compile")), "read from the read-only cache"
+
+
+def test_a_cache_writable_by_others_is_warned_about(
+  tmp_path: Path, monkeypatch: pytest.MonkeyPatch, resolve_again: None
+) -> None:
+  from anvil.codegen.cache import cache_dir
+
+  shared = tmp_path / "shared"
+  shared.mkdir()
+  shared.chmod(0o777)
+  monkeypatch.setenv("ANVIL_CACHE_DIR", str(shared))
+  with pytest.warns(RuntimeWarning, match="writable by others"):
+    assert cache_dir() == shared
+  private = tmp_path / "private"
+  private.mkdir(mode=0o700)
+  monkeypatch.setenv("ANVIL_CACHE_DIR", str(private))
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    assert cache_dir() == private
+
+
+def test_orphaned_temporary_files_are_removed(tmp_path: Path) -> None:
+  from anvil.codegen.cache import remove_orphans
+
+  dead = subprocess.Popen([sys.executable, "-c", "pass"])
+  dead.wait()
+  (tmp_path / "lib").mkdir()
+  (tmp_path / "src" / "k").mkdir(parents=True)
+  orphans = [tmp_path / "lib" / f".k.so.{dead.pid}.ab_c.tmp", tmp_path / "src" / "k" / f".jit.cpp.{dead.pid}.x.tmp"]
+  alive = tmp_path / "lib" / f".j.so.{os.getpid()}.x1.tmp"
+  unknown = tmp_path / "lib" / ".old.tmp"
+  for p in [*orphans, alive, unknown]:
+    p.write_text("")
+  os.utime(unknown, (0, 0))
+  assert sorted(remove_orphans(tmp_path)) == sorted([*orphans, unknown])
+  assert alive.exists()
+
+
+# *** compilers ***
+
+
+def test_a_c_compiler_as_cxx_caches_nothing(fresh_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+  """gcc compiles C++ but does not link libstdc++: the library does not load, so it must not be cached."""
+  import anvil as av
+  from anvil.codegen.jit import CompileError
+
+  if shutil.which("gcc") is None:
+    pytest.skip("no gcc")
+  monkeypatch.setenv("CXX", "gcc")
+  f = av.NumericalFunction("fault_gcc", lambda x: x.sin(), av.Arg(2))
+  with pytest.raises(CompileError, match="does not load, so it was not cached"):
+    _ = f.library
+  assert not list((fresh_cache / "lib").glob("*.so"))
+  monkeypatch.delenv("CXX")
+  g = av.NumericalFunction("fault_gcc", lambda x: x.sin(), av.Arg(2))
+  np.testing.assert_allclose(g(np.array([0.5, 1.0])), np.sin([0.5, 1.0]), rtol=1e-15)
+
+
+@pytest.mark.slow
+def test_a_warm_cache_needs_no_compiler(copied_cache: Path, tmp_path: Path) -> None:
+  no_compiler = {"CXX": "/nonexistent/c++"}
+  warm = built(copied_cache, env=no_compiler)
+  assert "compile" not in warm["stages"]
+  cold = run_build(tmp_path / "empty", env=no_compiler)
+  assert cold.returncode != 0 and "has no library built for this code" in cold.stderr
+
+
+SOLVERS = """
+import json, numpy as np
+import anvil as av
+from anvil.codegen import STAGE_COUNTS
+from anvil.mpc import MPCOptions
+from anvil.problems import cartpole_mpc as cm
+from anvil.sqp import SQPFunction
+f = av.NumericalFunction("sqp_par_f", lambda x, p: ((x - p[:2]) ** 2).sum(), (av.Arg(2), av.Arg(3)))
+g = av.NumericalFunction("sqp_par_g", lambda x, p: (x.sum() - p[2]).reshape(1), (av.Arg(2), av.Arg(3)))
+res = SQPFunction("sqp_par", f, g)(np.zeros(2), np.array([0.2, 0.3, 0.0]), np.full(2, -np.inf), np.full(2, np.inf),
+                                   [-np.inf], [0.0])
+sol = cm.stabilizing("test_mpc_stab_riccati", MPCOptions(qp_solver="riccati"))(np.array([0.3, 0.0, 0.1, 0.0]))
+print(json.dumps({"x": res.x.tolist(), "u0": sol.u0.tolist(), "stages": dict(STAGE_COUNTS)}))
+"""
+
+
+@pytest.mark.slow
+def test_solvers_load_from_a_warm_cache_without_a_compiler() -> None:
+  """An SQP solver and an MPC controller (test_validation's, in the suite's cache) load where no compiler is."""
+  runs = []
+  for env in ({}, {"CXX": "/nonexistent/c++"}):
+    proc = subprocess.run([sys.executable, "-c", SOLVERS], env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+  warm, deployed = runs
+  assert "compile" not in deployed["stages"]
+  assert deployed["x"] == warm["x"] and deployed["u0"] == warm["u0"]
+  np.testing.assert_allclose(warm["x"], [-0.05, 0.05], atol=1e-8)
+
+
+def test_a_workspace_too_large_raises_memory_error(fresh_cache: Path) -> None:
+  import anvil as av
+
+  n = 6_000_000  # an n x n intermediate: 288 TB, beyond any address space
+
+  def outer(a: av.Tensor) -> av.Tensor:
+    x = (a.reshape(-1, 1) * a.reshape(1, -1)).exp().contiguous()
+    return x.sum(0).contiguous() * x.sum(1)
+
+  f = av.NumericalFunction("fault_huge", outer, av.Arg(n))
+  with pytest.raises(MemoryError, match="fault_huge: not enough memory"):
+    f(np.zeros(n))

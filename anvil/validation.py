@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import DTypeLike, NDArray
-from tinygrad import dtypes
+from tinygrad import Tensor, dtypes
 
 F64 = NDArray[np.float64]
 #: numpy kinds that are not numbers: objects, unicode and byte strings, void, datetimes, timedeltas, complex numbers.
@@ -22,7 +22,14 @@ NOT_NUMBERS = "OUSVMmc"
 
 def as_array(where: str, what: str, value: object, dtype: DTypeLike) -> NDArray[Any]:
   """`value` as an array whose dtype casts to `dtype` within its kind (bools and ints to floats, float64 to float32);
-  TypeError for anything else, naming `where` (the function) and `what` (the argument)."""
+  a Tensor made from data gives its data; TypeError for anything else, naming `where` (the function) and `what` (the
+  argument)."""
+  if isinstance(value, Tensor):
+    from anvil.codegen.trace import tensor_values  # NOTE: late import: anvil.codegen imports this module
+
+    if (value := tensor_values(value)) is None:
+      raise TypeError(f"{where}: {what}: a Tensor computed by operations has no values outside a traced function; "
+                      "pass a numpy array (or a Tensor made from data)")  # fmt: skip
   try:
     arr = np.asarray(value)
   except (ValueError, TypeError) as e:
@@ -73,9 +80,12 @@ def check_bounds(where: str, what: str, lower: F64, upper: F64, at: Callable[[tu
       raise ValueError(f"{where}: {what}: {problem} at {at(index)} (lower {lower[index]}, upper {upper[index]})")
 
 
-def require_float64(where: str, what: str, fn: Any, *, outputs: bool = False) -> None:
-  """TypeError unless every input (with `outputs`, every output too: this traces `fn`) of the generated function `fn`
-  is float64: the solvers compute in double."""
+def require_cpu_float64(where: str, what: str, fn: Any, *, outputs: bool = False) -> None:
+  """ValueError unless the generated function `fn` runs on the CPU, TypeError unless every input (with `outputs`,
+  every output too: this traces `fn`) is float64: the solvers run on the CPU, in double."""
+  if fn.device != "CPU":
+    raise ValueError(f"{where}: {what} {fn.name} runs on {fn.device}; the solvers run on the CPU: build their "
+                     "functions with device='CPU' (the default)")  # fmt: skip
   for i, arg in enumerate(fn.inputs):
     if arg.dtype != dtypes.float64:
       raise TypeError(f"{where}: {what} {fn.name} takes input {i} ({arg.name}) as {arg.dtype.name}; the solvers "

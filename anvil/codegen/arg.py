@@ -38,6 +38,21 @@ def cpp_type(dtype: DType, what: str) -> str:
   return name
 
 
+def as_dtype(dtype: object, what: str) -> DType:
+  """`dtype` as a tinygrad dtype: a DType, its name ("float32") or a numpy dtype-like (np.float32)."""
+  if isinstance(dtype, DType):
+    return dtype
+  if isinstance(dtype, str) and isinstance(found := getattr(dtypes, dtype, None), DType):
+    return found
+  try:
+    as_numpy = np.dtype(dtype)  # type: ignore[call-overload]
+  except TypeError:
+    as_numpy = None
+  if (match := next((d for d in CPP_TYPES if as_numpy is not None and numpy_dtype(d) == as_numpy), None)) is not None:
+    return match
+  raise TypeError(f"{what}: expected a tinygrad dtype (dtypes.float64), its name or a numpy dtype, got {dtype!r}")
+
+
 def numpy_dtype(dtype: DType) -> np.dtype:
   """The numpy dtype matching a supported tinygrad dtype."""
   return np.dtype(dtype.fmt)
@@ -47,8 +62,8 @@ def _normalize_shape(shape: ShapeLike) -> tuple[Dim, ...]:
   dims = shape if isinstance(shape, tuple) else (shape,)
   for d in dims:
     if isinstance(d, CodegenIntConstant):
-      if d.name is None:
-        raise ValueError(f"Arg shape: {d.expr} is an unnamed expression; name it with CodegenIntConstant.from_expr")
+      if not d.declared:
+        raise ValueError(f"Arg shape: {d.name} is an unnamed expression; name it with CodegenIntConstant.from_expr")
       if d.value < 0:
         raise ValueError(f"Arg shape: constant {d.name} = {d.value} is negative")
     elif isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 0:
@@ -62,7 +77,7 @@ class Arg:
   Args:
     shape: an int (a vector), a tuple of ints (`()` is a scalar), or `CodegenIntConstant`s, which the generated
       header then spells by name (`Buffer<double, N>`).
-    dtype: a tinygrad dtype; float64 unless given.
+    dtype: a tinygrad dtype, its name ("float32") or a numpy dtype; float64 unless given.
     name: a name for error messages and the generated header; defaults to the Python parameter name.
 
   Example:
@@ -71,11 +86,10 @@ class Arg:
 
   __slots__ = ("dims", "dtype", "name", "shape")
 
-  def __init__(self, shape: ShapeLike, dtype: DType = dtypes.float64, name: str | None = None) -> None:
+  def __init__(self, shape: ShapeLike, dtype: DType | str | type = dtypes.float64, name: str | None = None) -> None:
     self.dims: tuple[Dim, ...] = _normalize_shape(shape)
     self.shape: tuple[int, ...] = tuple(int(d) for d in self.dims)
-    if not isinstance(dtype, DType):
-      raise TypeError(f"Arg dtype: expected a tinygrad dtype such as dtypes.float64, got {dtype!r}")
+    dtype = as_dtype(dtype, "Arg dtype")
     cpp_type(dtype, "Arg")
     if name is not None and (not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name)):
       raise ValueError(f"Arg name: {name!r} is not an identifier")
@@ -87,10 +101,16 @@ class Arg:
     return f"Arg({self.dims!r}, dtype=dtypes.{self.dtype.name}{name})"
 
   def __eq__(self, other: object) -> bool:
-    return isinstance(other, Arg) and (self.dims, self.dtype, self.name) == (other.dims, other.dtype, other.name)
+    """Args are equal when their shapes (constants included) and dtypes are; the name is only a label."""
+    return isinstance(other, Arg) and (self.dims, self.dtype) == (other.dims, other.dtype)
 
   def __hash__(self) -> int:
-    return hash((self.shape, self.dtype, self.name))
+    return hash((self.shape, self.dtype))
+
+  @property
+  def ndim(self) -> int:
+    """Number of dimensions (0 for a scalar)."""
+    return len(self.shape)
 
   @property
   def size(self) -> int:

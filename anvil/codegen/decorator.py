@@ -48,23 +48,36 @@ class NumericalFunctionDecorator(Protocol):
 
 
 def shapes_to_args(shapes: tuple[Any, ...]) -> tuple[Arg, ...]:
-  """float64 `Arg`s from shapes: `(3, (2, 2))`, or the single tuple-of-shapes form `(((3,), (2,)),)`."""
-  if len(shapes) == 1 and isinstance(shapes[0], tuple) and shapes[0] and all(isinstance(s, tuple) for s in shapes[0]):
-    shapes = shapes[0]
+  """float64 `Arg`s from shapes: `(3, (2, 2))`, or the single tuple-of-shapes form `(((3,), (2,)),)` / `(((2, 2), 3),)`
+  (the API reference's `inputs`)."""
+  if len(shapes) == 1 and isinstance(shapes[0], tuple) and any(isinstance(s, (tuple, Arg)) for s in shapes[0]):
+    shapes = shapes[0]  # NOTE: a shape holds only ints: a tuple holding tuples is the reference's tuple of inputs
   return tuple(s if isinstance(s, Arg) else Arg(s) for s in shapes)
 
 
 def numerical_function(
-  name: str, *shapes: ShapeLike | Arg | tuple[ShapeLike, ...], device: str = "CPU"
+  name: str,
+  *shapes: ShapeLike | Arg | tuple[ShapeLike, ...],
+  inputs: tuple[ShapeLike | Arg, ...] | list[ShapeLike | Arg] | None = None,
+  device: str = "CPU",
 ) -> NumericalFunctionDecorator:
-  """Decorator building a `NumericalFunction` with float64 inputs of the given shapes.
+  """Decorator building a `NumericalFunction` with float64 inputs of the given shapes (or `Arg`s), given one per
+  argument or as `inputs=` (the API reference's keyword: a tuple of shapes, one per input).
 
   Example:
     >>> @numerical_function("add", 3, 3)
     ... def add(x, y): return x + y
     >>> @numerical_function("mv", ((2, 2), (2,)))
     ... def mv(A, x): return A @ x
+    >>> @numerical_function("mv2", inputs=((2, 2), (2,)))
+    ... def mv2(A, x): return A @ x
   """
+  if inputs is not None:
+    if shapes:
+      raise TypeError(f"{name}: give the input shapes by position or as inputs=, not both")
+    if not isinstance(inputs, (tuple, list)):
+      raise TypeError(f"{name}: inputs must be a tuple of shapes, one per input, got {inputs!r}")
+    shapes = tuple(inputs)
   args = shapes_to_args(shapes)
 
   def decorate(fn: Callable[..., Any]) -> NumericalFunction[..., Any]:

@@ -20,7 +20,7 @@ from anvil.codegen.build import stage
 from anvil.codegen.cache import read_artifact
 from anvil.codegen.caller import make_caller
 from anvil.codegen.constant import CodegenIntConstant
-from anvil.codegen.devices import require_device
+from anvil.codegen.devices import DeviceUnavailableError, require_device
 from anvil.codegen.gpu import GPU_DEVICES, GpuLayout, check_inputs, check_traced, gpu_layout
 from anvil.codegen.gpu_caller import gpu_programs, make_gpu_caller
 from anvil.codegen.gpu_renderer import render_gpu_kernel
@@ -250,6 +250,29 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
     render = render_kernel if self.device == "CPU" else functools.partial(render_gpu_kernel, device=self.device)
     with stage(self.name, "render") as progress:
       return build_program(self.name, self.traced, items, progress, self._gathers, render, self._gather_shifts)
+
+  @property
+  def ws_size(self) -> int:
+    """Size in bytes of the workspace `init_ws()` allocates: intermediates and captured constants (on a GPU, its
+    device allocation, which also stages inputs and outputs)."""
+    return self.program.ws_size if self.device == "CPU" else self.gpu_layout.nbytes
+
+  @property
+  def cuda_arch(self) -> str | None:
+    """The CUDA architecture `init_ws()` compiles the kernels for ("sm_89": device 0's; NVRTC versions that do not
+    know it get PTX for the newest one they do), or None for a function that does not run on CUDA or where there is
+    no usable CUDA GPU."""
+    if self.device != "CUDA":
+      return None
+    try:
+      return require_device("CUDA").arch
+    except DeviceUnavailableError:
+      return None
+
+  @property
+  def is_sparse(self) -> bool:
+    """Whether the output is a sparse matrix (a `SparseNumericalFunction`)."""
+    return False
 
   @cached_property
   def gpu_layout(self) -> GpuLayout:

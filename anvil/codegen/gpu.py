@@ -123,19 +123,25 @@ def device_support(device: str) -> str:
   return runtime_include(device.lower())
 
 
-def _no_float64(name: str, what: str, fix: str) -> TypeError:
-  return TypeError(f"{name}: {what} is float64, but Metal has no float64: {fix}")
+class UnsupportedDtypeError(TypeError, ValueError):
+  """A dtype the device cannot compute in (Metal: float64). Both a TypeError and a ValueError: the API reference
+  raises ValueError."""
+
+
+def _no_float64(name: str, what: str, fix: str) -> UnsupportedDtypeError:
+  return UnsupportedDtypeError(f"{name}: {what} is float64, but Metal has no float64: {fix}")
 
 
 def check_inputs(name: str, device: str, inputs: Sequence[Arg]) -> None:
-  """Raise TypeError naming the first input `device` cannot take (Metal: float64)."""
+  """Raise UnsupportedDtypeError naming the first input `device` cannot take (Metal: float64)."""
   for i, a in enumerate(inputs):
     if device == "METAL" and a.dtype == dtypes.float64:
       raise _no_float64(name, f"input {i} ({a.name})", "declare it Arg(..., dtype=dtypes.float32)")
 
 
 def check_traced(name: str, device: str, traced: TracedGraph) -> None:
-  """Raise TypeError naming the first captured constant or output `device` cannot hold (Metal: float64)."""
+  """Raise UnsupportedDtypeError naming the first captured constant or output `device` cannot hold (Metal:
+  float64)."""
   if device != "METAL":
     return
   constants = [b for b in traced.call.src[1:] if b.op is Ops.BUFFER and b.device in HOST_DEVICES]

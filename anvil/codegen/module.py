@@ -54,10 +54,9 @@ def sort_constants(constants: Iterable[CodegenIntConstant]) -> tuple[CodegenIntC
   for c in constants:
     if not isinstance(c, CodegenIntConstant):
       raise TypeError(f"generate_module: constants must be CodegenIntConstant, got {type(c).__name__}")
-    if c.name is None:
-      raise ValueError(f"generate_module: constant expression {c.code} has no name; use CodegenIntConstant.from_expr")
-    for d in (*c.all_dependencies(), c):
-      assert d.name is not None
+    if not c.declared:
+      raise ValueError(f"generate_module: constant expression {c.name} has no name; use CodegenIntConstant.from_expr")
+    for d in c.declaration_order():
       if (seen := out.get(d.name)) is not None and (seen.value, seen.expr, seen.type) != (d.value, d.expr, d.type):
         raise ValueError(f"generate_module: constant {d.name} is declared twice with different values")
       out.setdefault(d.name, d)
@@ -97,13 +96,15 @@ def module_code(
   by side; the header is unchanged.
   """
   check_identifier(module_name, "generate_module: module_name")
+  if not fns:
+    raise ValueError(f"generate_module({module_name!r}): the function list is empty; give at least one function")
   ordered = toposort(fns)
   device = module_device(ordered)
   build_in_parallel(ordered)
   consts = sort_constants([*constants, *(c for f in ordered for c in f.codegen_constants)])
   if clashes := sorted({f.name for f in ordered}.intersection(c.name for c in consts)):
     raise ValueError(f"generate_module: {', '.join(clashes)} name both a function and a constant (one C++ scope)")
-  header_includes = _dedup(inc for f in ordered for inc in f.header_includes)
+  header_includes = _dedup(inc for f in ordered for inc in _include_targets(f.header_includes))
   # NOTE: a GPU module is header-only: its functions' header code holds their (inline) definitions.
   gpu = device != "CPU"
   support = [runtime_include("support"), *([device_support(device)] if gpu else [])]
@@ -113,7 +114,11 @@ def module_code(
     version=__version__,
     name=module_name,
     includes=_ordered(
-      [*support, *header_includes, *(_dedup(i for f in ordered for i in f.source_includes) if gpu else ())]
+      [
+        *support,
+        *header_includes,
+        *(_dedup(i for f in ordered for i in _include_targets(f.source_includes)) if gpu else ()),
+      ]
     ),
     constants=[c.declaration() for c in consts],
     functions=[f.header_code for f in ordered],
@@ -134,10 +139,17 @@ def _source(module_name: str, fns: Sequence[FunctionBase], inlined: set[str]) ->
     "module.cpp.j2",
     version=__version__,
     name=module_name,
-    includes=_ordered(_dedup(inc for f in fns for inc in f.source_includes)),
+    includes=_ordered(_dedup(inc for f in fns for inc in _include_targets(f.source_includes))),
     functions=[f.source_code for f in fns],
   )
   return inline_runtime_headers(text, inlined)
+
+
+def _include_targets(includes: Iterable[str]) -> list[str]:
+  """A function's include targets, given as `<x>` / `"x"` or as whole `#include <x>` lines (the API reference's
+  spelling); a set is sorted, so the module's text does not depend on hashing."""
+  items = sorted(includes) if isinstance(includes, (set, frozenset)) else list(includes)
+  return [inc.strip().removeprefix("#include").strip() for inc in items]
 
 
 def _dedup(items: Iterable[str]) -> list[str]:
@@ -173,9 +185,9 @@ def generate_module(
     The paths of the header and the source (only the header for a GPU module).
 
   Raises:
-    ValueError: a name that is not a C++ identifier or is reserved (see `anvil.codegen.names`), two different functions
-      with one name, a function and a constant with one name, a dependency cycle, a constant declared twice with
-      different values, or functions of different devices.
+    ValueError: no functions, a name that is not a C++ identifier or is reserved (see `anvil.codegen.names`), two
+      different functions with one name, a function and a constant with one name, a dependency cycle, a constant
+      declared twice with different values, or functions of different devices.
 
   Example:
     >>> generate_module("quad", [rk4_step], out_dir="build")

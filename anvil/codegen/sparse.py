@@ -10,10 +10,12 @@ import scipy.sparse as sp
 from numpy.typing import ArrayLike, NDArray
 from tinygrad import Tensor
 
-from anvil.codegen.arg import Arg
 from anvil.codegen.decorator import shapes_to_args
 from anvil.codegen.function import Array, InputsLike, NumericalFunction
-from anvil.codegen.trace import OutputSpec
+from anvil.codegen.trace import OutputSpec, tensor_values
+
+#: The API reference's spelling of a pattern: (rows, cols), the number of nonzeros, CSC row indices, column starts.
+CSC_PARTS = ("shape", "nnz", "indices", "indptr")
 
 
 def _pattern(name: str, pattern: Any) -> tuple[tuple[int, int], NDArray[np.int32], NDArray[np.int32]]:
@@ -40,6 +42,43 @@ def _pattern(name: str, pattern: Any) -> tuple[tuple[int, int], NDArray[np.int32
   return (rows, cols), indices.astype(np.int32), indptr.astype(np.int32)
 
 
+def _index_array(name: str, what: str, value: Any) -> NDArray[np.int64]:
+  """A CSC index array given as a Tensor of data, a list or a numpy array."""
+  if isinstance(value, Tensor) and (value := tensor_values(value)) is None:
+    raise TypeError(f"{name}: {what}: a Tensor made from data (Tensor([...])) is expected; computed Tensors have no "
+                    "values at build time (pass a list or a numpy array)")  # fmt: skip
+  arr = np.asarray(value)
+  if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+    raise TypeError(f"{name}: {what}: expected a 1-D array of integers, got {arr.dtype} of shape {arr.shape}")
+  return arr.astype(np.int64)
+
+
+def _csc_pattern(name: str, given: dict[str, Any]) -> tuple[Any, NDArray[np.int64], NDArray[np.int64]]:
+  """(shape, indices, indptr) from the API reference's (shape, nnz, indices, indptr), with nnz checked."""
+  if missing := [k for k in CSC_PARTS if given.get(k) is None]:
+    raise TypeError(f"{name}: a pattern given as shape, nnz, indices, indptr lacks {', '.join(missing)}")
+  indices, indptr = _index_array(name, "indices", given["indices"]), _index_array(name, "indptr", given["indptr"])
+  nnz = given["nnz"]
+  if isinstance(nnz, bool) or not isinstance(nnz, (int, np.integer)) or nnz != indices.size:
+    raise ValueError(f"{name}: nnz = {nnz!r}, but indices holds {indices.size} row indices")
+  return given["shape"], indices, indptr
+
+
+def pattern_arguments(name: str, pattern: Any, csc: tuple[Any, ...], keywords: dict[str, Any]) -> tuple[Any, Any]:
+  """The pattern (as `_pattern` takes it) and any device given positionally, from either spelling: `pattern[,
+  device]`, or the API reference's `shape, nnz, indices, indptr` (positional from the pattern's place, or keywords)."""
+  given = {k: v for k, v in keywords.items() if v is not None}
+  if not given and len(csc) <= 1:
+    return pattern, (csc[0] if csc else None)
+  positional = ([] if pattern is None else [pattern]) + list(csc)
+  if len(positional) > len(CSC_PARTS):
+    raise TypeError(f"{name}: expected a pattern, or shape, nnz, indices, indptr; got {len(positional)} arguments")
+  parts = dict(zip(CSC_PARTS, positional, strict=False))
+  if twice := sorted(set(parts) & set(given)):
+    raise TypeError(f"{name}: {', '.join(twice)} given both by position and by keyword")
+  return _csc_pattern(name, parts | given), None
+
+
 class SparseNumericalFunction(NumericalFunction[..., Any]):
   """A `NumericalFunction` whose single output holds the nonzeros of a CSC matrix with a fixed pattern.
 
@@ -51,8 +90,10 @@ class SparseNumericalFunction(NumericalFunction[..., Any]):
     name: a C++ identifier.
     fn: returns a 1-D Tensor of the nnz values, in CSC order (column by column, rows increasing).
     inputs: one `Arg` per parameter of `fn`.
-    pattern: a scipy sparse matrix/array (its structure is used) or `(shape, indices, indptr)`.
-    device: "CPU".
+    pattern: a scipy sparse matrix/array (its structure is used) or `(shape, indices, indptr)`. The API reference's
+      spelling is accepted too: `shape, nnz, indices, indptr` in its place (positional or keywords; indices and
+      indptr as lists, numpy arrays or Tensors of data; nnz checked against them).
+    device: "CPU" (or "CUDA"; positional after the pattern too).
     gather: optional index table, one entry per nonzero: `fn` then returns a compressed vector and nonzero k is
       `fn(...)[gather[k]]`, expanded in C++ (this is how compressed sparse derivatives are evaluated).
     gather_shift: with `gather`, a constant per nonzero added after the gather (finite; default none).
@@ -63,6 +104,7 @@ class SparseNumericalFunction(NumericalFunction[..., Any]):
     >>> pattern = scipy.sparse.csc_array(np.eye(3))
     >>> D = SparseNumericalFunction("D", lambda x: x * 2, Arg(3), pattern)
     >>> D(np.ones(3)).toarray()
+    >>> E = SparseNumericalFunction("E", lambda x: x * 2, (Arg(3),), (3, 3), 3, [0, 1, 2], [0, 1, 2, 3])
   """
 
   def __init__(
@@ -70,12 +112,19 @@ class SparseNumericalFunction(NumericalFunction[..., Any]):
     name: str,
     fn: Callable[..., Any],
     inputs: InputsLike,
-    pattern: Any,
+    pattern: Any = None,
+    *csc: Any,
+    shape: Any = None,
+    nnz: int | None = None,
+    indices: Any = None,
+    indptr: Any = None,
     device: str = "CPU",
-    *,
     gather: ArrayLike | None = None,
     gather_shift: ArrayLike | None = None,
   ) -> None:
+    keywords = {"shape": shape, "nnz": nnz, "indices": indices, "indptr": indptr}
+    pattern, positional_device = pattern_arguments(name, pattern, csc, keywords)
+    device = positional_device or device
     self.shape, self.indices, self.indptr = _pattern(name, pattern)
     self.gather = None if gather is None else np.asarray(gather, dtype=np.int64)
     if self.gather is not None and (self.gather.shape != (self.nnz,) or np.any(self.gather < 0)):
@@ -93,6 +142,11 @@ class SparseNumericalFunction(NumericalFunction[..., Any]):
       index = Tensor(self.gather.astype(np.int32))
       shift = None if self.gather_shift is None else Tensor(self.gather_shift)
       self.fn = lambda *xs: _shifted(self.compressed_fn(*xs).flatten()[index], shift)
+
+  @property
+  def is_sparse(self) -> bool:
+    """True: the output is a sparse matrix."""
+    return True
 
   @property
   def nnz(self) -> int:
@@ -182,20 +236,49 @@ def _csc_builder(
 
 
 def sparse_numerical_function(
-  name: str, pattern: Any, *shapes: Any, device: str = "CPU"
+  name: str,
+  pattern: Any = None,
+  *shapes: Any,
+  inputs: Any = None,
+  shape: Any = None,
+  nnz: int | None = None,
+  indices: Any = None,
+  indptr: Any = None,
+  device: str = "CPU",
 ) -> Callable[[Callable[..., Any]], SparseNumericalFunction]:
-  """Decorator building a `SparseNumericalFunction` with float64 inputs of the given shapes.
+  """Decorator building a `SparseNumericalFunction`: `(name, pattern, *shapes)` with float64 inputs of the given
+  shapes, or the API reference's `(name, inputs, shape, nnz, indices, indptr)` (inputs: Args or shapes).
 
   Example:
     >>> @sparse_numerical_function("D", scipy.sparse.eye_array(3), 3)
     ... def D(x): return x * 2
+    >>> @sparse_numerical_function("E", (Arg(3),), (3, 3), 3, [0, 1, 2], [0, 1, 2, 3])
+    ... def E(x): return x * 2
   """
-  args: tuple[Arg, ...] = shapes_to_args(shapes)
+  keywords = {"shape": shape, "nnz": nnz, "indices": indices, "indptr": indptr}
+  if inputs is not None or any(v is not None for v in keywords.values()) or _reference_positional(shapes):
+    given = pattern if inputs is None else inputs
+    args = shapes_to_args(tuple(given) if isinstance(given, (tuple, list)) else (given,))
+    csc = shapes if inputs is None or pattern is None else (pattern, *shapes)
+    spec, _ = pattern_arguments(name, None, csc, keywords)
+  else:
+    args, spec = shapes_to_args(shapes), pattern
 
   def decorate(fn: Callable[..., Any]) -> SparseNumericalFunction:
-    return SparseNumericalFunction(name, fn, args, pattern, device=device)
+    return SparseNumericalFunction(name, fn, args, spec, device=device)
 
   return decorate
+
+
+def _reference_positional(rest: tuple[Any, ...]) -> bool:
+  """Whether the arguments after the decorator's second are the reference's (shape, nnz, indices, indptr) rather than
+  input shapes: a (rows, cols) pair, an int, then two index arrays."""
+  if len(rest) != len(CSC_PARTS):
+    return False
+  shape, nnz, indices, indptr = rest
+  pair = isinstance(shape, tuple) and len(shape) == 2 and all(isinstance(d, (int, np.integer)) for d in shape)
+  arrays = all(isinstance(a, (list, np.ndarray, Tensor)) for a in (indices, indptr))
+  return pair and isinstance(nnz, (int, np.integer)) and not isinstance(nnz, bool) and arrays
 
 
 def _shifted(values: Tensor, shift: Tensor | None) -> Tensor:

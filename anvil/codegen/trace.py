@@ -156,6 +156,17 @@ def constant_bytes(buf: UOp) -> bytes:
   return bytes(host.as_memoryview())
 
 
+def tensor_values(t: Tensor) -> np.ndarray | None:
+  """The data of a Tensor made from data (`Tensor([...])`, `Tensor(np.array(...))`), read without running tinygrad;
+  None for a Tensor computed by operations."""
+  u = t.uop
+  while u.op in (Ops.COPY, Ops.RESHAPE, Ops.CONTIGUOUS) and u.src:
+    u = u.src[0]
+  if u.op is not Ops.BUFFER or u.device not in HOST_DEVICES:
+    return None
+  return np.frombuffer(constant_bytes(u), dtype=np.dtype(t.dtype.fmt)).reshape(t.shape)
+
+
 def graph_key(name: str, traced: TracedGraph, extra: str = "") -> str:
   """A hash of the traced graph, the roles of its buffers and the data of captured constants."""
   roles = {u: f"in{i}" for i, u in enumerate(traced.inputs)} | {u: f"out{i}" for i, u in enumerate(traced.stores)}

@@ -22,7 +22,7 @@ from anvil.codegen import Arg, NumericalFunction, SparseNumericalFunction
 from anvil.mpc.costs import LeastSquares
 from anvil.mpc.soft import SOFT_GROUPS, Soft
 from anvil.qp import StageLayout
-from anvil.validation import require_float64, require_type
+from anvil.validation import require_cpu_float64, require_type
 
 Fn = NumericalFunction[..., Any]
 Cost = Fn | LeastSquares
@@ -49,7 +49,7 @@ def _check_function(name: str, what: str, fn: object, outputs: bool) -> None:
     require_type(where, what, fn, (NumericalFunction, LeastSquares), "a NumericalFunction or LeastSquares")
   else:
     require_type(where, what, fn, (NumericalFunction,), "a NumericalFunction")
-  require_float64(where, what, fn.residual if isinstance(fn, LeastSquares) else fn, outputs=outputs)
+  require_cpu_float64(where, what, fn.residual if isinstance(fn, LeastSquares) else fn, outputs=outputs)
 
 
 def _stage_inputs(fn: Cost, what: str, sizes: tuple[int, ...], np_: int) -> bool:

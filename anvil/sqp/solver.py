@@ -23,7 +23,7 @@ from anvil.qp import QPBackend, QPProblem, QPStatus, RiccatiOptions, StageLayout
 from anvil.sqp.labels import NLPLabels
 from anvil.sqp.options import SQPOptions
 from anvil.sqp.result import SUCCESS, SQPResult, SQPStatus
-from anvil.validation import check_bounds, float_array, require_float64, require_type
+from anvil.validation import check_bounds, float_array, require_cpu_float64, require_type
 
 Fn = NumericalFunction[..., Any]
 HISTORY_NAMES = ("objective", "primal_infeasibility", "dual_infeasibility", "step", "regularization", "complementarity")
@@ -67,7 +67,7 @@ def _xp_args(name: str, fn: Fn, what: str) -> tuple[int, int]:
   n, p = fn.inputs[0], fn.inputs[1]
   if len(p.shape) != 1:
     raise TypeError(f"{name}: the parameter of {what} {fn.name} must be a vector (Arg(0) for none)")
-  require_float64(name, what, fn)
+  require_cpu_float64(name, what, fn)
   return n.shape[0], p.shape[0]
 
 

@@ -8,6 +8,7 @@ import inspect
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import anvil as av
@@ -106,6 +107,9 @@ def test_arg_shapes() -> None:
   assert av.Arg(()).shape == () and av.Arg(()).size == 1
   assert av.Arg(0).shape == (0,) and av.Arg(0).size == 0
   assert av.Arg(3, av.dtypes.float32).dtype == av.dtypes.float32
+  assert av.Arg(3, "float32") == av.Arg(3, np.float32) == av.Arg(3, av.dtypes.float32)
+  assert len({av.Arg(3), av.Arg(3), av.Arg((3,))}) == 1 and av.Arg(3) != av.Arg(4)
+  assert (av.Arg(()).ndim, av.Arg(3).ndim, av.Arg((2, 2)).ndim) == (0, 1, 2)
   n = av.CodegenIntConstant("N", 5)
   a = av.Arg((n, 2))
   assert a.shape == (5, 2) and a.constants == (n,)
@@ -119,7 +123,9 @@ def test_arg_rejects_bad_shapes(shape: object) -> None:
 
 def test_arg_rejects_bad_dtype_and_name() -> None:
   with pytest.raises(TypeError, match=r"Arg dtype"):
-    av.Arg(3, dtype="float64")  # type: ignore[arg-type]
+    av.Arg(3, dtype="banana")
+  with pytest.raises(TypeError, match=r"Arg dtype"):
+    av.Arg(3, dtype=object)
   with pytest.raises(TypeError, match=r"not supported"):
     av.Arg(3, dtype=av.dtypes.float16)
   with pytest.raises(ValueError, match=r"Arg name"):
@@ -143,14 +149,18 @@ def test_identifier_rules(name: str) -> None:
 def test_codegen_int_constant_expressions() -> None:
   n, nx = av.CodegenIntConstant("N", 30), av.CodegenIntConstant("NX", 4)
   expr = (n + 1) * nx - 2
-  assert expr.value == 122 and expr.name is None
+  assert expr.value == 122 and expr.name == str(expr) == f"{expr}" == "(((N + 1) * NX) - 2)"
   assert {d.name for d in expr.dependencies()} == {"N", "NX"}
   w = av.CodegenIntConstant.from_expr("W", expr)
   assert w.value == 122 and w.declaration() == "inline constexpr int W = (((N + 1) * NX) - 2);"
   half = av.CodegenIntConstant.from_expr("HALF", w // 2)
   assert half.value == 61
   assert [d.name for d in half.dependencies()] == ["W"]
-  assert [d.name for d in half.all_dependencies()] == ["N", "NX", "W"]
+  assert [d.name for d in half.declaration_order()] == ["N", "NX", "W", "HALF"]
+  assert half.all_dependencies() == {n, nx, w, half}
+  assert av.CodegenIntConstant("N", 30) == n and hash(av.CodegenIntConstant("N", 30)) == hash(n)
+  assert av.CodegenIntConstant("N", 31) != n and av.CodegenIntConstant("N", 30, "long") != n
+  assert av.CodegenIntConstant("I", 2, type="int64_t").declaration() == "inline constexpr std::int64_t I = 2;"
   assert (10 - n).value == -20 and (3 * n).value == 90 and (100 // nx).value == 25
   assert av.CodegenIntConstant("L", 7, type="long").declaration() == "inline constexpr long L = 7;"
 

@@ -64,9 +64,27 @@ constexpr T cmod(T a, T b) noexcept {
   return b == T(0) ? T(0) : static_cast<T>(a % b);
 }
 
+/// The pointer of a Buffer, spelled either way: `b.data()` (a call) or `b.data` (converts to the pointer), as the API
+/// reference's examples write it (`Eigen::Map<const SpMat> J(..., out.data)`). A const Buffer gives const pointers.
+template <typename T>
+class DataPointer {
+ public:
+  explicit DataPointer(T* pointer) noexcept : pointer_(pointer) {}
+  T* operator()() noexcept { return pointer_; }
+  const T* operator()() const noexcept { return pointer_; }
+  operator T*() noexcept { return pointer_; }
+  operator const T*() const noexcept { return pointer_; }
+
+ private:
+  template <typename, std::size_t...>
+  friend class Buffer;
+  T* pointer_;
+};
+
 /// A dense C-order array whose shape is part of its type: Buffer<double, 3, 4> holds 12 doubles, Buffer<double> one.
 /// A default-constructed Buffer owns zeroed, 64-byte aligned memory; Buffer(pointer) is a view over caller memory
-/// that is never freed (this is how the Python JIT passes numpy arrays without copying).
+/// that is never freed (this is how the Python JIT passes numpy arrays without copying). Its pointer is `data()`, or
+/// `data` where a pointer is expected.
 template <typename T, std::size_t... Dims>
 class Buffer {
  public:
@@ -76,10 +94,13 @@ class Buffer {
   static constexpr std::size_t nbytes = size * sizeof(T);
   static constexpr std::array<std::size_t, sizeof...(Dims)> shape{{Dims...}};
 
-  Buffer() : data_(allocate()), owned_(true) {}
-  explicit Buffer(T* external) noexcept : data_(external), owned_(false) {}
+  Buffer() : data(allocate()), owned_(true) {}
+  explicit Buffer(T* external) noexcept : data(external), owned_(false) {}
   Buffer(const Buffer& other) : Buffer() { copy_from(other); }
-  Buffer(Buffer&& other) noexcept : data_(other.data_), owned_(other.owned_) { other.owned_ = false; other.data_ = nullptr; }
+  Buffer(Buffer&& other) noexcept : data(other.data.pointer_), owned_(other.owned_) {
+    other.owned_ = false;
+    other.data.pointer_ = nullptr;
+  }
   Buffer& operator=(const Buffer& other) {
     if (this != &other) copy_from(other);
     return *this;
@@ -87,24 +108,25 @@ class Buffer {
   Buffer& operator=(Buffer&& other) noexcept {
     if (this != &other) {
       release();
-      data_ = other.data_;
+      data.pointer_ = other.data.pointer_;
       owned_ = other.owned_;
-      other.data_ = nullptr;
+      other.data.pointer_ = nullptr;
       other.owned_ = false;
     }
     return *this;
   }
   ~Buffer() { release(); }
 
-  T* data() noexcept { return data_; }
-  const T* data() const noexcept { return data_; }
-  T& operator[](std::size_t i) noexcept { return data_[i]; }
-  const T& operator[](std::size_t i) const noexcept { return data_[i]; }
-  T* begin() noexcept { return data_; }
-  T* end() noexcept { return data_ + size; }
-  const T* begin() const noexcept { return data_; }
-  const T* end() const noexcept { return data_ + size; }
+  T& operator[](std::size_t i) noexcept { return data.pointer_[i]; }
+  const T& operator[](std::size_t i) const noexcept { return data.pointer_[i]; }
+  T* begin() noexcept { return data.pointer_; }
+  T* end() noexcept { return data.pointer_ + size; }
+  const T* begin() const noexcept { return data.pointer_; }
+  const T* end() const noexcept { return data.pointer_ + size; }
   bool owns_memory() const noexcept { return owned_; }
+
+  /// The elements: `data()` or `data` (see DataPointer).
+  DataPointer<T> data;
 
  private:
   static T* allocate() {
@@ -117,19 +139,22 @@ class Buffer {
     }
   }
   void release() noexcept {
-    if (owned_ && data_ != nullptr) ::operator delete(static_cast<void*>(data_), std::align_val_t{kAlignment});
-    data_ = nullptr;
+    if (owned_ && data.pointer_ != nullptr) {
+      ::operator delete(static_cast<void*>(data.pointer_), std::align_val_t{kAlignment});
+    }
+    data.pointer_ = nullptr;
     owned_ = false;
   }
   void copy_from(const Buffer& other) {
-    if (data_ == nullptr && size != 0) {
-      data_ = allocate();
+    if (data.pointer_ == nullptr && size != 0) {
+      data.pointer_ = allocate();
       owned_ = true;
     }
-    if constexpr (size != 0) std::memcpy(static_cast<void*>(data_), static_cast<const void*>(other.data_), nbytes);
+    if constexpr (size != 0) {
+      std::memcpy(static_cast<void*>(data.pointer_), static_cast<const void*>(other.data.pointer_), nbytes);
+    }
   }
 
-  T* data_;
   bool owned_;
 };
 

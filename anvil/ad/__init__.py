@@ -1,6 +1,7 @@
 """anvil.ad: derivatives and batching as functions: each transform returns a new NumericalFunction."""
 
 from anvil.ad.batching import VmapError as VmapError
+from anvil.ad.sparse import constant_jacobian as constant_jacobian
 from anvil.ad.sparse import sphessian as sphessian
 from anvil.ad.sparse import spjacobian as spjacobian
 from anvil.ad.sparsity import SparsityError as SparsityError

@@ -168,6 +168,21 @@ def spjacobian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> SparseNumeri
   return _sparse(fn, new_name, pattern, plan, gather, wrt, "spjacobian", constant[fixed], shifts)
 
 
+def constant_jacobian(fn: Fn, wrt: int = 0) -> NDArray[np.float64] | None:
+  """The dense Jacobian of `fn`'s single output (flattened) with respect to input `wrt` when it is the same at every
+  point (the output is affine in that input, e.g. a tracking residual x - x_ref), found at trace time without running
+  anything; None when it depends on the point.
+
+  Example:
+    >>> r = NumericalFunction("r", lambda x, ref: (x - ref) * 2.0, (Arg(2), Arg(2)))
+    >>> constant_jacobian(r, 0)     # array([[2., 0.], [0., 2.]])
+  """
+  arg = check_wrt(fn, wrt, "constant_jacobian")
+  probe, out = _probe_output(fn, "constant_jacobian")
+  values = constant_derivatives([out.uop], [p.uop for p in probe], wrt, np.eye(arg.size))
+  return None if np.isnan(values).any() else values
+
+
 def _constant_entries(
   probe: Sequence[Tensor], out: Tensor, wrt: int, pattern: sp.csc_array, rows: Index, cols: Index
 ) -> NDArray[np.float64]:

@@ -17,7 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 from tinygrad import Tensor
 
-from anvil.ad import jacobian, vmap
+from anvil.ad import constant_jacobian, jacobian, vmap
 from anvil.codegen import Arg, NumericalFunction, SparseNumericalFunction
 from anvil.mpc.costs import LeastSquares
 from anvil.mpc.soft import SOFT_GROUPS, Soft
@@ -277,7 +277,11 @@ class Transcription:
     stage_ls, final_ls = self.stage_cost, self.terminal_cost
     assert isinstance(stage_ls, LeastSquares)
 
+    constant = self._constant_gauss_newton()
+
     def values(w: Tensor, params: Tensor, sigma: Tensor, lam: Tensor) -> Tensor:
+      if constant is not None:  # NOTE: affine residuals: the blocks are the same at every point, computed here once
+        return Tensor(constant) * sigma[0]
       X, U, xN, _, _, P = self.split(w, params)
       stage_args = (X, U, P[:N]) if self.takes_p["stage_cost"] else (X, U)
       J = (
@@ -296,6 +300,23 @@ class Transcription:
 
     args = (Arg(self.nw), Arg(self.n_params), Arg(1), Arg(self.ng))
     return SparseNumericalFunction(f"{self.name}_gauss_newton", values, args, pattern, gather=np.asarray(gather)[order])
+
+  def _constant_gauss_newton(self) -> np.ndarray | None:
+    """The Gauss-Newton Hessian's blocks (and slack terms), flattened as `gauss_newton_hessian` computes them, when
+    every residual is affine in the states and inputs (its Jacobian is the same at every point); else None."""
+    stage_ls, final_ls = self.stage_cost, self.terminal_cost
+    assert isinstance(stage_ls, LeastSquares)
+    Jx, Ju = constant_jacobian(stage_ls.residual, 0), constant_jacobian(stage_ls.residual, 1)
+    if Jx is None or Ju is None:
+      return None
+    J = np.hstack([Jx, Ju])
+    pieces = [np.tile((2 * J.T @ stage_ls.weight @ J).ravel(), self.N)]
+    if isinstance(final_ls, LeastSquares):
+      if (JN := constant_jacobian(final_ls.residual, 0)) is None:
+        return None
+      pieces.append((2 * JN.T @ final_ls.weight @ JN).ravel())
+    pieces.append(np.array([2 * e.l2 for e in self.soft_entries]))
+    return np.concatenate(pieces)
 
 
 def shooting_layout(

@@ -10,6 +10,7 @@ import pytest
 
 import anvil as av
 from anvil import Arg, Tensor
+from anvil.ad import constant_jacobian
 from anvil.mpc import LeastSquares, MPCFunction, MPCOptions, Soft, rk4, simulate
 from anvil.problems import cartpole
 from anvil.problems import cartpole_mpc as cm
@@ -182,6 +183,21 @@ def test_gauss_newton_hessian_and_closed_loop() -> None:
   cl_rti = simulate(rti, cartpole.step_numpy, cm.X0_STABILIZE, cm.STEPS_STABILIZE)
   assert cl_rti.failures == 0 and cl_rti.cost == pytest.approx(cl.cost, rel=1e-2)
   assert np.linalg.norm(cl_rti.x[-1]) < 1e-3
+
+
+def test_gauss_newton_hessian_of_curved_residuals_follows_the_point() -> None:
+  """Residuals that are not affine keep their Hessian evaluated at w: 2 J(w)' W J(w), here diag(2 W cos²(x), 2 R)."""
+  r = av.NumericalFunction("test_mpc_gn_sin_r", lambda x, u: x.sin().cat(u), (Arg(4), Arg(1)))
+  weight = np.concatenate([np.diag(cartpole.Q), [cartpole.R]])
+  assert constant_jacobian(r, 0) is None and constant_jacobian(r, 1) is not None
+  mpc = MPCFunction("test_mpc_gn_sin", cm.dynamics("test_mpc_gn_F"), LeastSquares(r, weight), horizon=5,
+                    options=MPCOptions(hessian="gauss_newton"))  # fmt: skip
+  w = np.random.default_rng(1).normal(size=mpc.ocp.nw)
+  H = mpc.sqp.hessian(w, np.zeros(mpc.ocp.n_params), np.ones(1), np.zeros(mpc.ocp.ng)).toarray()
+  stages = w[: 5 * 5].reshape(5, 5)
+  scale = np.concatenate([np.cos(stages[:, :4]) ** 2, np.ones((5, 1))], axis=1).ravel()
+  expected = np.diag(np.concatenate([2 * np.tile(weight, 5) * scale, np.zeros(4)]))
+  np.testing.assert_allclose(H, expected, atol=1e-13)
 
 
 def test_real_time_iteration() -> None:

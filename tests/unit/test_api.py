@@ -6,6 +6,7 @@ import ast
 import importlib
 import inspect
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +31,12 @@ def test_public_names_are_frozen() -> None:
   names = {n for n in dir(av) if not n.startswith("_") or n == "__version__"}
   assert {n for n in names if not inspect.ismodule(getattr(av, n))} == PUBLIC
   assert av.Tensor is __import__("tinygrad").Tensor
-  for name in PUBLIC - {"Tensor", "dtypes", "__version__"}:
+  for name in PUBLIC - {"Tensor", "dtypes", "__version__", "numerical_function"}:
     assert getattr(anvil.codegen, name) is getattr(av, name)
+  # NOTE: importing the reference's module path anvil.codegen.numerical_function makes the package attribute that
+  # module, which is callable as the decorator
+  reference_module = sys.modules.get("anvil.codegen.numerical_function")
+  assert anvil.codegen.numerical_function in (av.numerical_function, reference_module)
 
 
 def test_every_public_object_has_a_docstring() -> None:
@@ -40,8 +45,8 @@ def test_every_public_object_has_a_docstring() -> None:
 
 
 SUBPACKAGES = {
-  "anvil.ad": {"SparsityError", "VmapError", "gradient", "hessian", "jacobian", "jvp", "sphessian", "spjacobian", "vjp",
-               "vmap"},
+  "anvil.ad": {"SparsityError", "VmapError", "constant_jacobian", "gradient", "hessian", "jacobian", "jvp", "sphessian",
+               "spjacobian", "vjp", "vmap"},
   "anvil.qp": {"OCPQPSolution", "OSQPOptions", "QPBackend", "QPOptions", "QPProblem", "QPStatus", "RiccatiOptions",
                "RiccatiQP", "StageLayout"},
   "anvil.sqp": {"SQPFunction", "SQPOptions", "SQPResult", "SQPStatus"},

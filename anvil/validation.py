@@ -24,20 +24,27 @@ def as_array(where: str, what: str, value: object, dtype: DTypeLike) -> NDArray[
   """`value` as an array whose dtype casts to `dtype` within its kind (bools and ints to floats, float64 to float32);
   a Tensor made from data gives its data; TypeError for anything else, naming `where` (the function) and `what` (the
   argument)."""
-  if isinstance(value, Tensor):
-    from anvil.codegen.trace import tensor_values  # NOTE: late import: anvil.codegen imports this module
-
-    if (value := tensor_values(value)) is None:
-      raise TypeError(f"{where}: {what}: a Tensor computed by operations has no values outside a traced function; "
-                      "pass a numpy array (or a Tensor made from data)")  # fmt: skip
   try:
-    arr = np.asarray(value)
+    arr = np.asarray(tensor_data(where, what, value))
   except (ValueError, TypeError) as e:
     raise TypeError(f"{where}: {what}: cannot convert {type(value).__name__} to an array: {e}") from None
   target = np.dtype(dtype)
   if arr.dtype.kind in NOT_NUMBERS or not np.can_cast(arr.dtype, target, casting="same_kind"):
     raise TypeError(f"{where}: {what}: cannot cast dtype {arr.dtype} to {target} (expected numbers)")
   return arr
+
+
+def tensor_data(where: str, what: str, value: object) -> object:
+  """The data of `value` when it is a Tensor made from data, else `value`; TypeError for a Tensor computed by
+  operations (it has no values outside a traced function)."""
+  if not isinstance(value, Tensor):
+    return value
+  from anvil.codegen.trace import tensor_values  # NOTE: late import: anvil.codegen imports this module
+
+  if (data := tensor_values(value)) is None:
+    raise TypeError(f"{where}: {what}: a Tensor computed by operations has no values outside a traced function; "
+                    "pass a numpy array (or a Tensor made from data)")  # fmt: skip
+  return data
 
 
 def check_shape(where: str, what: str, arr: NDArray[Any], shape: tuple[int, ...]) -> None:

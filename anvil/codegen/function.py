@@ -283,9 +283,11 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
 
   @property
   def build_size(self) -> int:
-    """The traced graph's node count while the code is neither in memory nor in the on-disk cache, else 0."""
-    cached = "_code" in self.__dict__ or _cached_code(self._code_file) is not None
-    return 0 if cached else len(self.traced.call.toposort())
+    """The traced graph's node count while the code is neither in memory nor in the on-disk cache, else 0 (code found
+    in the cache is kept, so it is read once)."""
+    if "_code" not in self.__dict__ and (cached := _cached_code(self._code_file)) is not None:
+      self.__dict__["_code"] = cached
+    return 0 if "_code" in self.__dict__ else len(self.traced.call.toposort())
 
   @property
   def _code_file(self) -> str:

@@ -236,10 +236,11 @@ def _c_object(cxx: str, src_dir: Path, filename: str, text: str, includes: list[
   return obj
 
 
-def _compile_to(cmd: list[str], out: Path, what: str, kept: Path, loads: bool = False) -> None:
-  """Run `cmd -o <private file>` and publish the result as `out` (flushed, recorded, renamed atomically); nothing is
-  left behind on failure. A library (`loads`) is loaded from the private file first and not cached when that fails
-  (e.g. $CXX is a C compiler that left C++ symbols unresolved); it stays loaded for `load_library(out)`."""
+def _compile_to(cmd: list[str], out: Path, what: str, kept: Path, loads: bool = False, recorded: bool = True) -> None:
+  """Run `cmd -o <private file>` and publish the result as `out` (renamed atomically; a `recorded` artefact flushed
+  and recorded first); nothing is left behind on failure. A library (`loads`) is loaded from the private file first
+  and not cached when that fails (e.g. $CXX is a C compiler that left C++ symbols unresolved); it stays loaded for
+  `load_library(out)`."""
   tmp = temporary_beside(out)
   try:
     _run_compiler([*cmd, "-o", str(tmp)], what, kept)
@@ -251,7 +252,7 @@ def _compile_to(cmd: list[str], out: Path, what: str, kept: Path, loads: bool = 
                            f"cached: {e}; is it a C++ compiler? (set CXX, e.g. CXX=g++)") from None  # fmt: skip
       with _LOADING:
         _LOADED[str(out)] = lib
-    publish(tmp, out)
+    publish(tmp, out, recorded)
   finally:
     tmp.unlink(missing_ok=True)
 
@@ -282,25 +283,36 @@ def compile_library(
   out = cache_dir() / "lib" / f"{key}.so"
   if not c_sources and not cxx_parts:
     tc = toolchain or Toolchain(cxx, cxxflags())
-    cmd = [tc.compiler, *tc.flags, *(f"-I{i}" for i in includes), str(src_dir / main)]
-    _compile_to(cmd, out, what, src_dir / main, loads=True)
-    _index(key)
-    return out
-  # NOTE: the C sources (cached objects) and the C++ translation units compile in parallel, then one link.
+    link = [tc.compiler, *tc.flags, *(f"-I{i}" for i in includes), str(src_dir / main)]
+  else:
+    link = [cxx, *cxxflags(), *_compile_objects(cxx, src_dir, sources, [main, *cxx_parts], c_sources, includes, what)]
+  _compile_to(link, out, what, src_dir / main, loads=True)
+  _index(key)
+  return out
+
+
+def _compile_objects(
+  cxx: str,
+  src_dir: Path,
+  sources: dict[str, str],
+  units: list[str],
+  c_sources: Sequence[str],
+  includes: list[str],
+  what: str,
+) -> list[str]:
+  """The objects of a library of several translation units: the C++ `units` compiled side by side with the C sources
+  (cached objects), in parallel. The C++ objects are intermediates of this build, kept beside their sources."""
   flags = [cxx, *(f for f in cxxflags() if f != "-shared"), *(f"-I{i}" for i in includes), "-c"]
-  units = [main, *cxx_parts]
   objects = [src_dir / f"{Path(unit).stem}.o" for unit in units]
   with ThreadPoolExecutor(max_workers=min(len(c_sources) + len(units), os.cpu_count() or 2)) as pool:
     cxx_jobs = [
-      pool.submit(_compile_to, [*flags, str(src_dir / u)], o, what, src_dir / u)
+      pool.submit(_compile_to, [*flags, str(src_dir / u)], o, what, src_dir / u, recorded=False)
       for u, o in zip(units, objects, strict=True)
     ]
     c_objects = [str(o) for o in pool.map(lambda c: _c_object(cxx, src_dir, c, sources[c], includes, what), c_sources)]
     for job in cxx_jobs:
       job.result()
-  _compile_to([cxx, *cxxflags(), *map(str, objects), *c_objects], out, what, src_dir / main, loads=True)
-  _index(key)
-  return out
+  return [*map(str, objects), *c_objects]
 
 
 @functools.cache

@@ -12,7 +12,8 @@ from tinygrad import Tensor
 
 from anvil.codegen.decorator import shapes_to_args
 from anvil.codegen.function import Array, InputsLike, NumericalFunction
-from anvil.codegen.trace import OutputSpec, tensor_values
+from anvil.codegen.trace import OutputSpec
+from anvil.validation import tensor_data
 
 #: The API reference's spelling of a pattern: (rows, cols), the number of nonzeros, CSC row indices, column starts.
 CSC_PARTS = ("shape", "nnz", "indices", "indptr")
@@ -44,10 +45,7 @@ def _pattern(name: str, pattern: Any) -> tuple[tuple[int, int], NDArray[np.int32
 
 def _index_array(name: str, what: str, value: Any) -> NDArray[np.int64]:
   """A CSC index array given as a Tensor of data, a list or a numpy array."""
-  if isinstance(value, Tensor) and (value := tensor_values(value)) is None:
-    raise TypeError(f"{name}: {what}: a Tensor made from data (Tensor([...])) is expected; computed Tensors have no "
-                    "values at build time (pass a list or a numpy array)")  # fmt: skip
-  arr = np.asarray(value)
+  arr = np.asarray(tensor_data(name, what, value))
   if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
     raise TypeError(f"{name}: {what}: expected a 1-D array of integers, got {arr.dtype} of shape {arr.shape}")
   return arr.astype(np.int64)

@@ -3,11 +3,12 @@
 minimize Σ_k ½ z_kᵀH_k z_k + g_kᵀz_k + ½ z_NᵀH_N z_N + g_Nᵀz_N over z_k = [x_k; u_k] and z_N = [x_N; u_N], subject
 to x_0 = x0, x_{k+1} = A_k x_k + B_k u_k + c_k, lo_k ≤ G_k z_k ≤ hi_k (k < N) and loN ≤ G_N z_N ≤ hiN. A row with
 lo = hi is a true equality (a free multiplier, no slacks). u_N (nuN inputs, none by default) enter no dynamics: the
-slacks of soft terminal constraints. A row with a price z > 0 (data fields z, zN; 0 by default) is elastic: it may
-be violated at the cost z per unit (an L1 penalty, the elastic variables eliminated row by row). Mehrotra's
-predictor-corrector interior point; each Newton system is an LQ problem solved by a Riccati recursion over the stages
-(factored once per iteration, O(N (nx + nu)³)), sizes fixed at code generation. The C++ is anvil/riccati.hpp,
-templated on those sizes.
+slacks of soft terminal constraints. Only the first nud inputs (all by default) enter the dynamics: B's columns
+after them must be zero, and the recursion skips them. A row with a price z > 0 (data fields z, zN; 0 by default) is
+elastic: it may be violated at the cost z per unit (an L1 penalty, the elastic variables eliminated row by row).
+Mehrotra's predictor-corrector interior point; each Newton system is an LQ problem solved by a Riccati recursion over
+the stages (factored once per iteration, O(N (nx + nu)³)), sizes fixed at code generation. The C++ is
+anvil/riccati.hpp, templated on those sizes.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class _RiccatiContext:
   ng: int
   ngN: int
   nuN: int
+  nud: int
   max_iter: int
   uN_offset: int
 
@@ -50,6 +52,8 @@ class RiccatiQP(TemplatedFunction):
     nx, nu, N, ng, ngN: state, input, horizon and row counts (a row is an equality where its bounds are equal).
     max_iter: interior-point iteration limit (default: RiccatiOptions().max_iter).
     nuN: inputs at the last stage (they enter no dynamics; the slacks of soft terminal constraints).
+    nud: the inputs that enter the dynamics (the first nud; default nu): the columns of B after them must be zero
+      (e.g. the slacks of soft constraints, which are inputs of their stage), and the recursion skips them.
 
   Example:
     >>> qp = RiccatiQP("qp", nx=4, nu=1, N=30, ng=5, ngN=4)
@@ -70,6 +74,7 @@ class RiccatiQP(TemplatedFunction):
     ngN: int = 0,
     max_iter: int = RiccatiOptions().max_iter,
     nuN: int = 0,
+    nud: int | None = None,
   ) -> None:
     self.name = check_identifier(name, "RiccatiQP name")
     for what, value, least in (("nx", nx, 1), ("nu", nu, 1), ("N", N, 1), ("ng", ng, 0), ("ngN", ngN, 0),
@@ -77,6 +82,9 @@ class RiccatiQP(TemplatedFunction):
       if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise ValueError(f"RiccatiQP({name}): {what} must be an int >= {least}, got {value!r}")
     self.nx, self.nu, self.N, self.ng, self.ngN, self.max_iter, self.nuN = nx, nu, N, ng, ngN, max_iter, nuN
+    self.nud = nu if nud is None else nud
+    if isinstance(self.nud, bool) or not isinstance(self.nud, int) or not 0 <= self.nud <= nu:
+      raise ValueError(f"RiccatiQP({name}): nud must be an int in [0, nu = {nu}], got {nud!r}")
 
   @property
   def shapes(self) -> dict[str, tuple[int, ...]]:
@@ -98,7 +106,7 @@ class RiccatiQP(TemplatedFunction):
   def context(self) -> _RiccatiContext:
     """Sizes, the iteration limit and the offset of Solution::uN (checked by a static_assert)."""
     return _RiccatiContext(
-      name=self.name, nx=self.nx, nu=self.nu, N=self.N, ng=self.ng, ngN=self.ngN, nuN=self.nuN,
+      name=self.name, nx=self.nx, nu=self.nu, N=self.N, ng=self.ng, ngN=self.ngN, nuN=self.nuN, nud=self.nud,
       max_iter=self.max_iter, uN_offset=flat_offsets(self.solution_shapes)[0]["uN"],
     )  # fmt: skip
 
@@ -126,6 +134,10 @@ class RiccatiQP(TemplatedFunction):
         raise ValueError(f"{self.name}: {key} must have shape {shapes[key]}, got {value.shape}")
       if np.any(np.isnan(value)):
         raise ValueError(f"{self.name}: {key} contains NaN")
+      if key == "B" and np.any(value[:, :, self.nud :] != 0):
+        raise ValueError(
+          f"{self.name}: B's columns from nud = {self.nud} on must be zero (those inputs enter no dynamics)"
+        )
       if key in ("H", "HN"):  # only the symmetric part enters ½ zᵀHz
         value = 0.5 * (value + np.swapaxes(value, -1, -2))
       parts.append(np.clip(value, -1e30, 1e30).reshape(-1))

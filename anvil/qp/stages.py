@@ -82,6 +82,16 @@ class StageLayout:
     final = [j + 1 for kind, k, j in self.rows if kind == "stage" and k == self.N]
     return max(stage, default=0), max(final, default=0)
 
+  def dynamic_inputs(self, a_pattern: sp.csc_array) -> int:
+    """The inputs per stage that enter the dynamics in the constraint pattern `a_pattern` (rows as `rows`): one more
+    than the last input index any dynamics row has an entry at, so the Riccati recursion can skip the rest (the
+    slacks of soft constraints, which are inputs of their stage)."""
+    last = -1
+    for r, c in _entries(a_pattern):
+      if r < len(self.rows) and self.rows[r][0] == "dynamics" and (i := self.variables[c][1] - self.nx) >= 0:
+        last = max(last, i)
+    return last + 1
+
 
 @dataclass(frozen=True)
 class _RiccatiBackendContext:
@@ -132,7 +142,8 @@ class RiccatiBackend(QPBackend[RiccatiOptions]):
     ng, ngN = self.stages.general_rows
     nz, nzN = self.stages.nx + self.stages.nu, self.stages.nx + self.stages.nuN
     self.solver = RiccatiQP(f"{self.name}_ipm", self.stages.nx, self.stages.nu, self.stages.N, ng=nz + ng,
-                            ngN=nzN + ngN, max_iter=options.max_iter, nuN=self.stages.nuN)  # fmt: skip
+                            ngN=nzN + ngN, max_iter=options.max_iter, nuN=self.stages.nuN,
+                            nud=self.stages.dynamic_inputs(problem.a_pattern))  # fmt: skip
     _ = self.tables  # NOTE: a layout the patterns do not fit raises here, when the backend is made
 
   def dependencies(self) -> tuple[RiccatiQP]:

@@ -60,6 +60,33 @@ def test_random_qps_match_osqp(nx: int, nu: int, N: int, extra: int) -> None:
       assert np.sum(np.abs(sol.lam) > 1e-6) >= 3, "the strong pull makes bounds active"
 
 
+def test_inputs_outside_the_dynamics_and_rows_without_bounds() -> None:
+  """Inputs that enter no dynamics (nud < nu: the slacks of soft constraints) and rows with no bound at all (skipped by
+  the iterations) give OSQP's solution; B's columns from nud on must be zero."""
+  rng = np.random.default_rng(11)
+  nx, nu, N, ng = 4, 3, 20, 9
+  qp = RiccatiQP("riccati_t_nud", nx, nu, N, ng=ng, ngN=1, nud=1)
+  for pull in (0.1, 3.0):
+    d = random_qp(rng, nx, nu, N, ng, 1, pull)
+    d["B"][:, :, 1:] = 0.0
+    d["lo"][:, 1:nx], d["hi"][:, 1:nx] = -np.inf, np.inf  # rows without a bound, at every stage
+    d["hi"][:, nz_row := nx + nu] = np.inf  # a general row with only its lower side
+    sol = qp(1e-10, **d)
+    assert sol.status == "solved"
+    x_ref, u_ref, _ = osqp_solution(d)
+    np.testing.assert_allclose(sol.x, x_ref, atol=1e-6)
+    np.testing.assert_allclose(sol.u, u_ref, atol=1e-6)
+    assert np.all(sol.lam[:, 1:nx] == 0.0) and max(kkt_residuals(d, sol)) < 1e-8
+    assert np.all(
+      np.einsum("kz,kz->k", d["G"][:, nz_row], np.concatenate([sol.x[:N], sol.u], 1)) >= d["lo"][:, nz_row] - 1e-8
+    )
+  d["B"][3, 2, 2] = 1.0
+  with pytest.raises(ValueError, match="B's columns from nud = 1 on must be zero"):
+    qp(1e-10, **d)
+  with pytest.raises(ValueError, match="nud must be an int in"):
+    RiccatiQP("riccati_t_nud_bad", nx, nu, N, nud=4)
+
+
 def test_convex_qps_solved_to_1e_10_never_look_nonconvex() -> None:
   """Near the solution the slacks of active rows shrink and their weights l / t grow; without a floor on the
   complementarity target (1e-18 slacks, 1e20 weights) the Riccati recursion lost P to rounding and reported

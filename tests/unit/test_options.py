@@ -102,6 +102,14 @@ def test_the_riccati_backend_refuses_qps_its_layout_does_not_fit() -> None:
   diagonal = sp.csc_array(np.eye(3))
   backend = RiccatiBackend("layout_ok", QPProblem(diagonal, a, layout), RiccatiOptions())
   assert backend.solver.nu == 1 and backend.solver.ng == 2, "a box row per stage variable"
+  assert backend.solver.nud == 1, "u0 enters the dynamics"
+  # a second input the dynamics row does not touch (a slack, say): the recursion may skip it
+  wide = StageLayout(N=1, nx=1, nu=2, nuN=0, variables=((0, 0), (0, 1), (0, 2), (1, 0)),
+                     rows=(("initial", 0, 0), ("dynamics", 0, 0)))  # fmt: skip
+  a_wide = sp.csc_array(np.vstack([[[1.0, 0.0, 0.0, 0.0], [-1.0, -1.0, 0.0, 1.0]], np.eye(4)]))
+  assert (
+    RiccatiBackend("layout_wide", QPProblem(sp.csc_array(np.eye(4)), a_wide, wide), RiccatiOptions()).solver.nud == 1
+  )
   coupled = sp.csc_array(np.triu(np.ones((3, 3))))
   with pytest.raises(ValueError, match="P couples stages 0 and 1"):
     RiccatiBackend("layout_p", QPProblem(coupled, a, layout), RiccatiOptions())

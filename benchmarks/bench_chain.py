@@ -10,10 +10,11 @@ Controllers: sqp (full SQP, exact Hessian), gn (full SQP, Gauss-Newton), rti (re
 Build: construction and first call on an empty cache (cold), then both again in the same process (warm); the cold
 build's seconds per stage (trace+derive, schedule, render, compile, summed over the controller's functions, from the
 `anvil` log; "rest": what the log does not count, mostly schedule and render in forked workers). Per step: the C++
-solve time of the closed-loop calls (median, p95; the evaluation and QP shares from the SQP's own timers) and the mean
-SQP iterations. Closed-loop cost: the sum of the stage costs; the full-SQP controllers' against IPOPT's closed loop on
-the same NLP (relative difference; target 1e-6). CasADi: nlpsol ipopt and sqpmethod (qrqp, exact Hessian), each
-warm-started from its previous solution shifted by one stage; time = the solver's t_wall_total.
+solve time of the closed-loop calls (median, p95; the evaluation and QP shares from the SQP's own timers), the mean
+SQP iterations and the mean interior-point iterations per step (all its QPs). Closed-loop cost: the sum of the stage
+costs; the full-SQP controllers' against IPOPT's closed loop on the same NLP (relative difference; target 1e-6).
+CasADi: nlpsol ipopt and sqpmethod (qrqp, exact Hessian), each warm-started from its previous solution shifted by
+one stage; time = the solver's t_wall_total.
 
 Targets (issue 14): at nx = 9 and 21, per step at or below acados's best configuration measured in issue 14,
 expressed against sqpmethod in the same run (0.093 / 0.045 / 0.041 x sqpmethod for sqp / gn / rti at nx = 9, 0.071 /
@@ -66,6 +67,7 @@ class Loop:
   evaluation: np.ndarray = field(default_factory=lambda: np.zeros(0))
   qp: np.ndarray = field(default_factory=lambda: np.zeros(0))
   statuses: dict[str, int] = field(default_factory=dict)
+  qp_iterations: np.ndarray = field(default_factory=lambda: np.zeros(0))
   build: dict[str, float] = field(default_factory=dict)
   note: str = ""
 
@@ -91,18 +93,19 @@ def anvil_loop(mpc: MPCFunction, n_mass: int, kind: str, steps: int) -> Loop:
   """The closed loop of `steps` calls from chain.initial_state on the model itself."""
   plant, x = chain.step_numpy(n_mass), chain.initial_state(n_mass)
   mpc.reset()
-  times, its, evaluation, qp, cost, statuses = [], [], [], [], 0.0, defaultdict(int)
+  times, its, qp_its, evaluation, qp, cost, statuses = [], [], [], [], [], 0.0, defaultdict(int)
   for _ in range(steps):
     sol = mpc(x)
     times.append(sol.solve_time)
     its.append(sol.iterations)
+    qp_its.append(int(np.sum(sol.stats["qp_iterations"])))
     evaluation.append(sol.stats["time_evaluation"])
     qp.append(sol.stats["time_qp_update"] + sol.stats["time_qp_solve"])
     statuses[str(sol.status)] += 1
     cost += chain.stage_cost(n_mass, x, sol.u0)
     x = plant(x, sol.u0)
   return Loop(f"anvil {kind}", mpc.nx, np.array(times), np.array(its), cost, np.array(evaluation), np.array(qp),
-              dict(statuses))  # fmt: skip
+              dict(statuses), np.array(qp_its))  # fmt: skip
 
 
 def shifted(nlp: chain.CasadiChain, sol: chain.CasadiSolution) -> dict[str, np.ndarray]:
@@ -150,7 +153,7 @@ def casadi_loops(ca: Any, n_mass: int, steps: int, notes: list[str]) -> list[Loo
 
 def print_loops(loops: list[Loop], reference: float | None) -> None:
   """The table of one size."""
-  head = (f"  {'controller':<18} {'median ms':>10} {'p95 ms':>8} {'eval ms':>8} {'QP ms':>8} {'its':>5}  "
+  head = (f"  {'controller':<18} {'median ms':>10} {'p95 ms':>8} {'eval ms':>8} {'QP ms':>8} {'its':>5} {'QP its':>6}  "
           f"{'cost':>12} {'vs IPOPT':>9}  statuses; build")  # fmt: skip
   print(head + "\n  " + "-" * (len(head) + 30))
   for lp in loops:
@@ -163,9 +166,10 @@ def print_loops(loops: list[Loop], reference: float | None) -> None:
       stages = " / ".join(f"{lp.build[s]:.1f}" for s in (*STAGES, "rest"))
       build = f"; cold {lp.build['cold']:.1f} s ({'/'.join(STAGES)}/rest: {stages}), warm {lp.build['warm']:.1f} s"
     statuses = ", ".join(f"{k} {v}" for k, v in lp.statuses.items())
+    qp_its = f"{lp.qp_iterations.mean():6.1f}" if lp.qp_iterations.size else f"{'-':>6}"
     print(
       f"  {lp.name:<18} {np.median(lp.times) * 1e3:10.3f} {np.percentile(lp.times, 95) * 1e3:8.3f} "
-      f"{ms(lp.evaluation)} {ms(lp.qp)} {lp.iterations.mean():5.1f}  {lp.cost:12.6f} {rel}  {statuses}{build}"
+      f"{ms(lp.evaluation)} {ms(lp.qp)} {lp.iterations.mean():5.1f} {qp_its}  {lp.cost:12.6f} {rel}  {statuses}{build}"
     )
 
 

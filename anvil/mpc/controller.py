@@ -60,7 +60,7 @@ class MPCFunction(TemplatedFunction):
 
   Everything that changes between control steps (x0, parameters, per-stage references, every bound) is a call-time
   argument of the Python controller and of the generated C++ `call()`; the previous solution, shifted by one stage,
-  warm-starts the next call.
+  warm-starts the next call, and the previous call's last QP (shifted alike) its first QP.
 
   Args:
     name: a C++ identifier.

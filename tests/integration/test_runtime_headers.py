@@ -212,6 +212,7 @@ CONTRACT = """#include "anvil/qp.hpp"
 struct Complete {
   struct Workspace {};
   static void reset(Workspace&) {}
+  static void shift(Workspace&) {}
   static int load(const double*, const double*, const double*, const double*, bool, Workspace&) { return 0; }
   static int solve(const double*, const double*, const double*, double, bool, Workspace&) { return 0; }
   static const double* primal(const Workspace&) { return nullptr; }
@@ -221,6 +222,7 @@ struct Complete {
 struct Partial {
   struct Workspace {};
   static void reset(Workspace&) {}
+  static void shift(Workspace&) {}
   static int load(const double*, const double*, const double*, const double*, bool, Workspace&) { return 0; }
   static int solve(const double*, const double*, const double*, double, Workspace&) { return 0; }
   static const double* primal(const Workspace&) { return nullptr; }

@@ -94,8 +94,9 @@ class Controller {
     const bool shift = s.guess == 1 || s.guess == 3;
     if (!C::real_time_iteration || s.prepared || !s.assembled || s.guess == 0 || (shift && !C::warm_start))
       return anvil::sqp::converged;
+    const bool warm_qp = shifted_qp(ws);
     initial_guess(nullptr, nullptr, nullptr, ws);
-    return prepare_at_guess(ws);
+    return prepare_at_guess(warm_qp, ws);
   }
 
   /// Real-time iteration: the feedback phase (preparing first unless prepare() ran since the last call).
@@ -106,8 +107,9 @@ class Controller {
     const auto start = std::chrono::steady_clock::now();
     assemble(x0, p, lbx, ubx, lbu, ubu, lbh, ubh, lbhN, ubhN, ws);
     if (!s.prepared) {
+      const bool warm_qp = shifted_qp(ws);
       initial_guess(x0, lbu, ubu, ws);
-      prepare_at_guess(ws);
+      prepare_at_guess(warm_qp, ws);
     }
     for (int i = 0; i < nw; ++i) s.w_out[i] = s.w[i];
     for (int i = 0; i < ng; ++i) s.lam_g_out[i] = s.lam_g[i];
@@ -129,11 +131,13 @@ class Controller {
     assemble(x0, p, lbx, ubx, lbu, ubu, lbh, ubh, lbhN, ubhN, ws);
     const bool shifted = (s.guess == 1 || s.guess == 3) && C::warm_start;
     const bool after_infeasible = s.guess == 3;
+    const bool warm_qp = shifted_qp(ws);
     initial_guess(x0, lbu, ubu, ws);
     double f = 0.0;
     anvil::sqp::Limits warm = limits;
     warm.restore = !shifted || after_infeasible;
     warm.restore_first = after_infeasible;
+    warm.shifted = warm_qp;
     stats.status = solve_from_guess(x0, &f, stats, ws, warm);
     stats.restarted_cold = false;
     const int warm_iterations = stats.sqp.iterations;
@@ -297,10 +301,14 @@ class Controller {
     stats.solve_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
-  static int prepare_at_guess(WS& ws) {
+  /// Whether the first QP of the coming solve starts warm from the previous call's last QP, shifted: when the guess
+  /// will be the previous solution shifted and that was the OCP's (not a least-violation point, after elastic QPs).
+  static bool shifted_qp(const WS& ws) { return ws.s.guess == 1 && C::warm_start; }
+
+  static int prepare_at_guess(bool shifted, WS& ws) {
     auto& s = ws.s;
     const int status = SQP::rti_prepare(s.w.data(), s.params.data(), s.lam_g.data(), s.lbw.data(), s.ubw.data(),
-                                        s.lbg.data(), s.ubg.data(), ws.sqp);
+                                        s.lbg.data(), s.ubg.data(), ws.sqp, shifted);
     s.prepared = true;  // a failed preparation is reported by the feedback
     return status;
   }

@@ -41,6 +41,9 @@ struct OSQPBackend {
     ws.polished = false;
   }
 
+  /// OSQP's iterates have no stage structure to shift: the next solve starts cold.
+  static void shift(W& ws) { reset(ws); }
+
   static int load(const double* P, const double* A, const double* l, const double* u, bool, W& ws) {
     ws.P = P;
     ws.A = A;

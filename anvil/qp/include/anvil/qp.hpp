@@ -4,11 +4,14 @@
 //
 //   min 1/2 d'P d + q'd   s.t.   l <= A d <= u          (P: upper triangle, both in compressed columns),
 //
-// through a type B with a Workspace and six static functions (checked by implements_contract<B>()):
+// through a type B with a Workspace and seven static functions (checked by implements_contract<B>()):
 //
 //   void reset(Workspace& ws)
 //       The next solve starts cold: iterates and adaptive parameters back to their initial values, and the guess of
 //       the active set forgotten. The loaded matrices stay.
+//   void shift(Workspace& ws)
+//       For a receding horizon: the next warm solve may start from the last solution moved one stage earlier, its
+//       primal step from zero (a backend without stage structure starts cold, as after reset).
 //   int load(const double* P, const double* A, const double* l, const double* u, bool screen, Workspace& ws)
 //       Takes the values of P and A (which must stay valid and unchanged until the next load) and does the work that
 //       needs only them (OSQP factors its KKT matrix here). With `screen`, or when the backend's solve could not tell
@@ -38,6 +41,7 @@ template <class B>
 constexpr bool implements_contract() {
   using W = typename B::Workspace;
   static_assert(std::is_same_v<decltype(&B::reset), void (*)(W&)>, "QP backend: void reset(Workspace&)");
+  static_assert(std::is_same_v<decltype(&B::shift), void (*)(W&)>, "QP backend: void shift(Workspace&)");
   static_assert(std::is_same_v<decltype(&B::load),
                                int (*)(const double*, const double*, const double*, const double*, bool, W&)>,
                 "QP backend: int load(const double* P, const double* A, const double* l, const double* u, bool "

@@ -479,6 +479,21 @@ struct Riccati {
     return status;
   }
 
+  /// Prepares a warm start for the next QP of a receding horizon, in step form (an SQP's, whose zero is the guess
+  /// shifted by one stage): the multipliers and the rows' slacks move one stage earlier (the last stage keeps its
+  /// own), the primal steps start from zero. The next solve with warm_start begins there if the last one was solved.
+  static void shift(Workspace& ws) {
+    for (int k = 0; k + 1 < N; ++k) {
+      for (int i = 0; i < nx; ++i) ws.pi[k][i] = ws.pi[k + 1][i];
+      for (int m = 0; m < mg; ++m) ws.rows[k][m] = ws.rows[k + 1][m];
+    }
+    for (int k = 0; k <= N; ++k)
+      for (int i = 0; i < nx; ++i) ws.x[k][i] = 0.0;
+    for (int k = 0; k < N; ++k)
+      for (int i = 0; i < nu; ++i) ws.u[k][i] = 0.0;
+    for (int i = 0; i < muN; ++i) ws.uN[i] = 0.0;
+  }
+
  private:
   /// G_k's row m times [x; u].
   static double row_value(const Data& d, const Workspace& ws, int k, int m, const double* x, const double* u) {

@@ -41,6 +41,13 @@ struct RiccatiBackend {
     KKT::forget(ws);
   }
 
+  /// The next solve may start warm from the last solution moved one stage earlier (IPM::shift); the screening's
+  /// guess of the active set, which names rows of the old stages, is forgotten.
+  static void shift(W& ws) {
+    IPM::shift(ws.ipm);
+    KKT::forget(ws);
+  }
+
   /// Scatters P and A into the stage blocks; screens them when asked (the interior point tells a nonconvex QP itself
   /// when it solves it).
   static int load(const double* P, const double* A, const double* l, const double* u, bool screen, W& ws) {

@@ -60,6 +60,9 @@ struct Limits {
   double max_time;  ///< seconds; past it the solve ends with time_limit (checked once per iteration)
   bool restore = true;         ///< false: the solve ends max_iterations where its restoration phase would begin
   bool restore_first = false;  ///< begin in the restoration phase where x0 violates the constraints
+  /// x0 is the previous call's solution shifted by one stage (a receding horizon's guess): the first QP starts warm
+  /// from the previous call's last QP solution, shifted alike (QP::shift)
+  bool shifted = false;
 };
 /// Functions whose output is checked for NaN/inf (Stats::failed_function).
 enum Evaluated : int {
@@ -137,6 +140,7 @@ struct Vectors {
   anvil::Buffer<double, nA + 2 * P::ng> le, ue;
   anvil::Buffer<double, 2 * (P::max_iter + 1)> filter_theta, filter_phi;  ///< the two phases' filters' entries
   bool rti_prepared = false;       ///< a real-time iteration's QP is prepared
+  bool rti_warm = false;           ///< its solve starts warm (from the previous one's solution, shifted)
   int rti_failure[2] = {-1, -1};   ///< the function and output that made the preparation fail
   double rti_times[2] = {0, 0};    ///< the preparation's evaluation and QP update times
   double rti_regularization = 0.0;
@@ -162,8 +166,12 @@ class Solver {
     const Clock::time_point start = Clock::now();
     limits.max_iter = limits.max_iter < 0 ? 0 : limits.max_iter > max_iter ? max_iter : limits.max_iter;
     stats = StatsT{};
-    // NOTE: no QP of this solve starts warm from an earlier call's (its result would depend on what ran before)
-    QP::reset(ws.qp);
+    // NOTE: no QP of this solve starts warm from an earlier call's (its result would depend on what ran before), unless
+    // the caller shifted that call's solution into x0 (a receding horizon, whose result depends on it anyway)
+    if (limits.shifted)
+      QP::shift(ws.qp);
+    else
+      QP::reset(ws.qp);
     if constexpr (!P::elastic_in_qp) Elastic::reset(ws.elastic);
     // NOTE: x0 is moved into its bounds (as IPOPT does): a QP step keeps x + d within them, but a shortened one from
     // outside would leave them violated, and their multipliers then grow without bound
@@ -234,8 +242,9 @@ class Solver {
         if (line_search_failures > 0) reg = std::fmax(reg, 1e-4 * kkt.gradient_scale);
         // NOTE: QPs far from the solution need not be solved to the final accuracy: each asks for 1e-2 of the KKT
         // error. A nonconvex or failed QP is retried with more regularization (x10), only as much as needed; later
-        // QPs of one solve start from the previous QP's solution (never from an earlier call's).
-        int qp_status = solve_regularized(std::fmax(kkt.primal, kkt.dual), k > 0, reg, stats, clock, ws);
+        // QPs of one solve start from the previous QP's solution (the first from an earlier call's only when shifted).
+        int qp_status = solve_regularized(std::fmax(kkt.primal, kkt.dual), k > 0 || limits.shifted, reg, stats, clock,
+                                          ws);
         const double* d = QP::primal(ws.qp);
         const double* y = QP::dual(ws.qp);
         stats.qp_iterations[k] = QP::iterations(ws.qp);
@@ -350,9 +359,10 @@ class Solver {
   /// Real-time iteration, preparation phase: at the linearization point (x, lam_g) with parameter p, evaluate dg/dx
   /// and the Lagrangian Hessian, regularize it (screened on the equality rows of the expected bounds and the rows
   /// active in the previous QP, unless P::convex_hessian) and load the QP's matrices. Returns converged when prepared,
-  /// else numerical_error (a NaN/inf, reported by the next rti_feedback()).
+  /// else numerical_error (a NaN/inf, reported by the next rti_feedback()). `shifted`: x is the previous iteration's
+  /// result shifted by one stage, and the QP starts warm from the previous QP's solution shifted alike (QP::shift).
   static int rti_prepare(const double* x, const double* p, const double* lam_g, const double* lbx, const double* ubx,
-                         const double* lbg, const double* ubg, WS& ws) {
+                         const double* lbg, const double* ubg, WS& ws, bool shifted = false) {
     auto& v = ws.v;
     Clock::time_point clock = Clock::now();
     v.rti_prepared = false;
@@ -384,7 +394,11 @@ class Solver {
       reg = reg > 0.0 ? reg * 10.0 : P::reg_min;
       if (reg > P::reg_max) return numerical_error;
     }
-    QP::reset(ws.qp);
+    if (shifted)
+      QP::shift(ws.qp);
+    else
+      QP::reset(ws.qp);
+    v.rti_warm = shifted;
     v.rti_times[1] = lap(clock);
     v.rti_prepared = true;
     v.rti_regularization = reg;
@@ -427,7 +441,7 @@ class Solver {
       // *** feedback: the prepared QP with the new vectors, solved; the full step ***
       assemble_bounds(x, g, lbx, ubx, lbg, ubg, ws);
       const int qp_status =
-          QP::solve(v.grad.data(), v.l.data(), v.u.data(), 1e-2 * std::fmax(kkt.primal, kkt.dual), false, ws.qp);
+          QP::solve(v.grad.data(), v.l.data(), v.u.data(), 1e-2 * std::fmax(kkt.primal, kkt.dual), v.rti_warm, ws.qp);
       stats.time_qp_solve += lap(clock);
       stats.qp_status[0] = qp_status;
       stats.qp_iterations[0] = QP::iterations(ws.qp);

@@ -77,7 +77,11 @@ class GpuLayout:
 
 
 def _pointer(ref: BufferRef) -> str:
-  return f"ws.at({ref.index})" if ref.kind == "ws" else f"{ref.kind}{ref.index}"
+  """The device address of a kernel argument (a view `offset` elements into its buffer)."""
+  at = ref.offset * ref.dtype.itemsize
+  if ref.kind == "ws":
+    return f"ws.at({ref.index + at})"
+  return f"{ref.kind}{ref.index}" + (f" + {at}" if at else "")
 
 
 def _launch_steps(name: str, device: str, program: Program) -> tuple[str, ...]:

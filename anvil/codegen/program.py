@@ -6,7 +6,7 @@ import bisect
 import math
 import struct
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tinygrad import dtypes
 from tinygrad.dtype import DType
@@ -26,18 +26,26 @@ INLINE_KERNELS_UP_TO = 100_000
 
 @dataclass(frozen=True)
 class BufferRef:
-  """Where a kernel argument lives: input `index`, output `index`, or the workspace at byte offset `index`."""
+  """Where a kernel argument lives: input `index`, output `index`, or the workspace at byte offset `index`; `offset`
+  elements into it (a view of a slice, as tinygrad passes `x[a:b].contiguous()`)."""
 
   kind: str
   index: int
   dtype: DType
+  offset: int = 0
 
   @property
   def cpp(self) -> str:
     """The C++ expression of the pointer, inside a generated `call()`."""
+    at = f" + {self.offset}" if self.offset else ""
     if self.kind == "ws":
-      return f"reinterpret_cast<{cpp_type(self.dtype, 'buffer')}*>(ws.data() + {self.index})"
-    return f"{self.kind}{self.index}.data()"
+      return f"reinterpret_cast<{cpp_type(self.dtype, 'buffer')}*>(ws.data() + {self.index}){at}"
+    return f"{self.kind}{self.index}.data(){at}"
+
+  @property
+  def whole(self) -> BufferRef:
+    """The buffer this is a view of (itself when not a view)."""
+    return replace(self, offset=0)
 
 
 @dataclass(frozen=True)
@@ -189,12 +197,12 @@ class _Layout:
   def check_initialized(self, step: KernelStep, reads: list[bool]) -> None:
     """Raise if the step reads a workspace buffer nothing wrote; record what it writes."""
     for ref, read in zip(step.args, reads, strict=True):
-      if read and ref.kind == "ws" and ref not in self.written:
+      if read and ref.kind == "ws" and ref.whole not in self.written:
         raise ValueError(
           f"{self.name}: the function reads a tensor of {ref.dtype.name} that is neither an input nor a "
           "captured constant (a Tensor.empty inside the function has no data)"
         )
-    self.written.update(ref for ref, read in zip(step.args, reads, strict=True) if not read)
+    self.written.update(ref.whole for ref, read in zip(step.args, reads, strict=True) if not read)
 
   def place(self, uses: Sequence[Sequence[UOp]], persistent: Collection[UOp]) -> None:
     """Give the workspace buffers among `uses` (the buffers of each step, in order) their regions; `persistent` ones
@@ -223,7 +231,19 @@ class _Layout:
     return offset
 
   def ref(self, buf: UOp) -> BufferRef:
-    return self.refs[buf]
+    base, offset = _view(buf)
+    return replace(self.refs[base], offset=offset)
+
+
+def _view(buf: UOp) -> tuple[UOp, int]:
+  """A kernel argument as (its buffer, an element offset into it): tinygrad passes a slice of a buffer that a kernel
+  reads or writes as one contiguous range (`x[a:b].contiguous()`) as a SHRINK of it (offset, size)."""
+  if buf.op is not Ops.SHRINK:
+    return buf, 0
+  if buf.src[1].op is not Ops.CONST:
+    raise NotImplementedError(f"internal: a view of a buffer at a symbolic offset ({buf.src[1].op})")
+  base, offset = _view(buf.src[0])
+  return base, offset + int(buf.src[1].arg)
 
 
 def _nbytes(buf: UOp) -> int:
@@ -275,7 +295,8 @@ def build_program(
         progress.update(f"rendered kernel {len(kernels)}")
     work.append((ast, tuple(args[i] for i in kernel.params)))
   gathered = {i: traced.stores[traced.output_slots[i]] for i, table in gathers.items() if len(table)}
-  layout.place([*(bufs[:1] if ast.op is Ops.COPY else bufs for ast, bufs in work), tuple(gathered.values())],
+  bases = [tuple(_view(b)[0] for b in (bufs[:1] if ast.op is Ops.COPY else bufs)) for ast, bufs in work]
+  layout.place([*bases, tuple(gathered.values())],
                {bufs[0] for ast, bufs in work if ast.op is Ops.COPY})  # fmt: skip
   steps: list[KernelStep | CopyStep | GatherStep] = []
   constants: list[ConstantData] = []

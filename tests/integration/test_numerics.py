@@ -18,6 +18,7 @@ from hypothesis.extra import numpy as hnp
 
 import anvil as av
 from anvil import Arg, Tensor, dtypes
+from anvil.ad import gradient
 from anvil.problems import cartpole, quadrotor
 
 F64: dict[str, Any] = {"rtol": 1e-12, "atol": 1e-12}
@@ -765,3 +766,24 @@ def test_workspace_regions_reused_across_a_chain_of_kernels() -> None:
   intermediates = sum(1 for step in f.program.steps if any(r.kind == "ws" for r in step.args))
   # without reuse: 12 intermediates of 64 doubles and the constant; with it: two alternating regions and the constant
   assert intermediates > 10 and f.program.ws_size <= 3 * 64 * 8
+
+
+def test_slices_made_contiguous_read_their_buffer_at_an_offset() -> None:
+  """tinygrad passes a slice a kernel reads as one range (`x[a:b].contiguous()`, of an input or an intermediate) as a
+  view of its buffer; the generated call points into that buffer (these functions used to be refused at build:
+  "reads a tensor ... neither an input nor a captured constant"), and so does their gradient."""
+  x = np.arange(1.0, 7.0)
+  cases = {
+    "input": (lambda v: v[2:5].contiguous() + 1.0, x[2:5] + 1.0),
+    "cat": (lambda v: Tensor.cat(v[3:5].contiguous(), v[0:2].contiguous()), np.r_[x[3:5], x[0:2]]),
+    "row": (lambda v: v.reshape(2, 3)[1:2, :].contiguous() * 2.0, x[3:] * 2.0),
+    "intermediate": (lambda v: (v * 3.0)[1:4].contiguous() + v[0:3], (x * 3.0)[1:4] + x[0:3]),
+  }
+  for name, (fn, expected) in cases.items():
+    f = av.NumericalFunction(f"num_view_{name}", fn, Arg(6))
+    np.testing.assert_allclose(np.ravel(f(x)), expected, **F64)
+  g = av.NumericalFunction("num_view_sin", lambda v: (v[1:4].contiguous().sin() * v[0:3]).sum(), Arg(6))
+  grad = np.zeros(6)
+  grad[1:4] += np.cos(x[1:4]) * x[0:3]
+  grad[0:3] += np.sin(x[1:4])
+  np.testing.assert_allclose(gradient(g)(x), grad, **F64)

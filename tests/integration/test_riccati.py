@@ -87,6 +87,23 @@ def test_inputs_outside_the_dynamics_and_rows_without_bounds() -> None:
     RiccatiQP("riccati_t_nud_bad", nx, nu, N, nud=4)
 
 
+def test_a_warm_start_lifts_its_point_only_as_far_as_the_qp_changed() -> None:
+  """A warm start floors the previous slacks and multipliers at the new QP's KKT residual there (within [tol, 1e-2]):
+  after a tiny change of the gradient the solve takes one or two iterations (a fixed 1e-2 floor took 4), after a
+  large one it still ends at OSQP's solution."""
+  rng = np.random.default_rng(5)
+  qp = RiccatiQP("riccati_t_warm_floor", 4, 1, 30, ng=6, ngN=1)
+  d = random_qp(rng, 4, 1, 30, 6, 1, 3.0)
+  for scale, most in ((1e-9, 2), (1e-6, 3), (1.0, 40)):
+    changed = {**d, "g": d["g"] + scale * rng.normal(size=d["g"].shape)}
+    assert qp(1e-10, **d).status == "solved"
+    sol = qp(1e-10, warm_start=True, **changed)
+    assert sol.status == "solved" and sol.iterations <= most, (scale, sol.iterations)
+    x_ref, u_ref, _ = osqp_solution(changed)
+    np.testing.assert_allclose(sol.x, x_ref, atol=1e-6)
+    np.testing.assert_allclose(sol.u, u_ref, atol=1e-6)
+
+
 def test_convex_qps_solved_to_1e_10_never_look_nonconvex() -> None:
   """Near the solution the slacks of active rows shrink and their weights l / t grow; without a floor on the
   complementarity target (1e-18 slacks, 1e20 weights) the Riccati recursion lost P to rounding and reported

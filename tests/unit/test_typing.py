@@ -20,7 +20,7 @@ def test_mypy_infers_call_results_and_flags_wrong_arity() -> None:
   lines = proc.stdout.splitlines()
   revealed = [ln.split("Revealed type is ")[1].strip('"') for ln in lines if "Revealed type is" in ln]
   # NOTE: the spelling of ndarray's parameters depends on the numpy and mypy versions; the structure does not.
-  assert len(revealed) == 3, proc.stdout
+  assert len(revealed) == 3, f"mypy exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
   single, pair, three_inputs = revealed
   assert single.startswith("numpy.ndarray[") and three_inputs == single, proc.stdout
   assert pair == f"tuple[{single}, {single}]", proc.stdout

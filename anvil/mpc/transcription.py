@@ -140,6 +140,11 @@ class Transcription:
     return self.nx + self.nu
 
   @cached_property
+  def slack_curvature(self) -> np.ndarray:
+    """The cost's second derivative in each slack (2 l2, soft_entries order): the Hessian's slack diagonal."""
+    return np.array([2 * e.l2 for e in self.soft_entries])
+
+  @cached_property
   def soft_entries(self) -> tuple[SoftEntry, ...]:
     """Every softened bound, group by group, stage-major; entry e owns slack w[n_states_inputs + e]."""
     N, nx, nu, nz, nh = self.N, self.nx, self.nu, self.nz, self.nh
@@ -295,7 +300,7 @@ class Transcription:
         JN = jacobian(final_ls.residual, 0).fn(*((xN, P[N]) if self.takes_p["terminal_cost"] else (xN,)))
         pieces.append((JN.T @ (Tensor(final_ls.weight) @ JN) * 2).flatten())
       if self.ns:
-        pieces.append(Tensor(np.array([2 * e.l2 for e in self.soft_entries])))
+        pieces.append(Tensor(self.slack_curvature))
       return pieces[0].cat(*pieces[1:]) * sigma[0]
 
     args = (Arg(self.nw), Arg(self.n_params), Arg(1), Arg(self.ng))
@@ -315,7 +320,7 @@ class Transcription:
       if (JN := constant_jacobian(final_ls.residual, 0)) is None:
         return None
       pieces.append((2 * JN.T @ final_ls.weight @ JN).ravel())
-    pieces.append(np.array([2 * e.l2 for e in self.soft_entries]))
+    pieces.append(self.slack_curvature)
     return np.concatenate(pieces)
 
 

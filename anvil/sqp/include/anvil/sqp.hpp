@@ -168,10 +168,7 @@ class Solver {
     stats = StatsT{};
     // NOTE: no QP of this solve starts warm from an earlier call's (its result would depend on what ran before), unless
     // the caller shifted that call's solution into x0 (a receding horizon, whose result depends on it anyway)
-    if (limits.shifted)
-      QP::shift(ws.qp);
-    else
-      QP::reset(ws.qp);
+    restart_qp(limits.shifted, ws);
     if constexpr (!P::elastic_in_qp) Elastic::reset(ws.elastic);
     // NOTE: x0 is moved into its bounds (as IPOPT does): a QP step keeps x + d within them, but a shortened one from
     // outside would leave them violated, and their multipliers then grow without bound
@@ -394,10 +391,7 @@ class Solver {
       reg = reg > 0.0 ? reg * 10.0 : P::reg_min;
       if (reg > P::reg_max) return numerical_error;
     }
-    if (shifted)
-      QP::shift(ws.qp);
-    else
-      QP::reset(ws.qp);
+    restart_qp(shifted, ws);
     v.rti_warm = shifted;
     v.rti_times[1] = lap(clock);
     v.rti_prepared = true;
@@ -483,6 +477,15 @@ class Solver {
   }
 
  private:
+  /// The QPs of a new solve start cold, or (`shifted`: the guess is the previous solution moved one stage) warm from
+  /// the previous solve's last QP solution moved alike.
+  static void restart_qp(bool shifted, WS& ws) {
+    if (shifted)
+      QP::shift(ws.qp);
+    else
+      QP::reset(ws.qp);
+  }
+
   using Clock = std::chrono::steady_clock;
 
   /// The KKT residuals at an iterate (see SQPOptions.tol).

@@ -74,6 +74,20 @@ void combine_rows(const double* a, const double (&M)[rows][n], double* out) {
   for (int j = 0; j < len; ++j) out[j] = acc[j];
 }
 
+/// out = M x (the first len columns of M): the products accumulated column by column in a local array, so the rows'
+/// sums are independent chains (a dot product per row is one chain of dependent additions, which runs at the adder's
+/// latency).
+template <int rows, int n, int len = n>
+void multiply(const double (&M)[rows][n], const double* x, double* out) {
+  double acc[rows];
+  for (int i = 0; i < rows; ++i) acc[i] = M[i][0] * x[0];
+  for (int j = 1; j < len; ++j) {
+    const double c = x[j];
+    for (int i = 0; i < rows; ++i) acc[i] += M[i][j] * c;
+  }
+  for (int i = 0; i < rows; ++i) out[i] = acc[i];
+}
+
 /// Q[i][:i+1] += (M'N)[i][:i+1] for i >= first: the lower triangle of M'N added to Q's, four rows at a time, each
 /// row computed up to the block's last column (compile-time lengths, so the rows stay in registers).
 template <int first, int rows, int n, int s>
@@ -128,11 +142,8 @@ bool eliminate_inputs(const double (&Q)[nx + m][nx + m], double (&L)[m][m], doub
 template <int nx, int m>
 void feedforward(const double* qx, double* qu, const double (&L)[m][m], const double (&K)[m][nx], double* p,
                  double* kk) {
-  for (int i = 0; i < nx; ++i) {
-    double v = qx[i];
-    for (int j = 0; j < m; ++j) v += K[j][i] * qu[j];
-    p[i] = v;
-  }
+  combine_rows<m, nx>(qu, K, p);
+  for (int i = 0; i < nx; ++i) p[i] += qx[i];
   cholesky_solve(L, qu);
   for (int i = 0; i < m; ++i) kk[i] = -qu[i];
 }
@@ -383,8 +394,8 @@ struct Riccati {
   static constexpr int mgN = ngN > 0 ? ngN : 1;
   static constexpr int muN = nuN > 0 ? nuN : 1;
 
-  /// The QP's data (row-major blocks; ±HUGE_VAL bounds mean none; lo == hi makes a row an equality; B's columns
-  /// from nud on must be zero).
+  /// The QP's data (row-major blocks; H and HN symmetric; ±HUGE_VAL bounds mean none; lo == hi makes a row an
+  /// equality; B's columns from nud on must be zero).
   struct Data {
     double H[N][nz][nz], g[N][nz], HN[nzN][nzN], gN[nzN];
     double A[N][nx][nx], B[N][nx][nu], c[N][nx], x0[nx];
@@ -520,20 +531,24 @@ struct Riccati {
 
   /// r += [A_k B_k]'v
   static void add_dynamics_transposed(const Data& d, int k, const double* v, double* r) {
-    for (int j = 0; j < nx; ++j) {
-      for (int i = 0; i < nx; ++i) r[i] += d.A[k][j][i] * v[j];
-      for (int i = 0; i < nud; ++i) r[nx + i] += d.B[k][j][i] * v[j];
+    double a[nx], b[nud > 0 ? nud : 1];
+    riccati::combine_rows<nx, nx>(v, d.A[k], a);
+    for (int i = 0; i < nx; ++i) r[i] += a[i];
+    if constexpr (nud > 0) {
+      riccati::combine_rows<nx, nu, nud>(v, d.B[k], b);
+      for (int i = 0; i < nud; ++i) r[nx + i] += b[i];
     }
   }
 
   /// b + A_k x + B_k u (the inputs that enter the dynamics), into v.
   static void dynamics(const Data& d, int k, const double* x, const double* u, const double* b, double* v) {
-    for (int i = 0; i < nx; ++i) {
-      double s = b[i];
-      for (int j = 0; j < nx; ++j) s += d.A[k][i][j] * x[j];
-      for (int j = 0; j < nud; ++j) s += d.B[k][i][j] * u[j];
-      v[i] = s;
+    double bu[nx];
+    riccati::multiply<nx, nx>(d.A[k], x, v);
+    if constexpr (nud > 0) {
+      riccati::multiply<nx, nu, nud>(d.B[k], u, bu);
+      for (int i = 0; i < nx; ++i) v[i] += bu[i];
     }
+    for (int i = 0; i < nx; ++i) v[i] += b[i];
   }
 
   /// Residuals of the KKT conditions at the iterate; returns mu (mean complementarity) and the residual norms in sol.
@@ -542,12 +557,11 @@ struct Riccati {
     double stat = 0.0;
     for (int k = 0; k < N; ++k) {
       double* r = ws.r_z[k];
-      for (int i = 0; i < nz; ++i) {
-        double v = d.g[k][i];
-        for (int j = 0; j < nx; ++j) v += d.H[k][i][j] * ws.x[k][j];
-        for (int j = 0; j < nu; ++j) v += d.H[k][i][nx + j] * ws.u[k][j];
-        r[i] = v;
-      }
+      double z[nz];  // H is symmetric: H z is a combination of its rows
+      for (int i = 0; i < nx; ++i) z[i] = ws.x[k][i];
+      for (int i = 0; i < nu; ++i) z[nx + i] = ws.u[k][i];
+      riccati::combine_rows<nz, nz>(z, d.H[k], r);
+      for (int i = 0; i < nz; ++i) r[i] += d.g[k][i];
       add_dynamics_transposed(d, k, ws.pi[k], r);
       if (k > 0)
         for (int i = 0; i < nx; ++i) r[i] -= ws.pi[k - 1][i];
@@ -563,12 +577,11 @@ struct Riccati {
         n.equality = std::fmax(n.equality, std::fabs(ws.r_dyn[k][i]));
       }
     }
-    for (int i = 0; i < nzN; ++i) {
-      double v = d.gN[i] - (i < nx ? ws.pi[N - 1][i] : 0.0);
-      for (int j = 0; j < nx; ++j) v += d.HN[i][j] * ws.x[N][j];
-      for (int j = 0; j < nuN; ++j) v += d.HN[i][nx + j] * ws.uN[j];
-      ws.r_N[i] = v;
-    }
+    double zN[nzN];
+    for (int i = 0; i < nx; ++i) zN[i] = ws.x[N][i];
+    for (int i = 0; i < nuN; ++i) zN[nx + i] = ws.uN[i];
+    riccati::combine_rows<nzN, nzN>(zN, d.HN, ws.r_N);
+    for (int i = 0; i < nzN; ++i) ws.r_N[i] += d.gN[i] - (i < nx ? ws.pi[N - 1][i] : 0.0);
     for (int e = 0; e < ws.n_liveN; ++e) {
       const int m = ws.liveN[e];
       const double v = final_row_value(d, ws, m, ws.x[N], ws.uN);
@@ -582,17 +595,17 @@ struct Riccati {
     return n.count ? n.sum / n.count : 0.0;
   }
 
-  /// The lower triangle of H's symmetric part, into Q.
+  /// The lower triangle of the symmetric H, into Q.
   template <int s>
-  static void symmetric_part(const double (&H)[s][s], double (&Q)[s][s]) {
+  static void lower_triangle(const double (&H)[s][s], double (&Q)[s][s]) {
     for (int i = 0; i < s; ++i)
-      for (int j = 0; j <= i; ++j) Q[i][j] = 0.5 * (H[i][j] + H[j][i]);
+      for (int j = 0; j <= i; ++j) Q[i][j] = H[i][j];
   }
 
   /// Riccati factorization of the Newton system's LQ problem with Hessians H + G'WG: P, K and the Cholesky factors.
   static bool factor(const Data& d, Workspace& ws) {
     double QN[nzN][nzN];
-    symmetric_part(d.HN, QN);
+    lower_triangle(d.HN, QN);
     for (int e = 0; e < ws.n_liveN; ++e) {
       const int m = ws.liveN[e];
       ws.patternN[m].add_outer(d.GN[m], riccati::row_weight(ws.rowsN[m]), QN);
@@ -613,7 +626,7 @@ struct Riccati {
       double PAB[nx][nd];  // P [A B]
       for (int i = 0; i < nx; ++i) riccati::combine_rows<nx, nd>(P[i], AB, PAB[i]);
       double Q[nz][nz];  // H + G'WG + [A B]'P[A B], lower triangle
-      symmetric_part(d.H[k], Q);
+      lower_triangle(d.H[k], Q);
       riccati::add_lower_product<0>(AB, PAB, Q);
       for (int e = 0; e < ws.n_live[k]; ++e) {
         const int m = ws.live[k][e];
@@ -659,11 +672,8 @@ struct Riccati {
     // forward rollout from dx_0 = 0
     for (int i = 0; i < nx; ++i) ws.dx[0][i] = 0.0;
     for (int k = 0; k < N; ++k) {
-      for (int i = 0; i < nu; ++i) {
-        double v = ws.k[k][i];
-        for (int j = 0; j < nx; ++j) v += ws.K[k][i][j] * ws.dx[k][j];
-        ws.du[k][i] = v;
-      }
+      riccati::multiply<nu, nx>(ws.K[k], ws.dx[k], ws.du[k]);
+      for (int i = 0; i < nu; ++i) ws.du[k][i] += ws.k[k][i];
       dynamics(d, k, ws.dx[k], ws.du[k], ws.r_dyn[k], ws.dx[k + 1]);
       riccati::combine_rows<nx, nx>(ws.dx[k + 1], ws.P[k + 1], ws.dpi[k]);
       for (int i = 0; i < nx; ++i) ws.dpi[k][i] += ws.p[k + 1][i];

@@ -52,8 +52,14 @@ struct RiccatiBackend {
   /// when it solves it).
   static int load(const double* P, const double* A, const double* l, const double* u, bool screen, W& ws) {
     double* data = reinterpret_cast<double*>(&ws.data);
-    // NOTE: rows no table writes (padding inputs fixed at 0) keep lower = upper = 0: equalities
-    for (int i = 0; i < L::data_size; ++i) data[i] = 0.0;
+    // NOTE: the data starts zeroed (Workspace) and only the tables write it, so a load clears what it accumulates
+    // into (P) and the elastic prices of the last set_elastic(), not the whole (mostly structurally zero) stage QP;
+    // rows no table writes (padding inputs fixed at 0) keep lower = upper = 0: equalities
+    for (int e = 0; e < L::nnz_P; ++e) {
+      data[L::P_to_data[e]] = 0.0;
+      if (L::P_mirror[e] >= 0) data[L::P_mirror[e]] = 0.0;
+    }
+    for (int e = 0; e < L::n_elastic; ++e) data[L::elastic_to_data[e]] = 0.0;
     for (int e = 0; e < L::nnz_P; ++e) {
       data[L::P_to_data[e]] += P[e];
       if (L::P_mirror[e] >= 0) data[L::P_mirror[e]] += P[e];

@@ -179,10 +179,15 @@ struct Pattern {
   int count;
   int index[n];
 
-  void find(const double* a) {
+  /// Finds the nonzeros of a row with a bound; a row without one takes no part in the iterations (an empty pattern:
+  /// most rows of an OCP, the state boxes without bounds, are scanned no further).
+  void find(const double* a, double lo, double hi) {
     count = 0;
-    for (int j = 0; j < n; ++j)
-      if (a[j] != 0.0) index[count++] = j;
+    if (!(lo > -no_bound || hi < no_bound)) return;
+    for (int j = 0; j < n; ++j) {
+      index[count] = j;
+      count += a[j] != 0.0;
+    }
   }
 
   /// a'[x; y] where x holds the first m entries.
@@ -739,8 +744,8 @@ struct Riccati {
     }
     for (int i = 0; i < nx; ++i) ws.x[0][i] = d.x0[i];
     for (int k = 0; k < N; ++k)
-      for (int m = 0; m < ng; ++m) ws.pattern[k][m].find(d.G[k][m]);
-    for (int m = 0; m < ngN; ++m) ws.patternN[m].find(d.GN[m]);
+      for (int m = 0; m < ng; ++m) ws.pattern[k][m].find(d.G[k][m], d.lo[k][m], d.hi[k][m]);
+    for (int m = 0; m < ngN; ++m) ws.patternN[m].find(d.GN[m], d.loN[m], d.hiN[m]);
   }
 
   /// Starts every row at the primal point, cold or (warm) restarted from its previous slacks and multipliers floored

@@ -5,6 +5,7 @@ Run from the repository root (an anvil controller's cold build takes minutes at 
 
   .venv/bin/python -m benchmarks.bench_chain                                 # n_mass 3, every controller
   .venv/bin/python -m benchmarks.bench_chain --sizes 3 5 --controllers sqp gn rti
+  .venv/bin/python -m benchmarks.bench_chain --sizes 5 --tol 1e-6                 # acados's default tolerance
 
 Controllers: sqp (full SQP, exact Hessian), gn (full SQP, Gauss-Newton), rti (real-time iteration, Gauss-Newton).
 Build: construction and first call on an empty cache (cold), then both again in the same process (warm); the cold
@@ -14,7 +15,9 @@ solve time of the closed-loop calls (median, p95; the evaluation and QP shares f
 SQP iterations and the mean interior-point iterations per step (all its QPs). Closed-loop cost: the sum of the stage
 costs; the full-SQP controllers' against IPOPT's closed loop on the same NLP (relative difference; target 1e-6).
 CasADi: nlpsol ipopt and sqpmethod (qrqp, exact Hessian), each warm-started from its previous solution shifted by
-one stage; time = the solver's t_wall_total.
+one stage; time = the solver's t_wall_total. --tol sets the SQP tolerance of anvil's controllers (a call-time
+argument) and sqpmethod's tol_pr and tol_du alike (default anvil's 1e-8; acados's defaults are 1e-6); IPOPT keeps
+its settings (the reference).
 
 Targets (issue 14): at nx = 9 and 21, per step at or below acados's best configuration measured in issue 14,
 expressed against sqpmethod in the same run (0.093 / 0.045 / 0.041 x sqpmethod for sqp / gn / rti at nx = 9, 0.071 /
@@ -35,6 +38,7 @@ import numpy as np
 
 from anvil.mpc import MPCFunction, MPCOptions
 from anvil.problems import chain
+from anvil.sqp import SQPOptions
 from benchmarks.common import (
   STAGES,
   StageRecorder,
@@ -89,13 +93,13 @@ def build(n_mass: int, kind: str, cache: Path, recorder: StageRecorder) -> tuple
   return mpc, {"cold": cold, "warm": warm, **logged, "rest": cold - sum(logged.values())}
 
 
-def anvil_loop(mpc: MPCFunction, n_mass: int, kind: str, steps: int) -> Loop:
-  """The closed loop of `steps` calls from chain.initial_state on the model itself."""
+def anvil_loop(mpc: MPCFunction, n_mass: int, kind: str, steps: int, tol: float) -> Loop:
+  """The closed loop of `steps` calls from chain.initial_state on the model itself, each solved to `tol`."""
   plant, x = chain.step_numpy(n_mass), chain.initial_state(n_mass)
   mpc.reset()
   times, its, qp_its, evaluation, qp, cost, statuses = [], [], [], [], [], 0.0, defaultdict(int)
   for _ in range(steps):
-    sol = mpc(x)
+    sol = mpc(x, tol=tol)
     times.append(sol.solve_time)
     its.append(sol.iterations)
     qp_its.append(int(np.sum(sol.stats["qp_iterations"])))
@@ -138,10 +142,10 @@ def casadi_loop(nlp: chain.CasadiChain, solver: Any, name: str, steps: int) -> L
   return Loop(name, nlp.nx, np.array(times), np.array(its), cost, statuses=dict(statuses))
 
 
-def casadi_loops(ca: Any, n_mass: int, steps: int, notes: list[str]) -> list[Loop]:
-  """IPOPT and sqpmethod closed loops on the same NLP."""
+def casadi_loops(ca: Any, n_mass: int, steps: int, tol: float, notes: list[str]) -> list[Loop]:
+  """IPOPT and sqpmethod (solved to `tol`) closed loops on the same NLP."""
   nlp = chain.CasadiChain(n_mass)
-  sqp_options = {"qpsol": "qrqp", "hessian_approximation": "exact", "max_iter": 100, "tol_pr": 1e-8, "tol_du": 1e-8,
+  sqp_options = {"qpsol": "qrqp", "hessian_approximation": "exact", "max_iter": 100, "tol_pr": tol, "tol_du": tol,
                  "print_header": False, "print_iteration": False, "print_status": False, "print_time": False,
                  "record_time": True,
                  "qpsol_options": {"print_iter": False, "print_header": False, "error_on_fail": False}}  # fmt: skip
@@ -178,6 +182,12 @@ def main() -> None:
   parser.add_argument("--sizes", type=int, nargs="+", default=[3], help="n_mass values (3 4 5 6 8: nx 9 ... 39)")
   parser.add_argument("--controllers", nargs="+", default=list(CONTROLLERS), choices=list(CONTROLLERS))
   parser.add_argument("--steps", type=int, default=chain.CLOSED_LOOP_STEPS, help="closed-loop steps")
+  parser.add_argument(
+    "--tol",
+    type=float,
+    default=SQPOptions().tol,
+    help="SQP tolerance of anvil's controllers and of sqpmethod (default anvil's; acados's is 1e-6)",
+  )
   args = parser.parse_args()
   ca, notes, targets, recorder = load_casadi(), [], [], StageRecorder()
   for n_mass in args.sizes:
@@ -185,12 +195,12 @@ def main() -> None:
     for kind in args.controllers:
       with tempfile.TemporaryDirectory(prefix="bench_chain_") as cache:
         mpc, seconds = build(n_mass, kind, Path(cache), recorder)
-        loop = anvil_loop(mpc, n_mass, kind, args.steps)
+        loop = anvil_loop(mpc, n_mass, kind, args.steps, args.tol)
       loop.build = seconds
       loops.append(loop)
     reference = None
     if ca is not None:
-      loops += casadi_loops(ca, n_mass, args.steps, notes)
+      loops += casadi_loops(ca, n_mass, args.steps, args.tol, notes)
       reference = loops[-2].cost
       sqpmethod = float(np.median(loops[-1].times))
       for loop in loops:
@@ -200,7 +210,10 @@ def main() -> None:
           targets.append(f"  nx {loop.nx} {loop.name}: {median * 1e3:.3f} ms <= {factor} x sqpmethod "
                          f"({factor * sqpmethod * 1e3:.3f} ms): {verdict(median, factor * sqpmethod)}")  # fmt: skip
     nx = chain.state_size(n_mass)
-    print(f"\nchain of {n_mass} masses (nx = {nx}, nu = 3, N = {chain.HORIZON}), {args.steps} closed-loop steps")
+    print(
+      f"\nchain of {n_mass} masses (nx = {nx}, nu = 3, N = {chain.HORIZON}), {args.steps} closed-loop steps, "
+      f"SQP tolerance {args.tol:g}"
+    )
     print_loops(loops, reference)
   if ca is None:
     print("\ncasadi is not installed: no IPOPT or sqpmethod rows, no targets")

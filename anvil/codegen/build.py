@@ -16,6 +16,9 @@ logger = logging.getLogger("anvil")
 STAGE_COUNTS: Counter[str] = Counter()
 #: Seconds before a running build starts printing progress to stderr.
 PROGRESS_AFTER_S = 2.0
+#: Held while a progress line is written; a build forks its render workers under it, so no worker starts with the
+#: stream's lock held by a thread it does not have.
+OUTPUT_LOCK = threading.Lock()
 
 
 class Progress:
@@ -45,12 +48,13 @@ class Progress:
     elapsed = time.perf_counter() - self._start
     what = f"{self.stage} {self.detail}".strip() if not final else f"{self.stage} done"
     end = "\n" if final or not sys.stderr.isatty() else ""
-    sys.stderr.write(
-      f"\ranvil: building {self.name}: {what} ({elapsed:.1f} s)\x1b[K{end}"
-      if sys.stderr.isatty()
-      else f"anvil: building {self.name}: {what} ({elapsed:.1f} s){end}"
-    )
-    sys.stderr.flush()
+    with OUTPUT_LOCK:
+      sys.stderr.write(
+        f"\ranvil: building {self.name}: {what} ({elapsed:.1f} s)\x1b[K{end}"
+        if sys.stderr.isatty()
+        else f"anvil: building {self.name}: {what} ({elapsed:.1f} s){end}"
+      )
+      sys.stderr.flush()
     self._printed = True
 
   def close(self) -> None:

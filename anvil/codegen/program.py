@@ -16,6 +16,7 @@ from tinygrad.uop.ops import Ops, UOp
 
 from anvil.codegen.arg import cpp_type
 from anvil.codegen.build import Progress
+from anvil.codegen.parallel import render_in_parallel
 from anvil.codegen.renderer import RenderedKernel, render_kernel
 from anvil.codegen.trace import HOST_DEVICES, TracedGraph, constant_bytes
 
@@ -277,7 +278,11 @@ def build_program(
   """
   gathers = gathers or {}
   layout = _Layout(name, traced, gathers)
-  kernels: dict[bytes, RenderedKernel] = {}
+  distinct: dict[bytes, tuple[UOp, str]] = {}
+  for item in items:
+    if (ast := item.src[0]).op is Ops.SINK and ast.key not in distinct:
+      distinct[ast.key] = (ast, f"k{len(distinct)}")
+  kernels = dict(zip(distinct, render_in_parallel(list(distinct.values()), render, progress), strict=True))
   work: list[tuple[UOp, tuple[UOp, ...]]] = []  # (kernel or copy, its buffers)
   for item in items:
     ast, args = item.src[0], item.src[1:]
@@ -289,11 +294,7 @@ def build_program(
       continue
     if ast.op is not Ops.SINK:
       raise NotImplementedError(f"schedule item {ast.op} is not supported by anvil's C++ backend")
-    if (kernel := kernels.get(ast.key)) is None:
-      kernels[ast.key] = kernel = render(ast, f"k{len(kernels)}")
-      if progress is not None:
-        progress.update(f"rendered kernel {len(kernels)}")
-    work.append((ast, tuple(args[i] for i in kernel.params)))
+    work.append((ast, tuple(args[i] for i in kernels[ast.key].params)))
   gathered = {i: traced.stores[traced.output_slots[i]] for i, table in gathers.items() if len(table)}
   bases = [tuple(_view(b)[0] for b in (bufs[:1] if ast.op is Ops.COPY else bufs)) for ast, bufs in work]
   layout.place([*bases, tuple(gathered.values())],

@@ -104,6 +104,47 @@ def test_builds_from_several_threads(fresh_cache: Path) -> None:
     np.testing.assert_allclose(results[k], np.sin(np.full(3, k + 1.0)), rtol=1e-15)
 
 
+def test_the_kernels_of_one_function_render_in_forked_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+  """A function's kernels are rendered by forked workers and this process, each every n-th kernel, into exactly the
+  kernels one process renders; a worker that fails has its share rendered here."""
+  import os
+
+  import anvil as av
+  from anvil.codegen import parallel
+  from anvil.codegen.program import schedule
+  from anvil.codegen.renderer import render_kernel
+
+  def fn(x):  # NOTE: every reduction ends a kernel
+    y = x
+    for k in range(6):
+      y = (y.sin() * (k + 1.0)).sum() * y + x
+    return y
+
+  f = av.NumericalFunction("par_kernels", fn, (av.Arg(4),))
+  jobs = [(item.src[0], f"k{i}") for i, item in enumerate(schedule(f.traced)) if item.src[0].op.name == "SINK"]
+  assert len(jobs) >= 6
+  serial = [render_kernel(ast, name) for ast, name in jobs]
+  monkeypatch.setenv("ANVIL_BUILD_JOBS", "3")
+  monkeypatch.setattr(parallel, "KERNELS_PER_RENDER_WORKER", 2)
+  here = os.getpid()
+  rendered_here: list[str] = []
+
+  def counted(ast, name):
+    if os.getpid() == here:
+      rendered_here.append(name)
+    return render_kernel(ast, name)
+
+  assert parallel.render_in_parallel(jobs, counted) == serial
+  assert rendered_here == [name for _, name in jobs[::3]], "this process rendered only its share"
+
+  def failing(ast, name):
+    if os.getpid() != here:
+      raise RuntimeError("a worker fails")
+    return render_kernel(ast, name)
+
+  assert parallel.render_in_parallel(jobs, failing) == serial
+
+
 def test_functions_of_a_module_build_in_parallel_workers(fresh_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
   """Two uncached functions are scheduled and rendered in forked workers: the parent does neither, finds their code in
   the cache, and it is the code a build in this process makes."""

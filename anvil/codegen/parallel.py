@@ -89,9 +89,16 @@ def render_in_parallel(
     return [_render(render, job, progress, f"{i + 1} of {len(jobs)}") for i, job in enumerate(jobs)]
   shares = [range(w, len(jobs), workers) for w in range(workers)]
   children = [_fork_renderer([jobs[i] for i in share], render) for share in shares[1:]]
-  rendered = {i: _render(render, jobs[i], progress, f"in {workers} processes") for i in shares[0]}
-  for (pid, fd), share in zip(children, shares[1:], strict=True):
-    kernels = _collect(pid, fd)
+  try:
+    rendered = {i: _render(render, jobs[i], progress, f"in {workers} processes") for i in shares[0]}
+  except BaseException:
+    for child in children:
+      if child is not None:
+        os.kill(child[0], signal.SIGKILL)
+        _collect(*child)
+    raise
+  for child, share in zip(children, shares[1:], strict=True):
+    kernels = None if child is None else _collect(*child)
     if kernels is None or len(kernels) != len(share):
       kernels = [render(*jobs[i]) for i in share]
     rendered.update(zip(share, kernels, strict=True))
@@ -114,12 +121,18 @@ def _can_fork() -> bool:
   return sys.platform == "linux" and all(t.name.startswith("anvil-progress-") for t in others)
 
 
-def _fork_renderer(jobs: list[tuple[UOp, str]], render: Callable[[UOp, str], RenderedKernel]) -> tuple[int, int]:
-  """A child process rendering `jobs` and writing the pickled kernels into a pipe: (its pid, the pipe's read end)."""
+def _fork_renderer(jobs: list[tuple[UOp, str]], render: Callable[[UOp, str], RenderedKernel]) -> tuple[int, int] | None:
+  """A child process rendering `jobs` and writing the pickled kernels into a pipe: (its pid, the pipe's read end);
+  None when the system refuses another process (its jobs are then rendered here)."""
   parent = os.getpid()
   read, write = os.pipe()
-  with OUTPUT_LOCK:
-    pid = os.fork()
+  try:
+    with OUTPUT_LOCK:
+      pid = os.fork()
+  except OSError:
+    os.close(read)
+    os.close(write)
+    return None
   if pid == 0:  # NOTE: the child leaves through os._exit, never returning into the build
     status = 1
     try:

@@ -106,7 +106,8 @@ def test_builds_from_several_threads(fresh_cache: Path) -> None:
 
 def test_the_kernels_of_one_function_render_in_forked_workers(monkeypatch: pytest.MonkeyPatch) -> None:
   """A function's kernels are rendered by forked workers and this process, each every n-th kernel, into exactly the
-  kernels one process renders; a worker that fails has its share rendered here."""
+  kernels one process renders; a worker that fails, or one the system refuses to start, has its share rendered here;
+  an error here is raised (the workers killed)."""
   import os
 
   import anvil as av
@@ -143,6 +144,23 @@ def test_the_kernels_of_one_function_render_in_forked_workers(monkeypatch: pytes
     return render_kernel(ast, name)
 
   assert parallel.render_in_parallel(jobs, failing) == serial
+
+  def refused() -> int:
+    raise OSError("no more processes")
+
+  monkeypatch.setattr(os, "fork", refused)
+  assert parallel.render_in_parallel(jobs, render_kernel) == serial, "the shares no worker took are rendered here"
+  monkeypatch.undo()
+  monkeypatch.setenv("ANVIL_BUILD_JOBS", "3")
+  monkeypatch.setattr(parallel, "KERNELS_PER_RENDER_WORKER", 2)
+
+  def failing_here(ast, name):
+    if os.getpid() == here:
+      raise ValueError("this process fails")
+    return render_kernel(ast, name)
+
+  with pytest.raises(ValueError, match="this process fails"):
+    parallel.render_in_parallel(jobs, failing_here)
 
 
 def test_functions_of_a_module_build_in_parallel_workers(fresh_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,7 +11,9 @@ w = [x0, u0, x1, u1, ..., x_N], x_init = [0, pi, 0, 0], defects g(w) = 0 (x0 = x
 |u| <= 20, |xc| <= 2, x_N = 0, stage cost x'Qx + R u^2 (Q = diag(1, 1, 0.1, 0.1), R = 0.01), no terminal cost.
 Initial guess: states interpolated linearly from x_init to 0, inputs 0.
 
-anvil: exactly tests/integration/test_sqp.py::test_p2_cartpole_swing_up. Build time = construction of the
+anvil: exactly tests/integration/test_sqp.py::test_p2_cartpole_swing_up, with each of its QP solvers: OSQP (the
+default), the sparse interior point (general sparse QPs: no stage structure used) and the Riccati interior point
+(the NLP's multiple-shooting stage layout). Build time = construction of the
 SQPFunction plus its first call (trace, derive, render, compile, load, solve), in process. CasADi: the same NLP
 unrolled over the stages with SX (the same model code through a CasADi backend), solved with `nlpsol('ipopt')`
 (exact Hessian) and `nlpsol('sqpmethod')` with qpsol 'qrqp'. Solve times are wall clock from Python, median of
@@ -96,33 +98,37 @@ def median_ms(fn: Callable[[], object], solves: int) -> float:
 # *** anvil ***
 
 
-def run_anvil(prob: Problem, solves: int, riccati: bool = False) -> tuple[Result, float, str]:
-  """anvil's SQPFunction (QPs by OSQP, or by the Riccati interior point: the NLP has the multiple-shooting stage
-  layout): the result line, the build time (construction + first call) in s and a QP summary."""
+#: The QP solvers of anvil's rows.
+QP_SOLVERS = ("osqp", "sparse_ipm", "riccati")
+
+
+def run_anvil(prob: Problem, solves: int, qp: str = "osqp") -> tuple[Result, float, str]:
+  """anvil's SQPFunction with its QPs by `qp` (QP_SOLVERS): the result line, the build time (construction + first
+  call) in s and a QP summary."""
   import anvil as av
   from anvil import Arg
   from anvil.mpc import shooting_layout
-  from anvil.qp import RiccatiOptions
+  from anvil.qp import RiccatiOptions, SparseIPMOptions
   from anvil.sqp import SQPFunction, SQPOptions
 
   assert shooting.size(N) == prob.size
   t0 = time.perf_counter()
-  name = "swing_up_riccati" if riccati else "swing_up"
+  name = "swing_up" if qp == "osqp" else f"swing_up_{qp}"
   f = av.NumericalFunction(f"{name}_cost", lambda w, x0: shooting.stage_cost(w, N), (Arg(prob.size), Arg(4)))
   g = av.NumericalFunction(f"{name}_defects", lambda w, x0: shooting.defects(w, x0, N), (Arg(prob.size), Arg(4)))
-  options = SQPOptions(qp=RiccatiOptions()) if riccati else None
-  solver = SQPFunction(name, f, g, options, stages=shooting_layout(N, 4, 1))
+  options = {"osqp": None, "sparse_ipm": SQPOptions(qp=SparseIPMOptions()), "riccati": SQPOptions(qp=RiccatiOptions())}
+  solver = SQPFunction(name, f, g, options[qp], stages=shooting_layout(N, 4, 1))
   solve = lambda: solver(prob.w0, X_INIT, prob.lbx, prob.ubx, prob.lbg, prob.ubg)
   res = solve()
   build_s = time.perf_counter() - t0
   ms = median_ms(solve, solves)
-  qp = res.stats["qp_iterations"]
+  qp_its = res.stats["qp_iterations"]
   times = {k: res.stats[f"time_{k}"] * 1e3 for k in ("evaluation", "qp_update", "qp_solve", "line_search")}
-  qp_note = (f"{int(qp.sum())} QP iterations in all, at most {int(qp.max())} in one SQP iteration\n"
+  qp_note = (f"{int(qp_its.sum())} QP iterations in all, at most {int(qp_its.max())} in one SQP iteration\n"
              f"  anvil time inside the generated C++ (its own timers): {sum(times.values()):.2f} ms = "
              + ", ".join(f"{k} {v:.2f}" for k, v in times.items()))  # fmt: skip
-  label = "anvil SQPFunction, Riccati QP" if riccati else "anvil SQPFunction, OSQP"
-  return Result(label, res.status, res.iterations, float(res.f), ms), build_s, qp_note
+  label = {"osqp": "OSQP", "sparse_ipm": "sparse IPM", "riccati": "Riccati QP"}[qp]
+  return Result(f"anvil SQPFunction, {label}", res.status, res.iterations, float(res.f), ms), build_s, qp_note
 
 
 # *** CasADi ***
@@ -191,9 +197,9 @@ def main() -> int:
   prob = problem()
   notes: list[str] = []
 
-  anvil_res, build_s, qp_note = run_anvil(prob, args.solves)
-  riccati_res, riccati_build_s, riccati_note = run_anvil(prob, args.solves, riccati=True)
-  results = [anvil_res, riccati_res]
+  runs = [run_anvil(prob, args.solves, qp) for qp in QP_SOLVERS]
+  anvil_results = [res for res, _, _ in runs]
+  results = list(anvil_results)
   ca = load_casadi()
   if ca is None:
     notes.append("casadi not installed: CasADi rows and the IPOPT ratio skipped")
@@ -205,14 +211,14 @@ def main() -> int:
   print(f"casadi {ca.__version__ if ca else 'missing'}; solve times: median of {args.solves} calls from Python\n")
   print_results(results, ipopt_ms)
   cache = "warm" if args.warm else "cold, empty"
-  for label, seconds, note in (("OSQP", build_s, qp_note), ("Riccati QP", riccati_build_s, riccati_note)):
-    print(f"\n  anvil ({label}) build (construction + first call, {cache} cache): {seconds:.2f} s")
-    print(f"  anvil ({label}) QP work: {note}")
+  for res, seconds, note in runs:
+    print(f"\n  {res.solver}: build (construction + first call, {cache} cache): {seconds:.2f} s")
+    print(f"  {res.solver}: QP work: {note}")
   for note in notes:
     print(f"  note: {note}")
 
   print("\ntargets:")
-  for res in (anvil_res, riccati_res):
+  for res in anvil_results:
     print(f"  {res.solver}: iterations {res.iterations} <= {TARGET_ITERATIONS}: "
           f"{verdict(res.iterations, TARGET_ITERATIONS)}")  # fmt: skip
     if ipopt_ms:

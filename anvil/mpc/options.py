@@ -59,7 +59,7 @@ class MPCOptions:
     if self.qp is not None and not isinstance(self.qp, (OSQPOptions, RiccatiOptions)):
       raise TypeError(f"MPCOptions.qp: expected RiccatiOptions or OSQPOptions, got {type(self.qp).__name__}")
     qp = self.qp or self._qp_from_aliases()
-    if self.qp_solver is not None and self.qp_solver != _solver_name(qp):
+    if self.qp_solver is not None and self.qp_solver != qp.solver:
       raise ValueError(f"MPCOptions: qp_solver={self.qp_solver!r} disagrees with qp={qp!r}")
     if isinstance(qp, RiccatiOptions):
       for alias, setting in (("riccati_max_iter", qp.max_iter), ("riccati_tol", qp.tol_min)):
@@ -67,7 +67,7 @@ class MPCOptions:
           raise ValueError(f"MPCOptions: {alias}={getattr(self, alias)!r} disagrees with qp={qp!r}")
         object.__setattr__(self, alias, setting)
     object.__setattr__(self, "qp", qp)
-    object.__setattr__(self, "qp_solver", _solver_name(qp))
+    object.__setattr__(self, "qp_solver", qp.solver)
 
   def _qp_from_aliases(self) -> QPOptions:
     if self.qp_solver == "osqp":
@@ -83,7 +83,3 @@ class MPCOptions:
     assert self.qp is not None
     options = self.sqp.with_qp(self.qp)
     return dataclasses.replace(options, max_iter=1) if self.mode == "rti" else options
-
-
-def _solver_name(qp: QPOptions) -> str:
-  return "riccati" if isinstance(qp, RiccatiOptions) else "osqp"

@@ -5,6 +5,7 @@ from anvil.qp.backend import QPProblem as QPProblem
 from anvil.qp.options import OSQPOptions as OSQPOptions
 from anvil.qp.options import QPOptions as QPOptions
 from anvil.qp.options import RiccatiOptions as RiccatiOptions
+from anvil.qp.options import SparseIPMOptions as SparseIPMOptions
 from anvil.qp.result import OCPQPSolution as OCPQPSolution
 from anvil.qp.result import QPStatus as QPStatus
 from anvil.qp.riccati import RiccatiQP as RiccatiQP

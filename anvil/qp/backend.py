@@ -1,5 +1,5 @@
 """The QP layer's one contract: `QPProblem`, the fixed structure of the QPs a solver is generated for, and
-`QPBackend`, the base of every solver generated for one (OSQP, the Riccati interior point).
+`QPBackend`, the base of every solver generated for one (OSQP, the Riccati interior point, the sparse interior point).
 
 Every backend emits, in a C++ namespace of its name, `WS_t`/`init_ws()` in the module header and, in the source, a
 type `Backend` meeting the C++ QP contract of anvil/qp.hpp: `reset`, `load(P, A, l, u, screen)`, `solve(q, l, u,
@@ -19,12 +19,12 @@ import scipy.sparse as sp
 from anvil.codegen.base import check_identifier
 from anvil.codegen.templated import TemplatedFunction
 from anvil.qp.kkt import ActiveSetKKT
-from anvil.qp.options import OSQPOptions, RiccatiOptions
+from anvil.qp.options import OSQPOptions, RiccatiOptions, SparseIPMOptions
 
 if TYPE_CHECKING:
   from anvil.qp.stages import StageLayout
 
-Options = TypeVar("Options", OSQPOptions, RiccatiOptions)
+Options = TypeVar("Options", OSQPOptions, RiccatiOptions, SparseIPMOptions)
 
 
 @dataclass(frozen=True, eq=False)

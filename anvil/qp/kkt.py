@@ -1,12 +1,13 @@
-"""`ActiveSetKKT`: the fixed pattern of a QP's active-set KKT matrix [[P, Aᵀ], [A, -D]] in a banded order, the
-tables that fill it, and the sizes of its LDLᵀ factorization (the C++ is anvil/kkt.hpp).
+"""`ActiveSetKKT`: the fixed pattern of a QP's KKT matrix [[P, Aᵀ], [A, -D]] in a fill-reducing order, the tables
+that fill it, and the sizes of its LDLᵀ factorization (the C++ is anvil/kkt.hpp).
 
 ADMM (OSQP) reaches the active set of a QP long before it reaches high accuracy. Polishing guesses the active set
 from the ADMM iterate and solves the equality-constrained KKT system directly (with QDLDL, shipped in OSQP's sources),
 as OSQP's own polish does in its full build (embedded builds lack it); the same factorization tells whether P is
 convex on the null space of the active rows (an inertia test). Inactive constraint rows are decoupled by zeroing their
 A entries and putting -1 on their diagonal, so the pattern, the ordering and the symbolic factorization are fixed at
-code generation and each use only refactors numerically.
+code generation and each use only refactors numerically. The sparse interior point (anvil/sparse_ipm.hpp) factors
+the same pattern with its barrier weights on the rows' diagonal.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import reverse_cuthill_mckee
+from scipy.sparse.linalg import splu
 
 
 @dataclass(frozen=True, eq=False)
 class ActiveSetKKT:
-  """KKT pattern of min ½dᵀPd + qᵀd s.t. l ≤ Ad ≤ u for fixed patterns of P (upper triangle, full diagonal) and A.
+  """KKT pattern of min ½dᵀPd + qᵀd s.t. l ≤ Ad ≤ u for fixed patterns of P (upper triangle) and A; K's pattern
+  holds P's whole diagonal whether P's does or not (its regularization).
 
   Attributes:
     p_pattern: CSC pattern of P (upper triangle).
@@ -32,44 +35,72 @@ class ActiveSetKKT:
   a_pattern: sp.csc_array
 
   @cached_property
-  def _layout(self) -> tuple[sp.csc_array, np.ndarray, dict[str, tuple[int, ...]]]:
+  def _entries(self) -> tuple[np.ndarray, np.ndarray]:
+    """(row, column) in K of P's entries, A's (transposed into the upper block), P's diagonal and the rows' diagonal,
+    unknowns in natural order (d first, then the rows' multipliers)."""
     n, m = self.p_pattern.shape[0], self.a_pattern.shape[0]
-    # entries tagged by their source: 1 + k for P's k-th entry, 1 + nnzP + k for A's, 1 + nnzP + nnzA + i diag of y
-    p = sp.coo_array(sp.csc_array((np.arange(1, self.p_pattern.nnz + 1), self.p_pattern.indices,
-                                   self.p_pattern.indptr), shape=(n, n)))  # fmt: skip
-    a_tags = np.arange(1, self.a_pattern.nnz + 1) + self.p_pattern.nnz
-    a = sp.coo_array(sp.csc_array((a_tags, self.a_pattern.indices, self.a_pattern.indptr), shape=(m, n)))
-    rows = np.concatenate([p.row, a.col, n + np.arange(m)])
-    cols = np.concatenate([p.col, n + a.row, n + np.arange(m)])
-    tags = np.concatenate([p.data, a.data, 1 + self.p_pattern.nnz + self.a_pattern.nnz + np.arange(m)])
-    size = n + m
-    symmetric = sp.csr_array((np.ones(2 * rows.size), (np.concatenate([rows, cols]), np.concatenate([cols, rows]))),
+    p, a = sp.coo_array(self.p_pattern), sp.coo_array(self.a_pattern)
+    diagonal = np.arange(n + m)
+    return np.concatenate([p.row, a.col, diagonal]), np.concatenate([p.col, n + a.row, diagonal])
+
+  @cached_property
+  def _order(self) -> np.ndarray:
+    """The elimination order with the least fill among reverse Cuthill-McKee (banded: stage-structured problems) and
+    SuperLU's minimum degree on K + Kᵀ (general sparse problems)."""
+    rows, cols = self._entries
+    n, size = self.p_pattern.shape[0], self.size
+    symmetric = sp.csc_array((np.ones(2 * rows.size), (np.concatenate([rows, cols]), np.concatenate([cols, rows]))),
                              shape=(size, size))  # fmt: skip
-    order = np.asarray(reverse_cuthill_mckee(symmetric, symmetric_mode=True), dtype=np.int64)
+    candidates = [np.asarray(reverse_cuthill_mckee(sp.csr_array(symmetric), symmetric_mode=True), dtype=np.int64)]
+    # NOTE: only the column ordering SuperLU computes is used; the values make K quasi-definite (nonsingular), so the
+    # factorization that comes with it cannot fail
+    diagonal = np.where(rows < n, 1.0, -1.0)
+    values = sp.csc_array((np.where(rows == cols, diagonal, 1e-3), (rows, cols)), shape=(size, size))
+    full = sp.csc_array(values + sp.triu(values, k=1).T)
+    if size > 1:
+      perm = splu(full, permc_spec="MMD_AT_PLUS_A", options={"SymmetricMode": True}).perm_c.astype(np.int64)
+      candidates += [perm, np.argsort(perm)]
+    return min(candidates, key=self._fill)
+
+  def _fill(self, order: np.ndarray) -> int:
+    return _factor_nnz(self._upper(order))
+
+  def _upper(self, order: np.ndarray) -> sp.csc_array:
+    """K's upper triangle (entries: 1) with its unknowns in `order`."""
+    rows, cols = self._entries
+    position = np.empty(self.size, dtype=np.int64)
+    position[order] = np.arange(self.size)
+    pr, pc = position[rows], position[cols]
+    k = sp.csc_array((np.ones(rows.size), (np.minimum(pr, pc), np.maximum(pr, pc))), shape=(self.size, self.size))
+    k.sum_duplicates()
+    k.sort_indices()
+    return k
+
+  @cached_property
+  def _layout(self) -> tuple[sp.csc_array, dict[str, tuple[int, ...]]]:
+    n, size = self.p_pattern.shape[0], self.size
+    order = self._order
+    k = self._upper(order)
     position = np.empty(size, dtype=np.int64)
     position[order] = np.arange(size)
+    rows, cols = self._entries
     pr, pc = position[rows], position[cols]
-    upper_r, upper_c = np.minimum(pr, pc), np.maximum(pr, pc)
-    k = sp.csc_array((tags.astype(np.float64), (upper_r, upper_c)), shape=(size, size))
-    k.sort_indices()
-    where = np.empty(tags.size, dtype=np.int64)
-    where[k.data.astype(np.int64) - 1] = np.arange(k.nnz)
+    keys = np.repeat(np.arange(size), np.diff(k.indptr)) * size + k.indices  # sorted: K's storage order
+    where = np.searchsorted(keys, np.maximum(pr, pc) * size + np.minimum(pr, pc))
     nnz_p, nnz_a = self.p_pattern.nnz, self.a_pattern.nnz
-    diagonal = np.flatnonzero(self.p_pattern.indices == np.repeat(np.arange(n), np.diff(self.p_pattern.indptr)))
-    if diagonal.size != n:
-      raise ValueError("ActiveSetKKT: P's pattern must hold its full diagonal")
+    as_tuple = lambda values: tuple(int(v) for v in values)
     tables = {
-      "P_to_K": tuple(int(v) for v in where[:nnz_p]),
-      "Pdiag_to_K": tuple(int(v) for v in where[diagonal]),
-      "A_to_K": tuple(int(v) for v in where[nnz_p : nnz_p + nnz_a]),
-      "ydiag_to_K": tuple(int(v) for v in where[nnz_p + nnz_a :]),
-      "K_perm": tuple(int(v) for v in position),
-      "K_p": tuple(int(v) for v in k.indptr),
-      "K_i": tuple(int(v) for v in k.indices),
-      "A_p": tuple(int(v) for v in self.a_pattern.indptr),
-      "A_i": tuple(int(v) for v in self.a_pattern.indices),
+      "P_to_K": as_tuple(where[:nnz_p]),
+      "Pdiag_to_K": as_tuple(where[nnz_p + nnz_a : nnz_p + nnz_a + n]),
+      "A_to_K": as_tuple(where[nnz_p : nnz_p + nnz_a]),
+      "ydiag_to_K": as_tuple(where[nnz_p + nnz_a + n :]),
+      "K_perm": as_tuple(position),
+      "K_p": as_tuple(k.indptr),
+      "K_i": as_tuple(k.indices),
+      "A_p": as_tuple(self.a_pattern.indptr),
+      "A_i": as_tuple(self.a_pattern.indices),
     }
-    return k, position, tables
+    return k, tables
 
   @property
   def size(self) -> int:
@@ -85,31 +116,45 @@ class ActiveSetKKT:
   def tables(self) -> dict[str, tuple[int, ...]]:
     """Index tables for the generated code: where P's entries, P's diagonal, A's entries and the y-diagonal's values
     go in K, the permutation (K_perm[i]: position of unknown i, x first then y), K's and A's CSC patterns."""
-    return self._layout[2]
+    return self._layout[1]
+
+  @property
+  def factor_buffers(self) -> tuple[tuple[str, str, int], ...]:
+    """(C++ type, name, size) of every buffer the factorization and the refined solve use (anvil/kkt.hpp), the rows'
+    coupling flags (`active`) included."""
+    size, l_nnz, m = self.size, max(self.l_nnz, 1), self.a_pattern.shape[0]
+    doubles = [("Kx", self.nnz), ("Lx", l_nnz), *((v, size) for v in ("D", "Dinv", "fwork", "ksol", "krhs", "kres"))]
+    ints = [("Li", l_nnz), ("Lp", size + 1), ("Lnz", size), ("etree", size), ("iwork", 3 * size), ("bwork", size),
+            ("active", m)]  # fmt: skip
+    return (*(("double", v, k) for v, k in doubles), *(("int", v, k) for v, k in ints))
 
   @property
   def buffers(self) -> tuple[tuple[str, str, int], ...]:
     """(C++ type, name, size) of every buffer the factorization, the solve and the polish use (anvil/kkt.hpp)."""
-    n, m, size, l_nnz = self.p_pattern.shape[0], self.a_pattern.shape[0], self.size, max(self.l_nnz, 1)
-    doubles = [("Kx", self.nnz), ("Lx", l_nnz), *((v, size) for v in ("D", "Dinv", "fwork", "ksol", "krhs", "kres")),
-               ("polish_d", n), ("polish_y", m)]  # fmt: skip
-    ints = [("Li", l_nnz), ("Lp", size + 1), ("Lnz", size), ("etree", size), ("iwork", 3 * size), ("bwork", size),
-            ("active", m), ("previous_active", m)]  # fmt: skip
-    return (*(("double", v, k) for v, k in doubles), *(("int", v, k) for v, k in ints))
+    n, m = self.p_pattern.shape[0], self.a_pattern.shape[0]
+    polish = (("double", "polish_d", n), ("double", "polish_y", m), ("int", "previous_active", m))
+    return (*self.factor_buffers, *polish)
 
   @cached_property
   def l_nnz(self) -> int:
-    """Nonzeros of the LDLᵀ factor's strictly lower part L (elimination tree column counts, Liu's algorithm)."""
-    k = self._layout[0]
-    size = k.shape[0]
-    parent, mark, counts = np.full(size, -1), np.full(size, -1), np.zeros(size, dtype=np.int64)
-    for j in range(size):
-      mark[j] = j
-      for i in k.indices[k.indptr[j] : k.indptr[j + 1]]:
-        while i < j and mark[i] != j:
-          if parent[i] == -1:
-            parent[i] = j
-          counts[i] += 1
-          mark[i] = j
-          i = parent[i]
-    return int(counts.sum())
+    """Nonzeros of the LDLᵀ factor's strictly lower part L."""
+    return _factor_nnz(self._layout[0])
+
+
+def _factor_nnz(k: sp.csc_array) -> int:
+  """Nonzeros of the strictly lower LDLᵀ factor of the symmetric matrix whose upper triangle is k (elimination tree
+  column counts, Liu's algorithm)."""
+  size = k.shape[0]
+  indices, indptr = k.indices.tolist(), k.indptr.tolist()
+  parent, mark = [-1] * size, [-1] * size
+  total = 0
+  for j in range(size):
+    mark[j] = j
+    for i in indices[indptr[j] : indptr[j + 1]]:
+      while i < j and mark[i] != j:
+        if parent[i] == -1:
+          parent[i] = j
+        total += 1
+        mark[i] = j
+        i = parent[i]
+  return total

@@ -1,10 +1,10 @@
-"""The settings of each QP solver: `OSQPOptions` and `RiccatiOptions`, frozen and checked field by field, each able
-to build its solver's backend for a QP's patterns."""
+"""The settings of each QP solver: `OSQPOptions`, `RiccatiOptions` and `SparseIPMOptions`, frozen and checked field
+by field, each able to build its solver's backend for a QP's patterns."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
   from anvil.qp.backend import QPBackend, QPProblem
@@ -34,12 +34,15 @@ def check_bool(owner: str, field: str, value: object) -> None:
 class OSQPOptions:
   """OSQP's own C code, embedded for the QP's fixed pattern: ADMM, then (with polish) an exact active-set solve.
 
-  The default QP solver of `SQPFunction`; also the solver of its elastic QPs.
+  A QP solver of `SQPFunction` (`SQPOptions(qp=OSQPOptions())`); also the solver of its elastic QPs unless it uses
+  an interior point.
 
   Example:
     >>> SQPOptions(qp=OSQPOptions(eps_abs=1e-8, eps_rel=1e-8))
   """
 
+  solver: ClassVar[str] = "osqp"
+  """The solver's name, as `SQPResult.stats["qp_solver"]` reports it."""
   eps_abs: float = 1e-10
   """Absolute tolerance ADMM runs to at the end (each QP first goes only as far as the SQP's progress asks)."""
   eps_rel: float = 1e-10
@@ -64,13 +67,8 @@ class OSQPOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
-class RiccatiOptions:
-  """The stage-structured interior point (Mehrotra predictor-corrector, a Riccati recursion per Newton system) for
-  QPs with the layout of an optimal control problem: the default QP solver of `MPCFunction`.
-
-  Example:
-    >>> MPCOptions(qp=RiccatiOptions(max_iter=40))
-  """
+class InteriorPointOptions:
+  """What every interior-point QP solver of anvil takes (the base of RiccatiOptions and SparseIPMOptions)."""
 
   max_iter: int = 60
   """Interior-point iteration limit per QP."""
@@ -79,8 +77,21 @@ class RiccatiOptions:
   1e-6])."""
 
   def __post_init__(self) -> None:
-    check_int("RiccatiOptions", "max_iter", self.max_iter)
-    check_positive("RiccatiOptions", "tol_min", self.tol_min, at_most=1e-6)
+    check_int(type(self).__name__, "max_iter", self.max_iter)
+    check_positive(type(self).__name__, "tol_min", self.tol_min, at_most=1e-6)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RiccatiOptions(InteriorPointOptions):
+  """The stage-structured interior point (Mehrotra predictor-corrector, a Riccati recursion per Newton system) for
+  QPs with the layout of an optimal control problem: the default QP solver of `MPCFunction`.
+
+  Example:
+    >>> MPCOptions(qp=RiccatiOptions(max_iter=40))
+  """
+
+  solver: ClassVar[str] = "riccati"
+  """The solver's name, as `SQPResult.stats["qp_solver"]` reports it."""
 
   def backend(self, name: str, problem: QPProblem) -> QPBackend[RiccatiOptions]:
     """The Riccati backend for `problem` (which must carry its stage layout), C++ namespace `name`."""
@@ -89,5 +100,27 @@ class RiccatiOptions:
     return RiccatiBackend(name, problem, self)
 
 
+@dataclass(frozen=True, kw_only=True)
+class SparseIPMOptions(InteriorPointOptions):
+  """A primal-dual interior point (Mehrotra predictor-corrector) for general sparse QPs: each Newton system is the
+  QP's KKT matrix with barrier weights, factored by QDLDL with the fill-reducing order and the symbolic factorization
+  fixed when the code is generated. The default QP solver of `SQPFunction`, also of its elastic QPs.
+
+  Example:
+    >>> SQPOptions(qp=SparseIPMOptions(max_iter=80))
+  """
+
+  solver: ClassVar[str] = "sparse_ipm"
+  """The solver's name, as `SQPResult.stats["qp_solver"]` reports it."""
+  max_iter: int = 100
+  """Interior-point iteration limit per QP."""
+
+  def backend(self, name: str, problem: QPProblem) -> QPBackend[SparseIPMOptions]:
+    """The sparse interior point for `problem`'s patterns, C++ namespace `name`."""
+    from anvil.qp.sparse_ipm import SparseIPMBackend  # NOTE: the backends import these options
+
+    return SparseIPMBackend(name, problem, self)
+
+
 #: The settings of any QP solver.
-QPOptions = OSQPOptions | RiccatiOptions
+QPOptions = OSQPOptions | RiccatiOptions | SparseIPMOptions

@@ -19,7 +19,7 @@ import scipy.sparse as sp
 
 from anvil.qp.backend import QPBackend, QPProblem
 from anvil.qp.options import RiccatiOptions
-from anvil.qp.osqp import INCLUDE_DIRS, qdldl_files
+from anvil.qp.osqp import UsesQDLDL
 from anvil.qp.riccati import RiccatiQP, flat_offsets
 
 ROW_KINDS = ("initial", "dynamics", "stage")
@@ -111,7 +111,7 @@ class _RiccatiBackendContext:
   tables: tuple[tuple[str, tuple[int, ...]], ...]
 
 
-class RiccatiBackend(QPBackend[RiccatiOptions]):
+class RiccatiBackend(UsesQDLDL, QPBackend[RiccatiOptions]):
   """QPs with the stage layout of an optimal control problem, solved by the Riccati interior point behind the QP
   contract: index tables (module docstring) scatter P, A, q, l and u into the stage QP and gather the solution back.
 
@@ -149,15 +149,6 @@ class RiccatiBackend(QPBackend[RiccatiOptions]):
   def dependencies(self) -> tuple[RiccatiQP]:
     """The stage QP's solver."""
     return (self.solver,)
-
-  def extra_files(self) -> dict[str, str]:
-    """QDLDL from OSQP's sources, for the screening's KKT factorization (anvil/kkt.hpp)."""
-    return qdldl_files()
-
-  @property
-  def include_dirs(self) -> tuple[str, ...]:
-    """QDLDL's include folders among the extra files."""
-    return INCLUDE_DIRS
 
   @cached_property
   def tables(self) -> dict[str, tuple[int, ...]]:

@@ -5,7 +5,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from anvil.qp.options import OSQPOptions, QPOptions, RiccatiOptions, check_bool, check_int, check_positive
+from anvil.qp.options import (
+  OSQPOptions,
+  QPOptions,
+  RiccatiOptions,
+  SparseIPMOptions,
+  check_bool,
+  check_int,
+  check_positive,
+)
 
 #: The QP settings SQPOptions also takes under their former names, as aliases of OSQPOptions fields.
 OSQP_ALIASES = {"qp_eps_abs": "eps_abs", "qp_eps_rel": "eps_rel", "qp_max_iter": "max_iter"}
@@ -34,9 +42,11 @@ class SQPOptions:
   """Seconds a solve may take (checked once per iteration): past it, it ends "time_limit" with the last iterate (or
   "acceptable" there). A call may ask for another."""
   qp: QPOptions | None = None
-  """The QP solver and its settings: `OSQPOptions` (the default) or `RiccatiOptions` (for NLPs with a stage layout:
-  `SQPFunction(..., stages=...)`, as `MPCFunction` builds them). The restoration phase's elastic QPs are the Riccati
-  interior point's own (elastic rows) with RiccatiOptions, else OSQP's with these settings."""
+  """The QP solver and its settings: `SparseIPMOptions` (the default: the sparse interior point, for any NLP; OSQP's
+  when only the qp_* aliases below are given), `OSQPOptions` (OSQP's ADMM, polished) or `RiccatiOptions` (for NLPs
+  with a stage layout: `SQPFunction(..., stages=...)`, as `MPCFunction` builds them). The restoration phase's elastic
+  QPs are the Riccati interior point's own (elastic rows) with a stage layout, the sparse interior point's with
+  SparseIPMOptions, else OSQP's with these settings."""
   qp_eps_abs: float | None = None
   """Alias of `OSQPOptions.eps_abs` for the OSQP QPs (the QPs themselves with OSQP, else the elastic ones)."""
   qp_eps_rel: float | None = None
@@ -72,10 +82,13 @@ class SQPOptions:
       raise ValueError("SQPOptions: backtrack must be in (0, 1) and armijo in (0, 0.5)")
     if self.regularization_min > self.regularization_max:
       raise ValueError("SQPOptions: regularization_min must not exceed regularization_max")
-    if self.qp is not None and not isinstance(self.qp, (OSQPOptions, RiccatiOptions)):
-      raise TypeError(f"SQPOptions.qp: expected OSQPOptions or RiccatiOptions, got {type(self.qp).__name__}")
+    if self.qp is not None and not isinstance(self.qp, (OSQPOptions, RiccatiOptions, SparseIPMOptions)):
+      raise TypeError(
+        f"SQPOptions.qp: expected OSQPOptions, SparseIPMOptions or RiccatiOptions, got {type(self.qp).__name__}"
+      )
     osqp = self.osqp
-    object.__setattr__(self, "qp", self.qp or osqp)
+    aliased = any(getattr(self, alias) is not None for alias in OSQP_ALIASES)
+    object.__setattr__(self, "qp", self.qp or (osqp if aliased else SparseIPMOptions()))
     for alias, name in OSQP_ALIASES.items():
       object.__setattr__(self, alias, getattr(osqp, name))
 

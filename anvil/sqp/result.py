@@ -57,9 +57,10 @@ class SQPResult:
     iterations: SQP iterations taken.
     stats: per-iteration history (arrays over iterations: objective, primal_infeasibility, dual_infeasibility,
       step, regularization, complementarity, qp_iterations, restoration (bool: a feasibility restoration step);
-      qp_status: a tuple of QPStatus), seconds spent
-      (time_evaluation, time_qp_update, time_qp_solve, time_line_search) plus diagnostics (`message`, and for
-      failures the most violated constraints and, for a NaN/inf, the function and output index that produced it).
+      qp_status: a tuple of QPStatus), the QP solvers that ran (qp_solver, elastic_qp_solver: "osqp",
+      "sparse_ipm" or "riccati"), seconds spent (time_evaluation, time_qp_update, time_qp_solve, time_line_search)
+      plus diagnostics (`message`, and for failures the most violated constraints and, for a NaN/inf, the function
+      and output index that produced it).
   """
 
   x: NDArray[np.float64]

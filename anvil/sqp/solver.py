@@ -19,7 +19,7 @@ from anvil.ad import gradient, sphessian, spjacobian
 from anvil.codegen import Arg, FunctionBase, NumericalFunction, SparseNumericalFunction
 from anvil.codegen.base import check_identifier
 from anvil.codegen.templated import TemplatedFunction
-from anvil.qp import QPBackend, QPProblem, QPStatus, RiccatiOptions, StageLayout
+from anvil.qp import QPBackend, QPProblem, QPStatus, RiccatiOptions, SparseIPMOptions, StageLayout
 from anvil.sqp.labels import NLPLabels
 from anvil.sqp.options import SQPOptions
 from anvil.sqp.result import SUCCESS, SQPResult, SQPStatus
@@ -76,13 +76,13 @@ class SQPFunction(TemplatedFunction):
 
   The solver's C++ evaluates f, ∇f, g, the sparse ∂g/∂x and the sparse Lagrangian Hessian (its dependencies, emitted
   in the same module), regularizes the Hessian only when a QP is nonconvex, solves each QP with a backend generated
-  for the QPs' fixed patterns (`options.qp`: OSQP's own C code, polished, by default; the Riccati interior point for
-  NLPs with a stage layout), and takes steps by a backtracking filter line search (objective vs L1 violation, Wächter
-  and Biegler). When the linearized constraints are inconsistent, a QP fails or no step is acceptable, a feasibility
-  restoration phase solves the elastic NLP min f + rho (L1 violation of the elastic rows) subject to the rows its QPs
-  keep hard (elastic QPs: with a stage layout the Riccati interior point's elastic rows, else OSQP with slacks; a
-  filter line search of its own) until the violation is reduced enough, or ends "infeasible" at the least-violation
-  point.
+  for the QPs' fixed patterns (`options.qp`: the sparse interior point by default; OSQP's own C code, polished; the
+  Riccati interior point for NLPs with a stage layout), and takes steps by a backtracking filter line search
+  (objective vs L1 violation, Wächter and Biegler). When the linearized constraints are inconsistent, a QP fails or
+  no step is acceptable, a feasibility restoration phase solves the elastic NLP min f + rho (L1 violation of the
+  elastic rows) subject to the rows its QPs keep hard (elastic QPs: with a stage layout the Riccati interior point's
+  elastic rows, else slacks on every row, solved by the sparse interior point or OSQP; a filter line search of its
+  own) until the violation is reduced enough, or ends "infeasible" at the least-violation point.
 
   Args:
     name: a C++ identifier.
@@ -225,10 +225,13 @@ class SQPFunction(TemplatedFunction):
   def elastic(self) -> QPBackend | None:
     """The backend solving the elastic QPs, or None when the QP backend solves them itself. With a stage layout, the
     Riccati interior point's elastic rows (stage rows and state bounds elastic; initial, dynamics and input rows hard:
-    its QPs are always feasible); without one, OSQP with slacks on every constraint row."""
+    its QPs are always feasible); without one, slacks on every constraint row, solved by the sparse interior point
+    when it solves the QPs, else by OSQP."""
     if self.stages is not None:
       return None if isinstance(self.options.qp, RiccatiOptions) else RiccatiOptions().backend(
         f"{self.name}_elastic", self._qp_layout[0])  # fmt: skip
+    if isinstance(self.options.qp, SparseIPMOptions):
+      return self.options.qp.backend(f"{self.name}_elastic", self._qp_layout[1])
     # NOTE: unpolished: polishing needs P's full diagonal in its pattern, which the slacks' columns do not have
     return dataclasses.replace(self.options.osqp, polish=False).backend(f"{self.name}_elastic", self._qp_layout[1])
 
@@ -357,6 +360,8 @@ class SQPFunction(TemplatedFunction):
     stats["qp_iterations"] = ihistory[rows, 0].copy()
     stats["qp_status"] = tuple([QP_CODES[code] for code in ihistory[rows, 1].tolist()])
     stats["restoration"] = ihistory[rows, 2].astype(bool)
+    stats["qp_solver"] = self.qp.options.solver
+    stats["elastic_qp_solver"] = (self.elastic or self.qp).options.solver
     for name, seconds in zip(TIME_NAMES, times, strict=True):
       stats[name] = float(seconds)
     labels = labels or self.labels

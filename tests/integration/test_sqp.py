@@ -189,23 +189,23 @@ def test_locally_infeasible_constraints_end_at_the_least_violation() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("qp", ["osqp", "riccati"])
+@pytest.mark.parametrize("qp", ["sparse_ipm", "osqp", "riccati"])
 def test_p2_cartpole_swing_up(qp: str) -> None:
   from anvil.mpc import shooting_layout
   from anvil.problems import shooting
-  from anvil.qp import RiccatiOptions
+  from anvil.qp import OSQPOptions, RiccatiOptions, SparseIPMOptions
 
   n = 50
   size = shooting.size(n)
   f = av.NumericalFunction(f"swing_{qp}_cost", lambda w, x0: shooting.stage_cost(w, n), (Arg(size), Arg(4)))
   g = av.NumericalFunction(f"swing_{qp}_defects", lambda w, x0: shooting.defects(w, x0, n), (Arg(size), Arg(4)))
   # the NLP has the multiple-shooting stage layout, so its QPs can go to the Riccati interior point
-  options = SQPOptions(qp=RiccatiOptions()) if qp == "riccati" else None
+  options = SQPOptions(qp={"sparse_ipm": SparseIPMOptions(), "osqp": OSQPOptions(), "riccati": RiccatiOptions()}[qp])
   x_init, lbx, ubx, w0 = shooting.swing_up(n)
   solver = SQPFunction(f"swing_up_{qp}", f, g, options, stages=shooting_layout(n, 4, 1))
   res = solver(w0, x_init, lbx, ubx, np.zeros(4 * n + 4), np.zeros(4 * n + 4))
   # NOTE: OSQP's path takes 34 iterations on one machine, 43 on another (the same code: rounding differs)
-  assert res.success and res.iterations <= 50
+  assert res.success and res.iterations <= 50 and res.stats["qp_solver"] == qp
   assert res.f == pytest.approx(173.28254, rel=1e-6)  # the local optimum IPOPT and CasADi's sqpmethod find
   assert np.abs(shooting.defects_numpy(res.x, x_init, n)).max() < 1e-8
   assert np.all(res.x >= lbx - 1e-8) and np.all(res.x <= ubx + 1e-8)

@@ -11,7 +11,7 @@ import scipy.sparse as sp
 
 from anvil.codegen import Arg, NumericalFunction
 from anvil.mpc import MPCOptions, shooting_layout
-from anvil.qp import OSQPOptions, QPProblem, RiccatiOptions, StageLayout
+from anvil.qp import OSQPOptions, QPProblem, RiccatiOptions, SparseIPMOptions, StageLayout
 from anvil.qp.stages import RiccatiBackend
 from anvil.sqp import SQPFunction, SQPOptions
 
@@ -27,11 +27,15 @@ def test_qp_options_are_checked_field_by_field() -> None:
     RiccatiOptions(tol_min=1e-3)
   with pytest.raises(ValueError, match=r"RiccatiOptions\.max_iter"):
     RiccatiOptions(max_iter=0)
+  with pytest.raises(ValueError, match=r"SparseIPMOptions\.tol_min"):
+    SparseIPMOptions(tol_min=0.0)
+  with pytest.raises(ValueError, match=r"SparseIPMOptions\.max_iter"):
+    SparseIPMOptions(max_iter=True)  # type: ignore[arg-type]
 
 
 def test_sqp_options_take_the_qp_solver_and_the_former_names() -> None:
-  assert SQPOptions().qp == OSQPOptions()
-  assert SQPOptions(qp_eps_abs=1e-6, qp_max_iter=50).qp == OSQPOptions(eps_abs=1e-6, max_iter=50)
+  assert SQPOptions().qp == SparseIPMOptions(), "the default"
+  assert SQPOptions(qp_eps_abs=1e-6, qp_max_iter=50).qp == OSQPOptions(eps_abs=1e-6, max_iter=50), "OSQP's aliases"
   options = SQPOptions(qp=OSQPOptions(eps_rel=1e-7))
   assert (options.qp_eps_abs, options.qp_eps_rel, options.qp_max_iter) == (1e-10, 1e-7, 20000)
   assert dataclasses.replace(options, max_iter=3).qp == options.qp  # replace() keeps them consistent
@@ -44,6 +48,7 @@ def test_sqp_options_take_the_qp_solver_and_the_former_names() -> None:
   riccati = SQPOptions(qp_eps_abs=1e-6).with_qp(RiccatiOptions())
   assert riccati.qp == RiccatiOptions() and riccati.osqp == OSQPOptions(eps_abs=1e-6), "the elastic QPs keep OSQP's"
   assert SQPOptions(qp_eps_abs=1e-6).with_qp(OSQPOptions()).qp == OSQPOptions()
+  assert SQPOptions(qp=SparseIPMOptions(max_iter=50)).qp == SparseIPMOptions(max_iter=50)
 
 
 def test_mpc_options_take_the_qp_solver_and_the_former_names() -> None:

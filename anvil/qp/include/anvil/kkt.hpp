@@ -10,6 +10,9 @@
 //     active set read from the ADMM iterate makes the solution exact, as OSQP's own polish does in its full build
 //     (embedded builds lack it).
 //
+// The factorization and the refined solve serve other KKT systems of the same pattern too (factor_weighted,
+// solve_refined): the sparse interior point's (anvil/sparse_ipm.hpp), whose row diagonals are its barrier weights.
+//
 // Layout L (sizes and tables, generated for the patterns): n, m, nK (= n + m), nnz_P, nnz_A; P_to_K[nnz_P],
 // Pdiag_to_K[n], A_to_K[nnz_A], ydiag_to_K[m] (where the values go in K), K_perm[nK] (position of unknown i: d
 // first, then y), K_p[nK + 1], K_i (K's upper-triangular pattern), A_p[n + 1], A_i[nnz_A] (A's pattern).
@@ -37,15 +40,51 @@ struct ActiveSetKKT {
   /// Factor the KKT matrix of the rows marked in ws.active (3: equality, 1: lower, 2: upper, 0: inactive); true
   /// when its inertia is right (P positive definite on the null space of the active rows).
   static bool factor(const double* P, const double* A, W& ws) {
+    return factor_weighted(P, A, delta, [](int) { return -delta; }, ws);
+  }
+
+  /// Factor [P + regularization I, A_c'; A_c, diag(row_diagonal(i))] with A_c the rows marked nonzero in ws.active
+  /// (row_diagonal(i) < 0 for those; the other rows decoupled: their A entries zeroed, -1 on their diagonal); true
+  /// when the inertia is right (n positive pivots: P + regularization I + A_c' diag(-1/row_diagonal) A_c is positive
+  /// definite).
+  template <class F>
+  static bool factor_weighted(const double* P, const double* A, double regularization, F&& row_diagonal, W& ws) {
     double* Kx = ws.Kx.data();
     const int* active = ws.active.data();
+    for (int j = 0; j < n; ++j) Kx[L::Pdiag_to_K[j]] = 0.0;  // a diagonal entry P's pattern may lack
     for (int e = 0; e < L::nnz_P; ++e) Kx[L::P_to_K[e]] = P[e];
-    for (int j = 0; j < n; ++j) Kx[L::Pdiag_to_K[j]] += delta;
+    for (int j = 0; j < n; ++j) Kx[L::Pdiag_to_K[j]] += regularization;
     for (int e = 0; e < L::nnz_A; ++e) Kx[L::A_to_K[e]] = active[L::A_i[e]] ? A[e] : 0.0;
-    for (int i = 0; i < m; ++i) Kx[L::ydiag_to_K[i]] = active[i] ? -delta : -1.0;
+    for (int i = 0; i < m; ++i) Kx[L::ydiag_to_K[i]] = active[i] ? row_diagonal(i) : -1.0;
     if (QDLDL_etree(nK, L::K_p, L::K_i, ws.iwork.data(), ws.Lnz.data(), ws.etree.data()) < 0) return false;
     return QDLDL_factor(nK, L::K_p, L::K_i, Kx, ws.Lp.data(), ws.Li.data(), ws.Lx.data(), ws.D.data(), ws.Dinv.data(),
                         ws.Lnz.data(), ws.etree.data(), ws.bwork.data(), ws.iwork.data(), ws.fwork.data()) == n;
+  }
+
+  /// Solve K s = rhs (both in K's order, K_perm) with the last factorization, with three steps of iterative
+  /// refinement against K less its regularization: `regularization` on the diagonal of P's block and
+  /// row_regularization(i) on that of the active row i.
+  template <class F>
+  static void solve_refined(const double* rhs, double* sol, double regularization, F&& row_regularization, W& ws) {
+    const double* Kx = ws.Kx.data();
+    const int* active = ws.active.data();
+    for (int i = 0; i < nK; ++i) sol[i] = rhs[i];
+    QDLDL_solve(nK, ws.Lp.data(), ws.Li.data(), ws.Lx.data(), ws.Dinv.data(), sol);
+    for (int refine = 0; refine < 3; ++refine) {
+      double* r = ws.kres.data();
+      for (int i = 0; i < nK; ++i) r[i] = rhs[i];
+      for (int j = 0; j < nK; ++j)
+        for (int e = L::K_p[j]; e < L::K_p[j + 1]; ++e) {
+          const int i = L::K_i[e];
+          r[i] -= Kx[e] * sol[j];
+          if (i != j) r[j] -= Kx[e] * sol[i];
+        }
+      for (int j = 0; j < n; ++j) r[L::K_perm[j]] += regularization * sol[L::K_perm[j]];
+      for (int i = 0; i < m; ++i)
+        if (active[i]) r[L::K_perm[n + i]] += row_regularization(i) * sol[L::K_perm[n + i]];
+      QDLDL_solve(nK, ws.Lp.data(), ws.Li.data(), ws.Lx.data(), ws.Dinv.data(), r);
+      for (int i = 0; i < nK; ++i) sol[i] += r[i];
+    }
   }
 
   /// Inertia test before a QP is solved: is P positive definite on the null space of the equality rows and of the
@@ -116,30 +155,12 @@ struct ActiveSetKKT {
   /// definite on the active rows.
   static bool solve(const double* P, const double* A, const double* q, const double* l, const double* u, W& ws) {
     if (!factor(P, A, ws)) return false;
-    const double* Kx = ws.Kx.data();
     double* sol = ws.ksol.data();
     double* rhs = ws.krhs.data();
     const int* active = ws.active.data();
     for (int j = 0; j < n; ++j) rhs[L::K_perm[j]] = -q[j];
     for (int i = 0; i < m; ++i) rhs[L::K_perm[n + i]] = active[i] == 2 ? u[i] : active[i] ? l[i] : 0.0;
-    for (int i = 0; i < nK; ++i) sol[i] = rhs[i];
-    QDLDL_solve(nK, ws.Lp.data(), ws.Li.data(), ws.Lx.data(), ws.Dinv.data(), sol);
-    for (int refine = 0; refine < 3; ++refine) {
-      // residual against the unregularized KKT matrix: K0 = K - diag(delta on d, -delta on active rows)
-      double* r = ws.kres.data();
-      for (int i = 0; i < nK; ++i) r[i] = rhs[i];
-      for (int j = 0; j < nK; ++j)
-        for (int e = L::K_p[j]; e < L::K_p[j + 1]; ++e) {
-          const int i = L::K_i[e];
-          r[i] -= Kx[e] * sol[j];
-          if (i != j) r[j] -= Kx[e] * sol[i];
-        }
-      for (int j = 0; j < n; ++j) r[L::K_perm[j]] += delta * sol[L::K_perm[j]];
-      for (int i = 0; i < m; ++i)
-        if (active[i]) r[L::K_perm[n + i]] -= delta * sol[L::K_perm[n + i]];
-      QDLDL_solve(nK, ws.Lp.data(), ws.Li.data(), ws.Lx.data(), ws.Dinv.data(), r);
-      for (int i = 0; i < nK; ++i) sol[i] += r[i];
-    }
+    solve_refined(rhs, sol, delta, [](int) { return -delta; }, ws);
     for (int j = 0; j < n; ++j) ws.polish_d[j] = sol[L::K_perm[j]];
     for (int i = 0; i < m; ++i) ws.polish_y[i] = active[i] ? sol[L::K_perm[n + i]] : 0.0;
     return true;

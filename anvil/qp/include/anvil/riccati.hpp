@@ -3,12 +3,10 @@
 //   min  sum_k 1/2 z_k'H_k z_k + g_k'z_k + 1/2 z_N'H_N z_N + g_N'z_N,   z_k = [x_k; u_k],  z_N = [x_N; u_N]
 //   s.t. x_0 = x0,  x_{k+1} = A_k x_k + B_k u_k + c_k,  lo_k <= G_k z_k <= hi_k,  loN <= G_N z_N <= hiN
 //
-// Mehrotra's predictor-corrector interior point; each Newton system is an LQ problem solved by a Riccati recursion
-// over the stages (factored once per iteration, solved twice: predictor and corrector), O(N (nx + nu)^3). A row whose
-// lower and upper bounds are equal is a true equality: it keeps a free multiplier and enters the Newton system with a
-// fixed weight 1/delta (a primal-dual regularized step), so its residual is exact and the factorization stays well
-// conditioned, unlike lo = hi modelled as two bounds whose slacks both go to zero. u_N are inputs at the last stage
-// (nuN of them, e.g. the slacks of soft terminal constraints) that enter no dynamics.
+// Mehrotra's predictor-corrector interior point (anvil/interior_point.hpp: the loop and the rows, equalities
+// included); each Newton system is an LQ problem solved by a Riccati recursion over the stages (factored once per
+// iteration, solved twice: predictor and corrector), O(N (nx + nu)^3). u_N are inputs at the last stage (nuN of them,
+// e.g. the slacks of soft terminal constraints) that enter no dynamics.
 //
 // Sizes are template parameters: every loop has compile-time bounds and the workspace is plain arrays, allocated by
 // the caller (no heap use at all). Rows are used through their nonzeros, found at the start of each solve: a bound on
@@ -17,18 +15,12 @@
 #define ANVIL_RICCATI_HPP
 #include <chrono>
 #include <cmath>
-#include <initializer_list>
 
-#include "anvil/qp.hpp"
+#include "anvil/interior_point.hpp"
 
 namespace anvil {
 namespace qp {
 namespace riccati {
-
-constexpr double no_bound = 1e20;  ///< |bound| >= this: the side is absent
-constexpr double fraction_to_boundary = 0.995;
-constexpr double warm_floor = 1e-2;  ///< a warm start pushes slacks and multipliers up to at most this floor
-constexpr double equality_regularization = 1e-8;
 
 /// In-place Cholesky of an m x m matrix (lower triangle); false if not positive definite.
 template <int m>
@@ -148,31 +140,6 @@ void feedforward(const double* qx, double* qu, const double (&L)[m][m], const do
   for (int i = 0; i < m; ++i) kk[i] = -qu[i];
 }
 
-// *** one row: its interior-point state and its part of each step ***
-
-/// One side of an inequality row (v >= lo, or hi >= v): the slack t >= 0 and its multiplier l, and for an elastic row
-/// the allowed violation s >= 0 (penalized by z per unit in the objective) and its multiplier m; the steps and the
-/// residuals: r = distance - t + s (distance: v - lo, or hi - v) and rs = z - l - m.
-struct Side {
-  double t, l, dt, dl, r, s, m, ds, dm, rs;
-  bool on;
-};
-
-/// One row's interior-point state. For an equality row, hi.l is its free multiplier and lo.r its residual. z > 0
-/// makes the row elastic: each side may be violated at the price z per unit (an L1 penalty, as HPIPM's soft
-/// constraints: the elastic variables are eliminated row by row, so the stage sizes do not change).
-struct Row {
-  Side lo, hi;
-  double z;
-  bool eq;
-};
-
-/// Residual norms and the complementarity sum, accumulated over the rows.
-struct Norms {
-  double equality = 0.0, inequality = 0.0, complementarity = 0.0, sum = 0.0;
-  int count = 0;
-};
-
 /// The nonzero columns of one row of G (of length n), in increasing order.
 template <int n>
 struct Pattern {
@@ -183,7 +150,7 @@ struct Pattern {
   /// most rows of an OCP, the state boxes without bounds, are scanned no further).
   void find(const double* a, double lo, double hi) {
     count = 0;
-    if (!(lo > -no_bound || hi < no_bound)) return;
+    if (!(lo > -ipm::no_bound || hi < ipm::no_bound)) return;
     for (int j = 0; j < n; ++j) {
       index[count] = j;
       count += a[j] != 0.0;
@@ -216,169 +183,6 @@ struct Pattern {
   }
 };
 
-/// A present side's starting point: cold, t = max(distance, 1) and l = 1/t (elastic: s covers a violation, l = m =
-/// z/2); warm, the previous values floored at `floor` (starting again with a higher floor is the same as starting
-/// with it once).
-inline void start_side(Side& q, double distance, double z, bool warm, double floor) {
-  if (!warm) floor = 1.0;
-  q.s = z > 0.0 ? std::fmax(warm ? q.s : -distance + 1.0, floor) : 0.0;
-  q.t = std::fmax(distance + q.s, floor);
-  q.l = warm ? std::fmax(q.l, floor) : z > 0.0 ? 0.5 * z : 1.0 / q.t;
-  q.m = z > 0.0 ? (warm ? std::fmax(q.m, floor) : 0.5 * z) : 0.0;
-  q.dt = q.dl = q.ds = q.dm = 0.0;
-}
-
-/// Which sides of the row are present and their starting slacks and multipliers (a warm start's floored at `floor`).
-/// Absent sides stay inert (t = 1, l = 0).
-inline void start_row(Row& r, double v, double lo, double hi, double z, bool warm, double floor) {
-  r.z = z;
-  r.eq = lo == hi && std::fabs(lo) < no_bound && z == 0.0;
-  r.lo.on = !r.eq && lo > -no_bound;
-  r.hi.on = !r.eq && hi < no_bound;
-  if (r.eq) {
-    r.hi.l = warm ? r.hi.l - r.lo.l : 0.0;
-    r.lo.l = 0.0;
-    r.lo.t = r.hi.t = 1.0;
-    r.lo.s = r.hi.s = r.lo.m = r.hi.m = r.lo.ds = r.hi.ds = r.lo.dm = r.hi.dm = 0.0;
-    return;
-  }
-  for (Side* q : {&r.lo, &r.hi}) {
-    if (q->on) {
-      start_side(*q, q == &r.lo ? v - lo : hi - v, z, warm, floor);
-    } else {
-      q->t = 1.0;
-      q->l = q->s = q->m = q->dt = q->dl = q->ds = q->dm = 0.0;
-    }
-  }
-}
-
-/// A present side's residuals at the distance to its bound, accumulated into n.
-inline void side_residuals(Side& q, double distance, double z, Norms& n) {
-  q.r = distance - q.t + q.s;
-  n.inequality = std::fmax(n.inequality, std::fabs(q.r));
-  n.sum += q.l * q.t;
-  n.complementarity = std::fmax(n.complementarity, q.l * q.t);
-  ++n.count;
-  if (z > 0.0) {
-    q.rs = z - q.l - q.m;
-    n.inequality = std::fmax(n.inequality, std::fabs(q.rs));
-    n.sum += q.m * q.s;
-    n.complementarity = std::fmax(n.complementarity, q.m * q.s);
-    ++n.count;
-  }
-}
-
-/// The row's residuals at value v (an equality's in lo.r); returns its multiplier lam_hi - lam_lo.
-inline double row_residuals(Row& r, double v, double lo, double hi, Norms& n) {
-  if (r.eq) {
-    r.lo.r = v - lo;
-    n.equality = std::fmax(n.equality, std::fabs(r.lo.r));
-    return r.hi.l;
-  }
-  if (r.lo.on) side_residuals(r.lo, v - lo, r.z, n);
-  if (r.hi.on) side_residuals(r.hi, hi - v, r.z, n);
-  return r.hi.l - r.lo.l;
-}
-
-/// l t - target, plus the predictor's dl dt in the corrector.
-inline double complementarity_residual(double l, double t, double dl, double dt, double target, bool corrector) {
-  return l * t - target + (corrector ? dl * dt : 0.0);
-}
-
-/// The side's slack as the Newton system sees it once the elastic variables are eliminated: t + l s / m.
-inline double effective_slack(const Side& q, double z) { return z > 0.0 ? q.t + q.l * q.s / q.m : q.t; }
-
-/// The side's primal residual once the elastic variables are eliminated (for the complementarity target).
-inline double effective_residual(const Side& q, double z, double target, bool corrector) {
-  if (z == 0.0) return q.r;
-  return q.r - (complementarity_residual(q.m, q.s, q.dm, q.ds, target, corrector) + q.s * q.rs) / q.m;
-}
-
-/// The weight the row adds to the Newton system's Hessian (as w a a' for its row a).
-inline double row_weight(const Row& r) {
-  if (r.eq) return 1.0 / equality_regularization;
-  return (r.lo.on ? r.lo.l / effective_slack(r.lo, r.z) : 0.0) + (r.hi.on ? r.hi.l / effective_slack(r.hi, r.z) : 0.0);
-}
-
-/// A side's part of the reduced gradient's coefficient (lower side: +, upper side: -).
-inline double side_rhs(const Side& q, double z, double target, bool corrector) {
-  const double c = complementarity_residual(q.l, q.t, q.dl, q.dt, target, corrector);
-  return (c + q.l * effective_residual(q, z, target, corrector)) / effective_slack(q, z);
-}
-
-/// The coefficient e of the row in the reduced gradient (q += a e), for the complementarity target.
-inline double row_rhs(const Row& r, double target, bool corrector) {
-  if (r.eq) return r.lo.r / equality_regularization;
-  return (r.lo.on ? side_rhs(r.lo, r.z, target, corrector) : 0.0) -
-         (r.hi.on ? side_rhs(r.hi, r.z, target, corrector) : 0.0);
-}
-
-/// A side's steps, given its distance's step gd (the corrector's products use the predictor's steps, read before
-/// they are overwritten).
-inline void side_step(Side& q, double gd, double z, double target, bool corrector) {
-  const double c = complementarity_residual(q.l, q.t, q.dl, q.dt, target, corrector);
-  const double dl = -(c + q.l * (gd + effective_residual(q, z, target, corrector))) / effective_slack(q, z);
-  if (z > 0.0) {
-    const double cs = complementarity_residual(q.m, q.s, q.dm, q.ds, target, corrector);
-    q.dm = q.rs - dl;
-    q.ds = -(cs + q.s * q.dm) / q.m;
-  }
-  q.dt = gd + q.r + q.ds;
-  q.dl = dl;
-}
-
-/// The slack and multiplier steps, given the row's primal step gd = a'dz.
-inline void row_step(Row& r, double gd, double target, bool corrector) {
-  if (r.eq) {
-    r.hi.dl = (gd + r.lo.r) / equality_regularization;
-    return;
-  }
-  if (r.lo.on) side_step(r.lo, gd, r.z, target, corrector);
-  if (r.hi.on) side_step(r.hi, -gd, r.z, target, corrector);
-}
-
-/// Shrinks alpha so the row's slacks and multipliers stay nonnegative.
-inline void row_limit(const Row& r, double& alpha) {
-  const auto limit = [&](double v, double dv) {
-    if (dv < 0.0) alpha = std::fmin(alpha, -v / dv);
-  };
-  for (const Side* q : {&r.lo, &r.hi}) {
-    if (!q->on) continue;
-    limit(q->t, q->dt);
-    limit(q->l, q->dl);
-    if (r.z > 0.0) {
-      limit(q->s, q->ds);
-      limit(q->m, q->dm);
-    }
-  }
-}
-
-/// Adds the row's complementarity products after a step of alpha.
-inline void row_products(const Row& r, double alpha, double& sum, int& count) {
-  for (const Side* q : {&r.lo, &r.hi}) {
-    if (!q->on) continue;
-    sum += (q->l + alpha * q->dl) * (q->t + alpha * q->dt);
-    ++count;
-    if (r.z > 0.0) {
-      sum += (q->m + alpha * q->dm) * (q->s + alpha * q->ds);
-      ++count;
-    }
-  }
-}
-
-inline void row_take(Row& r, double alpha) {
-  if (r.eq) {
-    r.hi.l += alpha * r.hi.dl;
-    return;
-  }
-  for (Side* q : {&r.lo, &r.hi}) {
-    q->t += alpha * q->dt;
-    q->l += alpha * q->dl;
-    q->s += alpha * q->ds;
-    q->m += alpha * q->dm;
-  }
-}
-
 }  // namespace riccati
 
 /// The solver for one set of sizes: states nx, inputs nu and horizon N; ng rows per stage k < N and ngN at stage N;
@@ -398,6 +202,7 @@ struct Riccati {
   static constexpr int mg = ng > 0 ? ng : 1;  ///< stored rows (at least one, for valid C++ arrays)
   static constexpr int mgN = ngN > 0 ? ngN : 1;
   static constexpr int muN = nuN > 0 ? nuN : 1;
+  static constexpr bool mehrotra_start = false;  ///< cold starts: x_k = x0, each side's slack its distance (>= 1)
 
   /// The QP's data (row-major blocks; H and HN symmetric; ±HUGE_VAL bounds mean none; lo == hi makes a row an
   /// equality; B's columns from nud on must be zero).
@@ -423,7 +228,7 @@ struct Riccati {
   struct Workspace {
     double x[N + 1][nx], u[N][nu], uN[muN], pi[N][nx];
     double dx[N + 1][nx], du[N][nu], duN[muN], dpi[N][nx];
-    riccati::Row rows[N][mg], rowsN[mgN];
+    ipm::Row rows[N][mg], rowsN[mgN];
     riccati::Pattern<nz> pattern[N][mg];  ///< the nonzeros of G_k's rows
     riccati::Pattern<nzN> patternN[mgN];
     int live[N][mg], liveN[mgN], n_live[N], n_liveN;  ///< the rows with a bound (the others are skipped)
@@ -439,59 +244,13 @@ struct Riccati {
     const auto start = std::chrono::steady_clock::now();
     const bool warm = warm_start && ws.warm;
     initialize(d, warm, ws);
-    start_rows(d, warm, 0.0, ws);
-    if (warm) {
-      // NOTE: the floor a warm start lifts the slacks and multipliers to is the KKT residual of this QP at the
-      // previous solution, within [tol, warm_floor]: a QP that barely changed (an SQP near convergence) starts
-      // almost where it ends; a fixed 1e-2 made the residuals it meant to tolerate (4 iterations where 1-2 do), a
-      // fixed 1e-4 made a QP whose active set changed take 21 iterations instead of 8
-      residuals(d, ws, sol);
-      const double change =
-          std::fmax(sol.residual_stationarity, std::fmax(sol.residual_equality, sol.residual_inequality));
-      start_rows(d, warm, std::fmin(riccati::warm_floor, std::fmax(tol, change)), ws);
-    }
-    int status = max_iterations, it = 0, stalls = 0;
-    double alpha = 0.0, equality_before = 0.0;
-    for (;; ++it) {
-      const double mu = residuals(d, ws, sol);
-      if (!std::isfinite(mu + sol.residual_stationarity + sol.residual_equality + sol.residual_inequality)) {
-        status = numerical_error;
-        break;
-      }
-      if (sol.residual_stationarity <= tol && sol.residual_equality <= tol && sol.residual_inequality <= tol &&
-          sol.complementarity <= tol) {
-        status = solved;
-        break;
-      }
-      if (it == max_iter) break;
-      if (mu > 1e14) {  // multipliers diverging: no feasible point
-        status = infeasible;
-        break;
-      }
-      // a step of alpha removes a fraction alpha of the equality residual when the equalities are consistent (up to
-      // delta times the multiplier step); five steps in a row that remove less than half of that: they are not
-      stalls = it > 0 && equality_before > tol && sol.residual_equality >= (1.0 - 0.5 * alpha) * equality_before
-                   ? stalls + 1
-                   : 0;
-      if (stalls == 5) {
-        status = infeasible;
-        break;
-      }
-      equality_before = sol.residual_equality;
-      if (!factor(d, ws)) {
-        status = nonconvex;
-        break;
-      }
-      // predictor (affine scaling), then the corrector aiming at sigma mu with sigma = (mu_aff / mu)^3, but not below
-      // tol / 100: complementarity products far below the tolerance only make slacks vanish (1e-18 and less were
-      // seen) and the weights l / t so large that the Riccati recursion loses P to rounding and a convex QP looks
-      // nonconvex
-      newton_step(d, ws, 0.0, false);
-      const double sigma = std::pow(mu > 0.0 ? mu_after(ws, max_step(ws)) / mu : 0.0, 3.0);
-      newton_step(d, ws, std::fmax(sigma * mu, 0.01 * tol), true);
-      alpha = std::fmin(1.0, riccati::fraction_to_boundary * max_step(ws));
-      take_step(ws, alpha);
-    }
+    ipm::Residuals res;
+    int it = 0;
+    const int status = ipm::mehrotra<Riccati>(d, tol, max_iter, warm, ws, res, it);
+    sol.residual_stationarity = res.stationarity;
+    sol.residual_equality = res.equality;
+    sol.residual_inequality = res.inequality;
+    sol.complementarity = res.complementarity;
     for (int k = 0; k <= N; ++k)
       for (int i = 0; i < nx; ++i) sol.x[k][i] = ws.x[k][i];
     for (int k = 0; k < N; ++k) {
@@ -523,7 +282,19 @@ struct Riccati {
     for (int i = 0; i < muN; ++i) ws.uN[i] = 0.0;
   }
 
+  /// f(row) for every row with a bound, stage by stage (the rows without one are inert: nothing to update).
+  template <class W, class F>
+  static void for_rows(W& ws, F&& f) {
+    for (int k = 0; k < N; ++k)
+      for (int e = 0; e < ws.n_live[k]; ++e) f(ws.rows[k][ws.live[k][e]]);
+    for (int e = 0; e < ws.n_liveN; ++e) f(ws.rowsN[ws.liveN[e]]);
+  }
+
  private:
+  template <class S, class D, class W>
+  friend int ipm::mehrotra(const D& d, double tol, int max_iter, bool warm, W& ws, ipm::Residuals& res,
+                           int& iterations);
+
   /// G_k's row m times [x; u].
   static double row_value(const Data& d, const Workspace& ws, int k, int m, const double* x, const double* u) {
     return ws.pattern[k][m].template dot<nx>(d.G[k][m], x, u);
@@ -556,9 +327,9 @@ struct Riccati {
     for (int i = 0; i < nx; ++i) v[i] += b[i];
   }
 
-  /// Residuals of the KKT conditions at the iterate; returns mu (mean complementarity) and the residual norms in sol.
-  static double residuals(const Data& d, Workspace& ws, Solution& sol) {
-    riccati::Norms n;
+  /// Residuals of the KKT conditions at the iterate; returns mu (mean complementarity) and the residual norms in res.
+  static double residuals(const Data& d, Workspace& ws, ipm::Residuals& res) {
+    ipm::Norms n;
     double stat = 0.0;
     for (int k = 0; k < N; ++k) {
       double* r = ws.r_z[k];
@@ -573,7 +344,7 @@ struct Riccati {
       for (int e = 0; e < ws.n_live[k]; ++e) {
         const int m = ws.live[k][e];
         const double v = row_value(d, ws, k, m, ws.x[k], ws.u[k]);
-        ws.pattern[k][m].add(d.G[k][m], riccati::row_residuals(ws.rows[k][m], v, d.lo[k][m], d.hi[k][m], n), r);
+        ws.pattern[k][m].add(d.G[k][m], ipm::row_residuals(ws.rows[k][m], v, d.lo[k][m], d.hi[k][m], n), r);
       }
       for (int i = k == 0 ? nx : 0; i < nz; ++i) stat = std::fmax(stat, std::fabs(r[i]));  // x_0 is fixed
       dynamics(d, k, ws.x[k], ws.u[k], d.c[k], ws.r_dyn[k]);
@@ -590,13 +361,13 @@ struct Riccati {
     for (int e = 0; e < ws.n_liveN; ++e) {
       const int m = ws.liveN[e];
       const double v = final_row_value(d, ws, m, ws.x[N], ws.uN);
-      ws.patternN[m].add(d.GN[m], riccati::row_residuals(ws.rowsN[m], v, d.loN[m], d.hiN[m], n), ws.r_N);
+      ws.patternN[m].add(d.GN[m], ipm::row_residuals(ws.rowsN[m], v, d.loN[m], d.hiN[m], n), ws.r_N);
     }
     for (int i = 0; i < nzN; ++i) stat = std::fmax(stat, std::fabs(ws.r_N[i]));
-    sol.residual_stationarity = stat;
-    sol.residual_equality = n.equality;
-    sol.residual_inequality = n.inequality;
-    sol.complementarity = n.complementarity;
+    res.stationarity = stat;
+    res.equality = n.equality;
+    res.inequality = n.inequality;
+    res.complementarity = n.complementarity;
     return n.count ? n.sum / n.count : 0.0;
   }
 
@@ -613,7 +384,7 @@ struct Riccati {
     lower_triangle(d.HN, QN);
     for (int e = 0; e < ws.n_liveN; ++e) {
       const int m = ws.liveN[e];
-      ws.patternN[m].add_outer(d.GN[m], riccati::row_weight(ws.rowsN[m]), QN);
+      ws.patternN[m].add_outer(d.GN[m], ipm::row_weight(ws.rowsN[m]), QN);
     }
     if constexpr (nuN > 0) {
       if (!riccati::eliminate_inputs<nx, nuN>(QN, ws.LN, ws.KN, ws.P[N])) return false;
@@ -635,7 +406,7 @@ struct Riccati {
       riccati::add_lower_product<0>(AB, PAB, Q);
       for (int e = 0; e < ws.n_live[k]; ++e) {
         const int m = ws.live[k][e];
-        ws.pattern[k][m].add_outer(d.G[k][m], riccati::row_weight(ws.rows[k][m]), Q);
+        ws.pattern[k][m].add_outer(d.G[k][m], ipm::row_weight(ws.rows[k][m]), Q);
       }
       if (!riccati::eliminate_inputs<nx, nu>(Q, ws.L[k], ws.K[k], ws.P[k])) return false;
     }
@@ -649,13 +420,13 @@ struct Riccati {
       for (int i = 0; i < nz; ++i) ws.q[k][i] = ws.r_z[k][i];
       for (int e = 0; e < ws.n_live[k]; ++e) {
         const int m = ws.live[k][e];
-        ws.pattern[k][m].add(d.G[k][m], riccati::row_rhs(ws.rows[k][m], target, corrector), ws.q[k]);
+        ws.pattern[k][m].add(d.G[k][m], ipm::row_rhs(ws.rows[k][m], target, corrector), ws.q[k]);
       }
     }
     for (int i = 0; i < nzN; ++i) ws.qN[i] = ws.r_N[i];
     for (int e = 0; e < ws.n_liveN; ++e) {
       const int m = ws.liveN[e];
-      ws.patternN[m].add(d.GN[m], riccati::row_rhs(ws.rowsN[m], target, corrector), ws.qN);
+      ws.patternN[m].add(d.GN[m], ipm::row_rhs(ws.rowsN[m], target, corrector), ws.qN);
     }
     // backward: the terminal inputs, then p_k = q_x + A's + K'(q_u + B's), k_k = -Q_uu^-1 (q_u + B's), s = P b + p
     if constexpr (nuN > 0) {
@@ -691,35 +462,12 @@ struct Riccati {
     for (int k = 0; k < N; ++k)
       for (int e = 0; e < ws.n_live[k]; ++e) {
         const int m = ws.live[k][e];
-        riccati::row_step(ws.rows[k][m], row_value(d, ws, k, m, ws.dx[k], ws.du[k]), target, corrector);
+        ipm::row_step(ws.rows[k][m], row_value(d, ws, k, m, ws.dx[k], ws.du[k]), target, corrector);
       }
     for (int e = 0; e < ws.n_liveN; ++e) {
       const int m = ws.liveN[e];
-      riccati::row_step(ws.rowsN[m], final_row_value(d, ws, m, ws.dx[N], ws.duN), target, corrector);
+      ipm::row_step(ws.rowsN[m], final_row_value(d, ws, m, ws.dx[N], ws.duN), target, corrector);
     }
-  }
-
-  /// f(row) for every row with a bound, stage by stage (the rows without one are inert: nothing to update).
-  template <class W, class F>
-  static void each_live_row(W& ws, F&& f) {
-    for (int k = 0; k < N; ++k)
-      for (int e = 0; e < ws.n_live[k]; ++e) f(ws.rows[k][ws.live[k][e]]);
-    for (int e = 0; e < ws.n_liveN; ++e) f(ws.rowsN[ws.liveN[e]]);
-  }
-
-  /// The largest alpha in (0, 1] keeping every present side's slack and multiplier nonnegative.
-  static double max_step(const Workspace& ws) {
-    double alpha = 1.0;
-    each_live_row(ws, [&](const riccati::Row& r) { riccati::row_limit(r, alpha); });
-    return alpha;
-  }
-
-  /// Mean complementarity after a step of alpha.
-  static double mu_after(const Workspace& ws, double alpha) {
-    double sum = 0.0;
-    int count = 0;
-    each_live_row(ws, [&](const riccati::Row& r) { riccati::row_products(r, alpha, sum, count); });
-    return count ? sum / count : 0.0;
   }
 
   static void take_step(Workspace& ws, double alpha) {
@@ -731,7 +479,7 @@ struct Riccati {
       for (int i = 0; i < nu; ++i) ws.u[k][i] += alpha * ws.du[k][i];
     }
     for (int i = 0; i < nuN; ++i) ws.uN[i] += alpha * ws.duN[i];
-    each_live_row(ws, [&](riccati::Row& r) { riccati::row_take(r, alpha); });
+    for_rows(ws, [&](ipm::Row& r) { ipm::row_take(r, alpha); });
   }
 
   /// Cold start: x_k = x0, u = 0, pi = 0. Warm start: the previous primal-dual point (x_0 replaced by x0). Either
@@ -752,18 +500,18 @@ struct Riccati {
   /// at `floor`, so the iterate is interior again; lists the rows with a bound (a present side, or an equality):
   /// only they take part in the iterations.
   static void start_rows(const Data& d, bool warm, double floor, Workspace& ws) {
-    const auto live = [](const riccati::Row& r) { return r.eq || r.lo.on || r.hi.on; };
+    const auto live = [](const ipm::Row& r) { return r.eq || r.lo.on || r.hi.on; };
     for (int k = 0; k < N; ++k) {
       ws.n_live[k] = 0;
       for (int m = 0; m < ng; ++m) {
-        riccati::start_row(ws.rows[k][m], row_value(d, ws, k, m, ws.x[k], ws.u[k]), d.lo[k][m], d.hi[k][m],
+        ipm::start_row(ws.rows[k][m], row_value(d, ws, k, m, ws.x[k], ws.u[k]), d.lo[k][m], d.hi[k][m],
                            d.z[k][m], warm, floor);
         if (live(ws.rows[k][m])) ws.live[k][ws.n_live[k]++] = m;
       }
     }
     ws.n_liveN = 0;
     for (int m = 0; m < ngN; ++m) {
-      riccati::start_row(ws.rowsN[m], final_row_value(d, ws, m, ws.x[N], ws.uN), d.loN[m], d.hiN[m], d.zN[m], warm,
+      ipm::start_row(ws.rowsN[m], final_row_value(d, ws, m, ws.x[N], ws.uN), d.loN[m], d.hiN[m], d.zN[m], warm,
                          floor);
       if (live(ws.rowsN[m])) ws.liveN[ws.n_liveN++] = m;
     }

@@ -1,0 +1,345 @@
+// anvil::qp::ipm: the parts of a primal-dual interior point for QPs that do not depend on how the Newton system is
+// solved: one constraint row's state (slacks and multipliers of its sides, an equality's free multiplier, an elastic
+// row's violation) and its part of each step, and Mehrotra's predictor-corrector loop around a solver's Newton
+// systems. The stage-structured solver (anvil/riccati.hpp, a Riccati recursion) and the general sparse one
+// (anvil/sparse_ipm.hpp, a sparse LDL' factorization) share them.
+//
+// A row v = a'z between lo and hi has a side per finite bound: v - lo = t >= 0 (or hi - v = t), multiplier l >= 0. A
+// row with lo == hi is a true equality: it keeps a free multiplier and enters the Newton system with a fixed weight
+// 1/delta (a primal-dual regularized step), so its residual is exact and the factorization stays well conditioned,
+// unlike lo = hi modelled as two bounds whose slacks both go to zero.
+#ifndef ANVIL_INTERIOR_POINT_HPP
+#define ANVIL_INTERIOR_POINT_HPP
+#include <cmath>
+#include <initializer_list>
+
+#include "anvil/qp.hpp"
+
+namespace anvil {
+namespace qp {
+namespace ipm {
+constexpr double no_bound = 1e20;  ///< |bound| >= this: the side is absent
+constexpr double fraction_to_boundary = 0.995;
+constexpr double warm_floor = 1e-2;  ///< a warm start pushes slacks and multipliers up to at most this floor
+constexpr double equality_regularization = 1e-8;
+
+/// One side of an inequality row (v >= lo, or hi >= v): the slack t >= 0 and its multiplier l, and for an elastic row
+/// the allowed violation s >= 0 (penalized by z per unit in the objective) and its multiplier m; the steps and the
+/// residuals: r = distance - t + s (distance: v - lo, or hi - v) and rs = z - l - m.
+struct Side {
+  double t, l, dt, dl, r, s, m, ds, dm, rs;
+  bool on;
+};
+
+/// One row's interior-point state. For an equality row, hi.l is its free multiplier and lo.r its residual. z > 0
+/// makes the row elastic: each side may be violated at the price z per unit (an L1 penalty, as HPIPM's soft
+/// constraints: the elastic variables are eliminated row by row, so the stage sizes do not change).
+struct Row {
+  Side lo, hi;
+  double z;
+  bool eq;
+};
+
+/// Residual norms and the complementarity sum, accumulated over the rows.
+struct Norms {
+  double equality = 0.0, inequality = 0.0, complementarity = 0.0, sum = 0.0;
+  int count = 0;
+};
+
+
+/// A present side's starting point: cold, t = max(distance, 1) and l = 1/t (elastic: s covers a violation, l = m =
+/// z/2); warm, the previous values floored at `floor` (starting again with a higher floor is the same as starting
+/// with it once).
+inline void start_side(Side& q, double distance, double z, bool warm, double floor) {
+  if (!warm) floor = 1.0;
+  q.s = z > 0.0 ? std::fmax(warm ? q.s : -distance + 1.0, floor) : 0.0;
+  q.t = std::fmax(distance + q.s, floor);
+  q.l = warm ? std::fmax(q.l, floor) : z > 0.0 ? 0.5 * z : 1.0 / q.t;
+  q.m = z > 0.0 ? (warm ? std::fmax(q.m, floor) : 0.5 * z) : 0.0;
+  q.dt = q.dl = q.ds = q.dm = 0.0;
+}
+
+/// Which sides of the row are present and their starting slacks and multipliers (a warm start's floored at `floor`).
+/// Absent sides stay inert (t = 1, l = 0).
+inline void start_row(Row& r, double v, double lo, double hi, double z, bool warm, double floor) {
+  r.z = z;
+  r.eq = lo == hi && std::fabs(lo) < no_bound && z == 0.0;
+  r.lo.on = !r.eq && lo > -no_bound;
+  r.hi.on = !r.eq && hi < no_bound;
+  if (r.eq) {
+    r.hi.l = warm ? r.hi.l - r.lo.l : 0.0;
+    r.lo.l = 0.0;
+    r.lo.t = r.hi.t = 1.0;
+    r.lo.s = r.hi.s = r.lo.m = r.hi.m = r.lo.ds = r.hi.ds = r.lo.dm = r.hi.dm = 0.0;
+    return;
+  }
+  for (Side* q : {&r.lo, &r.hi}) {
+    if (q->on) {
+      start_side(*q, q == &r.lo ? v - lo : hi - v, z, warm, floor);
+    } else {
+      q->t = 1.0;
+      q->l = q->s = q->m = q->dt = q->dl = q->ds = q->dm = 0.0;
+    }
+  }
+}
+
+/// A present side's residuals at the distance to its bound, accumulated into n.
+inline void side_residuals(Side& q, double distance, double z, Norms& n) {
+  q.r = distance - q.t + q.s;
+  n.inequality = std::fmax(n.inequality, std::fabs(q.r));
+  n.sum += q.l * q.t;
+  n.complementarity = std::fmax(n.complementarity, q.l * q.t);
+  ++n.count;
+  if (z > 0.0) {
+    q.rs = z - q.l - q.m;
+    n.inequality = std::fmax(n.inequality, std::fabs(q.rs));
+    n.sum += q.m * q.s;
+    n.complementarity = std::fmax(n.complementarity, q.m * q.s);
+    ++n.count;
+  }
+}
+
+/// The row's residuals at value v (an equality's in lo.r); returns its multiplier lam_hi - lam_lo.
+inline double row_residuals(Row& r, double v, double lo, double hi, Norms& n) {
+  if (r.eq) {
+    r.lo.r = v - lo;
+    n.equality = std::fmax(n.equality, std::fabs(r.lo.r));
+    return r.hi.l;
+  }
+  if (r.lo.on) side_residuals(r.lo, v - lo, r.z, n);
+  if (r.hi.on) side_residuals(r.hi, hi - v, r.z, n);
+  return r.hi.l - r.lo.l;
+}
+
+/// l t - target, plus the predictor's dl dt in the corrector.
+inline double complementarity_residual(double l, double t, double dl, double dt, double target, bool corrector) {
+  return l * t - target + (corrector ? dl * dt : 0.0);
+}
+
+/// The side's slack as the Newton system sees it once the elastic variables are eliminated: t + l s / m.
+inline double effective_slack(const Side& q, double z) { return z > 0.0 ? q.t + q.l * q.s / q.m : q.t; }
+
+/// The side's primal residual once the elastic variables are eliminated (for the complementarity target).
+inline double effective_residual(const Side& q, double z, double target, bool corrector) {
+  if (z == 0.0) return q.r;
+  return q.r - (complementarity_residual(q.m, q.s, q.dm, q.ds, target, corrector) + q.s * q.rs) / q.m;
+}
+
+/// The weight the row adds to the Newton system's Hessian (as w a a' for its row a).
+inline double row_weight(const Row& r) {
+  if (r.eq) return 1.0 / equality_regularization;
+  return (r.lo.on ? r.lo.l / effective_slack(r.lo, r.z) : 0.0) + (r.hi.on ? r.hi.l / effective_slack(r.hi, r.z) : 0.0);
+}
+
+/// A side's part of the reduced gradient's coefficient (lower side: +, upper side: -).
+inline double side_rhs(const Side& q, double z, double target, bool corrector) {
+  const double c = complementarity_residual(q.l, q.t, q.dl, q.dt, target, corrector);
+  return (c + q.l * effective_residual(q, z, target, corrector)) / effective_slack(q, z);
+}
+
+/// The coefficient e of the row in the reduced gradient (q += a e), for the complementarity target.
+inline double row_rhs(const Row& r, double target, bool corrector) {
+  if (r.eq) return r.lo.r / equality_regularization;
+  return (r.lo.on ? side_rhs(r.lo, r.z, target, corrector) : 0.0) -
+         (r.hi.on ? side_rhs(r.hi, r.z, target, corrector) : 0.0);
+}
+
+/// A side's steps, given its distance's step gd (the corrector's products use the predictor's steps, read before
+/// they are overwritten).
+inline void side_step(Side& q, double gd, double z, double target, bool corrector) {
+  const double c = complementarity_residual(q.l, q.t, q.dl, q.dt, target, corrector);
+  const double dl = -(c + q.l * (gd + effective_residual(q, z, target, corrector))) / effective_slack(q, z);
+  if (z > 0.0) {
+    const double cs = complementarity_residual(q.m, q.s, q.dm, q.ds, target, corrector);
+    q.dm = q.rs - dl;
+    q.ds = -(cs + q.s * q.dm) / q.m;
+  }
+  q.dt = gd + q.r + q.ds;
+  q.dl = dl;
+}
+
+/// The slack and multiplier steps, given the row's primal step gd = a'dz.
+inline void row_step(Row& r, double gd, double target, bool corrector) {
+  if (r.eq) {
+    r.hi.dl = (gd + r.lo.r) / equality_regularization;
+    return;
+  }
+  if (r.lo.on) side_step(r.lo, gd, r.z, target, corrector);
+  if (r.hi.on) side_step(r.hi, -gd, r.z, target, corrector);
+}
+
+/// Shrinks alpha so the row's slacks and multipliers stay nonnegative.
+inline void row_limit(const Row& r, double& alpha) {
+  const auto limit = [&](double v, double dv) {
+    if (dv < 0.0) alpha = std::fmin(alpha, -v / dv);
+  };
+  for (const Side* q : {&r.lo, &r.hi}) {
+    if (!q->on) continue;
+    limit(q->t, q->dt);
+    limit(q->l, q->dl);
+    if (r.z > 0.0) {
+      limit(q->s, q->ds);
+      limit(q->m, q->dm);
+    }
+  }
+}
+
+/// Adds the row's complementarity products after a step of alpha.
+inline void row_products(const Row& r, double alpha, double& sum, int& count) {
+  for (const Side* q : {&r.lo, &r.hi}) {
+    if (!q->on) continue;
+    sum += (q->l + alpha * q->dl) * (q->t + alpha * q->dt);
+    ++count;
+    if (r.z > 0.0) {
+      sum += (q->m + alpha * q->dm) * (q->s + alpha * q->ds);
+      ++count;
+    }
+  }
+}
+
+inline void row_take(Row& r, double alpha) {
+  if (r.eq) {
+    r.hi.l += alpha * r.hi.dl;
+    return;
+  }
+  for (Side* q : {&r.lo, &r.hi}) {
+    q->t += alpha * q->dt;
+    q->l += alpha * q->dl;
+    q->s += alpha * q->ds;
+    q->m += alpha * q->dm;
+  }
+}
+
+
+/// Infinity norms of an iterate's KKT residuals.
+struct Residuals {
+  double stationarity = 0.0, equality = 0.0, inequality = 0.0, complementarity = 0.0;
+};
+
+/// The largest alpha in (0, 1] keeping every present side's slack and multiplier nonnegative (S::for_rows).
+template <class S, class W>
+double max_step(W& ws) {
+  double alpha = 1.0;
+  S::for_rows(ws, [&](const Row& r) { row_limit(r, alpha); });
+  return alpha;
+}
+
+/// Mean complementarity after a step of alpha (S::for_rows).
+template <class S, class W>
+double mu_after(W& ws, double alpha) {
+  double sum = 0.0;
+  int count = 0;
+  S::for_rows(ws, [&](const Row& r) { row_products(r, alpha, sum, count); });
+  return count ? sum / count : 0.0;
+}
+
+/// Mehrotra's starting point for a cold start (Nocedal and Wright, 14.3): a full affine-scaling step from the naive
+/// start (slacks at the distances to the bounds, at least 1, multipliers their inverses), then every slack and every
+/// multiplier shifted by one amount each, so all are positive and balanced (their products near their mean). Without
+/// it a QP whose multipliers are far from 1 (an elastic QP pricing violations at 1e5) starts so far from the central
+/// path that its first steps are cut to 1e-6 of their length, and its products blow up.
+template <class S, class D, class W>
+void mehrotra_start(const D& d, W& ws, Residuals& res) {
+  S::residuals(d, ws, res);
+  if (!S::factor(d, ws)) return;  // the loop's own factorization says so
+  S::newton_step(d, ws, 0.0, false);
+  S::take_step(ws, 1.0);
+  const auto each_side = [&](auto&& f) {
+    S::for_rows(ws, [&](Row& r) {
+      for (Side* q : {&r.lo, &r.hi})
+        if (q->on) f(*q);
+    });
+  };
+  double t_min = HUGE_VAL, l_min = HUGE_VAL;
+  each_side([&](Side& q) {
+    t_min = std::fmin(t_min, q.t);
+    l_min = std::fmin(l_min, q.l);
+  });
+  const double t_shift = std::fmax(-1.5 * t_min, 0.0), l_shift = std::fmax(-1.5 * l_min, 0.0);
+  double products = 0.0, t_sum = 0.0, l_sum = 0.0;
+  each_side([&](Side& q) {
+    products += (q.t + t_shift) * (q.l + l_shift);
+    t_sum += q.t + t_shift;
+    l_sum += q.l + l_shift;
+  });
+  const double t_center = l_sum > 0.0 ? 0.5 * products / l_sum : 0.0;
+  const double l_center = t_sum > 0.0 ? 0.5 * products / t_sum : 0.0;
+  each_side([&](Side& q) {
+    q.t = std::fmax(q.t + t_shift + t_center, 1e-8);
+    q.l = std::fmax(q.l + l_shift + l_center, 1e-8);
+  });
+}
+
+/// Mehrotra's predictor-corrector interior point on the Newton systems of S, a solver's static steps:
+///   void start_rows(const D&, bool warm, double floor, W&)   the rows' starting points (a warm start's floored)
+///   double residuals(const D&, W&, Residuals&)               the KKT residuals at the iterate; returns mu
+///   bool factor(const D&, W&)                                factors the Newton system; false if nonconvex
+///   void newton_step(const D&, W&, double target, bool corrector)
+///   void take_step(W&, double alpha)                         the primal step and every row's (row_take)
+///   for_rows(W&, f)                                          f(Row&) for every row with a bound (public)
+/// and S::mehrotra_start: whether a cold start begins at Mehrotra's starting point.
+/// Solves to tol (every residual norm) in at most max_iter iterations, from the iterate in ws (the caller's cold or
+/// warm starting point; `warm` restarts the rows from their previous slacks and multipliers). Returns the Status,
+/// the final residuals and the iterations taken.
+template <class S, class D, class W>
+int mehrotra(const D& d, double tol, int max_iter, bool warm, W& ws, Residuals& res, int& iterations) {
+  S::start_rows(d, warm, 0.0, ws);
+  if constexpr (S::mehrotra_start) {
+    if (!warm) ipm::mehrotra_start<S>(d, ws, res);
+  }
+  if (warm) {
+    // NOTE: the floor a warm start lifts the slacks and multipliers to is the KKT residual of this QP at the
+    // previous solution, within [tol, warm_floor]: a QP that barely changed (an SQP near convergence) starts
+    // almost where it ends; a fixed 1e-2 made the residuals it meant to tolerate (4 iterations where 1-2 do), a
+    // fixed 1e-4 made a QP whose active set changed take 21 iterations instead of 8
+    S::residuals(d, ws, res);
+    const double change = std::fmax(res.stationarity, std::fmax(res.equality, res.inequality));
+    S::start_rows(d, warm, std::fmin(warm_floor, std::fmax(tol, change)), ws);
+  }
+  int status = max_iterations, it = 0, stalls = 0;
+  double alpha = 0.0, equality_before = 0.0;
+  for (;; ++it) {
+    const double mu = S::residuals(d, ws, res);
+    if (!std::isfinite(mu + res.stationarity + res.equality + res.inequality)) {
+      status = numerical_error;
+      break;
+    }
+    if (res.stationarity <= tol && res.equality <= tol && res.inequality <= tol && res.complementarity <= tol) {
+      status = solved;
+      break;
+    }
+    if (it == max_iter) break;
+    if (mu > 1e14) {  // multipliers diverging: no feasible point
+      status = infeasible;
+      break;
+    }
+    // a step of alpha removes a fraction alpha of the equality residual when the equalities are consistent (up to
+    // delta times the multiplier step); five steps in a row that remove less than half of that: they are not
+    stalls = it > 0 && equality_before > tol && res.equality >= (1.0 - 0.5 * alpha) * equality_before ? stalls + 1 : 0;
+    if (stalls == 5) {
+      status = infeasible;
+      break;
+    }
+    equality_before = res.equality;
+    if (!S::factor(d, ws)) {
+      status = nonconvex;
+      break;
+    }
+    // predictor (affine scaling), then the corrector aiming at sigma mu with sigma = (mu_aff / mu)^3, but not below
+    // tol / 100: complementarity products far below the tolerance only make slacks vanish (1e-18 and less were
+    // seen) and the weights l / t so large that the factorization loses the Hessian to rounding and a convex QP
+    // looks nonconvex
+    S::newton_step(d, ws, 0.0, false);
+    const double sigma = std::pow(mu > 0.0 ? mu_after<S>(ws, max_step<S>(ws)) / mu : 0.0, 3.0);
+    S::newton_step(d, ws, std::fmax(sigma * mu, 0.01 * tol), true);
+    alpha = std::fmin(1.0, fraction_to_boundary * max_step<S>(ws));
+    S::take_step(ws, alpha);
+  }
+  iterations = it;
+  return status;
+}
+
+}  // namespace ipm
+}  // namespace qp
+}  // namespace anvil
+#endif  // ANVIL_INTERIOR_POINT_HPP

@@ -11,8 +11,8 @@ w = [x0, u0, x1, u1, ..., x_N], x_init = [0, pi, 0, 0], defects g(w) = 0 (x0 = x
 |u| <= 20, |xc| <= 2, x_N = 0, stage cost x'Qx + R u^2 (Q = diag(1, 1, 0.1, 0.1), R = 0.01), no terminal cost.
 Initial guess: states interpolated linearly from x_init to 0, inputs 0.
 
-anvil: exactly tests/integration/test_sqp.py::test_p2_cartpole_swing_up, with each of its QP solvers: OSQP (the
-default), the sparse interior point (general sparse QPs: no stage structure used) and the Riccati interior point
+anvil: exactly tests/integration/test_sqp.py::test_p2_cartpole_swing_up, with each of its QP solvers: OSQP, the
+sparse interior point (the default; general sparse QPs: no stage structure used) and the Riccati interior point
 (the NLP's multiple-shooting stage layout). Build time = construction of the
 SQPFunction plus its first call (trace, derive, render, compile, load, solve), in process. CasADi: the same NLP
 unrolled over the stages with SX (the same model code through a CasADi backend), solved with `nlpsol('ipopt')`
@@ -108,7 +108,7 @@ def run_anvil(prob: Problem, solves: int, qp: str = "osqp") -> tuple[Result, flo
   import anvil as av
   from anvil import Arg
   from anvil.mpc import shooting_layout
-  from anvil.qp import RiccatiOptions, SparseIPMOptions
+  from anvil.qp import OSQPOptions, RiccatiOptions, SparseIPMOptions
   from anvil.sqp import SQPFunction, SQPOptions
 
   assert shooting.size(N) == prob.size
@@ -116,8 +116,8 @@ def run_anvil(prob: Problem, solves: int, qp: str = "osqp") -> tuple[Result, flo
   name = "swing_up" if qp == "osqp" else f"swing_up_{qp}"
   f = av.NumericalFunction(f"{name}_cost", lambda w, x0: shooting.stage_cost(w, N), (Arg(prob.size), Arg(4)))
   g = av.NumericalFunction(f"{name}_defects", lambda w, x0: shooting.defects(w, x0, N), (Arg(prob.size), Arg(4)))
-  options = {"osqp": None, "sparse_ipm": SQPOptions(qp=SparseIPMOptions()), "riccati": SQPOptions(qp=RiccatiOptions())}
-  solver = SQPFunction(name, f, g, options[qp], stages=shooting_layout(N, 4, 1))
+  qp_options = {"osqp": OSQPOptions(), "sparse_ipm": SparseIPMOptions(), "riccati": RiccatiOptions()}[qp]
+  solver = SQPFunction(name, f, g, SQPOptions(qp=qp_options), stages=shooting_layout(N, 4, 1))
   solve = lambda: solver(prob.w0, X_INIT, prob.lbx, prob.ubx, prob.lbg, prob.ubg)
   res = solve()
   build_s = time.perf_counter() - t0

@@ -61,14 +61,18 @@ struct ActiveSetKKT {
                         ws.Lnz.data(), ws.etree.data(), ws.bwork.data(), ws.iwork.data(), ws.fwork.data()) == n;
   }
 
-  /// Solve K s = rhs (both in K's order, K_perm) with the last factorization, with three steps of iterative
+  /// Solve K s = rhs (both in K's order, K_perm) with the last factorization, with up to three steps of iterative
   /// refinement against K less its regularization: `regularization` on the diagonal of P's block and
-  /// row_regularization(i) on that of the active row i.
+  /// row_regularization(i) on that of the active row i (none once the residual is at rounding level).
   template <class F>
   static void solve_refined(const double* rhs, double* sol, double regularization, F&& row_regularization, W& ws) {
     const double* Kx = ws.Kx.data();
     const int* active = ws.active.data();
-    for (int i = 0; i < nK; ++i) sol[i] = rhs[i];
+    double scale = 0.0;
+    for (int i = 0; i < nK; ++i) {
+      sol[i] = rhs[i];
+      scale = std::fmax(scale, std::fabs(rhs[i]));
+    }
     QDLDL_solve(nK, ws.Lp.data(), ws.Li.data(), ws.Lx.data(), ws.Dinv.data(), sol);
     for (int refine = 0; refine < 3; ++refine) {
       double* r = ws.kres.data();
@@ -82,6 +86,9 @@ struct ActiveSetKKT {
       for (int j = 0; j < n; ++j) r[L::K_perm[j]] += regularization * sol[L::K_perm[j]];
       for (int i = 0; i < m; ++i)
         if (active[i]) r[L::K_perm[n + i]] += row_regularization(i) * sol[L::K_perm[n + i]];
+      double residual = 0.0;
+      for (int i = 0; i < nK; ++i) residual = std::fmax(residual, std::fabs(r[i]));
+      if (!(residual > 1e-15 * scale)) break;
       QDLDL_solve(nK, ws.Lp.data(), ws.Li.data(), ws.Lx.data(), ws.Dinv.data(), r);
       for (int i = 0; i < nK; ++i) sol[i] += r[i];
     }

@@ -1,0 +1,207 @@
+"""NLP benchmark: SQPFunction on NLPs written the natural way (a Python loop over stages) and batched, and on a
+non-OCP sparse NLP, with each general QP solver (no stage layout given), against CasADi's IPOPT on the same NLPs.
+
+Run from the repository root:
+
+  .venv/bin/python -m benchmarks.bench_nlp                      # swing-up N = 50 (loop, batched), Bratu n = 200
+  .venv/bin/python -m benchmarks.bench_nlp --forms batched      # the batched swing-up only (a cold loop build of
+                                                                # N = 50 takes ~10 min per QP solver here)
+  .venv/bin/python -m benchmarks.bench_nlp --qp sparse_ipm      # one QP solver only
+
+The swing-up needs N >= 50 (h = 0.05 s): with a shorter horizon x_N = 0 cannot be reached within |u| <= 20 and the
+NLP is infeasible (IPOPT: Infeasible_Problem_Detected at N = 20).
+
+NLPs:
+- swing-up, loop: the P2 cart-pole swing-up of anvil.problems.shooting with the defects built as a CasADi user
+  writes them, `for k in range(N)`: one cart-pole step per stage, concatenated (a graph unrolled over the stages);
+- swing-up, batched: the same NLP with the stages batched (anvil.problems.shooting.defects);
+- Bratu: min sum (u_i - 1)^2 / n s.t. u_{i-1} - 2 u_i + u_{i+1} + h^2 lam exp(u_i) = 0 (lam = 1, u_0 = u_{n+1} = 0) and
+  0 <= u_i <= 0.5: a discretized boundary-value problem (tridiagonal Jacobian, diagonal Hessian) with active bounds.
+
+anvil: cold build (construction + first call on an empty cache: trace, derive, schedule, render, compile) and the
+median solve time of `--solves` calls after it, with no stage layout (the QPs are general sparse QPs). CasADi: IPOPT
+on the same NLP in SX (exact Hessian), median solve time. Informational; exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from anvil.problems import cartpole, shooting
+from anvil.problems.backend import casadi_backend
+from benchmarks.common import anvil_cache, casadi_solver, load_casadi
+
+QP_SOLVERS = ("sparse_ipm", "osqp")
+
+
+@dataclass
+class NLP:
+  """One NLP: its size, its functions for anvil (Tensor code) and CasADi (SX), its bounds and starting point."""
+
+  name: str
+  n: int
+  m: int
+  cost: Callable[[Any, Any], Any]
+  constraints: Callable[[Any, Any], Any]
+  casadi: Callable[[Any], dict[str, Any]]
+  p: np.ndarray
+  lbx: np.ndarray
+  ubx: np.ndarray
+  lbg: np.ndarray
+  ubg: np.ndarray
+  x0: np.ndarray
+
+
+def swing_up(horizon: int, loop: bool) -> NLP:
+  """The swing-up, its defects written as a loop over the stages or batched."""
+  from tinygrad import Tensor
+
+  def defects_loop(w: Tensor, x_init: Tensor) -> Tensor:
+    st = shooting.STAGE
+    pieces = [w[: shooting.NX] - x_init]
+    for k in range(horizon):
+      x, u = w[st * k : st * k + shooting.NX], w[st * k + shooting.NX : st * (k + 1)]
+      pieces.append(w[st * (k + 1) : st * (k + 1) + shooting.NX] - cartpole.step(x, u))
+    return Tensor.cat(*pieces)
+
+  def casadi_nlp(ca: Any) -> dict[str, Any]:
+    b, st = casadi_backend(ca), shooting.STAGE
+    w, p = ca.SX.sym("w", shooting.size(horizon)), ca.SX.sym("p", shooting.NX)
+    cost, defects = 0, [w[0 : shooting.NX] - p]
+    for k in range(horizon):
+      x, u = w[st * k : st * k + shooting.NX], w[st * k + shooting.NX : st * (k + 1)]
+      cost += ca.dot(x * x, ca.DM(shooting.Q_DIAG)) + cartpole.R * u * u
+      defects.append(w[st * (k + 1) : st * (k + 1) + shooting.NX] - cartpole.step(x, u, b))
+    return {"x": w, "p": p, "f": cost, "g": ca.vertcat(*defects)}
+
+  x_init, lbx, ubx, w0 = shooting.swing_up(horizon)
+  m = shooting.NX * (horizon + 1)
+  defects = defects_loop if loop else (lambda w, x0: shooting.defects(w, x0, horizon))
+  return NLP(f"swing_up_{'loop' if loop else 'batched'}_{horizon}", shooting.size(horizon), m,
+             lambda w, x0: shooting.stage_cost(w, horizon), defects, casadi_nlp, x_init, lbx, ubx, np.zeros(m),
+             np.zeros(m), w0)  # fmt: skip
+
+
+def bratu(n: int) -> NLP:
+  """The discretized Bratu boundary-value problem as an NLP (module docstring)."""
+  h2 = 1.0 / (n + 1) ** 2
+
+  def residual(u: Any, exp: Callable[[Any], Any], pad: Callable[[Any], Any]) -> Any:
+    padded = pad(u)
+    return padded[:-2] - 2 * u + padded[2:] + h2 * exp(u)
+
+  def constraints(u: Any, p: Any) -> Any:
+    return residual(u, lambda v: v.exp(), lambda v: v.pad((1, 1)))
+
+  def casadi_nlp(ca: Any) -> dict[str, Any]:
+    u, p = ca.SX.sym("u", n), ca.SX.sym("p", 0)
+    g = residual(u, ca.exp, lambda v: ca.vertcat(0, v, 0))
+    return {"x": u, "p": p, "f": ca.sumsqr(u - 1) / n, "g": g}
+
+  return NLP(f"bratu_{n}", n, n, lambda u, p: ((u - 1) * (u - 1)).sum() / n, constraints, casadi_nlp, np.zeros(0),
+             np.zeros(n), np.full(n, 0.5), np.zeros(n), np.zeros(n), np.zeros(n))  # fmt: skip
+
+
+@dataclass
+class Result:
+  """One solver's line of the table."""
+
+  nlp: str
+  solver: str
+  status: str
+  iterations: int
+  objective: float
+  solve_ms: float
+  build_s: float | None = None
+
+
+def median_ms(fn: Callable[[], object], solves: int) -> float:
+  times = []
+  for _ in range(solves):
+    t0 = time.perf_counter()
+    fn()
+    times.append((time.perf_counter() - t0) * 1e3)
+  return statistics.median(times)
+
+
+def run_anvil(nlp: NLP, qp: str, solves: int) -> Result:
+  """anvil's SQPFunction on `nlp` with QP solver `qp`, built on an empty cache."""
+  import anvil as av
+  from anvil.qp import OSQPOptions, SparseIPMOptions
+  from anvil.sqp import SQPFunction, SQPOptions
+
+  options = SQPOptions(qp=SparseIPMOptions() if qp == "sparse_ipm" else OSQPOptions())
+  with tempfile.TemporaryDirectory(prefix="bench_nlp_cache_") as cache, anvil_cache(Path(cache)):
+    t0 = time.perf_counter()
+    args = (av.Arg(nlp.n), av.Arg(nlp.p.size))
+    name = f"{nlp.name}_{qp}"
+    f = av.NumericalFunction(f"{name}_f", nlp.cost, args)
+    g = av.NumericalFunction(f"{name}_g", nlp.constraints, args)
+    solver = SQPFunction(name, f, g, options)
+    solve = lambda: solver(nlp.x0, nlp.p, nlp.lbx, nlp.ubx, nlp.lbg, nlp.ubg)
+    res = solve()
+    build_s = time.perf_counter() - t0
+    ms = median_ms(solve, solves)
+  return Result(nlp.name, f"anvil, {qp}", str(res.status), res.iterations, float(res.f), ms, build_s)
+
+
+def run_ipopt(ca: Any, nlp: NLP, solves: int, notes: list[str]) -> Result:
+  opts = {"ipopt.print_level": 0, "print_time": False, "ipopt.sb": "yes"}
+  solver = casadi_solver(ca, f"bench_nlp_{nlp.name}", "ipopt", nlp.casadi(ca), opts, notes)
+  args = dict(x0=nlp.x0, p=nlp.p, lbx=nlp.lbx, ubx=nlp.ubx, lbg=nlp.lbg, ubg=nlp.ubg)
+  sol = solver(**args)
+  stats = solver.stats()
+  ms = median_ms(lambda: solver(**args), solves)
+  return Result(nlp.name, "CasADi IPOPT", str(stats["return_status"]), int(stats["iter_count"]), float(sol["f"]), ms)
+
+
+def print_table(results: list[Result]) -> None:
+  ipopt = {r.nlp: r.solve_ms for r in results if r.solver == "CasADi IPOPT"}
+  head = ("NLP", "solver", "status", "iterations", "objective", "solve ms", "x IPOPT", "cold build s")
+  rows = [head] + [
+    (r.nlp, r.solver, r.status, str(r.iterations), f"{r.objective:.6f}", f"{r.solve_ms:.2f}",
+     f"{r.solve_ms / ipopt[r.nlp]:.3f}" if r.nlp in ipopt else "-", "-" if r.build_s is None else f"{r.build_s:.1f}")
+    for r in results
+  ]  # fmt: skip
+  widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+  for i, row in enumerate(rows):
+    print("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
+    if i == 0:
+      print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+
+
+def main() -> int:
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--sizes", type=int, nargs="+", default=[50], help="swing-up horizons N")
+  ap.add_argument("--forms", choices=("loop", "batched"), nargs="+", default=["loop", "batched"], help="swing-ups")
+  ap.add_argument("--bratu", type=int, default=200, help="Bratu grid points (0: skip)")
+  ap.add_argument("--qp", choices=QP_SOLVERS, nargs="+", default=list(QP_SOLVERS), help="anvil's QP solvers")
+  ap.add_argument("--solves", type=int, default=5, help="timed solves per solver (median)")
+  args = ap.parse_args()
+
+  nlps = [swing_up(n, form == "loop") for n in args.sizes for form in args.forms]
+  nlps += [bratu(args.bratu)] if args.bratu else []
+  ca, notes, results = load_casadi(), [], []
+  for nlp in nlps:
+    results += [run_anvil(nlp, qp, args.solves) for qp in args.qp]
+    if ca is not None:
+      results.append(run_ipopt(ca, nlp, args.solves, notes))
+  print(f"casadi {ca.__version__ if ca else 'missing (no IPOPT rows)'}; solve times: median of {args.solves} calls\n")
+  print_table(results)
+  for note in notes:
+    print(f"note: {note}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -63,7 +63,7 @@ class ActiveSetKKT:
     return min(candidates, key=self._fill)
 
   def _fill(self, order: np.ndarray) -> int:
-    return _factor_nnz(self._upper(order))
+    return int(sum(_elimination_tree(self._upper(order))[1]))
 
   def _upper(self, order: np.ndarray) -> sp.csc_array:
     """K's upper triangle (entries: 1) with its unknowns in `order`."""
@@ -100,6 +100,7 @@ class ActiveSetKKT:
       "A_p": as_tuple(self.a_pattern.indptr),
       "A_i": as_tuple(self.a_pattern.indices),
     }
+    tables["K_etree"], tables["K_Lnz"] = (as_tuple(v) for v in _elimination_tree(k))
     return k, tables
 
   @property
@@ -115,7 +116,9 @@ class ActiveSetKKT:
   @property
   def tables(self) -> dict[str, tuple[int, ...]]:
     """Index tables for the generated code: where P's entries, P's diagonal, A's entries and the y-diagonal's values
-    go in K, the permutation (K_perm[i]: position of unknown i, x first then y), K's and A's CSC patterns."""
+    go in K, the permutation (K_perm[i]: position of unknown i, x first then y), K's and A's CSC patterns, and K's
+    symbolic factorization (K_etree: the elimination tree, K_Lnz: the column counts of L, as QDLDL_etree gives
+    them)."""
     return self._layout[1]
 
   @property
@@ -124,8 +127,7 @@ class ActiveSetKKT:
     coupling flags (`active`) included."""
     size, l_nnz, m = self.size, max(self.l_nnz, 1), self.a_pattern.shape[0]
     doubles = [("Kx", self.nnz), ("Lx", l_nnz), *((v, size) for v in ("D", "Dinv", "fwork", "ksol", "krhs", "kres"))]
-    ints = [("Li", l_nnz), ("Lp", size + 1), ("Lnz", size), ("etree", size), ("iwork", 3 * size), ("bwork", size),
-            ("active", m)]  # fmt: skip
+    ints = [("Li", l_nnz), ("Lp", size + 1), ("iwork", 3 * size), ("bwork", size), ("active", m)]
     return (*(("double", v, k) for v, k in doubles), *(("int", v, k) for v, k in ints))
 
   @property
@@ -138,23 +140,22 @@ class ActiveSetKKT:
   @cached_property
   def l_nnz(self) -> int:
     """Nonzeros of the LDLᵀ factor's strictly lower part L."""
-    return _factor_nnz(self._layout[0])
+    return sum(self.tables["K_Lnz"])
 
 
-def _factor_nnz(k: sp.csc_array) -> int:
-  """Nonzeros of the strictly lower LDLᵀ factor of the symmetric matrix whose upper triangle is k (elimination tree
-  column counts, Liu's algorithm)."""
+def _elimination_tree(k: sp.csc_array) -> tuple[list[int], list[int]]:
+  """The elimination tree (parent of each column, -1 at a root) and the column counts of the strictly lower LDLᵀ
+  factor of the symmetric matrix whose upper triangle is k (Liu's algorithm, as QDLDL_etree computes them)."""
   size = k.shape[0]
   indices, indptr = k.indices.tolist(), k.indptr.tolist()
-  parent, mark = [-1] * size, [-1] * size
-  total = 0
+  parent, mark, counts = [-1] * size, [-1] * size, [0] * size
   for j in range(size):
     mark[j] = j
     for i in indices[indptr[j] : indptr[j + 1]]:
       while i < j and mark[i] != j:
         if parent[i] == -1:
           parent[i] = j
-        total += 1
+        counts[i] += 1
         mark[i] = j
         i = parent[i]
-  return total
+  return parent, counts

@@ -46,7 +46,6 @@ struct Norms {
   int count = 0;
 };
 
-
 /// A present side's starting point: cold, t = max(distance, 1) and l = 1/t (elastic: s covers a violation, l = m =
 /// z/2); warm, the previous values floored at `floor` (starting again with a higher floor is the same as starting
 /// with it once).

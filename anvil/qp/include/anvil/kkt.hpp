@@ -15,9 +15,10 @@
 //
 // Layout L (sizes and tables, generated for the patterns): n, m, nK (= n + m), nnz_P, nnz_A; P_to_K[nnz_P],
 // Pdiag_to_K[n], A_to_K[nnz_A], ydiag_to_K[m] (where the values go in K), K_perm[nK] (position of unknown i: d
-// first, then y), K_p[nK + 1], K_i (K's upper-triangular pattern), A_p[n + 1], A_i[nnz_A] (A's pattern).
-// Workspace W: anvil::Buffers Kx, Lx, D, Dinv, fwork, ksol, krhs, kres (double); Li, Lp, Lnz, etree, iwork, bwork
-// (int); active, previous_active (int, m); polish_d (double, n), polish_y (double, m).
+// first, then y), K_p[nK + 1], K_i (K's upper-triangular pattern), K_etree[nK], K_Lnz[nK] (its symbolic
+// factorization), A_p[n + 1], A_i[nnz_A] (A's pattern). Workspace W: anvil::Buffers Kx, Lx, D, Dinv, fwork, ksol,
+// krhs, kres (double); Li, Lp, iwork, bwork (int); active, previous_active (int, m); polish_d (double, n), polish_y
+// (double, m).
 #ifndef ANVIL_KKT_HPP
 #define ANVIL_KKT_HPP
 #include <cmath>
@@ -56,9 +57,9 @@ struct ActiveSetKKT {
     for (int j = 0; j < n; ++j) Kx[L::Pdiag_to_K[j]] += regularization;
     for (int e = 0; e < L::nnz_A; ++e) Kx[L::A_to_K[e]] = active[L::A_i[e]] ? A[e] : 0.0;
     for (int i = 0; i < m; ++i) Kx[L::ydiag_to_K[i]] = active[i] ? row_diagonal(i) : -1.0;
-    if (QDLDL_etree(nK, L::K_p, L::K_i, ws.iwork.data(), ws.Lnz.data(), ws.etree.data()) < 0) return false;
+    // NOTE: the symbolic factorization (elimination tree, column counts) was computed at generation: numeric only
     return QDLDL_factor(nK, L::K_p, L::K_i, Kx, ws.Lp.data(), ws.Li.data(), ws.Lx.data(), ws.D.data(), ws.Dinv.data(),
-                        ws.Lnz.data(), ws.etree.data(), ws.bwork.data(), ws.iwork.data(), ws.fwork.data()) == n;
+                        L::K_Lnz, L::K_etree, ws.bwork.data(), ws.iwork.data(), ws.fwork.data()) == n;
   }
 
   /// Solve K s = rhs (both in K's order, K_perm) with the last factorization, with up to three steps of iterative

@@ -62,11 +62,14 @@ struct ActiveSetKKT {
                         L::K_Lnz, L::K_etree, ws.bwork.data(), ws.iwork.data(), ws.fwork.data()) == n;
   }
 
-  /// Solve K s = rhs (both in K's order, K_perm) with the last factorization, with up to three steps of iterative
+  /// Solve K s = rhs (both in K's order, K_perm) with the last factorization, with three steps of iterative
   /// refinement against K less its regularization: `regularization` on the diagonal of P's block and
-  /// row_regularization(i) on that of the active row i (none once the residual is at rounding level).
+  /// row_regularization(i) on that of the active row i; with stop_at_rounding, no more once the residual is at
+  /// rounding level (a Newton step's accuracy; a polished solution takes all three: its active bounds then hold to
+  /// the last bit, which the hard bounds of an MPC's inputs need).
   template <class F>
-  static void solve_refined(const double* rhs, double* sol, double regularization, F&& row_regularization, W& ws) {
+  static void solve_refined(const double* rhs, double* sol, double regularization, F&& row_regularization, W& ws,
+                            bool stop_at_rounding = false) {
     const double* Kx = ws.Kx.data();
     const int* active = ws.active.data();
     double scale = 0.0;
@@ -89,7 +92,7 @@ struct ActiveSetKKT {
         if (active[i]) r[L::K_perm[n + i]] += row_regularization(i) * sol[L::K_perm[n + i]];
       double residual = 0.0;
       for (int i = 0; i < nK; ++i) residual = std::fmax(residual, std::fabs(r[i]));
-      if (!(residual > 1e-15 * scale)) break;
+      if (stop_at_rounding && !(residual > 1e-15 * scale)) break;
       QDLDL_solve(nK, ws.Lp.data(), ws.Li.data(), ws.Lx.data(), ws.Dinv.data(), r);
       for (int i = 0; i < nK; ++i) sol[i] += r[i];
     }

@@ -190,7 +190,7 @@ struct SparseIPMBackend {
     // whose multiplier steps are then the solution's own (a regularized equality leaves a residual of delta times
     // the multiplier step, which with multipliers of 1e3 stalls the equality residual at 1e-5)
     const auto equality = [&](int i) { return ws.rows[i].eq ? -ipm::equality_regularization : 0.0; };
-    KKT::solve_refined(rhs, sol, ws.delta == delta_min ? delta_min : 0.0, equality, ws);
+    KKT::solve_refined(rhs, sol, ws.delta == delta_min ? delta_min : 0.0, equality, ws, true);
     for (int j = 0; j < n; ++j) ws.dx[j] = sol[L::K_perm[j]];
     multiply_A(d.A, ws.dx.data(), ws.z.data());
     for (int e = 0; e < ws.n_live; ++e) {

@@ -26,7 +26,6 @@ on the same NLP in SX (exact Hessian), median solve time. Informational; exits 0
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import time
@@ -39,6 +38,7 @@ import numpy as np
 
 from anvil.problems import cartpole, shooting
 from anvil.problems.backend import casadi_backend
+from benchmarks.bench_sqp import median_ms
 from benchmarks.common import anvil_cache, casadi_solver, load_casadi
 
 QP_SOLVERS = ("sparse_ipm", "osqp")
@@ -123,15 +123,6 @@ class Result:
   objective: float
   solve_ms: float
   build_s: float | None = None
-
-
-def median_ms(fn: Callable[[], object], solves: int) -> float:
-  times = []
-  for _ in range(solves):
-    t0 = time.perf_counter()
-    fn()
-    times.append((time.perf_counter() - t0) * 1e3)
-  return statistics.median(times)
 
 
 def run_anvil(nlp: NLP, qp: str, solves: int) -> Result:

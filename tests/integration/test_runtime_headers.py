@@ -145,19 +145,25 @@ def kkt_layout(kkt: ActiveSetKKT, n: int, m: int) -> str:
           f"nnz_A = {kkt.a_pattern.nnz};\n{tables}\n}};\nstruct Workspace {{\n{buffers}\n}};\n")  # fmt: skip
 
 
-KKT_DRIVER = """#include <cstdio>
-#include "anvil/support.hpp"
-#include "anvil/kkt.hpp"
-#include "layout.hpp"
-using KKT = anvil::qp::ActiveSetKKT<Layout, Workspace>;
-double P[Layout::nnz_P], A[Layout::nnz_A], q[Layout::n], l[Layout::m], u[Layout::m], x[Layout::n], y[Layout::m];
-template <int size>
+#: A C++ driver's reader of numbers from stdin into a fixed-size array (false when they run out).
+READ_NUMBERS = """template <int size>
 bool read(double (&v)[size]) {
   for (double& e : v)
     if (std::scanf("%lf", &e) != 1) return false;
   return true;
 }
-int main() {
+"""
+
+KKT_DRIVER = (
+  """#include <cstdio>
+#include "anvil/support.hpp"
+#include "anvil/kkt.hpp"
+#include "layout.hpp"
+using KKT = anvil::qp::ActiveSetKKT<Layout, Workspace>;
+double P[Layout::nnz_P], A[Layout::nnz_A], q[Layout::n], l[Layout::m], u[Layout::m], x[Layout::n], y[Layout::m];
+"""
+  + READ_NUMBERS
+  + """int main() {
   static Workspace ws;
   if (!read(P) || !read(A) || !read(q) || !read(l) || !read(u) || !read(x) || !read(y)) return 2;
   KKT::forget(ws);
@@ -167,6 +173,7 @@ int main() {
   for (int i = 0; i < Layout::m; ++i) std::printf("%.17g\\n", ws.polish_y[i]);
 }
 """
+)
 
 
 def test_kkt_header_screens_and_polishes(cxx: str, tmp_path: Path, osqp_sources: Path) -> None:

@@ -14,9 +14,10 @@ import scipy.sparse as sp
 
 from anvil.problems.hock_schittkowski import BY_NAME, sqp_function, violation
 from anvil.qp import QPProblem, QPStatus, SparseIPMOptions
-from tests.integration.test_runtime_headers import build, includes, run
+from tests.integration.test_runtime_headers import READ_NUMBERS, build, includes, run
 
-DRIVER = """#include <cstdio>
+DRIVER = (
+  """#include <cstdio>
 #include "anvil/support.hpp"
 #include "anvil/sparse_ipm.hpp"
 #include "backend.hpp"
@@ -24,13 +25,9 @@ using B = ipm_test::Backend;
 static_assert(anvil::qp::implements_contract<B>(), "the QP contract");
 constexpr int n = ipm_test::Layout::n, m = ipm_test::Layout::m;
 double P[ipm_test::Layout::nnz_P], A[ipm_test::Layout::nnz_A], q[n], l[m], u[m], flags[2];
-template <int size>
-bool read(double (&v)[size]) {
-  for (double& e : v)
-    if (std::scanf("%lf", &e) != 1) return false;
-  return true;
-}
-int main() {
+"""
+  + READ_NUMBERS
+  + """int main() {
   static ipm_test::WS_t ws;
   if (!read(P) || !read(A)) return 2;
   B::reset(ws);
@@ -44,6 +41,7 @@ int main() {
   }
 }
 """
+)
 
 
 class Driver:

@@ -4,8 +4,8 @@ non-OCP sparse NLP, with each general QP solver (no stage layout given), against
 Run from the repository root:
 
   .venv/bin/python -m benchmarks.bench_nlp                      # swing-up N = 50 (loop, batched), Bratu n = 200
-  .venv/bin/python -m benchmarks.bench_nlp --forms batched      # the batched swing-up only (a cold loop build of
-                                                                # N = 50 takes ~10 min per QP solver here)
+  .venv/bin/python -m benchmarks.bench_nlp --forms batched      # the batched swing-up only (a cold loop build
+                                                                # takes minutes per QP solver: 291 s at N = 20)
   .venv/bin/python -m benchmarks.bench_nlp --qp sparse_ipm      # one QP solver only
 
 The swing-up needs N >= 50 (h = 0.05 s): with a shorter horizon x_N = 0 cannot be reached within |u| <= 20 and the

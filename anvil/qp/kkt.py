@@ -43,15 +43,14 @@ class ActiveSetKKT:
     diagonal = np.arange(n + m)
     return np.concatenate([p.row, a.col, diagonal]), np.concatenate([p.col, n + a.row, diagonal])
 
-  @cached_property
-  def _order(self) -> np.ndarray:
-    """The elimination order with the least fill among reverse Cuthill-McKee (banded: stage-structured problems) and
-    SuperLU's minimum degree on K + Kᵀ (general sparse problems)."""
+  def _orders(self) -> list[np.ndarray]:
+    """The candidate elimination orders: reverse Cuthill-McKee (banded: stage-structured problems) and SuperLU's
+    minimum degree on K + Kᵀ (general sparse problems)."""
     rows, cols = self._entries
     n, size = self.p_pattern.shape[0], self.size
     symmetric = sp.csc_array((np.ones(2 * rows.size), (np.concatenate([rows, cols]), np.concatenate([cols, rows]))),
                              shape=(size, size))  # fmt: skip
-    candidates = [np.asarray(reverse_cuthill_mckee(sp.csr_array(symmetric), symmetric_mode=True), dtype=np.int64)]
+    orders = [np.asarray(reverse_cuthill_mckee(sp.csr_array(symmetric), symmetric_mode=True), dtype=np.int64)]
     # NOTE: only the column ordering SuperLU computes is used; the values make K quasi-definite (nonsingular), so the
     # factorization that comes with it cannot fail
     diagonal = np.where(rows < n, 1.0, -1.0)
@@ -59,14 +58,11 @@ class ActiveSetKKT:
     full = sp.csc_array(values + sp.triu(values, k=1).T)
     if size > 1:
       perm = splu(full, permc_spec="MMD_AT_PLUS_A", options={"SymmetricMode": True}).perm_c.astype(np.int64)
-      candidates += [perm, np.argsort(perm)]
-    return min(candidates, key=self._fill)
+      orders += [perm, np.argsort(perm)]
+    return orders
 
-  def _fill(self, order: np.ndarray) -> int:
-    return int(sum(_elimination_tree(self._upper(order))[1]))
-
-  def _upper(self, order: np.ndarray) -> sp.csc_array:
-    """K's upper triangle (entries: 1) with its unknowns in `order`."""
+  def _symbolic(self, order: np.ndarray) -> tuple[np.ndarray, sp.csc_array, tuple[list[int], list[int]]]:
+    """For the unknowns in `order`: their positions, K's upper triangle (entries: 1) and its elimination tree."""
     rows, cols = self._entries
     position = np.empty(self.size, dtype=np.int64)
     position[order] = np.arange(self.size)
@@ -74,15 +70,13 @@ class ActiveSetKKT:
     k = sp.csc_array((np.ones(rows.size), (np.minimum(pr, pc), np.maximum(pr, pc))), shape=(self.size, self.size))
     k.sum_duplicates()
     k.sort_indices()
-    return k
+    return position, k, _elimination_tree(k)
 
   @cached_property
   def _layout(self) -> tuple[sp.csc_array, dict[str, tuple[int, ...]]]:
+    """K's pattern and the tables, in the candidate order whose factor has the least fill."""
     n, size = self.p_pattern.shape[0], self.size
-    order = self._order
-    k = self._upper(order)
-    position = np.empty(size, dtype=np.int64)
-    position[order] = np.arange(size)
+    position, k, (parent, counts) = min((self._symbolic(o) for o in self._orders()), key=lambda s: sum(s[2][1]))
     rows, cols = self._entries
     pr, pc = position[rows], position[cols]
     keys = np.repeat(np.arange(size), np.diff(k.indptr)) * size + k.indices  # sorted: K's storage order
@@ -97,10 +91,11 @@ class ActiveSetKKT:
       "K_perm": as_tuple(position),
       "K_p": as_tuple(k.indptr),
       "K_i": as_tuple(k.indices),
+      "K_etree": as_tuple(parent),
+      "K_Lnz": as_tuple(counts),
       "A_p": as_tuple(self.a_pattern.indptr),
       "A_i": as_tuple(self.a_pattern.indices),
     }
-    tables["K_etree"], tables["K_Lnz"] = (as_tuple(v) for v in _elimination_tree(k))
     return k, tables
 
   @property
@@ -122,20 +117,15 @@ class ActiveSetKKT:
     return self._layout[1]
 
   @property
-  def factor_buffers(self) -> tuple[tuple[str, str, int], ...]:
-    """(C++ type, name, size) of every buffer the factorization and the refined solve use (anvil/kkt.hpp), the rows'
-    coupling flags (`active`) included."""
-    size, l_nnz, m = self.size, max(self.l_nnz, 1), self.a_pattern.shape[0]
-    doubles = [("Kx", self.nnz), ("Lx", l_nnz), *((v, size) for v in ("D", "Dinv", "fwork", "ksol", "krhs", "kres"))]
-    ints = [("Li", l_nnz), ("Lp", size + 1), ("iwork", 3 * size), ("bwork", size), ("active", m)]
-    return (*(("double", v, k) for v, k in doubles), *(("int", v, k) for v, k in ints))
-
-  @property
   def buffers(self) -> tuple[tuple[str, str, int], ...]:
-    """(C++ type, name, size) of every buffer the factorization, the solve and the polish use (anvil/kkt.hpp)."""
-    n, m = self.p_pattern.shape[0], self.a_pattern.shape[0]
-    polish = (("double", "polish_d", n), ("double", "polish_y", m), ("int", "previous_active", m))
-    return (*self.factor_buffers, *polish)
+    """(C++ type, name, size) of every buffer the factorization, the refined solve and the polish use (anvil/kkt.hpp),
+    the rows' coupling flags (`active`) included."""
+    n, m, size, l_nnz = self.p_pattern.shape[0], self.a_pattern.shape[0], self.size, max(self.l_nnz, 1)
+    doubles = [("Kx", self.nnz), ("Lx", l_nnz), *((v, size) for v in ("D", "Dinv", "fwork", "ksol", "krhs", "kres")),
+               ("polish_d", n), ("polish_y", m)]  # fmt: skip
+    ints = [("Li", l_nnz), ("Lp", size + 1), ("iwork", 3 * size), ("bwork", size), ("active", m),
+            ("previous_active", m)]  # fmt: skip
+    return (*(("double", v, k) for v, k in doubles), *(("int", v, k) for v, k in ints))
 
   @cached_property
   def l_nnz(self) -> int:

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from anvil.qp.options import (
   OSQPOptions,
   QPOptions,
-  RiccatiOptions,
   SparseIPMOptions,
   check_bool,
   check_int,
@@ -82,7 +81,7 @@ class SQPOptions:
       raise ValueError("SQPOptions: backtrack must be in (0, 1) and armijo in (0, 0.5)")
     if self.regularization_min > self.regularization_max:
       raise ValueError("SQPOptions: regularization_min must not exceed regularization_max")
-    if self.qp is not None and not isinstance(self.qp, (OSQPOptions, RiccatiOptions, SparseIPMOptions)):
+    if self.qp is not None and not isinstance(self.qp, QPOptions):
       raise TypeError(
         f"SQPOptions.qp: expected OSQPOptions, SparseIPMOptions or RiccatiOptions, got {type(self.qp).__name__}"
       )

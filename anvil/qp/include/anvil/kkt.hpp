@@ -90,9 +90,11 @@ struct ActiveSetKKT {
       for (int j = 0; j < n; ++j) r[L::K_perm[j]] += regularization * sol[L::K_perm[j]];
       for (int i = 0; i < m; ++i)
         if (active[i]) r[L::K_perm[n + i]] += row_regularization(i) * sol[L::K_perm[n + i]];
-      double residual = 0.0;
-      for (int i = 0; i < nK; ++i) residual = std::fmax(residual, std::fabs(r[i]));
-      if (stop_at_rounding && !(residual > 1e-15 * scale)) break;
+      if (stop_at_rounding) {
+        double residual = 0.0;
+        for (int i = 0; i < nK; ++i) residual = std::fmax(residual, std::fabs(r[i]));
+        if (!(residual > 1e-15 * scale)) break;
+      }
       QDLDL_solve(nK, ws.Lp.data(), ws.Li.data(), ws.Lx.data(), ws.Dinv.data(), r);
       for (int i = 0; i < nK; ++i) sol[i] += r[i];
     }
@@ -148,18 +150,19 @@ struct ActiveSetKKT {
     return polish_failed;
   }
 
- private:
-  /// Equal bounds (to rounding); an infinite bound makes no equality.
-  static bool is_equality(double lo, double hi) {
-    return std::isfinite(lo) && hi - lo <= 1e-12 * std::fmax(1.0, std::fabs(lo));
-  }
-
   /// z = A d
   static void multiply(const double* A, const double* d, double* z) {
     for (int i = 0; i < m; ++i) z[i] = 0.0;
     for (int j = 0; j < n; ++j)
       for (int e = L::A_p[j]; e < L::A_p[j + 1]; ++e) z[L::A_i[e]] += A[e] * d[j];
   }
+
+ private:
+  /// Equal bounds (to rounding); an infinite bound makes no equality.
+  static bool is_equality(double lo, double hi) {
+    return std::isfinite(lo) && hi - lo <= 1e-12 * std::fmax(1.0, std::fabs(lo));
+  }
+
 
   /// Solve the KKT system of the equality-constrained QP given by ws.active into ws.polish_d/polish_y, with three
   /// steps of iterative refinement against the unregularized matrix. False when the reduced Hessian is not positive

@@ -100,17 +100,10 @@ struct SparseIPMBackend {
     const double *P, *A, *q, *l, *u;
   };
 
-  /// z = A v
-  static void multiply_A(const double* A, const double* v, double* z) {
-    for (int i = 0; i < m; ++i) z[i] = 0.0;
-    for (int j = 0; j < n; ++j)
-      for (int e = L::A_p[j]; e < L::A_p[j + 1]; ++e) z[L::A_i[e]] += A[e] * v[j];
-  }
-
   /// Starts every row at the iterate (cold, or warm with its slacks and multipliers floored at `floor`) and marks the
   /// rows with a bound (a present side, or an equality): only they take part in the iterations.
   static void start_rows(const Problem& d, bool warm, double floor, W& ws) {
-    multiply_A(d.A, ws.x.data(), ws.z.data());
+    KKT::multiply(d.A, ws.x.data(), ws.z.data());
     ws.n_live = 0;
     for (int i = 0; i < m; ++i) {
       ipm::Row& r = ws.rows[i];
@@ -132,14 +125,22 @@ struct SparseIPMBackend {
         r[i] += d.P[e] * x[j];
         if (i != j) r[j] += d.P[e] * x[i];
       }
-    multiply_A(d.A, x, ws.z.data());
-    // NOTE: a row's residuals are measured relative to its terms' magnitude, sum_j |a_ij x_j| (at least 1): rounding
-    // leaves eps times it, and an elastic QP whose step is large (1e6, where the objective is nearly flat) stalled at
-    // an absolute equality residual of 1e-10, which the stall test then called infeasible
+    // z = A x, and each row's terms' magnitude sum_j |a_ij x_j| (at least 1), in one pass over A
+    // NOTE: a row's residuals are measured relative to that magnitude: rounding leaves eps times it, and an elastic
+    // QP whose step is large (1e6, where the objective is nearly flat) stalled at an absolute equality residual of
+    // 1e-10, which the stall test then called infeasible
+    double* z = ws.z.data();
     double* magnitude = ws.magnitude.data();
-    for (int i = 0; i < m; ++i) magnitude[i] = 1.0;
+    for (int i = 0; i < m; ++i) {
+      z[i] = 0.0;
+      magnitude[i] = 1.0;
+    }
     for (int j = 0; j < n; ++j)
-      for (int e = L::A_p[j]; e < L::A_p[j + 1]; ++e) magnitude[L::A_i[e]] += std::fabs(d.A[e] * x[j]);
+      for (int e = L::A_p[j]; e < L::A_p[j + 1]; ++e) {
+        const double term = d.A[e] * x[j];
+        z[L::A_i[e]] += term;
+        magnitude[L::A_i[e]] += std::fabs(term);
+      }
     ipm::Norms norms;
     for (int i = 0; i < m; ++i) y[i] = 0.0;
     for (int e = 0; e < ws.n_live; ++e) {
@@ -192,7 +193,7 @@ struct SparseIPMBackend {
     const auto equality = [&](int i) { return ws.rows[i].eq ? -ipm::equality_regularization : 0.0; };
     KKT::solve_refined(rhs, sol, ws.delta == delta_min ? delta_min : 0.0, equality, ws, true);
     for (int j = 0; j < n; ++j) ws.dx[j] = sol[L::K_perm[j]];
-    multiply_A(d.A, ws.dx.data(), ws.z.data());
+    KKT::multiply(d.A, ws.dx.data(), ws.z.data());
     for (int e = 0; e < ws.n_live; ++e) {
       const int i = ws.live[e];
       ipm::Row& r = ws.rows[i];

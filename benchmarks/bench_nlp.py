@@ -12,8 +12,9 @@ The swing-up needs N >= 50 (h = 0.05 s): with a shorter horizon x_N = 0 cannot b
 NLP is infeasible (IPOPT: Infeasible_Problem_Detected at N = 20).
 
 NLPs:
-- swing-up, loop: the P2 cart-pole swing-up of anvil.problems.shooting with the defects built as a CasADi user
-  writes them, `for k in range(N)`: one cart-pole step per stage, concatenated (a graph unrolled over the stages);
+- swing-up, loop: the P2 cart-pole swing-up of anvil.problems.shooting built as a CasADi user writes it,
+  `for k in range(N)`: one cart-pole step per stage, concatenated, and the cost summed stage by stage (a graph unrolled
+  over the stages, which anvil builds as straight-line code, its derivatives derived on scalar expressions);
 - swing-up, batched: the same NLP with the stages batched (anvil.problems.shooting.defects);
 - Bratu: min sum (u_i - 1)^2 / n s.t. u_{i-1} - 2 u_i + u_{i+1} + h^2 lam exp(u_i) = 0 (lam = 1, u_0 = u_{n+1} = 0) and
   0 <= u_i <= 0.5: a discretized boundary-value problem (tridiagonal Jacobian, diagonal Hessian) with active bounds.
@@ -66,6 +67,13 @@ def swing_up(horizon: int, loop: bool) -> NLP:
   """The swing-up, its defects written as a loop over the stages or batched."""
   from tinygrad import Tensor
 
+  def cost_loop(w: Tensor, x_init: Tensor) -> Tensor:
+    st, total = shooting.STAGE, Tensor(0.0)
+    for k in range(horizon):
+      x, u = w[st * k : st * k + shooting.NX], w[st * k + shooting.NX : st * (k + 1)]
+      total = total + (x * x * Tensor(shooting.Q_DIAG)).sum() + cartpole.R * (u * u).sum()
+    return total
+
   def defects_loop(w: Tensor, x_init: Tensor) -> Tensor:
     st = shooting.STAGE
     pieces = [w[: shooting.NX] - x_init]
@@ -87,9 +95,9 @@ def swing_up(horizon: int, loop: bool) -> NLP:
   x_init, lbx, ubx, w0 = shooting.swing_up(horizon)
   m = shooting.NX * (horizon + 1)
   defects = defects_loop if loop else (lambda w, x0: shooting.defects(w, x0, horizon))
-  return NLP(f"swing_up_{'loop' if loop else 'batched'}_{horizon}", shooting.size(horizon), m,
-             lambda w, x0: shooting.stage_cost(w, horizon), defects, casadi_nlp, x_init, lbx, ubx, np.zeros(m),
-             np.zeros(m), w0)  # fmt: skip
+  cost = cost_loop if loop else (lambda w, x0: shooting.stage_cost(w, horizon))
+  return NLP(f"swing_up_{'loop' if loop else 'batched'}_{horizon}", shooting.size(horizon), m, cost, defects,
+             casadi_nlp, x_init, lbx, ubx, np.zeros(m), np.zeros(m), w0)  # fmt: skip
 
 
 def bratu(n: int) -> NLP:

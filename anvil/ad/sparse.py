@@ -11,6 +11,7 @@ from numpy.typing import NDArray
 from tinygrad import Tensor
 
 from anvil.ad.coloring import color_columns, column_period, seed_matrix, star_color, star_recovery
+from anvil.ad.scalar import scalar_derivative, scalar_route
 from anvil.ad.sparsity import constant_derivatives, hessian_sparsity, jacobian_sparsity
 from anvil.ad.transforms import (
   Fn,
@@ -123,8 +124,11 @@ def _sparse(
       # NOTE: the evaluation stays a kernel of its own (its stage-structured loops), the constants copied after it
       return values if constants is None else values.contiguous().cat(Tensor(constants, dtype=values.dtype))
 
-  return SparseNumericalFunction(name, compressed, fn.inputs, pattern, device=fn.device, gather=gather,
-                                 gather_shift=shift)  # fmt: skip
+  derivative = SparseNumericalFunction(name, compressed, fn.inputs, pattern, device=fn.device, gather=gather,
+                                      gather_shift=shift)  # fmt: skip
+  if scalar_route(fn):
+    derivative.derived = scalar_derivative(fn, "hessian" if what == "sphessian" else "jacobian", wrt, pattern)
+  return derivative
 
 
 def spjacobian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> SparseNumericalFunction:

@@ -19,17 +19,16 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import scipy.sparse
 from numpy.typing import NDArray
-from tinygrad import dtypes
-from tinygrad.dtype import DType
 from tinygrad.uop.ops import GroupOp, Ops, UOp
 
+from anvil.codegen.elements import EVAL, REDUCE_EVAL, embed, move, np_dtype, region
 from anvil.codegen.trace import HOST_DEVICES, constant_bytes
 
 Array = NDArray[Any]
@@ -81,24 +80,6 @@ _CURVED = _CURVED_UNARY | {Ops.MUL, Ops.MULACC, Ops.FDIV, Ops.POW}
 _PASS = {Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.COPY, Ops.CAST, Ops.DETACH, Ops.AFTER}
 _ELEMENTWISE = GroupOp.ALU | _PASS
 _SUPPORTED = GroupOp.Movement | _ELEMENTWISE | {Ops.CONST, Ops.BUFFER, Ops.REDUCE, Ops.STACK}
-
-
-def _cdiv(a: Array, b: Array) -> Array:
-  return np.sign(a) * np.sign(b) * (np.abs(a) // np.abs(b))
-
-
-# NOTE: values are only needed for constant folding; an op missing here (THREEFRY) simply yields unknown values.
-_EVAL: dict[Ops, Callable[..., Any]] = {
-  Ops.ADD: np.add, Ops.SUB: np.subtract, Ops.MUL: np.multiply, Ops.NEG: np.negative, Ops.MAX: np.maximum,
-  Ops.MULACC: lambda a, b, c: a * b + c, Ops.FDIV: np.divide, Ops.RECIPROCAL: lambda a: np.divide(1.0, a),
-  Ops.POW: lambda a, b: np.power(np.asarray(a, np.float64), b),
-  Ops.SQRT: np.sqrt, Ops.SIN: np.sin, Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.TRUNC: np.trunc,
-  Ops.CMPLT: np.less, Ops.CMPNE: np.not_equal, Ops.CMPEQ: np.equal,
-  Ops.AND: np.bitwise_and, Ops.OR: np.bitwise_or, Ops.XOR: np.bitwise_xor,
-  Ops.SHL: np.left_shift, Ops.SHR: np.right_shift,
-  Ops.CDIV: _cdiv, Ops.CMOD: np.fmod, Ops.FLOORDIV: np.floor_divide, Ops.FLOORMOD: np.mod,
-}  # fmt: skip
-_REDUCE_EVAL = {Ops.ADD: np.add, Ops.MUL: np.multiply, Ops.MAX: np.maximum}
 
 
 def jacobian_sparsity(outputs: Sequence[UOp], inputs: Sequence[UOp], wrt: int) -> scipy.sparse.csc_array:
@@ -194,12 +175,6 @@ def _size(u: UOp) -> int:
   return int(np.prod(_shape(u), dtype=np.int64))
 
 
-def _np_dtype(dt: DType) -> np.dtype:
-  if dt.fmt is not None:
-    return np.dtype(dt.fmt)
-  return np.dtype(np.float64 if dtypes.is_float(dt) else np.int64)
-
-
 def _objects(shape: tuple[int, ...]) -> Array:
   return np.zeros(shape, dtype=object)
 
@@ -276,46 +251,18 @@ def _make(u: UOp, deps: Array, val: Array, known: Array | bool) -> _Node:
   if known.any():
     deps = np.where(known, 0, deps)
   deps = np.broadcast_to(np.asarray(deps, dtype=object), shape)
-  val = np.broadcast_to(np.asarray(val).astype(_np_dtype(u.dtype), copy=False), shape)
+  val = np.broadcast_to(np.asarray(val).astype(np_dtype(u.dtype), copy=False), shape)
   return _Node(deps, val, known, np.asarray(deps != 0, bool))
 
 
 def _evaluate(u: UOp, xs: list[_Node]) -> _Node:
   if u.op in GroupOp.Movement:
     x = xs[0]
-    return _make(u, _move(u, x.deps, 0), _move(u, x.val, 0), _move(u, x.known, True))
+    shape = _shape(u)
+    return _make(u, move(u, x.deps, shape, 0), move(u, x.val, shape, 0), move(u, x.known, shape, True))
   if u.op in _ELEMENTWISE:
     return _elementwise(u, xs)
   return _RULES[u.op](u, xs)
-
-
-def _slices(marg: Iterable[tuple[int, int]], shape: tuple[int, ...]) -> tuple[slice, ...]:
-  """The region (offset, size) per axis; `shape` gives the sizes when marg is PAD's (offset, new size)."""
-  return tuple(slice(o, o + s) for (o, _), s in zip(marg, shape, strict=True))
-
-
-def _embed(a: Array, shape: tuple[int, ...], region: tuple[slice, ...], fill: object) -> Array:
-  out = np.full(shape, fill, dtype=a.dtype)
-  out[region] = a
-  return out
-
-
-def _move(u: UOp, a: Array, fill: object) -> Array:
-  """Apply the movement op u to an array shaped like its source; PAD fills with `fill`."""
-  shape = _shape(u)
-  match u.op:
-    case Ops.RESHAPE:
-      return a.reshape(shape)
-    case Ops.EXPAND:
-      return np.broadcast_to(a, shape)
-    case Ops.PERMUTE:
-      return a.transpose(u.marg)
-    case Ops.FLIP:
-      return np.flip(a, tuple(i for i, f in enumerate(u.marg) if f))
-    case Ops.SHRINK:
-      return a[tuple(slice(o, o + s) for o, s in u.marg)]
-    case _:  # PAD
-      return _embed(a, shape, _slices(u.marg, a.shape), fill)
 
 
 def _unmove(u: UOp, live: Array, src: tuple[int, ...]) -> Array:
@@ -330,9 +277,9 @@ def _unmove(u: UOp, live: Array, src: tuple[int, ...]) -> Array:
     case Ops.FLIP:
       return np.flip(live, tuple(i for i, f in enumerate(u.marg) if f))
     case Ops.SHRINK:
-      return _embed(live, src, tuple(slice(o, o + s) for o, s in u.marg), False)
+      return embed(live, src, tuple(slice(o, o + s) for o, s in u.marg), False)
     case _:  # PAD
-      return live[_slices(u.marg, src)]
+      return live[region(u.marg, src)]
 
 
 def _unbroadcast(a: Array, shape: tuple[int, ...]) -> Array:
@@ -352,8 +299,8 @@ def _elementwise(u: UOp, xs: list[_Node]) -> _Node:
     return _where(u, *xs)
   if u.op in _PASS:
     val, known = xs[0].val, xs[0].known
-  elif u.op in _EVAL:
-    val = _EVAL[u.op](*(x.val for x in xs))
+  elif u.op in EVAL:
+    val = EVAL[u.op](*(x.val for x in xs))
     known = np.logical_and.reduce(np.broadcast_arrays(*(x.known for x in xs)))
   else:  # NOTE: no value rule (THREEFRY): the value is unknown, the dependency rule below still holds
     val, known = np.zeros(()), np.zeros((), bool)
@@ -390,7 +337,7 @@ def _const(u: UOp, xs: list[_Node]) -> _Node:
 def _buffer(u: UOp, xs: list[_Node]) -> _Node:
   """A buffer that is not an input: a captured host constant (known) or some other unknown value."""
   if u.device in HOST_DEVICES and u.is_realized:
-    val = np.frombuffer(constant_bytes(u), dtype=_np_dtype(u.dtype)).reshape(_shape(u))
+    val = np.frombuffer(constant_bytes(u), dtype=np_dtype(u.dtype)).reshape(_shape(u))
     return _make(u, _objects(()), val, True)
   return _make(u, _objects(()), np.zeros(()), False)
 
@@ -400,7 +347,7 @@ def _reduce(u: UOp, xs: list[_Node]) -> _Node:
   (x,), (op, n) = xs, u.arg
   axes = tuple(range(n))
   initial = _lowest(x.val.dtype) if op is Ops.MAX else {Ops.ADD: 0, Ops.MUL: 1}[op]
-  val = _REDUCE_EVAL[op].reduce(x.val, axis=axes, initial=initial)
+  val = REDUCE_EVAL[op].reduce(x.val, axis=axes, initial=initial)
   known = np.logical_and.reduce(x.known, axis=axes)
   if op is Ops.MUL:
     zero = np.logical_or.reduce(x.known & (x.val == 0), axis=axes)
@@ -508,7 +455,7 @@ def _move_tangent(u: UOp, t: Array) -> Array:
     case Ops.SHRINK:
       return t[tuple(slice(o, o + s) for o, s in u.marg)]
     case _:  # PAD
-      return _embed(t, (*shape, count), (*_slices(u.marg, t.shape[:-1]), slice(None)), 0.0)
+      return embed(t, (*shape, count), (*region(u.marg, t.shape[:-1]), slice(None)), 0.0)
 
 
 # ---- reverse pass: live adjoints and second-order couplings ----

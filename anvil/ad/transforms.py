@@ -13,6 +13,7 @@ from typing import Any
 from tinygrad import Tensor, dtypes
 
 from anvil.ad.batching import batch_graph, to_batch_last
+from anvil.ad.scalar import scalar_derivative, scalar_route
 from anvil.codegen import Arg, NumericalFunction
 from anvil.codegen.build import stage
 
@@ -100,7 +101,10 @@ def gradient(fn: Fn, wrt: int = 0, *, name: str | None = None) -> Fn:
       raise ValueError(f"gradient({fn.name}): the output has shape {out.shape}; gradient needs a scalar output")
     return out.gradient(xs[wrt])[0]
 
-  return _derived(fn, name, "grad", body, fn.inputs)
+  derivative = _derived(fn, name, "grad", body, fn.inputs)
+  if scalar_route(fn):
+    derivative.derived = scalar_derivative(fn, "gradient", wrt)
+  return derivative
 
 
 def vjp(fn: Fn, wrt: int = 0, *, name: str | None = None) -> Fn:

@@ -40,6 +40,7 @@ from anvil.codegen.native import NativeHandle
 from anvil.codegen.program import Program, build_program, schedule
 from anvil.codegen.renderer import render_kernel
 from anvil.codegen.runtime import inline_runtime_headers
+from anvil.codegen.straight_line import straight_line_program, suits_straight_line
 from anvil.codegen.trace import OutputSpec, TracedGraph, graph_key, trace
 
 TINYGRAD_VERSION = importlib.metadata.version("tinygrad")
@@ -94,6 +95,24 @@ class _FunctionContext:
 
 def _dims(dims: Sequence[int | CodegenIntConstant]) -> str:
   return "".join(f", {d.name if isinstance(d, CodegenIntConstant) else int(d)}" for d in dims)
+
+
+@dataclass(frozen=True)
+class DerivedCode:
+  """The code of a function generated from another function's graph rather than from its own trace (a derivative
+  derived on the scalar expressions of the function it differentiates: `anvil.ad.scalar`).
+
+  Attributes:
+    graph: the traced graph the code derives from (called when needed).
+    what: what the code computes from that graph (part of the cache key).
+    outputs: shape and dtype of each output.
+    build: the program, or None to build from the function's own trace after all.
+  """
+
+  graph: Callable[[], TracedGraph]
+  what: str
+  outputs: tuple[OutputSpec, ...]
+  build: Callable[[], Program | None]
 
 
 class NumericalFunction(FunctionBase, Generic[P, R]):
@@ -196,6 +215,8 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
     self.device = check_device(device, name)
     self.inputs: tuple[Arg, ...] = _named_args(name, fn, inputs)
     check_inputs(name, self.device, self.inputs)
+    #: Set where this function's code is generated from another function's graph (see `DerivedCode`).
+    self.derived: DerivedCode | None = None
 
   # *** the pipeline ***
 
@@ -214,18 +235,25 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
   @property
   def outputs(self) -> tuple[OutputSpec, ...]:
     """Shape and dtype of each output."""
-    return self.traced.outputs
+    return self.traced.outputs if self.derived is None else self.derived.outputs
 
   @cached_property
   def key(self) -> str:
     """Hash of the traced graph, constants, signature and versions: the key of every cached artefact."""
     sig = "|".join(f"{a.name}:{a.dtype.name}:{_dims(a.dims)}" for a in self.inputs)
-    extra = f"{type(self).__name__}|{self.device}|{sig}|{self._key_extra}|{codegen_fingerprint()}|{TINYGRAD_VERSION}"
-    return graph_key(self.name, self.traced, extra)
+    derived = "" if self.derived is None else self.derived.what
+    extra = f"{type(self).__name__}|{self.device}|{sig}|{self._key_extra}|{derived}|{codegen_fingerprint()}"
+    extra += f"|{TINYGRAD_VERSION}"
+    return graph_key(self.name, self._source_graph, extra)
 
   @property
   def _key_extra(self) -> str:
     return ""
+
+  @property
+  def _source_graph(self) -> TracedGraph:
+    """The traced graph this function's code is generated from: its own, or the one its code derives from."""
+    return self.traced if self.derived is None else self.derived.graph()
 
   @property
   def _traced_fn(self) -> Callable[..., Any]:
@@ -244,7 +272,18 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
 
   @cached_property
   def program(self) -> Program:
-    """Scheduled kernels, workspace layout and rendered kernel sources (stages `schedule` and `render`)."""
+    """Scheduled kernels, workspace layout and rendered kernel sources (stages `schedule` and `render`); on the CPU,
+    a graph of many small tensors is lowered to straight-line code instead (stage `lower`)."""
+    if self.derived is not None:
+      with stage(self.name, "derive"):
+        derived = self.derived.build()
+      if derived is not None:
+        return derived
+    if self.device == "CPU" and suits_straight_line(self.traced):
+      with stage(self.name, "lower"):
+        program = straight_line_program(self.name, self.traced, self._gathers, self._gather_shifts)
+      if program is not None:
+        return program
     with stage(self.name, "schedule"):
       items = schedule(self.traced)
     render = render_kernel if self.device == "CPU" else functools.partial(render_gpu_kernel, device=self.device)
@@ -287,7 +326,7 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
     in the cache is kept, so it is read once)."""
     if "_code" not in self.__dict__ and (cached := _cached_code(self._code_file)) is not None:
       self.__dict__["_code"] = cached
-    return 0 if "_code" in self.__dict__ else len(self.traced.call.toposort())
+    return 0 if "_code" in self.__dict__ else len(self._source_graph.call.toposort())
 
   @property
   def _code_file(self) -> str:

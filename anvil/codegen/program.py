@@ -323,10 +323,11 @@ def build_program(
       literals = tuple(cpp_literal(v, store.dtype) for v in values)
       constants.append(shift := ConstantData(f"shift{i}", -1, store.dtype, literals))
     steps.append(GatherStep(BufferRef("out", i, store.dtype), layout.ref(store), index, shift))
-  return Program(tuple(kernels.values()), (*steps, *_output_copies(traced)), tuple(constants), layout.size)
+  return Program(tuple(kernels.values()), (*steps, *output_copies(traced)), tuple(constants), layout.size)
 
 
-def _output_copies(traced: TracedGraph) -> tuple[CopyStep, ...]:
+def output_copies(traced: TracedGraph) -> tuple[CopyStep, ...]:
+  """Copies of the outputs equal to an earlier output (one stored value returned twice)."""
   first: dict[int, int] = {}
   copies = []
   for i, slot in enumerate(traced.output_slots):

@@ -172,7 +172,7 @@ class SparseNumericalFunction(NumericalFunction[..., Any]):
   @property
   def outputs(self) -> tuple[OutputSpec, ...]:
     """The single output: the nnz values."""
-    return (OutputSpec((self.nnz,), self.traced.outputs[0].dtype),)
+    return (OutputSpec((self.nnz,), super().outputs[0].dtype),)
 
   def _check_outputs(self, outputs: tuple[OutputSpec, ...]) -> None:
     if self.gather is not None:

@@ -10,7 +10,8 @@ import pytest
 import scipy.sparse as sp
 
 import anvil as av
-from anvil.codegen import program
+from anvil.ad import spjacobian
+from anvil.codegen import program, straight_line
 from anvil.problems import cartpole, quadrotor
 
 N = av.CodegenIntConstant("N_POINTS", 3)
@@ -61,7 +62,17 @@ def _functions() -> list[av.NumericalFunction]:
   sparse = av.SparseNumericalFunction("mod_sparse", lambda x: av.Tensor.stack(x[0], x[2], x[0] * x[1], x[1].exp()),
                                       av.Arg(3), PATTERN)  # fmt: skip
   empty = av.NumericalFunction("mod_empty", lambda p, x: x.sin() + p.sum(), (av.Arg(0), av.Arg(2)))
-  return [quad, cart, multi, sparse, empty]
+  # NOTE: a trajectory written as a loop over steps is straight-line code (anvil.codegen.straight_line)
+  loop = av.NumericalFunction("mod_loop", _rollout, (av.Arg(4), av.Arg(10)))
+  return [quad, cart, multi, sparse, empty, loop, spjacobian(loop, 1)]
+
+
+def _rollout(x: av.Tensor, u: av.Tensor) -> av.Tensor:
+  states = []
+  for k in range(10):
+    x = cartpole.step(x, u[k : k + 1])
+    states.append(x)
+  return av.Tensor.cat(*states)
 
 
 def _inputs(fn: av.NumericalFunction, rng: np.random.Generator) -> list[np.ndarray]:
@@ -107,6 +118,7 @@ def module(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[av.Nume
   with pytest.MonkeyPatch.context() as mp:
     mp.setenv("ANVIL_CACHE_DIR", str(tmp_path_factory.mktemp("module_cache")))
     mp.setattr(program, "INLINE_KERNELS_UP_TO", sum(len(k.source) for k in fns[0].program.kernels) - 1)
+    mp.setattr(straight_line, "CHUNK_STATEMENTS", 100)  # NOTE: several chunks, values passed between them
     header, source = av.generate_module("mod_all", [Twice(fns[0]), *fns[1:]], out_dir=out)
     assert (header, source) == (out / "mod_all.hpp", out / "mod_all.cpp")
     (out / "main.cpp").write_text(_harness(fns, inputs))
@@ -155,11 +167,13 @@ def test_module_layout(module: tuple[Path, list[av.NumericalFunction], list[np.n
   assert "static constexpr int innerIndices[4] = {0, 2, 0, 1};" in header
   assert "static constexpr int outerStarts[4] = {0, 2, 2, 4};" in header
   source = (out / "mod_all.cpp").read_text()
-  quad, cart = source.split("namespace mod_quad {")[1].split("namespace mod_cart {")
+  quad, cart = source.split("namespace mod_quad {")[1].split("namespace mod_multi {")[0].split("namespace mod_cart {")
   assert "ANVIL_KERNEL_OUTLINED void" in quad and "ANVIL_KERNEL void" not in quad
   assert "ANVIL_KERNEL void" in cart and "ANVIL_KERNEL_OUTLINED" not in cart
   assert "std::cos(" in source and "std::sin(" in source and "__builtin" not in source
   assert "malloc" not in source and "new " not in source.split("init_ws")[-1]
+  loop = source.split("namespace mod_loop {")[1]
+  assert "const double v" in loop and "t_double[" in loop and "for (" not in loop.split("init_ws")[0]
 
 
 def test_module_compiles_warning_free_and_matches_python(

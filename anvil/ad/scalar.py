@@ -1,0 +1,210 @@
+"""Sparse derivatives of scalar expression graphs (`anvil.codegen.scalar`), as CasADi's SX derives them.
+
+A function written as a loop over stages is lowered to one scalar expression per element; its sparse Jacobian and
+Hessian are then derived on those expressions directly, instead of tracing tinygrad's reverse mode over a batch of
+colour seeds (which repeats the whole unrolled graph per colour and takes minutes to build on such graphs):
+
+* forward mode with sparse tangents: each node carries {column: expression} for the input elements it depends on,
+  so an entry of the Jacobian is the expression its output element collects;
+* the Hessian is forward over reverse: the reverse pass writes the gradient as expressions (adjoints), and forward
+  mode over those gives its Jacobian.
+
+Every entry is one expression of the graph, folded and shared like the rest (constant entries become literals).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import scipy.sparse as sp
+from tinygrad import dtypes
+from tinygrad.uop.ops import Ops
+
+from anvil.codegen.function import DerivedCode, NumericalFunction
+from anvil.codegen.jit import sources_fingerprint
+from anvil.codegen.program import Program
+from anvil.codegen.renderer import COS_MARK
+from anvil.codegen.scalar import ScalarGraph, Unsupported, lower
+from anvil.codegen.straight_line import emit_program, suits_straight_line
+from anvil.codegen.trace import OutputSpec, TracedGraph
+
+#: Ops whose derivative is zero where it exists (comparisons, integer and bit ops, rounding).
+_FLAT = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.TRUNC, Ops.CDIV, Ops.CMOD, Ops.AND, Ops.OR, Ops.XOR,
+                   Ops.SHL, Ops.SHR, Ops.CONST, Ops.LOAD})  # fmt: skip
+Tangent = dict[int, int]
+
+
+def scalar_route(fn: NumericalFunction[..., Any]) -> bool:
+  """Whether derivatives of `fn` are derived on its scalar expressions: a CPU function of many small tensors."""
+  return fn.device == "CPU" and suits_straight_line(fn.traced)
+
+
+def scalar_derivative(fn: NumericalFunction[..., Any], kind: str, wrt: int, pattern: sp.csc_array | None = None
+                      ) -> DerivedCode:  # fmt: skip
+  """The code of a derivative of `fn`'s single output in input `wrt`, derived on its scalar expressions: `kind`
+  "gradient" (dense, shaped like the input), "jacobian" or "hessian" (the stored entries of `pattern`, the Hessian's
+  upper triangle)."""
+  shape = fn.inputs[wrt].shape if pattern is None else (int(pattern.nnz),)
+  return DerivedCode(
+    lambda: fn.traced,
+    f"scalar {kind} in input {wrt}|{sources_fingerprint(Path(__file__).parent)}",
+    (OutputSpec(shape, fn.outputs[0].dtype),),
+    lambda: derivative_program(fn.traced, kind, wrt, fn.inputs[wrt].size, pattern),
+  )
+
+
+def derivative_program(
+  traced: TracedGraph, kind: str, wrt: int, size: int, pattern: sp.csc_array | None
+) -> Program | None:
+  """Straight-line code of a derivative (`scalar_derivative`) of the single output of the function traced as
+  `traced` (input `wrt` has `size` elements); None when the scalar lowering does not support the graph or finds an
+  entry outside the pattern."""
+  try:
+    lowered = lower(traced)
+  except Unsupported:
+    return None
+  g, slot = lowered.graph, traced.output_slots[0]
+  outputs = lowered.values[slot].tolist()
+  if kind == "gradient":
+    entries: list[int] | None = gradient(g, outputs[0], wrt, size)
+  elif kind == "hessian":
+    entries = hessian_entries(g, outputs[0], wrt, pattern)
+  else:
+    entries = jacobian_entries(g, outputs, wrt, pattern)
+  if entries is None:
+    return None
+  writes = [(0, k, e) for k, e in enumerate(entries)]
+  return emit_program(g, writes, [u.dtype for u in traced.inputs], [traced.stores[slot].dtype])
+
+
+def _partials(g: ScalarGraph, i: int) -> list[tuple[int, int]]:
+  """(operand, ∂node/∂operand) for each operand node i depends on differentiably."""
+  op, dt, src = g.ops[i], g.dtypes[i], g.srcs[i]
+  if op in _FLAT or not dtypes.is_float(dt):
+    return []
+  one = g.const(1.0, dt)
+  mul = lambda a, b: g.alu(Ops.MUL, dt, a, b)
+  match op:
+    case Ops.ADD:
+      return [(src[0], one), (src[1], one)]
+    case Ops.SUB:
+      return [(src[0], one), (src[1], g.const(-1.0, dt))]
+    case Ops.NEG:
+      return [(src[0], g.const(-1.0, dt))]
+    case Ops.MUL:
+      return [(src[0], src[1]), (src[1], src[0])]
+    case Ops.MULACC:
+      return [(src[0], src[1]), (src[1], src[0]), (src[2], one)]
+    case Ops.FDIV:
+      inverse = g.alu(Ops.RECIPROCAL, dt, src[1])
+      return [(src[0], inverse), (src[1], g.alu(Ops.NEG, dt, mul(i, inverse)))]
+    case Ops.RECIPROCAL:
+      return [(src[0], g.alu(Ops.NEG, dt, mul(i, i)))]
+    case Ops.SQRT:
+      return [(src[0], mul(g.const(0.5, dt), g.alu(Ops.RECIPROCAL, dt, i)))]
+    case Ops.SIN if g.args[i] == COS_MARK:
+      return [(src[0], g.alu(Ops.NEG, dt, g.alu(Ops.SIN, dt, src[0])))]
+    case Ops.SIN:
+      return [(src[0], g.cos(src[0]))]
+    case Ops.EXP2:
+      return [(src[0], mul(i, g.const(math.log(2), dt)))]
+    case Ops.LOG2:
+      return [(src[0], mul(g.alu(Ops.RECIPROCAL, dt, src[0]), g.const(1 / math.log(2), dt)))]
+    case Ops.MAX:
+      first = g.alu(Ops.CMPLT, dtypes.bool, src[0], src[1])
+      zero = g.const(0.0, dt)
+      return [(src[0], g.alu(Ops.WHERE, dt, first, zero, one)), (src[1], g.alu(Ops.WHERE, dt, first, one, zero))]
+    case Ops.WHERE:
+      zero = g.const(0.0, dt)
+      return [(src[1], g.alu(Ops.WHERE, dt, src[0], one, zero)), (src[2], g.alu(Ops.WHERE, dt, src[0], zero, one))]
+    case Ops.POW:
+      b, e = src
+      zero = g.const(0.0, dt)
+      by_base = g.alu(Ops.MUL, dt, e, g.alu(Ops.POW, dt, b, g.alu(Ops.SUB, dt, e, one)))
+      by_exponent = mul(i, mul(g.alu(Ops.LOG2, dt, b), g.const(math.log(2), dt)))
+      base_zero, exponent_zero = g.alu(Ops.CMPEQ, dtypes.bool, b, zero), g.alu(Ops.CMPEQ, dtypes.bool, e, zero)
+      at_zero = g.alu(Ops.WHERE, dt, g.alu(Ops.CMPLT, dtypes.bool, e, zero), g.const(-math.inf, dt), zero)
+      return [(b, g.alu(Ops.WHERE, dt, exponent_zero, zero, by_base)),
+              (e, g.alu(Ops.WHERE, dt, base_zero, at_zero, by_exponent))]  # fmt: skip
+    case Ops.CAST:
+      return [(src[0], one)] if dtypes.is_float(g.dtypes[src[0]]) else []
+  raise NotImplementedError(f"internal: no derivative rule for {op}")
+
+
+def _accumulate(g: ScalarGraph, into: Tangent, tangent: Tangent, partial: int, dt: object) -> None:
+  """into += partial * tangent, column by column."""
+  for column, d in tangent.items():
+    term = g.alu(Ops.MUL, dt, partial, g.cast(d, dt))  # type: ignore[arg-type]
+    into[column] = term if (old := into.get(column)) is None else g.alu(Ops.ADD, dt, old, term)  # type: ignore[arg-type]
+
+
+def tangents(g: ScalarGraph, roots: Sequence[int], wrt: int) -> dict[int, Tangent]:
+  """The sparse tangent {element of input `wrt`: ∂node/∂element} of every node the roots depend on."""
+  out: dict[int, Tangent] = {}
+  for i in g.live(roots):
+    if g.ops[i] is Ops.LOAD:
+      out[i] = {g.args[i].element: g.const(1.0, g.dtypes[i])} if g.args[i].index == wrt else {}
+      continue
+    t: Tangent = {}
+    if any(out[s] for s in g.srcs[i]):
+      for s, partial in _partials(g, i):
+        _accumulate(g, t, out[s], partial, g.dtypes[i])
+    out[i] = t
+  return out
+
+
+def gradient(g: ScalarGraph, root: int, wrt: int, size: int) -> list[int]:
+  """The expression of ∂root/∂x_j for each element j of input `wrt` (reverse mode)."""
+  dt = g.dtypes[root]
+  adjoint: dict[int, int] = {root: g.const(1.0, dt)}
+  grad = [g.const(0.0, dt)] * size
+  for i in reversed(g.live([root])):
+    if (a := adjoint.get(i)) is None:
+      continue
+    if g.ops[i] is Ops.LOAD and g.args[i].index == wrt:
+      grad[g.args[i].element] = a
+    for s, partial in _partials(g, i):
+      term = g.cast(g.alu(Ops.MUL, g.dtypes[i], partial, a), g.dtypes[s])
+      adjoint[s] = term if (old := adjoint.get(s)) is None else g.alu(Ops.ADD, g.dtypes[s], old, term)
+  return grad
+
+
+def jacobian_entries(g: ScalarGraph, outputs: Sequence[int], wrt: int, pattern: sp.csc_array) -> list[int] | None:
+  """The expression of each stored entry of `pattern` (CSC order) of ∂outputs/∂x_wrt, or None when a structurally
+  nonzero entry lies outside the pattern."""
+  found = tangents(g, outputs, wrt)
+  columns: list[Tangent] = [{} for _ in range(pattern.shape[1])]
+  for r, o in enumerate(outputs):
+    for c, d in found[o].items():
+      columns[c][r] = d
+  return _entries(g, columns, pattern)
+
+
+def hessian_entries(g: ScalarGraph, root: int, wrt: int, upper: sp.csc_array) -> list[int] | None:
+  """The expression of each stored entry of the upper-triangle pattern `upper` (CSC order) of the Hessian of `root`
+  in x_wrt, or None when a structurally nonzero entry of the upper triangle lies outside the pattern."""
+  grad = gradient(g, root, wrt, upper.shape[1])
+  found = tangents(g, grad, wrt)
+  # NOTE: the tangent of ∂root/∂x_j holds column j of the (symmetric) Hessian; its upper triangle is rows i <= j
+  return _entries(g, [{i: d for i, d in found[grad[j]].items() if i <= j} for j in range(len(grad))], upper)
+
+
+def _entries(g: ScalarGraph, columns: list[Tangent], pattern: sp.csc_array) -> list[int] | None:
+  """The expressions of the stored entries of `pattern` in CSC order, columns[c][r] for entry (r, c); None when a
+  column holds a nonzero expression in a row the pattern does not store."""
+  zero = g.const(0.0, dtypes.float64)
+  out = []
+  for c, column in enumerate(columns):
+    rows = pattern.indices[pattern.indptr[c] : pattern.indptr[c + 1]].tolist()
+    stored = set(rows)
+    if any(not _is_zero(g, d) for r, d in column.items() if r not in stored):
+      return None
+    out += [column.get(r, zero) for r in rows]
+  return out
+
+
+def _is_zero(g: ScalarGraph, i: int) -> bool:
+  return g.is_const(i) and g.args[i] == 0

@@ -1,0 +1,71 @@
+"""Element by element through tinygrad's tensor-level ops: movement ops applied to numpy arrays shaped like the UOps,
+ALU ops evaluated on numpy values. Shared by the sparsity analysis (dependency bitsets, folded constants) and the
+scalar lowering (one expression per element)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from tinygrad import dtypes
+from tinygrad.dtype import DType
+from tinygrad.uop.ops import Ops, UOp
+
+Array = NDArray[Any]
+
+
+def _cdiv(a: Array, b: Array) -> Array:
+  return np.sign(a) * np.sign(b) * (np.abs(a) // np.abs(b))
+
+
+#: numpy evaluations of tinygrad's ALU ops (THREEFRY has none).
+EVAL: dict[Ops, Callable[..., Any]] = {
+  Ops.ADD: np.add, Ops.SUB: np.subtract, Ops.MUL: np.multiply, Ops.NEG: np.negative, Ops.MAX: np.maximum,
+  Ops.MULACC: lambda a, b, c: a * b + c, Ops.FDIV: np.divide, Ops.RECIPROCAL: lambda a: np.divide(1.0, a),
+  Ops.POW: lambda a, b: np.power(np.asarray(a, np.float64), b),
+  Ops.SQRT: np.sqrt, Ops.SIN: np.sin, Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.TRUNC: np.trunc,
+  Ops.CMPLT: np.less, Ops.CMPNE: np.not_equal, Ops.CMPEQ: np.equal,
+  Ops.AND: np.bitwise_and, Ops.OR: np.bitwise_or, Ops.XOR: np.bitwise_xor,
+  Ops.SHL: np.left_shift, Ops.SHR: np.right_shift,
+  Ops.CDIV: _cdiv, Ops.CMOD: np.fmod, Ops.FLOORDIV: np.floor_divide, Ops.FLOORMOD: np.mod,
+}  # fmt: skip
+#: numpy ufuncs of the ops REDUCE combines with.
+REDUCE_EVAL = {Ops.ADD: np.add, Ops.MUL: np.multiply, Ops.MAX: np.maximum}
+
+
+def np_dtype(dt: DType) -> np.dtype:
+  """The numpy dtype holding values of `dt`."""
+  if dt.fmt is not None:
+    return np.dtype(dt.fmt)
+  return np.dtype(np.float64 if dtypes.is_float(dt) else np.int64)
+
+
+def region(marg: Iterable[tuple[int, int]], shape: tuple[int, ...]) -> tuple[slice, ...]:
+  """The region (offset, size) per axis; `shape` gives the sizes when marg is PAD's (offset, new size)."""
+  return tuple(slice(o, o + s) for (o, _), s in zip(marg, shape, strict=True))
+
+
+def embed(a: Array, shape: tuple[int, ...], where: tuple[slice, ...], fill: object) -> Array:
+  """An array of `shape` filled with `fill`, holding `a` at the region `where`."""
+  out = np.full(shape, fill, dtype=a.dtype)
+  out[where] = a
+  return out
+
+
+def move(u: UOp, a: Array, shape: tuple[int, ...], fill: object) -> Array:
+  """Apply the movement op u (result `shape`) to an array shaped like its source; PAD fills with `fill`."""
+  match u.op:
+    case Ops.RESHAPE:
+      return a.reshape(shape)
+    case Ops.EXPAND:
+      return np.broadcast_to(a, shape)
+    case Ops.PERMUTE:
+      return a.transpose(u.marg)
+    case Ops.FLIP:
+      return np.flip(a, tuple(i for i, f in enumerate(u.marg) if f))
+    case Ops.SHRINK:
+      return a[tuple(slice(o, o + s) for o, s in u.marg)]
+    case _:  # PAD
+      return embed(a, shape, region(u.marg, a.shape), fill)

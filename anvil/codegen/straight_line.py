@@ -1,0 +1,216 @@
+"""Straight-line C++ for graphs of many small tensors: the scalar lowering's expressions as assignments.
+
+A function traced from a Python loop over stages is thousands of tensor ops of a few elements each. tinygrad's
+scheduler and kernel lowering take minutes on such graphs (a cart-pole swing-up's constraint Jacobian, written as a loop
+over 10 stages: 11.6 s scheduling and 23 s rendering two kernels), and their code is no faster than plain assignments.
+Those graphs are lowered to scalar expressions instead (`anvil.codegen.scalar`) and emitted in order, one assignment per
+operation, split into functions of at most CHUNK_STATEMENTS assignments: the C++ compiler's time on one function grows
+faster than its length, so a long program compiles as many short functions. Values a later function needs pass
+through the workspace.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from tinygrad.dtype import DType
+from tinygrad.uop.ops import Ops, UOp
+
+from anvil.codegen.arg import cpp_type
+from anvil.codegen.program import ALIGNMENT, BufferRef, CopyStep, KernelStep, Program, cpp_literal, output_copies
+from anvil.codegen.renderer import COS_MARK, RENDERER, RenderedKernel
+from anvil.codegen.scalar import ScalarGraph, Unsupported, lower
+from anvil.codegen.trace import TracedGraph
+
+logger = logging.getLogger("anvil")
+
+#: Graphs of at least this many tensor ops...
+MIN_OPS = 1000
+#: ...of at most this many elements per op on average (small tensors: stages written one by one, not a batched model;
+#: measured: the swing-up's constraints written as a loop 1.5, the same batched over 5 stages 7.8, over 50 stages 77)
+MAX_ELEMENTS_PER_OP = 4
+#: ...and at most this many elements in all are emitted as straight-line code.
+MAX_ELEMENTS = 1_000_000
+#: Assignments per generated function.
+CHUNK_STATEMENTS = 2000
+
+
+def suits_straight_line(traced: TracedGraph) -> bool:
+  """Whether the graph is one of many small tensors, which straight-line code serves better than tinygrad's kernels."""
+  nodes = [u for u in traced.call.src[0].toposort() if u.op not in (Ops.CONST, Ops.PARAM, Ops.STACK)]
+  if len(nodes) < MIN_OPS:
+    return False
+  elements = sum(_elements(u) for u in nodes)
+  return elements <= min(MAX_ELEMENTS, MAX_ELEMENTS_PER_OP * len(nodes))
+
+
+def _elements(u: UOp) -> int:
+  """The elements of a node's value (more than any graph may have for a symbolic shape, none for no value)."""
+  if u._shape is None:
+    return 0
+  return math.prod(int(d) for d in u.shape) if all(isinstance(d, int) for d in u.shape) else MAX_ELEMENTS + 1
+
+
+def straight_line_program(
+  name: str, traced: TracedGraph, gathers: Mapping[int, Sequence[int]], shifts: Mapping[int, Sequence[float]]
+) -> Program | None:
+  """The program computing `traced` as straight-line C++ (gathers and shifts as `build_program` takes them), or None
+  when the graph holds something the scalar lowering does not handle."""
+  try:
+    lowered = lower(traced)
+  except Unsupported as e:
+    logger.info("%s: built through tinygrad's kernels (straight-line code does not support %s)", name, e)
+    return None
+  graph = lowered.graph
+  writes: list[tuple[int, int, int]] = []  # (output, element, node)
+  first = {slot: i for i, slot in reversed(list(enumerate(traced.output_slots)))}
+  for slot, out in first.items():
+    values, dtype = lowered.values[slot].tolist(), traced.stores[slot].dtype
+    if out in gathers:
+      add = shifts.get(out) or [0.0] * len(gathers[out])
+      values = [
+        graph.alu(Ops.ADD, dtype, values[t], graph.const(s, dtype)) for t, s in zip(gathers[out], add, strict=True)
+      ]
+    writes += [(out, k, v) for k, v in enumerate(values)]
+  inputs = tuple(u.dtype for u in traced.inputs)
+  outputs = tuple(traced.stores[slot].dtype for slot in traced.output_slots)
+  return emit_program(graph, writes, inputs, outputs, output_copies(traced))
+
+
+def emit_program(graph: ScalarGraph, writes: Sequence[tuple[int, int, int]], inputs: Sequence[DType],
+                 outputs: Sequence[DType], copies: Sequence[CopyStep] = ()) -> Program:  # fmt: skip
+  """The program computing `writes` (output, element, node) of `graph`, as functions of inputs of `inputs`' dtypes
+  into outputs of `outputs`' dtypes, followed by `copies`."""
+  return _Emitter(graph, [(o, k, graph.cast(n, outputs[o])) for o, k, n in writes], tuple(inputs), tuple(outputs)
+                  ).program(tuple(copies))  # fmt: skip
+
+
+@dataclass
+class _Chunk:
+  """One generated function: its assignments and the buffers it touches."""
+
+  lines: list[str] = field(default_factory=list)
+  inputs: set[int] = field(default_factory=set)
+  outputs: set[int] = field(default_factory=set)
+  temps: set[DType] = field(default_factory=set)
+
+
+class _Emitter:
+  """Orders the live nodes, splits them into chunks, gives values crossing chunks workspace slots, renders."""
+
+  def __init__(self, graph: ScalarGraph, writes: list[tuple[int, int, int]], inputs: tuple[DType, ...],
+               outputs: tuple[DType, ...]):  # fmt: skip
+    self.graph, self.writes, self.input_dtypes, self.output_dtypes = graph, writes, inputs, outputs
+    order = graph.postorder([node for _, _, node in writes])
+    self.statements = [i for i in order if graph.ops[i] not in (Ops.CONST, Ops.LOAD)]
+    self.chunk_of = {i: k // CHUNK_STATEMENTS for k, i in enumerate(self.statements)}
+    self.chunks = max(1, math.ceil(len(self.statements) / CHUNK_STATEMENTS))
+    self.slots = self._slots()
+
+  def _slots(self) -> dict[int, int]:
+    """A workspace slot (per dtype) for each value a later chunk uses, free again after the last chunk using it."""
+    last: dict[int, int] = {}
+    for i in self.statements:
+      for s in self.graph.srcs[i]:
+        if s in self.chunk_of and self.chunk_of[s] != self.chunk_of[i]:
+          last[s] = max(last.get(s, 0), self.chunk_of[i])
+    defined: dict[int, list[int]] = {}
+    dying: dict[int, list[int]] = {}
+    for i in sorted(last):
+      defined.setdefault(self.chunk_of[i], []).append(i)
+      dying.setdefault(last[i], []).append(i)
+    slots: dict[int, int] = {}
+    free: dict[DType, list[int]] = {}
+    self.temp_sizes: dict[DType, int] = {}
+    for c in range(self.chunks):
+      for i in defined.get(c, ()):
+        dtype = self.graph.dtypes[i]
+        pool = free.setdefault(dtype, [])
+        slots[i] = pool.pop() if pool else self.temp_sizes.get(dtype, 0)
+        self.temp_sizes[dtype] = max(self.temp_sizes.get(dtype, 0), slots[i] + 1)
+      for i in dying.get(c, ()):
+        free[self.graph.dtypes[i]].append(slots[i])
+    return slots
+
+  def program(self, copies: tuple[CopyStep, ...]) -> Program:
+    """The kernels (one per chunk), their launches and the workspace of values crossing chunks."""
+    chunks = [_Chunk() for _ in range(self.chunks)]
+    writes_at: dict[int, list[tuple[int, int]]] = {}
+    for out, k, node in self.writes:
+      writes_at.setdefault(node, []).append((out, k))
+    for node in [n for n in writes_at if n not in self.chunk_of]:  # NOTE: constants and inputs returned as they are
+      for out, k in writes_at.pop(node):
+        chunks[0].outputs.add(out)
+        chunks[0].lines.append(f"out{out}[{k}] = {self._operand(node, 0, chunks[0])};")
+    for i in self.statements:
+      chunk = chunks[c := self.chunk_of[i]]
+      ctype = cpp_type(self.graph.dtypes[i], "value")
+      chunk.lines.append(f"const {ctype} v{i} = {self._expression(i, c, chunk)};")
+      if i in self.slots:
+        chunk.temps.add(self.graph.dtypes[i])
+        chunk.lines.append(f"{_temp(self.graph.dtypes[i])}[{self.slots[i]}] = v{i};")
+      for out, k in writes_at.get(i, ()):
+        chunk.outputs.add(out)
+        chunk.lines.append(f"out{out}[{k}] = v{i};")
+    offsets, ws_size = {}, 0
+    for dtype, size in self.temp_sizes.items():
+      offsets[dtype], ws_size = ws_size, ws_size + _aligned(size * dtype.itemsize)
+    kernels, steps = [], []
+    for c, chunk in enumerate(chunks):
+      params = [(f"const {cpp_type(self.input_dtypes[i], 'input')}* ANVIL_RESTRICT in{i}", BufferRef("in", i, d))
+                for i, d in sorted((i, self.input_dtypes[i]) for i in chunk.inputs)]  # fmt: skip
+      params += [(f"{cpp_type(self.output_dtypes[o], 'output')}* ANVIL_RESTRICT out{o}", BufferRef("out", o, d))
+                 for o, d in sorted((o, self.output_dtypes[o]) for o in chunk.outputs)]  # fmt: skip
+      params += [(f"{cpp_type(d, 'temp')}* ANVIL_RESTRICT {_temp(d)}", BufferRef("ws", offsets[d], d))
+                 for d in sorted(chunk.temps, key=lambda d: d.name)]  # fmt: skip
+      signature = ", ".join(p for p, _ in params)
+      body = "\n".join(f"  {line}" for line in chunk.lines)
+      source = f"ANVIL_KERNEL void k{c}({signature}) {{\n{body}\n}}"
+      kernels.append(RenderedKernel(f"k{c}", source, (), (), (1, 1, 1), (1, 1, 1)))
+      steps.append(KernelStep(f"k{c}", tuple(ref for _, ref in params)))
+    return Program(tuple(kernels), (*steps, *copies), (), ws_size)
+
+  def _operand(self, i: int, c: int, chunk: _Chunk) -> str:
+    """How chunk c names node i."""
+    g = self.graph
+    if g.ops[i] is Ops.CONST:
+      literal = cpp_literal(g.args[i], g.dtypes[i])
+      return f"({literal})" if literal.startswith("-") else literal
+    if g.ops[i] is Ops.LOAD:
+      chunk.inputs.add(g.args[i].index)
+      return f"in{g.args[i].index}[{g.args[i].element}]"
+    if self.chunk_of[i] == c:
+      return f"v{i}"
+    chunk.temps.add(g.dtypes[i])
+    return f"{_temp(g.dtypes[i])}[{self.slots[i]}]"
+
+  def _expression(self, i: int, c: int, chunk: _Chunk) -> str:
+    g = self.graph
+    op, dtype = g.ops[i], g.dtypes[i]
+    xs = [self._operand(s, c, chunk) for s in g.srcs[i]]
+    if op is Ops.SIN and g.args[i] == COS_MARK:
+      return f"std::cos({xs[0]})"
+    if op is Ops.CAST:
+      return f"static_cast<{cpp_type(dtype, 'value')}>({xs[0]})"
+    if op is Ops.MAX:
+      return f"(({xs[0]}<{xs[1]})?{xs[1]}:{xs[0]})"
+    if op is Ops.FDIV:
+      return f"({xs[0]}/{xs[1]})"
+    if op is Ops.POW:
+      return f"std::pow({xs[0]}, {xs[1]})"
+    if op is Ops.MULACC:
+      return f"(({xs[0]}*{xs[1]})+{xs[2]})"
+    if op in (Ops.CDIV, Ops.CMOD):
+      return f"anvil::{'cdiv' if op is Ops.CDIV else 'cmod'}({xs[0]}, {xs[1]})"
+    return RENDERER.code_for_op[op](*xs, dtype)
+
+
+def _temp(dtype: DType) -> str:
+  return f"t_{dtype.name}"
+
+
+def _aligned(n: int) -> int:
+  return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT

@@ -1,0 +1,169 @@
+"""Straight-line code for graphs of many small tensors (a Python loop over stages): values and derivatives equal numpy,
+finite differences and tinygrad's kernels; long programs split into chunks that pass values through the workspace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tinygrad import Tensor, dtypes
+from tinygrad.uop.ops import Ops
+
+import anvil as av
+from anvil.ad import gradient, sphessian, spjacobian
+from anvil.ad import scalar as ad_scalar
+from anvil.codegen import straight_line
+from anvil.codegen.scalar import ScalarGraph, Unsupported
+from anvil.codegen.straight_line import suits_straight_line
+
+STAGES = 60
+ARGS = (av.Arg(2 * STAGES), av.Arg(3))
+
+
+def stages(x: Tensor, p: Tensor, count: int = STAGES) -> Tensor:
+  """One small expression per stage, written as a loop: sin, cos, exp, log, sqrt, max, where, reductions, pads."""
+  out = []
+  for k in range(count):
+    a, b = x[2 * k], x[2 * k + 1]
+    pair = x[2 * k : 2 * k + 2]
+    value = a.sin() * b.cos() + (a * p[0]).exp() / (1 + b * b) + (b * b + 1).sqrt() * (a * a + 1).log()
+    value = value + (a - b).maximum(p[1]) + (a > p[2]).where(a * b, -b) + pair.pad((1, 1)).flip(0)[1] * pair.max()
+    value = value + (a * a + 1) ** 1.5 - b**3 / 4 + (b * b + 1) ** p[0]
+    out.append(value.reshape(1))
+  return Tensor.cat(*out)
+
+
+def stages_numpy(x: np.ndarray, p: np.ndarray) -> np.ndarray:
+  a, b = x[0::2], x[1::2]
+  value = np.sin(a) * np.cos(b) + np.exp(a * p[0]) / (1 + b * b) + np.sqrt(b * b + 1) * np.log(a * a + 1)
+  value = value + np.maximum(a - b, p[1]) + np.where(a > p[2], a * b, -b) + b * np.maximum(a, b)
+  return value + (a * a + 1) ** 1.5 - b**3 / 4 + (b * b + 1) ** p[0]
+
+
+def cost(x: Tensor, p: Tensor, count: int = STAGES) -> Tensor:
+  return (stages(x, p, count) * stages(x, p, count)).sum() * 0.5
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+  """A cache of its own: which path builds a function is not part of the cached code's key."""
+  monkeypatch.setenv("ANVIL_CACHE_DIR", str(tmp_path))
+  return tmp_path
+
+
+def _point(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+  rng = np.random.default_rng(seed)
+  return rng.uniform(-1, 1, 2 * STAGES), np.array([0.7, -0.2, 0.1])
+
+
+def _is_straight_line(fn: av.NumericalFunction) -> bool:
+  return all("for (" not in k.source for k in fn.program.kernels) and "const double v" in fn.program.kernels[0].source
+
+
+def test_loop_function_is_straight_line_and_matches_numpy(cache: Path) -> None:
+  f = av.NumericalFunction("sl_stages", stages, ARGS)
+  assert suits_straight_line(f.traced)
+  assert _is_straight_line(f)
+  x, p = _point()
+  np.testing.assert_allclose(f(x, p), stages_numpy(x, p), rtol=1e-14, atol=1e-14)
+
+
+def test_derivatives_match_finite_differences(cache: Path) -> None:
+  g = av.NumericalFunction("sl_g", stages, ARGS)
+  f = av.NumericalFunction("sl_f", cost, ARGS)
+  derivatives = [spjacobian(g), sphessian(f), gradient(f)]
+  assert all(_is_straight_line(d) for d in derivatives)
+  x, p = _point(1)
+  jac, hess, grad = (d(x, p) for d in derivatives)
+  h, eye = 1e-6, np.eye(x.size)
+  columns = [(stages_numpy(x + h * e, p) - stages_numpy(x - h * e, p)) / (2 * h) for e in eye]
+  np.testing.assert_allclose(jac.toarray(), np.array(columns).T, atol=1e-7)
+  np.testing.assert_allclose(grad, stages_numpy(x, p) @ jac.toarray(), rtol=1e-12, atol=1e-12)
+  second = np.array([(derivatives[2](x + h * e, p) - derivatives[2](x - h * e, p)) / (2 * h) for e in eye])
+  np.testing.assert_allclose(hess.toarray(), np.triu(second), atol=1e-6)
+  # derived on the scalar expressions of g and f: tinygrad's derivative graphs are never traced
+  assert all("traced" not in d.__dict__ for d in derivatives)
+
+
+def test_derivatives_equal_tinygrads_kernels(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+  """A few stages, so that tinygrad's kernels build quickly; every size is straight-line code here."""
+  args = (av.Arg(6), av.Arg(3))
+  g = av.NumericalFunction("sl_short_g", lambda x, p: stages(x, p, 3), args)
+  f = av.NumericalFunction("sl_short_f", lambda x, p: cost(x, p, 3), args)
+  x, p = _point(4)
+  monkeypatch.setattr(straight_line, "MIN_OPS", 0)
+  lines = [spjacobian(g), sphessian(f)]
+  assert all(_is_straight_line(d) for d in lines)
+  monkeypatch.setattr(straight_line, "MIN_OPS", 10**9)
+  kernels = [spjacobian(g, name="sl_short_g_kernels"), sphessian(f, name="sl_short_f_kernels")]
+  assert not any(_is_straight_line(d) for d in kernels)
+  for line, kernel in zip(lines, kernels, strict=True):
+    np.testing.assert_allclose(line(x[:6], p).toarray(), kernel(x[:6], p).toarray(), rtol=1e-13, atol=1e-13)
+
+
+def test_chunks_pass_values_through_the_workspace(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+  monkeypatch.setattr(straight_line, "CHUNK_STATEMENTS", 7)
+  g = av.NumericalFunction("sl_chunked", lambda x, p: (stages(x, p), x[:3], stages(x, p), p.float() * 2), ARGS)
+  assert len(g.program.kernels) > 100 and g.program.ws_size > 0
+  x, p = _point(2)
+  values, head, again, scaled = g(x, p)
+  np.testing.assert_allclose(values, stages_numpy(x, p), rtol=1e-14, atol=1e-14)
+  np.testing.assert_array_equal(again, values)
+  np.testing.assert_array_equal(head, x[:3])
+  assert scaled.dtype == np.float32
+  np.testing.assert_array_equal(scaled, p.astype(np.float32) * 2)
+
+
+def test_float32_loop_function(cache: Path) -> None:
+  f = av.NumericalFunction(
+    "sl_f32", lambda x, p: stages(x, p), (av.Arg(2 * STAGES, dtypes.float32), av.Arg(3, dtypes.float32))
+  )
+  assert suits_straight_line(f.traced) and "const float v" in f.program.kernels[0].source
+  x, p = _point(3)
+  got = f(x.astype(np.float32), p.astype(np.float32))
+  assert got.dtype == np.float32
+  np.testing.assert_allclose(got, stages_numpy(x, p), rtol=2e-5, atol=2e-5)
+
+
+def test_unsupported_ops_fall_back_to_kernels(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+  monkeypatch.setattr(straight_line, "MIN_OPS", 0)
+  f = av.NumericalFunction("sl_bitcast", lambda x: (x * 2).bitcast(dtypes.int64), av.Arg(4))
+  assert not _is_straight_line(f)
+  x = np.arange(4.0)
+  np.testing.assert_array_equal(f(x), (x * 2).view(np.int64))
+
+
+def test_derivatives_fall_back_to_kernels(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+  """Where the scalar lowering cannot derive a function's derivative, tinygrad's derivative graph is built instead."""
+
+  def unsupported(traced: object) -> None:
+    raise Unsupported("test")
+
+  monkeypatch.setattr(ad_scalar, "lower", unsupported)
+  monkeypatch.setattr(straight_line, "MIN_OPS", 0)
+  g = av.NumericalFunction("sl_fallback", lambda x, p: stages(x, p, 3), (av.Arg(6), av.Arg(3)))
+  jac = spjacobian(g)
+  assert jac.derived is not None and jac.program is not None and "traced" in jac.__dict__
+  x, p = _point(5)
+  x, h = x[:6], 1e-6
+  columns = [(stages_numpy(x + h * e, p) - stages_numpy(x - h * e, p)) / (2 * h) for e in np.eye(x.size)]
+  np.testing.assert_allclose(jac(x, p).toarray(), np.array(columns).T, atol=1e-7)
+
+
+def test_scalar_graph_folds_and_shares_expressions() -> None:
+  g = ScalarGraph()
+  x, y = g.load(0, 0, dtypes.float64), g.load(0, 1, dtypes.float64)
+  zero, one = g.const(0.0, dtypes.float64), g.const(1.0, dtypes.float64)
+  assert g.alu(Ops.MUL, dtypes.float64, x, y) == g.alu(Ops.MUL, dtypes.float64, y, x)
+  assert g.alu(Ops.ADD, dtypes.float64, x, zero) == x and g.alu(Ops.MUL, dtypes.float64, one, x) == x
+  assert g.alu(Ops.MUL, dtypes.float64, x, zero) == zero
+  assert g.args[g.alu(Ops.ADD, dtypes.float64, one, g.const(2, dtypes.weakint))] == 3.0
+  condition = g.alu(Ops.CMPLT, dtypes.bool, one, zero)
+  assert g.alu(Ops.WHERE, dtypes.float64, condition, x, y) == y
+  # -0.0 + x is not x for x = -0.0 (and is kept); 0.0 + x is
+  assert g.alu(Ops.ADD, dtypes.float64, g.const(-0.0, dtypes.float64), x) != x
+  # constant exponents are products, square roots and reciprocals (as tinygrad simplifies them)
+  cube = g.alu(Ops.POW, dtypes.float64, x, g.const(3, dtypes.weakint))
+  assert g.ops[cube] is Ops.MUL and g.alu(Ops.POW, dtypes.float64, x, g.const(1.0, dtypes.float64)) == x
+  assert g.ops[g.alu(Ops.POW, dtypes.float64, x, g.const(0.3, dtypes.float64))] is Ops.POW

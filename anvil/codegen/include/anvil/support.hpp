@@ -25,6 +25,14 @@
 #define ANVIL_KERNEL static inline
 #define ANVIL_KERNEL_OUTLINED static
 #endif
+// ANVIL_STRAIGHT_LINE: a chunk of straight-line code (anvil.codegen.straight_line), a function of its own that g++
+// optimizes at -O1 whatever the build's level: a swing-up's Lagrangian Hessian (40 chunks) compiles in 18 s instead of
+// 30 s at -O3 and runs as fast (80 us); other compilers use the build's level.
+#if defined(__GNUC__) && !defined(__clang__)
+#define ANVIL_STRAIGHT_LINE static __attribute__((noinline, optimize("O1")))
+#else
+#define ANVIL_STRAIGHT_LINE ANVIL_KERNEL_OUTLINED
+#endif
 
 namespace anvil {
 

@@ -64,16 +64,16 @@ def derivative_program(
   entry outside the pattern."""
   try:
     lowered = lower(traced)
+    g, slot = lowered.graph, traced.output_slots[0]
+    outputs = lowered.values[slot].tolist()
+    if kind == "gradient":
+      entries: list[int] | None = gradient(g, outputs[0], wrt, size)
+    elif kind == "hessian":
+      entries = hessian_entries(g, outputs[0], wrt, pattern)
+    else:
+      entries = jacobian_entries(g, outputs, wrt, pattern)
   except Unsupported:
     return None
-  g, slot = lowered.graph, traced.output_slots[0]
-  outputs = lowered.values[slot].tolist()
-  if kind == "gradient":
-    entries: list[int] | None = gradient(g, outputs[0], wrt, size)
-  elif kind == "hessian":
-    entries = hessian_entries(g, outputs[0], wrt, pattern)
-  else:
-    entries = jacobian_entries(g, outputs, wrt, pattern)
   if entries is None:
     return None
   writes = [(0, k, e) for k, e in enumerate(entries)]
@@ -81,7 +81,11 @@ def derivative_program(
 
 
 def _partials(g: ScalarGraph, i: int) -> list[tuple[int, int]]:
-  """(operand, ∂node/∂operand) for each operand node i depends on differentiably."""
+  """(operand, ∂node/∂operand) for each operand node i depends on differentiably.
+
+  Raises:
+    Unsupported: an op without a derivative rule here (the derivative is then built from tinygrad's graph).
+  """
   op, dt, src = g.ops[i], g.dtypes[i], g.srcs[i]
   if op in _FLAT or not dtypes.is_float(dt):
     return []
@@ -131,7 +135,7 @@ def _partials(g: ScalarGraph, i: int) -> list[tuple[int, int]]:
               (e, g.alu(Ops.WHERE, dt, base_zero, at_zero, by_exponent))]  # fmt: skip
     case Ops.CAST:
       return [(src[0], one)] if dtypes.is_float(g.dtypes[src[0]]) else []
-  raise NotImplementedError(f"internal: no derivative rule for {op}")
+  raise Unsupported(f"no derivative rule for {op.name}")
 
 
 def _accumulate(g: ScalarGraph, into: Tangent, tangent: Tangent, partial: int, dt: object) -> None:

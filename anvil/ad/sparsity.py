@@ -28,7 +28,7 @@ import scipy.sparse
 from numpy.typing import NDArray
 from tinygrad.uop.ops import GroupOp, Ops, UOp
 
-from anvil.codegen.elements import EVAL, REDUCE_EVAL, embed, move, np_dtype, region
+from anvil.codegen.elements import EVAL, REDUCE_EVAL, embed, move, np_dtype, region, stored_value, toposort
 from anvil.codegen.trace import HOST_DEVICES, constant_bytes
 
 Array = NDArray[Any]
@@ -187,7 +187,7 @@ def _forward(roots: Sequence[UOp], inputs: Sequence[UOp], wrt: int) -> dict[UOp,
   nodes = _leaves(inputs, wrt)
   # NOTE: folding evaluates every node, also where inputs make it meaningless (1/0, casts of nan): ignore those.
   with np.errstate(all="ignore"):
-    for u in _toposort(roots, nodes):
+    for u in toposort(roots, _operands, nodes):
       if u not in nodes:
         nodes[u] = _evaluate(u, [nodes[s] for s in _operands(u)])
   return nodes
@@ -209,21 +209,6 @@ def _input_views(u: UOp) -> list[UOp]:
   return [u, u.src[0]] if u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER else [u]
 
 
-def _toposort(roots: Sequence[UOp], leaves: dict[UOp, _Node]) -> list[UOp]:
-  order: dict[UOp, None] = {}
-  stack = [(r, False) for r in reversed(roots)]
-  while stack:
-    u, expanded = stack.pop()
-    if u in order:
-      continue
-    if expanded or u in leaves:
-      order[u] = None
-      continue
-    stack.append((u, True))
-    stack.extend((s, False) for s in reversed(_operands(u)))
-  return list(order)
-
-
 def _operands(u: UOp) -> tuple[UOp, ...]:
   """The value sources of u (shape arguments and store targets are not values)."""
   if u.op not in _SUPPORTED:
@@ -239,9 +224,9 @@ def _operands(u: UOp) -> tuple[UOp, ...]:
 
 def _stored_value(u: UOp) -> UOp:
   """The value an AFTER(buffer, STORE(buffer, value)) node holds (`Tensor.ones`, `full`, `assign` produce these)."""
-  if len(u.src) == 2 and u.src[1].op is Ops.STORE and u.src[1].src[0] is u.src[0]:
-    return u.src[1].src[1]
-  raise SparsityError("sparsity: unsupported op AFTER (only a store of a whole buffer is supported)")
+  if (value := stored_value(u)) is None:
+    raise SparsityError("sparsity: unsupported op AFTER (only a store of a whole buffer is supported)")
+  return value
 
 
 def _make(u: UOp, deps: Array, val: Array, known: Array | bool) -> _Node:

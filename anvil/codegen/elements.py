@@ -4,7 +4,7 @@ scalar lowering (one expression per element)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -69,3 +69,31 @@ def move(u: UOp, a: Array, shape: tuple[int, ...], fill: object) -> Array:
       return a[tuple(slice(o, o + s) for o, s in u.marg)]
     case _:  # PAD
       return embed(a, shape, region(u.marg, a.shape), fill)
+
+
+def toposort(
+  roots: Sequence[UOp], operands: Callable[[UOp], tuple[UOp, ...]], leaves: Container[UOp] = ()
+) -> list[UOp]:
+  """Every node reachable from `roots` through `operands` (value edges), each after its operands; `leaves` are not
+  expanded."""
+  order: dict[UOp, None] = {}
+  stack = [(r, False) for r in reversed(roots)]
+  while stack:
+    u, expanded = stack.pop()
+    if u in order:
+      continue
+    if expanded or u in leaves:
+      order[u] = None
+      continue
+    stack.append((u, True))
+    stack.extend((s, False) for s in reversed(operands(u)) if s not in order)
+  return list(order)
+
+
+def stored_value(u: UOp) -> UOp | None:
+  """The value an AFTER(buffer, STORE(buffer, value)) node holds (`Tensor.ones`, `full`, `assign`, a traced function's
+  outputs produce these), or None for any other AFTER."""
+  store = u.src[1] if len(u.src) == 2 else None
+  if store is not None and store.op is Ops.STORE and store.src[0] is u.src[0] and len(store.src) == 2:
+    return store.src[1]
+  return None

@@ -20,7 +20,7 @@ from tinygrad.dtype import DType
 from tinygrad.uop.ops import GroupOp, Ops, UOp
 
 from anvil.codegen.arg import CPP_TYPES
-from anvil.codegen.elements import EVAL, Array, move, np_dtype
+from anvil.codegen.elements import EVAL, Array, move, np_dtype, stored_value, toposort
 from anvil.codegen.renderer import COS_MARK
 from anvil.codegen.trace import HOST_DEVICES, TracedGraph, constant_bytes
 
@@ -244,7 +244,7 @@ class _Lowering:
     stored = {self._slot(a.src[0]): a for a in body.src}
     slots = [self.bound.index(s) for s in self.traced.stores]
     roots = [stored[s] for s in slots]
-    for u in _toposort(roots):
+    for u in toposort(roots, _operands):
       self.values[u] = self._lower(u)
     return LoweredGraph(self.graph, [self.values[r].reshape(-1) for r in roots])
 
@@ -320,9 +320,9 @@ def _each(make: Any, operands: Sequence[Array], shape: tuple[int, ...]) -> Array
 
 
 def _stored_value(u: UOp) -> UOp:
-  if len(u.src) == 2 and u.src[1].op is Ops.STORE and u.src[1].src[0] is u.src[0] and len(u.src[1].src) == 2:
-    return u.src[1].src[1]
-  raise Unsupported("AFTER other than a store of a whole buffer")
+  if (value := stored_value(u)) is None:
+    raise Unsupported("AFTER other than a store of a whole buffer")
+  return value
 
 
 def _operands(u: UOp) -> tuple[UOp, ...]:
@@ -334,21 +334,6 @@ def _operands(u: UOp) -> tuple[UOp, ...]:
   if u.op in (Ops.CONST, Ops.PARAM):
     return ()
   return u.src
-
-
-def _toposort(roots: Sequence[UOp]) -> list[UOp]:
-  order: dict[UOp, None] = {}
-  stack = [(r, False) for r in reversed(roots)]
-  while stack:
-    u, expanded = stack.pop()
-    if u in order:
-      continue
-    if expanded:
-      order[u] = None
-      continue
-    stack.append((u, True))
-    stack.extend((s, False) for s in reversed(_operands(u)) if s not in order)
-  return list(order)
 
 
 def _shape(u: UOp) -> tuple[int, ...]:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import scipy.sparse as sp
 from tinygrad import dtypes
 from tinygrad.uop.ops import Ops
@@ -29,7 +30,7 @@ from anvil.codegen.program import Program
 from anvil.codegen.renderer import COS_MARK
 from anvil.codegen.scalar import ScalarGraph, Unsupported, lower
 from anvil.codegen.straight_line import emit_program, suits_straight_line
-from anvil.codegen.trace import OutputSpec, TracedGraph
+from anvil.codegen.trace import OutputSpec
 
 #: Ops whose derivative is zero where it exists (comparisons, integer and bit ops, rounding).
 _FLAT = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.TRUNC, Ops.CDIV, Ops.CMOD, Ops.AND, Ops.OR, Ops.XOR,
@@ -42,42 +43,55 @@ def scalar_route(fn: NumericalFunction[..., Any]) -> bool:
   return fn.device == "CPU" and suits_straight_line(fn.traced)
 
 
-def scalar_derivative(fn: NumericalFunction[..., Any], kind: str, wrt: int, pattern: sp.csc_array | None = None
-                      ) -> DerivedCode:  # fmt: skip
-  """The code of a derivative of `fn`'s single output in input `wrt`, derived on its scalar expressions: `kind`
-  "gradient" (dense, shaped like the input), "jacobian" or "hessian" (the stored entries of `pattern`, the Hessian's
-  upper triangle)."""
-  shape = fn.inputs[wrt].shape if pattern is None else (int(pattern.nnz),)
-  return DerivedCode(
-    lambda: fn.traced,
-    f"scalar {kind} in input {wrt}|{sources_fingerprint(Path(__file__).parent)}",
-    (OutputSpec(shape, fn.outputs[0].dtype),),
-    lambda: derivative_program(fn.traced, kind, wrt, fn.inputs[wrt].size, pattern),
-  )
+def scalar_gradient(fn: NumericalFunction[..., Any], wrt: int) -> DerivedCode:
+  """The code of the gradient of `fn`'s scalar output in input `wrt`, derived on its scalar expressions (reverse
+  mode); its build falls back (None) where the scalar lowering does not apply."""
+
+  def build() -> Program | None:
+    traced = fn.traced
+    try:
+      lowered = lower(traced)
+      slot = traced.output_slots[0]
+      entries = gradient(lowered.graph, int(lowered.values[slot][0]), wrt, fn.inputs[wrt].size)
+    except Unsupported:
+      return None
+    return emit_program(lowered.graph, [(0, k, e) for k, e in enumerate(entries)], [u.dtype for u in traced.inputs],
+                        [traced.stores[slot].dtype])  # fmt: skip
+
+  return _derived_code(fn, f"gradient in input {wrt}", fn.inputs[wrt].shape, build)
 
 
-def derivative_program(
-  traced: TracedGraph, kind: str, wrt: int, size: int, pattern: sp.csc_array | None
-) -> Program | None:
-  """Straight-line code of a derivative (`scalar_derivative`) of the single output of the function traced as
-  `traced` (input `wrt` has `size` elements); None when the scalar lowering does not support the graph or finds an
-  entry outside the pattern."""
+def scalar_sparse(fn: NumericalFunction[..., Any], kind: str, wrt: int) -> tuple[sp.csc_array, DerivedCode] | None:
+  """The structural pattern and the code of a sparse derivative of `fn`'s single output in input `wrt`, derived on its
+  scalar expressions: `kind` "jacobian" (forward mode) or "hessian" (forward over reverse, the upper triangle). The
+  pattern holds the entries whose expression is not a constant zero. None where the scalar lowering does not apply."""
+  traced = fn.traced
+  size = fn.inputs[wrt].size
   try:
     lowered = lower(traced)
     g, slot = lowered.graph, traced.output_slots[0]
     outputs = lowered.values[slot].tolist()
-    if kind == "gradient":
-      entries: list[int] | None = gradient(g, outputs[0], wrt, size)
-    elif kind == "hessian":
-      entries = hessian_entries(g, outputs[0], wrt, pattern)
+    if kind == "hessian":
+      columns, rows = _hessian_columns(g, outputs[0], wrt, size), size
     else:
-      entries = jacobian_entries(g, outputs, wrt, pattern)
+      columns, rows = _jacobian_columns(g, outputs, wrt, size), len(outputs)
   except Unsupported:
     return None
-  if entries is None:
-    return None
-  writes = [(0, k, e) for k, e in enumerate(entries)]
-  return emit_program(g, writes, [u.dtype for u in traced.inputs], [traced.stores[slot].dtype])
+  indices = [sorted(r for r, d in column.items() if not _is_zero(g, d)) for column in columns]
+  indptr = np.cumsum([0] + [len(i) for i in indices])
+  flat = [r for i in indices for r in i]
+  pattern = sp.csc_array((np.ones(len(flat)), np.array(flat, dtype=np.int64), indptr), shape=(rows, size))
+  writes = [(0, k, columns[c][r]) for k, (c, r) in enumerate((c, r) for c, i in enumerate(indices) for r in i)]
+  dtypes_in, dtype_out = [u.dtype for u in traced.inputs], [traced.stores[slot].dtype]
+  code = _derived_code(
+    fn, f"{kind} in input {wrt}", (len(flat),), lambda: emit_program(g, writes, dtypes_in, dtype_out)
+  )
+  return pattern, code
+
+
+def _derived_code(fn: NumericalFunction[..., Any], what: str, shape: tuple[int, ...], build: Any) -> DerivedCode:
+  return DerivedCode(lambda: fn.traced, f"scalar {what}|{sources_fingerprint(Path(__file__).parent)}",
+                     (OutputSpec(shape, fn.outputs[0].dtype),), build)  # fmt: skip
 
 
 def _partials(g: ScalarGraph, i: int) -> list[tuple[int, int]]:
@@ -176,38 +190,22 @@ def gradient(g: ScalarGraph, root: int, wrt: int, size: int) -> list[int]:
   return grad
 
 
-def jacobian_entries(g: ScalarGraph, outputs: Sequence[int], wrt: int, pattern: sp.csc_array) -> list[int] | None:
-  """The expression of each stored entry of `pattern` (CSC order) of ∂outputs/∂x_wrt, or None when a structurally
-  nonzero entry lies outside the pattern."""
+def _jacobian_columns(g: ScalarGraph, outputs: Sequence[int], wrt: int, size: int) -> list[Tangent]:
+  """Column c of ∂outputs/∂x_wrt as {row: expression} (forward mode)."""
   found = tangents(g, outputs, wrt)
-  columns: list[Tangent] = [{} for _ in range(pattern.shape[1])]
+  columns: list[Tangent] = [{} for _ in range(size)]
   for r, o in enumerate(outputs):
     for c, d in found[o].items():
       columns[c][r] = d
-  return _entries(g, columns, pattern)
+  return columns
 
 
-def hessian_entries(g: ScalarGraph, root: int, wrt: int, upper: sp.csc_array) -> list[int] | None:
-  """The expression of each stored entry of the upper-triangle pattern `upper` (CSC order) of the Hessian of `root`
-  in x_wrt, or None when a structurally nonzero entry of the upper triangle lies outside the pattern."""
-  grad = gradient(g, root, wrt, upper.shape[1])
+def _hessian_columns(g: ScalarGraph, root: int, wrt: int, size: int) -> list[Tangent]:
+  """Column j of the upper triangle of the Hessian of `root` in x_wrt as {row i <= j: expression}."""
+  grad = gradient(g, root, wrt, size)
   found = tangents(g, grad, wrt)
-  # NOTE: the tangent of ∂root/∂x_j holds column j of the (symmetric) Hessian; its upper triangle is rows i <= j
-  return _entries(g, [{i: d for i, d in found[grad[j]].items() if i <= j} for j in range(len(grad))], upper)
-
-
-def _entries(g: ScalarGraph, columns: list[Tangent], pattern: sp.csc_array) -> list[int] | None:
-  """The expressions of the stored entries of `pattern` in CSC order, columns[c][r] for entry (r, c); None when a
-  column holds a nonzero expression in a row the pattern does not store."""
-  zero = g.const(0.0, dtypes.float64)
-  out = []
-  for c, column in enumerate(columns):
-    rows = pattern.indices[pattern.indptr[c] : pattern.indptr[c + 1]].tolist()
-    stored = set(rows)
-    if any(not _is_zero(g, d) for r, d in column.items() if r not in stored):
-      return None
-    out += [column.get(r, zero) for r in rows]
-  return out
+  # NOTE: the tangent of ∂root/∂x_j holds column j of the (symmetric) Hessian
+  return [{i: d for i, d in found[grad[j]].items() if i <= j} for j in range(size)]
 
 
 def _is_zero(g: ScalarGraph, i: int) -> bool:

@@ -11,13 +11,15 @@ from numpy.typing import NDArray
 from tinygrad import Tensor
 
 from anvil.ad.coloring import color_columns, column_period, seed_matrix, star_color, star_recovery
-from anvil.ad.scalar import scalar_derivative, scalar_route
+from anvil.ad.scalar import scalar_route, scalar_sparse
 from anvil.ad.sparsity import constant_derivatives, hessian_sparsity, jacobian_sparsity
 from anvil.ad.transforms import (
   Fn,
   batched_graph,
   check_wrt,
+  hessian_graph,
   hvp_graph,
+  jacobian_graph,
   jvp_graph,
   placeholders,
   single_output,
@@ -100,8 +102,12 @@ def _compression(
 
 
 def _probe_output(fn: Fn, what: str) -> tuple[list[Tensor], Tensor]:
+  """The placeholders `fn` is traced on and its single output, checked (scalar for a Hessian)."""
   probe = placeholders(fn.inputs)
-  return probe, single_output(fn, fn.fn(*probe), what)
+  out = single_output(fn, fn.fn(*probe), what)
+  if what == "sphessian" and out.shape != ():
+    raise ValueError(f"sphessian({fn.name}): the output has shape {out.shape}; a Hessian needs a scalar output")
+  return probe, out
 
 
 def _sparse(
@@ -124,10 +130,28 @@ def _sparse(
       # NOTE: the evaluation stays a kernel of its own (its stage-structured loops), the constants copied after it
       return values if constants is None else values.contiguous().cat(Tensor(constants, dtype=values.dtype))
 
-  derivative = SparseNumericalFunction(name, compressed, fn.inputs, pattern, device=fn.device, gather=gather,
-                                      gather_shift=shift)  # fmt: skip
-  if scalar_route(fn):
-    derivative.derived = scalar_derivative(fn, "hessian" if what == "sphessian" else "jacobian", wrt, pattern)
+  return SparseNumericalFunction(name, compressed, fn.inputs, pattern, device=fn.device, gather=gather,
+                                 gather_shift=shift)  # fmt: skip
+
+
+def _on_scalars(fn: Fn, name: str, wrt: int, what: str) -> SparseNumericalFunction | None:
+  """The sparse derivative derived on `fn`'s scalar expressions (`anvil.ad.scalar`: its pattern and its code), for a
+  function of many small tensors; None where that route does not apply. Its `fn` (composing, differentiating again)
+  gathers the entries from tinygrad's dense derivative."""
+  if not scalar_route(fn):
+    return None
+  with stage(name, "derive"):
+    _probe_output(fn, what)
+    found = scalar_sparse(fn, "hessian" if what == "sphessian" else "jacobian", wrt)
+  if found is None:
+    return None
+  pattern, code = found
+  rows, cols = _csc_coordinates(pattern)
+  index = Tensor((rows * pattern.shape[1] + cols).astype(np.int32))
+  dense = hessian_graph if what == "sphessian" else jacobian_graph
+  derivative = SparseNumericalFunction(name, lambda *xs: dense(fn, xs, wrt, what).flatten()[index], fn.inputs,
+                                       pattern, device=fn.device)  # fmt: skip
+  derivative.derived = code
   return derivative
 
 
@@ -138,13 +162,17 @@ def spjacobian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> SparseNumeri
   (linear terms: the identity blocks of multiple-shooting defects) are found at trace time and returned as constants.
   Of the others, rows (or columns, whichever is cheaper: a row colour costs REVERSE_PASS_COST column colours) sharing
   no column (row) are coloured together; one batched VJP (JVP) over the colour seeds evaluates the compressed
-  Jacobian and a generated gather scatters it into the CSC values.
+  Jacobian and a generated gather scatters it into the CSC values. A function of many small tensors (written as a
+  loop over stages) is differentiated on its scalar expressions instead (`anvil.ad.scalar`), its entries emitted as
+  straight-line code.
 
   Example:
     >>> dg = spjacobian(g)              # dg(w, p) -> csc_array of shape (g size, w size)
   """
   arg = check_wrt(fn, wrt, "spjacobian")
   new_name = name if name is not None else f"{fn.name}_spjac"
+  if (on_scalars := _on_scalars(fn, new_name, wrt, "spjacobian")) is not None:
+    return on_scalars
   with stage(new_name, "derive"):
     probe, out = _probe_output(fn, "spjacobian")
     pattern = jacobian_sparsity([out.uop], [p.uop for p in probe], wrt)
@@ -223,14 +251,15 @@ def sphessian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> SparseNumeric
   """The upper triangle of the Hessian of a scalar-valued function, as a sparse function returning a CSC array.
 
   The pattern is structural; a star colouring of the symmetric pattern lets every entry be recovered directly from one
-  batched Hessian-vector product over the colour seeds.
+  batched Hessian-vector product over the colour seeds (a function of many small tensors: forward over reverse mode on
+  its scalar expressions, `anvil.ad.scalar`).
   """
   arg = check_wrt(fn, wrt, "sphessian")
   new_name = name if name is not None else f"{fn.name}_sphess"
+  if (on_scalars := _on_scalars(fn, new_name, wrt, "sphessian")) is not None:
+    return on_scalars
   with stage(new_name, "derive"):
     probe, out = _probe_output(fn, "sphessian")
-    if out.shape != ():
-      raise ValueError(f"sphessian({fn.name}): the output has shape {out.shape}; a Hessian needs a scalar output")
     upper = hessian_sparsity(out.uop, [p.uop for p in probe], wrt)
   full = sp.csc_array(upper + upper.T)
   colors = _or_identity(star_color(full))

@@ -13,7 +13,7 @@ from typing import Any
 from tinygrad import Tensor, dtypes
 
 from anvil.ad.batching import batch_graph, to_batch_last
-from anvil.ad.scalar import scalar_derivative, scalar_route
+from anvil.ad.scalar import scalar_gradient, scalar_route
 from anvil.codegen import Arg, NumericalFunction
 from anvil.codegen.build import stage
 
@@ -103,7 +103,7 @@ def gradient(fn: Fn, wrt: int = 0, *, name: str | None = None) -> Fn:
 
   derivative = _derived(fn, name, "grad", body, fn.inputs)
   if scalar_route(fn):
-    derivative.derived = scalar_derivative(fn, "gradient", wrt)
+    derivative.derived = scalar_gradient(fn, wrt)
   return derivative
 
 
@@ -166,14 +166,16 @@ def jacobian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> Fn:
 def hessian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> Fn:
   """The dense Hessian (n, n) of a scalar-valued function with respect to input `wrt`: one batched Hessian-vector
   product over an identity seed."""
-  arg = check_wrt(fn, wrt, "hessian")
+  check_wrt(fn, wrt, "hessian")
+  return _derived(fn, name, "hess", lambda *xs: hessian_graph(fn, xs, wrt), fn.inputs)
+
+
+def hessian_graph(fn: Fn, xs: Sequence[Tensor], wrt: int, what: str = "hessian") -> Tensor:
+  """The dense Hessian of `fn`'s scalar output at the tensors `xs`, shape (n, n), as one batched pass."""
+  arg = check_wrt(fn, wrt, what)
   n = arg.size
-
-  def body(*xs: Tensor) -> Tensor:
-    seeds = Tensor.eye(n, dtype=arg.dtype).reshape(n, *arg.shape)
-    return batched_graph(fn, xs, wrt, Arg(arg.shape, arg.dtype), seeds, n, hvp_graph, "hessian").reshape(n, n)
-
-  return _derived(fn, name, "hess", body, fn.inputs)
+  seeds = Tensor.eye(n, dtype=arg.dtype).reshape(n, *arg.shape)
+  return batched_graph(fn, xs, wrt, Arg(arg.shape, arg.dtype), seeds, n, hvp_graph, what).reshape(n, n)
 
 
 def _in_axes(fn: Fn, in_axes: AxesLike) -> tuple[int | None, ...]:

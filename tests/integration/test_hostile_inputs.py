@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -85,6 +85,7 @@ def _vector_of_one(value: Any) -> np.ndarray | None:
 
 @SETTINGS
 @given(x0=numbers((2,)), p=numbers((3,)), lbg=numbers((1,)))
+@example(x0=np.zeros(2), p=np.zeros(3), lbg=6421229.0)  # NOTE: a feasible QP the interior point called infeasible
 def test_an_sqp_call_returns_a_status_or_raises_naming_the_argument(x0: Any, p: Any, lbg: Any) -> None:
   try:
     res = SOLVER(x0, p, np.full(2, -np.inf), np.full(2, np.inf), lbg, [np.inf])

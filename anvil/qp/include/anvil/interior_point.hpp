@@ -296,9 +296,12 @@ int mehrotra(const D& d, double tol, int max_iter, bool warm, W& ws, Residuals& 
     S::start_rows(d, warm, std::fmin(warm_floor, std::fmax(tol, change)), ws);
   }
   int status = max_iterations, it = 0, stalls = 0;
-  double alpha = 0.0, equality_before = 0.0;
+  double alpha = 0.0, equality_before = 0.0, mu_scale = 1.0;
   for (;; ++it) {
     const double mu = S::residuals(d, ws, res);
+    // NOTE: divergence is measured against the first iterate's complementarity (at least 1): the products of a QP
+    // whose data are large start large (bounds at 6.4e6: 4e13), and a fixed 1e14 called a feasible one infeasible
+    if (it == 0) mu_scale = std::fmax(1.0, mu);
     if (!std::isfinite(mu + res.stationarity + res.equality + res.inequality)) {
       status = numerical_error;
       break;
@@ -308,7 +311,7 @@ int mehrotra(const D& d, double tol, int max_iter, bool warm, W& ws, Residuals& 
       break;
     }
     if (it == max_iter) break;
-    if (mu > 1e14) {  // multipliers diverging: no feasible point
+    if (mu > 1e14 * mu_scale) {  // multipliers diverging: no feasible point
       status = infeasible;
       break;
     }

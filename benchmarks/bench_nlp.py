@@ -1,12 +1,14 @@
 """NLP benchmark: SQPFunction on NLPs written the natural way (a Python loop over stages) and batched, and on a
-non-OCP sparse NLP, with each general QP solver (no stage layout given), against CasADi's IPOPT on the same NLPs.
+non-OCP sparse NLP, with no stage layout given: the default QP routing ("auto": the Riccati interior point where the
+stage structure is detected, else the sparse interior point) and each general QP solver forced (no structure used),
+against CasADi's IPOPT on the same NLPs.
 
 Run from the repository root:
 
   .venv/bin/python -m benchmarks.bench_nlp                      # swing-up N = 50 (loop, batched), Bratu n = 200
   .venv/bin/python -m benchmarks.bench_nlp --forms batched      # the batched swing-up only (a cold loop build
-                                                                # takes minutes per QP solver: 291 s at N = 20)
-  .venv/bin/python -m benchmarks.bench_nlp --qp sparse_ipm      # one QP solver only
+                                                                # takes ~40 s per QP solver at N = 50)
+  .venv/bin/python -m benchmarks.bench_nlp --qp auto            # the default routing only
 
 The swing-up needs N >= 50 (h = 0.05 s): with a shorter horizon x_N = 0 cannot be reached within |u| <= 20 and the
 NLP is infeasible (IPOPT: Infeasible_Problem_Detected at N = 20).
@@ -20,7 +22,8 @@ NLPs:
   0 <= u_i <= 0.5: a discretized boundary-value problem (tridiagonal Jacobian, diagonal Hessian) with active bounds.
 
 anvil: cold build (construction + first call on an empty cache: trace, derive, schedule, render, compile) and the
-median solve time of `--solves` calls after it, with no stage layout (the QPs are general sparse QPs). CasADi: IPOPT
+median solve time of `--solves` calls after it, with no stage layout given ("auto: riccati" where the routing found
+one; sparse_ipm and osqp solve general sparse QPs). CasADi: IPOPT
 on the same NLP in SX (exact Hessian), median solve time. Informational; exits 0.
 """
 
@@ -42,7 +45,7 @@ from anvil.problems.backend import casadi_backend
 from benchmarks.bench_sqp import median_ms
 from benchmarks.common import anvil_cache, casadi_solver, load_casadi
 
-QP_SOLVERS = ("sparse_ipm", "osqp")
+QP_SOLVERS = ("auto", "sparse_ipm", "osqp")
 
 
 @dataclass
@@ -139,7 +142,7 @@ def run_anvil(nlp: NLP, qp: str, solves: int) -> Result:
   from anvil.qp import OSQPOptions, SparseIPMOptions
   from anvil.sqp import SQPFunction, SQPOptions
 
-  options = SQPOptions(qp=SparseIPMOptions() if qp == "sparse_ipm" else OSQPOptions())
+  options = SQPOptions(qp={"auto": None, "sparse_ipm": SparseIPMOptions(), "osqp": OSQPOptions()}[qp])
   with tempfile.TemporaryDirectory(prefix="bench_nlp_cache_") as cache, anvil_cache(Path(cache)):
     t0 = time.perf_counter()
     args = (av.Arg(nlp.n), av.Arg(nlp.p.size))
@@ -151,7 +154,8 @@ def run_anvil(nlp: NLP, qp: str, solves: int) -> Result:
     res = solve()
     build_s = time.perf_counter() - t0
     ms = median_ms(solve, solves)
-  return Result(nlp.name, f"anvil, {qp}", str(res.status), res.iterations, float(res.f), ms, build_s)
+  solver_name = f"auto: {res.stats['qp_solver']}" if qp == "auto" else qp
+  return Result(nlp.name, f"anvil, {solver_name}", str(res.status), res.iterations, float(res.f), ms, build_s)
 
 
 def run_ipopt(ca: Any, nlp: NLP, solves: int, notes: list[str]) -> Result:

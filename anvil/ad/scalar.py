@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+from numpy.typing import NDArray
 from tinygrad import dtypes
 from tinygrad.uop.ops import Ops
 
@@ -61,10 +62,13 @@ def scalar_gradient(fn: NumericalFunction[..., Any], wrt: int) -> DerivedCode:
   return _derived_code(fn, f"gradient in input {wrt}", fn.inputs[wrt].shape, build)
 
 
-def scalar_sparse(fn: NumericalFunction[..., Any], kind: str, wrt: int) -> tuple[sp.csc_array, DerivedCode] | None:
-  """The structural pattern and the code of a sparse derivative of `fn`'s single output in input `wrt`, derived on its
-  scalar expressions: `kind` "jacobian" (forward mode) or "hessian" (forward over reverse, the upper triangle). The
-  pattern holds the entries whose expression is not a constant zero. None where the scalar lowering does not apply."""
+def scalar_sparse(
+  fn: NumericalFunction[..., Any], kind: str, wrt: int
+) -> tuple[sp.csc_array, DerivedCode, NDArray[np.float64]] | None:
+  """The structural pattern, the code and the constant entries (each entry's value where its expression is a
+  constant, else NaN) of a sparse derivative of `fn`'s single output in input `wrt`, derived on its scalar
+  expressions: `kind` "jacobian" (forward mode) or "hessian" (forward over reverse, the upper triangle). The pattern
+  holds the entries whose expression is not a constant zero. None where the scalar lowering does not apply."""
   traced = fn.traced
   size = fn.inputs[wrt].size
   try:
@@ -82,11 +86,12 @@ def scalar_sparse(fn: NumericalFunction[..., Any], kind: str, wrt: int) -> tuple
   flat = [r for i in indices for r in i]
   pattern = sp.csc_array((np.ones(len(flat)), np.array(flat, dtype=np.int64), indptr), shape=(rows, size))
   writes = [(0, k, columns[c][r]) for k, (c, r) in enumerate((c, r) for c, i in enumerate(indices) for r in i)]
+  constants = np.array([float(g.args[e]) if g.is_const(e) else np.nan for _, _, e in writes], dtype=np.float64)
   dtypes_in, dtype_out = [u.dtype for u in traced.inputs], [traced.stores[slot].dtype]
   code = _derived_code(
     fn, f"{kind} in input {wrt}", (len(flat),), lambda: emit_program(g, writes, dtypes_in, dtype_out)
   )
-  return pattern, code
+  return pattern, code, constants
 
 
 def _derived_code(fn: NumericalFunction[..., Any], what: str, shape: tuple[int, ...], build: Any) -> DerivedCode:

@@ -145,13 +145,13 @@ def _on_scalars(fn: Fn, name: str, wrt: int, what: str) -> SparseNumericalFuncti
     found = scalar_sparse(fn, "hessian" if what == "sphessian" else "jacobian", wrt)
   if found is None:
     return None
-  pattern, code = found
+  pattern, code, constants = found
   rows, cols = _csc_coordinates(pattern)
   index = Tensor((rows * pattern.shape[1] + cols).astype(np.int32))
   dense = hessian_graph if what == "sphessian" else jacobian_graph
   derivative = SparseNumericalFunction(name, lambda *xs: dense(fn, xs, wrt, what).flatten()[index], fn.inputs,
                                        pattern, device=fn.device)  # fmt: skip
-  derivative.derived = code
+  derivative.derived, derivative.constant_entries = code, constants
   return derivative
 
 
@@ -189,7 +189,7 @@ def spjacobian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> SparseNumeri
   gather[varying] = position(rows[varying], cols[varying])
   gather[fixed] = plan.length + np.arange(int(fixed.sum()))
   if not fixed.any():
-    return _sparse(fn, new_name, pattern, plan, gather, wrt, "spjacobian")
+    return _with_constants(_sparse(fn, new_name, pattern, plan, gather, wrt, "spjacobian"), constant)
   # NOTE: the seeds still carry the constant entries' columns (rows), whose contributions add into the compressed
   # values of the varying entries sharing a colour with them: the gather takes them off again
   added = np.zeros(plan.length)
@@ -197,7 +197,13 @@ def spjacobian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> SparseNumeri
   shift = np.zeros(rows.size)
   shift[varying] = -added[gather[varying]]
   shifts = shift if shift.any() else None
-  return _sparse(fn, new_name, pattern, plan, gather, wrt, "spjacobian", constant[fixed], shifts)
+  derivative = _sparse(fn, new_name, pattern, plan, gather, wrt, "spjacobian", constant[fixed], shifts)
+  return _with_constants(derivative, constant)
+
+
+def _with_constants(derivative: SparseNumericalFunction, constants: NDArray[np.float64]) -> SparseNumericalFunction:
+  derivative.constant_entries = constants
+  return derivative
 
 
 def constant_jacobian(fn: Fn, wrt: int = 0) -> NDArray[np.float64] | None:

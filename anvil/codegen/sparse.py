@@ -96,6 +96,10 @@ class SparseNumericalFunction(NumericalFunction[..., Any]):
       `fn(...)[gather[k]]`, expanded in C++ (this is how compressed sparse derivatives are evaluated).
     gather_shift: with `gather`, a constant per nonzero added after the gather (finite; default none).
 
+  Attributes:
+    constant_entries: each stored entry's value where it is the same at every point, NaN where it varies, as
+      `spjacobian` finds them at trace time; None where unknown (a function made by hand).
+
   Calls are thread-safe, as a `NumericalFunction`'s: each result is a new csc_array over fresh values.
 
   Example:
@@ -133,6 +137,7 @@ class SparseNumericalFunction(NumericalFunction[..., Any]):
     ):
       raise ValueError(f"{name}: gather_shift must hold one finite value per nonzero ({self.nnz}), with gather")
     super().__init__(name, fn, inputs, device)
+    self.constant_entries: NDArray[np.float64] | None = None
     self.compressed_fn = fn
     if self.gather is not None:
       # NOTE: `fn` keeps the meaning "returns the nnz values" for composing and differentiating again (a tinygrad

@@ -10,3 +10,4 @@ from anvil.qp.result import OCPQPSolution as OCPQPSolution
 from anvil.qp.result import QPStatus as QPStatus
 from anvil.qp.riccati import RiccatiQP as RiccatiQP
 from anvil.qp.stages import StageLayout as StageLayout
+from anvil.qp.structure import detect_stages as detect_stages

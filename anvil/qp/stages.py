@@ -23,6 +23,7 @@ from anvil.qp.osqp import UsesQDLDL
 from anvil.qp.riccati import RiccatiQP, flat_offsets
 
 ROW_KINDS = ("initial", "dynamics", "stage")
+SCALES = ("A_scale", "l_scale", "dual_scale", "initial_scale")
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,8 @@ class StageLayout:
     variables: for each variable, (stage, index): index < nx is the state x_k[index], else input index - nx.
     rows: for each constraint row, ("initial", 0, i): x_0[i] equals its bound; ("dynamics", k, i): x_{k+1}[i] minus
       terms of stage k's variables equals its bound; ("stage", k, j): the j-th row of stage k, between its bounds.
+    coefficients: for each constraint row, the coefficient of its state in an initial or dynamics row (a nonzero
+      constant: the row is that multiple of the forms above; 1.0 on stage rows); empty (the default): all 1.0.
 
   Example:
     >>> StageLayout(N=1, nx=1, nu=1, nuN=0, variables=((0, 0), (0, 1), (1, 0)),
@@ -49,6 +52,7 @@ class StageLayout:
   nuN: int
   variables: tuple[tuple[int, int], ...]
   rows: tuple[tuple[str, int, int], ...]
+  coefficients: tuple[float, ...] = ()
 
   def __post_init__(self) -> None:
     for what, value, least in (("N", self.N, 1), ("nx", self.nx, 1), ("nu", self.nu, 1), ("nuN", self.nuN, 0)):
@@ -74,6 +78,15 @@ class StageLayout:
     }
     if set(counts) != expected or max(counts.values()) > 1:
       raise ValueError("StageLayout: every state needs exactly one row: x_0 its initial row, x_{k+1} its dynamics row")
+    scales = self.coefficients
+    stage_rows = [r for r, (kind, _, _) in enumerate(self.rows) if kind == "stage"]
+    if scales and (len(scales) != len(self.rows) or not all(np.isfinite(scales)) or 0.0 in scales
+                   or any(scales[r] != 1.0 for r in stage_rows)):  # fmt: skip
+      raise ValueError("StageLayout.coefficients: one finite nonzero number per row, 1.0 on stage rows")
+
+  def coefficient(self, row: int) -> float:
+    """The coefficient of row `row`'s state (1.0 on stage rows)."""
+    return float(self.coefficients[row]) if self.coefficients else 1.0
 
   @property
   def general_rows(self) -> tuple[int, int]:
@@ -108,7 +121,8 @@ class _RiccatiBackendContext:
   options: RiccatiOptions
   n_elastic: int
   buffers: tuple[tuple[str, str, int], ...]
-  tables: tuple[tuple[str, tuple[int, ...]], ...]
+  tables: tuple[tuple[str, tuple[float, ...]], ...]
+  scales: tuple[tuple[str, tuple[float, ...]], ...]
 
 
 class RiccatiBackend(UsesQDLDL, QPBackend[RiccatiOptions]):
@@ -151,8 +165,8 @@ class RiccatiBackend(UsesQDLDL, QPBackend[RiccatiOptions]):
     return (self.solver,)
 
   @cached_property
-  def tables(self) -> dict[str, tuple[int, ...]]:
-    """The index tables of anvil/riccati_backend.hpp (offsets into Data and Solution as flat arrays)."""
+  def tables(self) -> dict[str, tuple[float, ...]]:
+    """The tables of anvil/riccati_backend.hpp: offsets into Data and Solution as flat arrays, and the SCALES."""
     return {**_StageTables(self.name, self.problem, self.solver).tables, **self.kkt.tables}
 
   @cached_property
@@ -163,7 +177,8 @@ class RiccatiBackend(UsesQDLDL, QPBackend[RiccatiOptions]):
       name=self.name, solver=self.solver.name, n=problem.n, m=problem.m, nnz_P=problem.p_pattern.nnz,
       nnz_A=problem.a_pattern.nnz, nx=self.stages.nx, data_size=flat_offsets(self.solver.shapes)[1],
       options=self.options, n_elastic=len(self.tables["elastic_to_data"]), buffers=self.kkt.buffers,
-      tables=tuple(self.tables.items()),
+      tables=tuple((k, v) for k, v in self.tables.items() if k not in SCALES),
+      scales=tuple((k, v) for k, v in self.tables.items() if k in SCALES),
     )  # fmt: skip
 
 
@@ -202,11 +217,11 @@ class _StageTables:
     return (self.nz if k < self.stages.N else self.nzN) + j
 
   @cached_property
-  def tables(self) -> dict[str, tuple[int, ...]]:
-    """Every table of anvil/riccati_backend.hpp but the KKT system's."""
+  def tables(self) -> dict[str, tuple[float, ...]]:
+    """Every table of anvil/riccati_backend.hpp but the KKT system's (the SCALES hold doubles, the others ints)."""
     return {**self._matrices(), **self._vectors()}
 
-  def _matrices(self) -> dict[str, tuple[int, ...]]:
+  def _matrices(self) -> dict[str, tuple[float, ...]]:
     variables, rows, N, nx = self.stages.variables, self.stages.rows, self.stages.N, self.stages.nx
     hess, mirror = [], []
     for r, c in _entries(self.problem.p_pattern):
@@ -215,10 +230,10 @@ class _StageTables:
         raise ValueError(f"{self.name}: P couples stages {kr} and {kc} (variables {r} and {c})")
       hess.append(self.h_at(kr, ir, ic))
       mirror.append(self.h_at(kr, ic, ir) if ir != ic else -1)
-    offsets, signs = [], []
+    offsets, scales = [], []
     for r, c in _entries(self.problem.a_pattern):
       k, j = variables[c]
-      offset, sign = -1, 0  # the identities the stage QP implies: x_0 in its row, x_{k+1} in its dynamics, the boxes
+      offset, scale = -1, 0.0  # the identities the stage QP implies: x_0 in its row, x_{k+1} in its dynamics, the boxes
       if r < len(rows):
         kind, kr, i = rows[r]
         if kind == "dynamics" and (k, j) != (kr + 1, i):
@@ -226,41 +241,45 @@ class _StageTables:
             raise ValueError(f"{self.name}: the dynamics row {r} of stage {kr} depends on stage {k}")
           o = self.data
           offset = o["A"] + (k * nx + i) * nx + j if j < nx else o["B"] + (k * nx + i) * (self.nz - nx) + j - nx
-          sign = -1
+          scale = -1.0 / self.stages.coefficient(r)
         elif kind == "stage":
           if k != kr:
             raise ValueError(f"{self.name}: constraint row {r} of stage {kr} depends on stage {k}")
-          offset, sign = self.g_at(k, self.general(k, i), j), 1
+          offset, scale = self.g_at(k, self.general(k, i), j), 1.0
         elif kind == "initial" and (k, j) != (0, i):
           raise ValueError(f"{self.name}: the initial row {r} of x_0[{i}] depends on another variable ({c})")
       offsets.append(offset)
-      signs.append(sign)
+      scales.append(scale)
     box = [self.g_at(k, i, i) for k in range(N) for i in range(self.nz)] + [self.g_at(N, i, i) for i in range(self.nzN)]
-    return {"P_to_data": tuple(hess), "P_mirror": tuple(mirror), "A_to_data": tuple(offsets),
-            "A_sign": tuple(signs), "box": tuple(box)}  # fmt: skip
+    return {"P_to_data": tuple(hess), "P_mirror": tuple(mirror), "A_to_data": tuple(offsets), "box": tuple(box),
+            "A_scale": tuple(scales)}  # fmt: skip
 
-  def _vectors(self) -> dict[str, tuple[int, ...]]:
+  def _vectors(self) -> dict[str, tuple[float, ...]]:
     o, s, N, nx = self.data, self.solution, self.stages.N, self.stages.nx
-    lower, upper, dual, sign = [], [], [], []
-    initial = [0] * nx
+    lower, upper, dual, dual_scale, lower_scale = [], [], [], [], []
+    initial, initial_scale = [0] * nx, [1.0] * nx
     for r, (kind, k, i) in enumerate(self.stages.rows):
+      # NOTE: an initial or dynamics row is the multiple `coefficient` of the stage QP's: its bound is divided by it
+      # (its bounds are equal) and its multiplier is the stage QP's divided by it
+      scale = 1.0 / self.stages.coefficient(r)
+      lower_scale.append(scale)
       if kind == "initial":
-        initial[i] = r
+        initial[i], initial_scale[i] = r, scale
         lower.append(o["x0"] + i)
         upper.append(-1)
         dual.append(-1)
-        sign.append(0)
+        dual_scale.append(0.0)
       elif kind == "dynamics":
         lower.append(o["c"] + k * nx + i)
         upper.append(-1)
         dual.append(s["pi"] + k * nx + i)  # the row is -(A x + B u + c - x_{k+1}): its multiplier is -pi_k
-        sign.append(-1)
+        dual_scale.append(-scale)
       else:
         row = self.general(k, i)
         lower.append(self.bound_at(k, row, "lo"))
         upper.append(self.bound_at(k, row, "hi"))
         dual.append(self.lam_at(k, row))
-        sign.append(1)
+        dual_scale.append(1.0)
     primal, gradient = [], []
     # NOTE: the elastic rows (set_elastic): the general rows and the state boxes; input boxes and dynamics stay hard
     elastic = [self.bound_at(k, self.general(k, i), "z") for kind, k, i in self.stages.rows if kind == "stage"]
@@ -269,13 +288,15 @@ class _StageTables:
       lower.append(self.bound_at(k, i, "lo"))
       upper.append(self.bound_at(k, i, "hi"))
       dual.append(self.lam_at(k, i))
-      sign.append(1)
+      dual_scale.append(1.0)
+      lower_scale.append(1.0)
       gradient.append(o["g"] + k * self.nz + i if k < N else o["gN"] + i)
       inputs = s["u"] + k * (self.nz - nx) if k < N else s["uN"]
       primal.append(s["x"] + k * nx + i if i < nx else inputs + i - nx)
     return {"q_to_data": tuple(gradient), "l_to_data": tuple(lower), "u_to_data": tuple(upper),
-            "primal_from": tuple(primal), "dual_from": tuple(dual), "dual_sign": tuple(sign),
-            "initial_rows": tuple(initial), "elastic_to_data": tuple(elastic)}  # fmt: skip
+            "primal_from": tuple(primal), "dual_from": tuple(dual), "initial_rows": tuple(initial),
+            "elastic_to_data": tuple(elastic), "l_scale": tuple(lower_scale), "dual_scale": tuple(dual_scale),
+            "initial_scale": tuple(initial_scale)}  # fmt: skip
 
 
 def _entries(matrix: sp.csc_array) -> list[tuple[int, int]]:

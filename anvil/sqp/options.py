@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from anvil.qp.options import (
   OSQPOptions,
   QPOptions,
-  SparseIPMOptions,
   check_bool,
   check_int,
   check_positive,
@@ -41,11 +40,13 @@ class SQPOptions:
   """Seconds a solve may take (checked once per iteration): past it, it ends "time_limit" with the last iterate (or
   "acceptable" there). A call may ask for another."""
   qp: QPOptions | None = None
-  """The QP solver and its settings: `SparseIPMOptions` (the default: the sparse interior point, for any NLP; OSQP's
-  when only the qp_* aliases below are given), `OSQPOptions` (OSQP's ADMM, polished) or `RiccatiOptions` (for NLPs
-  with a stage layout: `SQPFunction(..., stages=...)`, as `MPCFunction` builds them). The restoration phase's elastic
-  QPs are the Riccati interior point's own (elastic rows) with a stage layout, the sparse interior point's with
-  SparseIPMOptions, else OSQP's with these settings."""
+  """The QP solver and its settings: None (the default: automatic, `SQPFunction.qp_options`: the Riccati interior
+  point for an NLP with a stage layout, given or detected, else the sparse interior point; OSQP's when only the qp_*
+  aliases below are given), `SparseIPMOptions` (the sparse interior point, for any NLP, no stage structure used),
+  `OSQPOptions` (OSQP's ADMM, polished) or `RiccatiOptions` (for NLPs with a stage layout, given as
+  `SQPFunction(..., stages=...)`, as `MPCFunction` builds them, or detected). The restoration phase's elastic QPs are
+  the Riccati interior point's own (elastic rows) with a stage layout, the sparse interior point's with its QPs, else
+  OSQP's with these settings."""
   qp_eps_abs: float | None = None
   """Alias of `OSQPOptions.eps_abs` for the OSQP QPs (the QPs themselves with OSQP, else the elastic ones)."""
   qp_eps_rel: float | None = None
@@ -87,7 +88,7 @@ class SQPOptions:
       )
     osqp = self.osqp
     aliased = any(getattr(self, alias) is not None for alias in OSQP_ALIASES)
-    object.__setattr__(self, "qp", self.qp or (osqp if aliased else SparseIPMOptions()))
+    object.__setattr__(self, "qp", self.qp or (osqp if aliased else None))
     for alias, name in OSQP_ALIASES.items():
       object.__setattr__(self, alias, getattr(osqp, name))
 

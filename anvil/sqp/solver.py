@@ -19,7 +19,16 @@ from anvil.ad import gradient, sphessian, spjacobian
 from anvil.codegen import Arg, FunctionBase, NumericalFunction, SparseNumericalFunction
 from anvil.codegen.base import check_identifier
 from anvil.codegen.templated import TemplatedFunction
-from anvil.qp import QPBackend, QPProblem, QPStatus, RiccatiOptions, SparseIPMOptions, StageLayout
+from anvil.qp import (
+  QPBackend,
+  QPOptions,
+  QPProblem,
+  QPStatus,
+  RiccatiOptions,
+  SparseIPMOptions,
+  StageLayout,
+  detect_stages,
+)
 from anvil.sqp.labels import NLPLabels
 from anvil.sqp.options import SQPOptions
 from anvil.sqp.result import SUCCESS, SQPResult, SQPStatus
@@ -54,6 +63,7 @@ class _SolverContext:
   qp: str
   elastic: str
   elastic_rows: bool
+  equality_rows: tuple[int, ...]
   convex_hessian: bool
   options: SQPOptions
   tables: tuple[tuple[str, tuple[int, ...]], ...]
@@ -76,13 +86,16 @@ class SQPFunction(TemplatedFunction):
 
   The solver's C++ evaluates f, ∇f, g, the sparse ∂g/∂x and the sparse Lagrangian Hessian (its dependencies, emitted
   in the same module), regularizes the Hessian only when a QP is nonconvex, solves each QP with a backend generated
-  for the QPs' fixed patterns (`options.qp`: the sparse interior point by default; OSQP's own C code, polished; the
-  Riccati interior point for NLPs with a stage layout), and takes steps by a backtracking filter line search
-  (objective vs L1 violation, Wächter and Biegler). When the linearized constraints are inconsistent, a QP fails or
-  no step is acceptable, a feasibility restoration phase solves the elastic NLP min f + rho (L1 violation of the
-  elastic rows) subject to the rows its QPs keep hard (elastic QPs: with a stage layout the Riccati interior point's
-  elastic rows, else slacks on every row, solved by the sparse interior point or OSQP; a filter line search of its
-  own) until the violation is reduced enough, or ends "infeasible" at the least-violation point.
+  for the QPs' fixed patterns (`options.qp`; by default the Riccati interior point when the NLP has the stage
+  structure of an optimal control problem, given as `stages` or detected in the patterns of ∂g/∂x and the Hessian
+  (`anvil.qp.detect_stages`: multiple shooting written as a loop over the stages, in any order of variables and
+  rows), else the sparse interior point; OSQP's own C code, polished, when asked for), and takes steps by a
+  backtracking filter line search (objective vs L1 violation, Wächter and Biegler). When the linearized constraints
+  are inconsistent, a QP fails or no step is acceptable, a feasibility restoration phase solves the elastic NLP
+  min f + rho (L1 violation of the elastic rows) subject to the rows its QPs keep hard (elastic QPs: with a stage
+  layout the Riccati interior point's elastic rows, else slacks on every row, solved by the sparse interior point or
+  OSQP; a filter line search of its own) until the violation is reduced enough, or ends "infeasible" at the
+  least-violation point.
 
   Args:
     name: a C++ identifier.
@@ -94,8 +107,10 @@ class SQPFunction(TemplatedFunction):
     convex_hessian: `hessian` is positive semidefinite wherever it is evaluated (Gauss-Newton with PSD weights): the
       real-time iteration's preparation then loads its QP without the inertia test (a sparse KKT factorization) that
       otherwise decides its regularization. Needs `hessian`.
-    stages: where x's entries and g's rows sit in the stages of an optimal control problem (a StageLayout): needed
-      by `RiccatiOptions`, ignored by OSQP.
+    stages: where x's entries and g's rows sit in the stages of an optimal control problem (a StageLayout), for the
+      Riccati interior point (ignored by the general QP solvers); None: detected when `options.qp` is None or
+      RiccatiOptions (`layout` is the one used). The initial and dynamics rows of a layout are equalities: a call
+      must give them lbg = ubg.
 
   Calls are thread-safe: each converts its inputs into arrays of its own and gets fresh outputs, and the C++ solve
   (which holds the GIL) runs under this object's lock, so calls from several threads never share a buffer.
@@ -128,7 +143,7 @@ class SQPFunction(TemplatedFunction):
     self.options = options or SQPOptions()
     if stages is not None and not isinstance(stages, StageLayout):
       raise TypeError(f"{name}: stages must be a StageLayout, got {type(stages).__name__}")
-    if stages is None and isinstance(self.options.qp, RiccatiOptions):
+    if stages is None and constraints is None and isinstance(self.options.qp, RiccatiOptions):
       raise ValueError(f"{name}: RiccatiOptions solves QPs with a stage layout: pass stages=StageLayout(...)")
     self.cost, self.constraints, self.stages = cost, constraints, stages
     self.gradient = gradient(cost, 0, name=f"{name}_cost_gradient")
@@ -180,6 +195,40 @@ class SQPFunction(TemplatedFunction):
   # *** the QPs ***
 
   @cached_property
+  def _patterns(self) -> tuple[sp.csc_array, sp.csc_array, sp.csc_array, sp.csc_array]:
+    """The patterns of the Lagrangian Hessian (upper triangle), of ∂g/∂x, and of the QPs' P and A."""
+    n, m = self.n, self.m
+    hess = _pattern(self.hessian, (n, n))
+    jac = sp.csc_array((m, n)) if self.jacobian is None else _pattern(self.jacobian, (m, n))
+    eye = sp.csc_array(sp.eye_array(n, format="csc"))
+    return hess, jac, _sorted(sp.triu(hess + eye)), _sorted(sp.vstack([jac, eye]))
+
+  @cached_property
+  def layout(self) -> StageLayout | None:
+    """The stage layout the QPs are solved with: `stages`, else (with `options.qp` None or RiccatiOptions) the one
+    `anvil.qp.detect_stages` finds in the patterns, where the Riccati backend accepts it, else None."""
+    if self.stages is not None or not (self.options.qp is None or isinstance(self.options.qp, RiccatiOptions)):
+      return self.stages
+    hess, jac, p_pattern, a_pattern = self._patterns
+    constants = getattr(self.jacobian, "constant_entries", None)
+    found = None if constants is None else detect_stages(jac, constants, hess)
+    try:
+      if found is not None:
+        RiccatiOptions().backend(f"{self.name}_qp", QPProblem(p_pattern, a_pattern, found))
+    except ValueError:
+      found = None  # NOTE: a layout the patterns do not fit (the backend checks every entry)
+    if found is None and isinstance(self.options.qp, RiccatiOptions):
+      raise ValueError(f"{self.name}: RiccatiOptions solves QPs with a stage layout: none was found in the patterns "
+                       "of the constraint Jacobian and the Hessian; pass stages=StageLayout(...)")  # fmt: skip
+    return found
+
+  @cached_property
+  def qp_options(self) -> QPOptions:
+    """The QP solver's options: `options.qp`, else RiccatiOptions() with a stage layout and SparseIPMOptions()
+    without."""
+    return self.options.qp or (SparseIPMOptions() if self.layout is None else RiccatiOptions())
+
+  @cached_property
   def _qp_layout(self) -> tuple[QPProblem, QPProblem, dict[str, tuple[int, ...]]]:
     """The QPs' fixed patterns (normal and elastic) and the maps from derivative values into their matrices.
 
@@ -188,12 +237,9 @@ class SQPFunction(TemplatedFunction):
     (J d + v - w), so it is always feasible; its P and A extend the same patterns.
     """
     n, m = self.n, self.m
-    hess = _pattern(self.hessian, (n, n))
-    jac = sp.csc_array((m, n)) if self.jacobian is None else _pattern(self.jacobian, (m, n))
+    hess, jac, p_pattern, a_pattern = self._patterns
     eye, eye_m = sp.csc_array(sp.eye_array(n, format="csc")), sp.csc_array(sp.eye_array(m, format="csc"))
     zeros = lambda r, c: sp.csc_array((r, c))
-    p_pattern = _sorted(sp.triu(hess + eye))
-    a_pattern = _sorted(sp.vstack([jac, eye]))
     pe_pattern = _sorted(sp.block_diag([p_pattern, zeros(2 * m, 2 * m)]))
     slack = sp.csc_array(sp.vstack([sp.hstack([eye_m, -eye_m]), zeros(n, 2 * m), sp.eye_array(2 * m)]))
     ae_pattern = _sorted(sp.hstack([sp.vstack([jac, eye, zeros(2 * m, n)]), slack]))
@@ -212,14 +258,12 @@ class SQPFunction(TemplatedFunction):
       "hess_i": tuple(int(v) for v in self.hessian.indices),
       "hard_rows": self.hard_rows,
     }
-    return QPProblem(p_pattern, a_pattern, self.stages), QPProblem(pe_pattern, ae_pattern), tables
+    return QPProblem(p_pattern, a_pattern, self.layout), QPProblem(pe_pattern, ae_pattern), tables
 
   @cached_property
   def qp(self) -> QPBackend:
-    """The backend solving the QPs of the iteration (`options.qp`)."""
-    qp_options = self.options.qp
-    assert qp_options is not None
-    return qp_options.backend(f"{self.name}_qp", self._qp_layout[0])
+    """The backend solving the QPs of the iteration (`qp_options`)."""
+    return self.qp_options.backend(f"{self.name}_qp", self._qp_layout[0])
 
   @cached_property
   def elastic(self) -> QPBackend | None:
@@ -227,22 +271,42 @@ class SQPFunction(TemplatedFunction):
     Riccati interior point's elastic rows (stage rows and state bounds elastic; initial, dynamics and input rows hard:
     its QPs are always feasible); without one, slacks on every constraint row, solved by the sparse interior point
     when it solves the QPs, else by OSQP."""
-    if self.stages is not None:
-      return None if isinstance(self.options.qp, RiccatiOptions) else RiccatiOptions().backend(
+    if self.layout is not None:
+      return None if isinstance(self.qp_options, RiccatiOptions) else RiccatiOptions().backend(
         f"{self.name}_elastic", self._qp_layout[0])  # fmt: skip
-    if isinstance(self.options.qp, SparseIPMOptions):
-      return self.options.qp.backend(f"{self.name}_elastic", self._qp_layout[1])
+    if isinstance(self.qp_options, SparseIPMOptions):
+      return self.qp_options.backend(f"{self.name}_elastic", self._qp_layout[1])
     # NOTE: unpolished: polishing needs P's full diagonal in its pattern, which the slacks' columns do not have
     return dataclasses.replace(self.options.osqp, polish=False).backend(f"{self.name}_elastic", self._qp_layout[1])
+
+  @cached_property
+  def equality_rows(self) -> tuple[int, ...]:
+    """The rows of g the QPs keep equal to their lower bound (the initial and dynamics rows of the stage layout): a
+    call must give lbg = ubg there."""
+    return () if self.layout is None else tuple(r for r, (kind, _, _) in enumerate(self.layout.rows) if kind != "stage")
+
+  def _check_equality_rows(self, lbg: NDArray[np.float64], ubg: NDArray[np.float64]) -> None:
+    rows = np.asarray(self.equality_rows, dtype=np.int64)
+    if (bad := rows[lbg[rows] != ubg[rows]]).size:
+      assert self.layout is not None
+      r = int(bad[0])
+      kind, k, i = self.layout.rows[r]
+      what = "the initial value of x_0" if kind == "initial" else f"the dynamics of x_{k + 1}"
+      how = "given" if self.stages is not None else "found in the patterns"
+      raise ValueError(
+        f"{self.name}: lbg and ubg must be equal at {self.labels.row(r)[1]}: it is {what}[{i}] in the stage layout "
+        f"{how}, which the Riccati QP solver keeps an equality (got lbg = {lbg[r]}, ubg = {ubg[r]}); for other "
+        f"bounds there, solve without the layout: SQPOptions(qp=SparseIPMOptions())"
+      )
 
   @cached_property
   def hard_rows(self) -> tuple[int, ...]:
     """For each row of g, then each bound on x: 1 when the elastic QPs keep it hard (the restoration then weighs its
     violation above the others'), else 0."""
-    if self.stages is None:
+    if (layout := self.layout) is None:
       return (0,) * self.m + (1,) * self.n
-    rows = tuple(int(kind != "stage") for kind, _, _ in self.stages.rows)
-    return rows + tuple(int(i >= self.stages.nx) for _, i in self.stages.variables)
+    rows = tuple(int(kind != "stage") for kind, _, _ in layout.rows)
+    return rows + tuple(int(i >= layout.nx) for _, i in layout.variables)
 
   def dependencies(self) -> tuple[FunctionBase, ...]:
     """f, ∇f, g, ∂g/∂x, the Lagrangian Hessian and the QP backends."""
@@ -268,7 +332,8 @@ class SQPFunction(TemplatedFunction):
       hessian=self.hessian.name, evaluations=tuple(f.name for f in evaluations if f is not None),
       nnz_jac=0 if jac is None else jac.nnz, nnz_hess=self.hessian.nnz, nnz_P=normal.p_pattern.nnz,
       nnz_A=normal.a_pattern.nnz, nnz_Ae=elastic.a_pattern.nnz, qp=self.qp.name,
-      elastic="" if self.elastic is None else self.elastic.name, elastic_rows=self.stages is not None,
+      elastic="" if self.elastic is None else self.elastic.name, elastic_rows=self.layout is not None,
+      equality_rows=self.equality_rows,
       convex_hessian=self.convex_hessian,
       options=self.options, tables=tuple(tables.items()),
     )  # fmt: skip
@@ -305,6 +370,7 @@ class SQPFunction(TemplatedFunction):
               np.zeros(n) if lam_x0 is None else self._vector("lam_x0", lam_x0, n, finite=True)]  # fmt: skip
     for lo, hi, what in ((inputs[2], inputs[3], "x"), (inputs[4], inputs[5], "g")):
       check_bounds(self.name, f"bounds lb{what}, ub{what}", lo, hi, lambda i: f"index {i[0]}")
+    self._check_equality_rows(inputs[4], inputs[5])
     limits = self.limits(max_iter, tol, max_time)
     outs = [np.empty(n), np.empty(1), np.empty(m), np.empty(n)]
     (history, ihistory, info), scalars = self.stats_buffers(), np.zeros(6)

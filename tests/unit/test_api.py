@@ -48,7 +48,7 @@ SUBPACKAGES = {
   "anvil.ad": {"SparsityError", "VmapError", "constant_jacobian", "gradient", "hessian", "jacobian", "jvp", "sphessian",
                "spjacobian", "vjp", "vmap"},
   "anvil.qp": {"OCPQPSolution", "OSQPOptions", "QPBackend", "QPOptions", "QPProblem", "QPStatus", "RiccatiOptions",
-               "RiccatiQP", "SparseIPMOptions", "StageLayout"},
+               "RiccatiQP", "SparseIPMOptions", "StageLayout", "detect_stages"},
   "anvil.sqp": {"SQPFunction", "SQPOptions", "SQPResult", "SQPStatus"},
   "anvil.mpc": {"ClosedLoop", "LeastSquares", "MPCFunction", "MPCOptions", "MPCSolution", "Soft", "plot_closed_loop",
                 "rk4", "shooting_layout", "simulate"},

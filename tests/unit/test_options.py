@@ -34,7 +34,7 @@ def test_qp_options_are_checked_field_by_field() -> None:
 
 
 def test_sqp_options_take_the_qp_solver_and_the_former_names() -> None:
-  assert SQPOptions().qp == SparseIPMOptions(), "the default"
+  assert SQPOptions().qp is None, "the default: automatic (SQPFunction.qp_options)"
   assert SQPOptions(qp_eps_abs=1e-6, qp_max_iter=50).qp == OSQPOptions(eps_abs=1e-6, max_iter=50), "OSQP's aliases"
   options = SQPOptions(qp=OSQPOptions(eps_rel=1e-7))
   assert (options.qp_eps_abs, options.qp_eps_rel, options.qp_max_iter) == (1e-10, 1e-7, 20000)

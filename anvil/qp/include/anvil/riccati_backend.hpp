@@ -4,19 +4,20 @@
 // The mapping is a set of tables into the solver's Data and Solution viewed as flat arrays of doubles, generated for
 // the QP's patterns: load() scatters P (upper triangle, mirrored) and A into the stage blocks, solve() scatters q, l
 // and u, runs the interior point and gathers the step and the multipliers back. Rows of A are of three kinds: the
-// initial rows (x_0 = x0: J d = l with a unit coefficient on x_0), the dynamics rows (x_{k+1} - A_k x_k - B_k u_k = c_k
-// with a unit coefficient on x_{k+1}: the dynamics of the stage QP, their multipliers -pi_k) and stage rows (rows of
-// G_k, their multipliers lam). The initial rows' multipliers close the stationarity of x_0, which the stage QP
-// eliminates.
+// initial rows (x_0 = x0: J d = l with a coefficient c on x_0, scaled by 1/c), the dynamics rows (x_{k+1} - A_k x_k -
+// B_k u_k = c_k once scaled by the coefficient of x_{k+1}: the dynamics of the stage QP, their multipliers -pi_k / c)
+// and stage rows (rows of G_k, their multipliers lam). The initial rows' multipliers close the stationarity of x_0,
+// which the stage QP eliminates. An initial or dynamics row is an equality: only its lower bound is read.
 //
 // Layout L: n, m, nnz_P, nnz_A, nx (states), data_size (doubles in Data); tol_min and max_iter (the interior point's
 // tightest tolerance and iteration limit); IPM (the anvil::qp::Riccati solver); P_to_data[nnz_P], P_mirror[nnz_P]
-// (-1: on the diagonal), A_to_data[nnz_A] (-1: an identity the stage QP implies), A_sign[nnz_A], box[n_box] (the unit
-// diagonal of every box row, n_box), q_to_data[n], l_to_data[m], u_to_data[m] (-1: none), primal_from[n],
-// dual_from[m] (offsets into Solution; -1: none), dual_sign[m], initial_rows[nx], elastic_to_data[n_elastic] (the
-// prices of the rows set_elastic() relaxes: the stage rows and the bounds on states); the tables of
-// anvil::qp::ActiveSetKKT (for screening). Workspace W: data, sol, ipm (the solver's Data, Solution and Workspace),
-// d (n), y (m), iterations, and the buffers of anvil::qp::ActiveSetKKT.
+// (-1: on the diagonal), A_to_data[nnz_A] (-1: an identity the stage QP implies), A_scale[nnz_A] (the factor an entry
+// takes into the stage QP), box[n_box] (the unit diagonal of every box row, n_box), q_to_data[n], l_to_data[m],
+// u_to_data[m] (-1: none), l_scale[m], primal_from[n], dual_from[m] (offsets into Solution; -1: none), dual_scale[m],
+// initial_rows[nx], initial_scale[nx], elastic_to_data[n_elastic] (the prices of the rows set_elastic() relaxes: the
+// stage rows and the bounds on states); the tables of anvil::qp::ActiveSetKKT (for screening). Workspace W: data, sol,
+// ipm (the solver's Data, Solution and Workspace), d (n), y (m), iterations, and the buffers of
+// anvil::qp::ActiveSetKKT.
 #ifndef ANVIL_RICCATI_BACKEND_HPP
 #define ANVIL_RICCATI_BACKEND_HPP
 #include <cmath>
@@ -65,7 +66,7 @@ struct RiccatiBackend {
       if (L::P_mirror[e] >= 0) data[L::P_mirror[e]] += P[e];
     }
     for (int e = 0; e < L::nnz_A; ++e)
-      if (L::A_to_data[e] >= 0) data[L::A_to_data[e]] = L::A_sign[e] * A[e];
+      if (L::A_to_data[e] >= 0) data[L::A_to_data[e]] = L::A_scale[e] * A[e];
     for (int e = 0; e < L::n_box; ++e) data[L::box[e]] = 1.0;
     return screen && !KKT::convex_on_active_set(P, A, l, u, ws) ? nonconvex : solved;
   }
@@ -75,7 +76,7 @@ struct RiccatiBackend {
     double* data = reinterpret_cast<double*>(&ws.data);
     for (int j = 0; j < L::n; ++j) data[L::q_to_data[j]] = q[j];
     for (int r = 0; r < L::m; ++r) {
-      if (L::l_to_data[r] >= 0) data[L::l_to_data[r]] = l[r];
+      if (L::l_to_data[r] >= 0) data[L::l_to_data[r]] = L::l_scale[r] * l[r];
       if (L::u_to_data[r] >= 0) data[L::u_to_data[r]] = u[r];
     }
     const double tol_qp = std::fmax(L::tol_min, std::fmin(1e-6, tol));
@@ -83,7 +84,7 @@ struct RiccatiBackend {
     ws.iterations = ws.sol.iterations;
     const double* solution = reinterpret_cast<const double*>(&ws.sol);
     for (int j = 0; j < L::n; ++j) ws.d[j] = solution[L::primal_from[j]];
-    for (int r = 0; r < L::m; ++r) ws.y[r] = L::dual_from[r] >= 0 ? L::dual_sign[r] * solution[L::dual_from[r]] : 0.0;
+    for (int r = 0; r < L::m; ++r) ws.y[r] = L::dual_from[r] >= 0 ? L::dual_scale[r] * solution[L::dual_from[r]] : 0.0;
     // the initial rows: their multipliers close the stationarity of x_0, which the stage QP eliminated
     constexpr int nx = IPM::nx, nz = IPM::nz;
     const typename IPM::Data& d = ws.data;
@@ -93,7 +94,7 @@ struct RiccatiBackend {
       for (int j = 0; j < nz; ++j) r += d.H[0][i][j] * (j < nx ? sol.x[0][j] : sol.u[0][j - nx]);
       for (int j = 0; j < nx; ++j) r += d.A[0][j][i] * sol.pi[0][j];
       for (int k = 0; k < IPM::ng; ++k) r += d.G[0][k][i] * sol.lam[0][k];
-      ws.y[L::initial_rows[i]] = -r;
+      ws.y[L::initial_rows[i]] = -r * L::initial_scale[i];
     }
     return status;
   }

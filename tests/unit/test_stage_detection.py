@@ -1,0 +1,180 @@
+"""anvil.qp.detect_stages: the stage structure of multiple-shooting NLPs found in their patterns, whatever the order
+of variables and rows, and no structure where there is none."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from anvil.qp import detect_stages
+
+VARYING = np.nan
+
+
+@dataclass
+class Shooting:
+  """The patterns of a multiple-shooting NLP built stage by stage: `entries` maps each row to {variable: constant
+  value or VARYING}; `stage` and `state` say where each variable truly sits (the reference)."""
+
+  N: int
+  nx: int
+  nu: int
+  rows: list[dict[int, float]] = field(default_factory=list)
+  kinds: list[tuple[str, int]] = field(default_factory=list)
+  hessian: set[tuple[int, int]] = field(default_factory=set)
+
+  @property
+  def n(self) -> int:
+    return (self.nx + self.nu) * self.N + self.nx
+
+  def x(self, k: int, i: int) -> int:
+    return (self.nx + self.nu) * k + i
+
+  def u(self, k: int, j: int) -> int:
+    return (self.nx + self.nu) * k + self.nx + j
+
+  def truth(self, c: int) -> tuple[int, bool]:
+    """(stage, is a state) of variable c."""
+    k, i = divmod(c, self.nx + self.nu)
+    return k, i < self.nx
+
+  def patterns(self, variables: np.ndarray, rows: np.ndarray) -> tuple[sp.csc_array, np.ndarray, sp.csc_array]:
+    """The patterns with variable c stored at column variables[c] and row r at row rows[r]."""
+    return patterns(self.rows, self.n, self.hessian, variables, rows)
+
+
+def patterns(
+  rows: list[dict[int, float]], n: int, hessian: set[tuple[int, int]], variables: np.ndarray, order: np.ndarray
+) -> tuple[sp.csc_array, np.ndarray, sp.csc_array]:
+  """(∂g/∂x pattern, its constants, Hessian pattern) of rows of n variables, variable c at column variables[c], row r
+  at row order[r]."""
+  dense, values = np.zeros((len(rows), n)), np.full((len(rows), n), np.nan)
+  for r, entries in enumerate(rows):
+    for c, v in entries.items():
+      dense[order[r], variables[c]], values[order[r], variables[c]] = 1.0, v
+  jac = sp.csc_array(dense)
+  jac.sort_indices()
+  cols = np.repeat(np.arange(n), np.diff(jac.indptr))
+  hess = np.eye(n)
+  for a, b in hessian:
+    hess[variables[a], variables[b]] = hess[variables[b], variables[a]] = 1.0
+  return jac, values[jac.indices, cols], sp.csc_array(np.triu(hess))
+
+
+def nonlinear_ocp(N: int = 6, nx: int = 3, nu: int = 2, sign: float = 1.0, path: bool = True) -> Shooting:
+  """x_{k+1} = F(x_k, u_k) (every entry varying; written sign·(x_{k+1} - F)), x_0 = x0, a path constraint on each
+  stage k < N, a terminal constraint on x_N, and a Hessian coupling each stage's variables."""
+  ocp = Shooting(N, nx, nu)
+  for i in range(nx):
+    ocp.rows.append({ocp.x(0, i): 1.0})
+    ocp.kinds.append(("initial", 0))
+  for k in range(N):
+    stage = [ocp.x(k, i) for i in range(nx)] + [ocp.u(k, j) for j in range(nu)]
+    for i in range(nx):
+      ocp.rows.append({ocp.x(k + 1, i): sign, **dict.fromkeys(stage, VARYING)})
+      ocp.kinds.append(("dynamics", k))
+    if path:
+      ocp.rows.append({ocp.x(k, 0): VARYING, ocp.u(k, 0): VARYING})
+      ocp.kinds.append(("stage", k))
+    ocp.hessian |= {(a, b) for a in stage for b in stage if a < b}
+  ocp.rows.append({ocp.x(N, i): VARYING for i in range(nx)})
+  ocp.kinds.append(("stage", N))
+  return ocp
+
+
+def linear_ocp(N: int = 5) -> Shooting:
+  """A double integrator: p' = p + h v, v' = v + h u (every entry a constant), diagonal Hessian: the input enters
+  one row only, next to the state it drives, so only the rows of the next stage tell them apart."""
+  ocp = Shooting(N, 2, 1)
+  for i in range(2):
+    ocp.rows.append({ocp.x(0, i): 1.0})
+    ocp.kinds.append(("initial", 0))
+  for k in range(N):
+    ocp.rows.append({ocp.x(k + 1, 0): 1.0, ocp.x(k, 0): -1.0, ocp.x(k, 1): -0.1})
+    ocp.rows.append({ocp.x(k + 1, 1): 1.0, ocp.x(k, 1): -1.0, ocp.u(k, 0): -0.1})
+    ocp.kinds += [("dynamics", k), ("dynamics", k)]
+  return ocp
+
+
+def check(ocp: Shooting, variables: np.ndarray, rows: np.ndarray) -> None:
+  """The layout found puts every variable in its stage, states as states, and every row in its kind and stage."""
+  layout = detect_stages(*ocp.patterns(variables, rows))
+  assert layout is not None
+  assert (layout.N, layout.nx) == (ocp.N, ocp.nx)
+  for c in range(ocp.n):
+    k, i = layout.variables[variables[c]]
+    assert (k, i < layout.nx) == ocp.truth(c), f"variable {c}"
+  for r, (kind, k) in enumerate(ocp.kinds):
+    assert layout.rows[rows[r]][:2] == (kind, k), f"row {r}"
+  for r, entries in enumerate(ocp.rows):
+    kind, k, i = layout.rows[rows[r]]
+    if kind != "stage":  # the coefficient of the row's state: the constant the row holds there
+      state = next(c for c, (kk, ii) in enumerate(layout.variables) if (kk, ii) == (k + (kind == "dynamics"), i))
+      column = int(np.flatnonzero(variables == state)[0])
+      assert layout.coefficient(rows[r]) == entries[column]
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_interleaved_stages_in_order(sign: float) -> None:
+  """w = [x_0, u_0, x_1, ..., x_N], rows stage by stage; defects written x_{k+1} - F or F - x_{k+1}."""
+  ocp = nonlinear_ocp(sign=sign)
+  check(ocp, np.arange(ocp.n), np.arange(len(ocp.rows)))
+
+
+def test_states_then_inputs_and_the_initial_rows_last() -> None:
+  """Opti's order: w = [X; U] (all states, then all inputs), x_0 = x0 written after the loop."""
+  ocp = nonlinear_ocp(N=8, nx=4, nu=1)
+  states = [ocp.x(k, i) for k in range(ocp.N + 1) for i in range(ocp.nx)]
+  inputs = [ocp.u(k, j) for k in range(ocp.N) for j in range(ocp.nu)]
+  variables = np.argsort(np.array(states + inputs))
+  rows = np.roll(np.arange(len(ocp.rows)), -ocp.nx)
+  check(ocp, variables, rows)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_any_order_of_variables_and_rows(seed: int) -> None:
+  rng = np.random.default_rng(seed)
+  for ocp in (nonlinear_ocp(), linear_ocp()):
+    check(ocp, rng.permutation(ocp.n), rng.permutation(len(ocp.rows)))
+
+
+def test_linear_dynamics() -> None:
+  ocp = linear_ocp()
+  check(ocp, np.arange(ocp.n), np.arange(len(ocp.rows)))
+
+
+def no_layout(rows: list[dict[int, float]], n: int, hessian: set[tuple[int, int]] | None = None) -> bool:
+  return detect_stages(*patterns(rows, n, hessian or set(), np.arange(n), np.arange(len(rows)))) is None
+
+
+def test_no_structure_no_layout() -> None:
+  """A tridiagonal boundary-value problem (Bratu), a free final time entering every stage, a row or a Hessian entry
+  coupling stages far apart (what it couples would be one stage holding most variables), no initial rows: no
+  layout."""
+  n = 8
+  bratu = [{c: VARYING if c == i else 1.0 for c in (i - 1, i, i + 1) if 0 <= c < n} for i in range(n)]
+  assert no_layout(bratu, n)
+  ocp = nonlinear_ocp(N=4, nx=2, nu=1, path=False)
+  final_time = ocp.n
+  timed = [
+    {**r, final_time: VARYING} if kind == "dynamics" else r for r, (kind, _) in zip(ocp.rows, ocp.kinds, strict=True)
+  ]
+  assert no_layout(timed, ocp.n + 1)
+  assert no_layout([*ocp.rows, {ocp.x(1, 0): VARYING, ocp.x(3, 0): VARYING}], ocp.n, ocp.hessian)
+  assert no_layout(ocp.rows, ocp.n, ocp.hessian | {(ocp.u(0, 0), ocp.u(3, 0))})
+  assert no_layout(
+    [r for r, (kind, _) in zip(ocp.rows, ocp.kinds, strict=True) if kind != "initial"], ocp.n, ocp.hessian
+  )
+  assert not no_layout(ocp.rows, ocp.n, ocp.hessian)  # the same OCP as it is has one
+
+
+def test_stages_coupled_by_the_hessian_are_merged() -> None:
+  """A cost term coupling u_1 and u_2 makes stages 1 and 2 one stage (x_1, u_1, and x_2, u_2 as its inputs)."""
+  ocp = nonlinear_ocp(N=4, nx=2, nu=1, path=False)
+  coupled = ocp.hessian | {(ocp.u(1, 0), ocp.u(2, 0))}
+  layout = detect_stages(*patterns(ocp.rows, ocp.n, coupled, np.arange(ocp.n), np.arange(len(ocp.rows))))
+  assert layout is not None and (layout.N, layout.nx, layout.nu) == (3, 2, 4)
+  assert [layout.variables[c][0] for c in (ocp.u(1, 0), ocp.x(2, 0), ocp.u(2, 0), ocp.x(3, 0))] == [1, 1, 1, 2]

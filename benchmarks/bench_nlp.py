@@ -21,15 +21,19 @@ NLPs:
 - Bratu: min sum (u_i - 1)^2 / n s.t. u_{i-1} - 2 u_i + u_{i+1} + h^2 lam exp(u_i) = 0 (lam = 1, u_0 = u_{n+1} = 0) and
   0 <= u_i <= 0.5: a discretized boundary-value problem (tridiagonal Jacobian, diagonal Hessian) with active bounds.
 
-anvil: cold build (construction + first call on an empty cache: trace, derive, schedule, render, compile) and the
-median solve time of `--solves` calls after it, with no stage layout given ("auto: riccati" where the routing found
-one; sparse_ipm and osqp solve general sparse QPs). CasADi: IPOPT
-on the same NLP in SX (exact Hessian), median solve time. Informational; exits 0.
+anvil: cold build (construction + first call on an empty cache: trace, derive, schedule, render, compile), warm build
+(the same again by new objects on that cache: trace and derive, the library found) and the median solve time of
+`--solves` calls, with no stage layout given ("auto: riccati" where the routing found one; sparse_ipm and osqp solve
+general sparse QPs). CasADi: the nlpsol construction (its derivatives), gcc -O3 on the C code it generates for the
+NLP's functions (what compiling them costs a user), and IPOPT on the same NLP in SX (exact Hessian), median solve
+time. Informational; exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import subprocess
 import sys
 import tempfile
 import time
@@ -125,7 +129,7 @@ def bratu(n: int) -> NLP:
 
 @dataclass
 class Result:
-  """One solver's line of the table."""
+  """One solver's line of the table (anvil: cold and warm build; CasADi: derive and gcc times)."""
 
   nlp: str
   solver: str
@@ -134,46 +138,78 @@ class Result:
   objective: float
   solve_ms: float
   build_s: float | None = None
+  warm_s: float | None = None
+  derive_s: float | None = None
+  gcc_s: float | None = None
 
 
 def run_anvil(nlp: NLP, qp: str, solves: int) -> Result:
-  """anvil's SQPFunction on `nlp` with QP solver `qp`, built on an empty cache."""
-  import anvil as av
+  """anvil's SQPFunction on `nlp` with QP solver `qp`: built on an empty cache (cold), then built again by new objects
+  of the same names on that cache (warm: tracing and deriving again, the compiled library found)."""
   from anvil.qp import OSQPOptions, SparseIPMOptions
-  from anvil.sqp import SQPFunction, SQPOptions
+  from anvil.sqp import SQPOptions
 
   options = SQPOptions(qp={"auto": None, "sparse_ipm": SparseIPMOptions(), "osqp": OSQPOptions()}[qp])
   with tempfile.TemporaryDirectory(prefix="bench_nlp_cache_") as cache, anvil_cache(Path(cache)):
-    t0 = time.perf_counter()
-    args = (av.Arg(nlp.n), av.Arg(nlp.p.size))
-    name = f"{nlp.name}_{qp}"
-    f = av.NumericalFunction(f"{name}_f", nlp.cost, args)
-    g = av.NumericalFunction(f"{name}_g", nlp.constraints, args)
-    solver = SQPFunction(name, f, g, options)
-    solve = lambda: solver(nlp.x0, nlp.p, nlp.lbx, nlp.ubx, nlp.lbg, nlp.ubg)
-    res = solve()
-    build_s = time.perf_counter() - t0
+    solve, res, build_s = _build_and_solve(nlp, f"{nlp.name}_{qp}", options)
+    _, _, warm_s = _build_and_solve(nlp, f"{nlp.name}_{qp}", options)
     ms = median_ms(solve, solves)
   solver_name = f"auto: {res.stats['qp_solver']}" if qp == "auto" else qp
-  return Result(nlp.name, f"anvil, {solver_name}", str(res.status), res.iterations, float(res.f), ms, build_s)
+  return Result(nlp.name, f"anvil, {solver_name}", str(res.status), res.iterations, float(res.f), ms, build_s, warm_s)
+
+
+def _build_and_solve(nlp: NLP, name: str, options: Any) -> tuple[Callable[[], Any], Any, float]:
+  """(a solve, its first result, seconds from construction to the end of the first solve)."""
+  import anvil as av
+  from anvil.sqp import SQPFunction
+
+  t0 = time.perf_counter()
+  args = (av.Arg(nlp.n), av.Arg(nlp.p.size))
+  f = av.NumericalFunction(f"{name}_f", nlp.cost, args)
+  g = av.NumericalFunction(f"{name}_g", nlp.constraints, args)
+  solver = SQPFunction(name, f, g, options)
+  solve = lambda: solver(nlp.x0, nlp.p, nlp.lbx, nlp.ubx, nlp.lbg, nlp.ubg)
+  res = solve()
+  return solve, res, time.perf_counter() - t0
 
 
 def run_ipopt(ca: Any, nlp: NLP, solves: int, notes: list[str]) -> Result:
+  """CasADi's IPOPT on the NLP in SX: `derive_s` the nlpsol construction (its derivatives), `gcc_s` compiling the C
+  code CasADi generates for the NLP's functions and derivatives with gcc -O3 (what a user compiling them waits)."""
   opts = {"ipopt.print_level": 0, "print_time": False, "ipopt.sb": "yes"}
+  t0 = time.perf_counter()
   solver = casadi_solver(ca, f"bench_nlp_{nlp.name}", "ipopt", nlp.casadi(ca), opts, notes)
+  derive_s = time.perf_counter() - t0
   args = dict(x0=nlp.x0, p=nlp.p, lbx=nlp.lbx, ubx=nlp.ubx, lbg=nlp.lbg, ubg=nlp.ubg)
   sol = solver(**args)
   stats = solver.stats()
   ms = median_ms(lambda: solver(**args), solves)
-  return Result(nlp.name, "CasADi IPOPT", str(stats["return_status"]), int(stats["iter_count"]), float(sol["f"]), ms)
+  return Result(nlp.name, "CasADi IPOPT", str(stats["return_status"]), int(stats["iter_count"]), float(sol["f"]), ms,
+                derive_s=derive_s, gcc_s=_gcc_seconds(solver, notes))  # fmt: skip
+
+
+def _gcc_seconds(solver: Any, notes: list[str]) -> float | None:
+  """Seconds gcc -O3 takes on the C code of the solver's NLP functions (None where that fails)."""
+  with tempfile.TemporaryDirectory(prefix="bench_nlp_casadi_") as tmp, contextlib.chdir(tmp):
+    try:
+      solver.generate_dependencies("nlp.c", {"with_header": False})  # NOTE: CasADi writes it in the working folder
+      t0 = time.perf_counter()
+      subprocess.run(["gcc", "-O3", "-fPIC", "-shared", "nlp.c", "-o", "nlp.so"], check=True, capture_output=True)
+      return time.perf_counter() - t0
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
+      notes.append(f"CasADi's C code was not compiled: {e}")
+      return None
 
 
 def print_table(results: list[Result]) -> None:
   ipopt = {r.nlp: r.solve_ms for r in results if r.solver == "CasADi IPOPT"}
-  head = ("NLP", "solver", "status", "iterations", "objective", "solve ms", "x IPOPT", "cold build s")
+  head = ("NLP", "solver", "status", "iterations", "objective", "solve ms", "x IPOPT", "cold build s", "warm build s",
+          "CasADi derive s", "gcc -O3 s")  # fmt: skip
+  seconds = lambda v: "-" if v is None else f"{v:.1f}" if v >= 1 else f"{v:.2f}"
   rows = [head] + [
     (r.nlp, r.solver, r.status, str(r.iterations), f"{r.objective:.6f}", f"{r.solve_ms:.2f}",
-     f"{r.solve_ms / ipopt[r.nlp]:.3f}" if r.nlp in ipopt else "-", "-" if r.build_s is None else f"{r.build_s:.1f}")
+     f"{r.solve_ms / ipopt[r.nlp]:.3f}" if r.nlp in ipopt else "-", seconds(r.build_s), seconds(r.warm_s),
+     seconds(r.derive_s), seconds(r.gcc_s))
     for r in results
   ]  # fmt: skip
   widths = [max(len(row[i]) for row in rows) for i in range(len(head))]

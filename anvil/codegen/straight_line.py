@@ -8,7 +8,8 @@ operation, split into functions of at most CHUNK_STATEMENTS assignments: the C++
 faster than its length, so a long program compiles as many short functions. Values a later function needs pass
 through the workspace. g++ optimizes those functions at -O1 (ANVIL_STRAIGHT_LINE in anvil/support.hpp): on straight
 -line code -O3 only costs compile time (a swing-up's Lagrangian Hessian, 40 functions: 30 s at -O3, 18 s at -O1, the
-same 40-80 us per call).
+same 40-80 us per call). Computations repeated stage after stage on strided elements are emitted as loops instead
+(`anvil.codegen.rolling`): one stage's code, compiled once (that Hessian: one loop, 0.9 s to compile).
 """
 
 from __future__ import annotations
@@ -24,13 +25,16 @@ from tinygrad.uop.ops import Ops, UOp
 from anvil.codegen.arg import cpp_type
 from anvil.codegen.program import ALIGNMENT, BufferRef, CopyStep, KernelStep, Program, cpp_literal, output_copies
 from anvil.codegen.renderer import COS_MARK, RENDERER, RenderedKernel
+from anvil.codegen.rolling import Family, find_families
 from anvil.codegen.scalar import ScalarGraph, Unsupported, lower
 from anvil.codegen.trace import TracedGraph
 
 logger = logging.getLogger("anvil")
 
-#: Graphs of at least this many tensor ops...
-MIN_OPS = 1000
+#: Graphs of at least this many tensor ops... (on fewer, tinygrad's scheduler is quick; from a few hundred it is not:
+#: the swing-up's cost summed in a loop over 50 stages, 400 ops: 2.2 s to schedule and render, its gradient 2.9 s and
+#: 5.3 s of g++ on the fused kernel, against 0.1 s each as straight-line code)
+MIN_OPS = 200
 #: ...of at most this many elements per op on average (small tensors: stages written one by one, not a batched model;
 #: measured: the swing-up's constraints written as a loop 1.5, the same batched over 5 stages 7.8, over 50 stages 77)
 MAX_ELEMENTS_PER_OP = 4
@@ -85,9 +89,45 @@ def straight_line_program(
 def emit_program(graph: ScalarGraph, writes: Sequence[tuple[int, int, int]], inputs: Sequence[DType],
                  outputs: Sequence[DType], copies: Sequence[CopyStep] = ()) -> Program:  # fmt: skip
   """The program computing `writes` (output, element, node) of `graph`, as functions of inputs of `inputs`' dtypes
-  into outputs of `outputs`' dtypes, followed by `copies`."""
-  return _Emitter(graph, [(o, k, graph.cast(n, outputs[o])) for o, k, n in writes], tuple(inputs), tuple(outputs)
-                  ).program(tuple(copies))  # fmt: skip
+  into outputs of `outputs`' dtypes, followed by `copies`: the computations repeated with a stride (the stages of a
+  loop) as loops (`anvil.codegen.rolling`), the rest as straight-line chunks."""
+  families, rest = find_families(graph, [(o, k, graph.cast(n, outputs[o])) for o, k, n in writes])
+  chunks = _Emitter(graph, rest, tuple(inputs), tuple(outputs)).program() if rest else Program((), (), (), 0)
+  loops = [_loop(graph, f, f"r{i}", tuple(inputs), tuple(outputs)) for i, f in enumerate(families)]
+  return Program((*chunks.kernels, *(k for k, _ in loops)), (*chunks.steps, *(s for _, s in loops), *copies), (),
+                 chunks.ws_size)  # fmt: skip
+
+
+def _loop(graph: ScalarGraph, family: Family, name: str, inputs: tuple[DType, ...], outputs: tuple[DType, ...]
+          ) -> tuple[RenderedKernel, KernelStep]:  # fmt: skip
+  """One family as a function looping over its members."""
+
+  def operand(i: int) -> str:
+    if graph.ops[i] is Ops.LOAD:
+      load = graph.args[i]
+      return f"in{load.index}[{_indexed(load.element, family.strides[i])}]"
+    return _constant(graph, i) if graph.ops[i] is Ops.CONST else f"v{i}"
+
+  ctype = lambda i: cpp_type(graph.dtypes[i], "value")
+  lines = [f"const {ctype(i)} v{i} = {_render(graph, i, [operand(s) for s in graph.srcs[i]])};" for i in family.nodes]
+  lines += [f"out{o}[{_indexed(k, d)}] = v{node};" for o, k, d, node in family.writes]
+  used_in = sorted({graph.args[i].index for i in family.strides})
+  used_out = sorted({o for o, _, _, _ in family.writes})
+  params = [(f"const {cpp_type(inputs[i], 'input')}* ANVIL_RESTRICT in{i}", BufferRef("in", i, inputs[i]))
+            for i in used_in]  # fmt: skip
+  params += [(f"{cpp_type(outputs[o], 'output')}* ANVIL_RESTRICT out{o}", BufferRef("out", o, outputs[o]))
+             for o in used_out]  # fmt: skip
+  body = "\n".join(f"    {line}" for line in lines)
+  signature = ", ".join(p for p, _ in params)
+  source = (
+    f"ANVIL_STRAIGHT_LINE void {name}({signature}) {{\n  for (int s = 0; s < {family.count}; ++s) {{\n{body}\n  }}\n}}"
+  )
+  return RenderedKernel(name, source, (), (), (1, 1, 1), (1, 1, 1)), KernelStep(name, tuple(r for _, r in params))
+
+
+def _indexed(first: int, stride: int) -> str:
+  """The element `first` advanced by `stride` per iteration s."""
+  return str(first) if stride == 0 else f"{first} {'+' if stride > 0 else '-'} {abs(stride)} * s"
 
 
 @dataclass
@@ -137,7 +177,7 @@ class _Emitter:
         free[self.graph.dtypes[i]].append(slots[i])
     return slots
 
-  def program(self, copies: tuple[CopyStep, ...]) -> Program:
+  def program(self) -> Program:
     """The kernels (one per chunk), their launches and the workspace of values crossing chunks."""
     chunks = [_Chunk() for _ in range(self.chunks)]
     writes_at: dict[int, list[tuple[int, int]]] = {}
@@ -173,14 +213,13 @@ class _Emitter:
       source = f"ANVIL_STRAIGHT_LINE void k{c}({signature}) {{\n{body}\n}}"
       kernels.append(RenderedKernel(f"k{c}", source, (), (), (1, 1, 1), (1, 1, 1)))
       steps.append(KernelStep(f"k{c}", tuple(ref for _, ref in params)))
-    return Program(tuple(kernels), (*steps, *copies), (), ws_size)
+    return Program(tuple(kernels), tuple(steps), (), ws_size)
 
   def _operand(self, i: int, c: int, chunk: _Chunk) -> str:
     """How chunk c names node i."""
     g = self.graph
     if g.ops[i] is Ops.CONST:
-      literal = cpp_literal(g.args[i], g.dtypes[i])
-      return f"({literal})" if literal.startswith("-") else literal
+      return _constant(g, i)
     if g.ops[i] is Ops.LOAD:
       chunk.inputs.add(g.args[i].index)
       return f"in{g.args[i].index}[{g.args[i].element}]"
@@ -190,24 +229,32 @@ class _Emitter:
     return f"{_temp(g.dtypes[i])}[{self.slots[i]}]"
 
   def _expression(self, i: int, c: int, chunk: _Chunk) -> str:
-    g = self.graph
-    op, dtype = g.ops[i], g.dtypes[i]
-    xs = [self._operand(s, c, chunk) for s in g.srcs[i]]
-    if op is Ops.SIN and g.args[i] == COS_MARK:
-      return f"std::cos({xs[0]})"
-    if op is Ops.CAST:
-      return f"static_cast<{cpp_type(dtype, 'value')}>({xs[0]})"
-    if op is Ops.MAX:
-      return f"(({xs[0]}<{xs[1]})?{xs[1]}:{xs[0]})"
-    if op is Ops.FDIV:
-      return f"({xs[0]}/{xs[1]})"
-    if op is Ops.POW:
-      return f"std::pow({xs[0]}, {xs[1]})"
-    if op is Ops.MULACC:
-      return f"(({xs[0]}*{xs[1]})+{xs[2]})"
-    if op in (Ops.CDIV, Ops.CMOD):
-      return f"anvil::{'cdiv' if op is Ops.CDIV else 'cmod'}({xs[0]}, {xs[1]})"
-    return RENDERER.code_for_op[op](*xs, dtype)
+    return _render(self.graph, i, [self._operand(s, c, chunk) for s in self.graph.srcs[i]])
+
+
+def _constant(g: ScalarGraph, i: int) -> str:
+  literal = cpp_literal(g.args[i], g.dtypes[i])
+  return f"({literal})" if literal.startswith("-") else literal
+
+
+def _render(g: ScalarGraph, i: int, xs: list[str]) -> str:
+  """The C++ expression of node i over its operands `xs`."""
+  op, dtype = g.ops[i], g.dtypes[i]
+  if op is Ops.SIN and g.args[i] == COS_MARK:
+    return f"std::cos({xs[0]})"
+  if op is Ops.CAST:
+    return f"static_cast<{cpp_type(dtype, 'value')}>({xs[0]})"
+  if op is Ops.MAX:
+    return f"(({xs[0]}<{xs[1]})?{xs[1]}:{xs[0]})"
+  if op is Ops.FDIV:
+    return f"({xs[0]}/{xs[1]})"
+  if op is Ops.POW:
+    return f"std::pow({xs[0]}, {xs[1]})"
+  if op is Ops.MULACC:
+    return f"(({xs[0]}*{xs[1]})+{xs[2]})"
+  if op in (Ops.CDIV, Ops.CMOD):
+    return f"anvil::{'cdiv' if op is Ops.CDIV else 'cmod'}({xs[0]}, {xs[1]})"
+  return RENDERER.code_for_op[op](*xs, dtype)
 
 
 def _temp(dtype: DType) -> str:

@@ -45,7 +45,8 @@ class Twice(av.FunctionBase):
 
 
 def _functions() -> list[av.NumericalFunction]:
-  quad = av.NumericalFunction("mod_quad", quadrotor.step, (av.Arg(12), av.Arg(4)))
+  # NOTE: eight quadrotors at once: a batched model, built through tinygrad's kernels (one alone is straight-line code)
+  quad = av.NumericalFunction("mod_quad", quadrotor.step, (av.Arg((12, 8)), av.Arg((4, 8))))
   cart = av.NumericalFunction("mod_cart", cartpole.step, (av.Arg(4), av.Arg(1)))
   multi = av.NumericalFunction(
     "mod_multi",

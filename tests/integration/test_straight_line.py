@@ -16,7 +16,7 @@ from anvil.ad import gradient, sphessian, spjacobian
 from anvil.ad import scalar as ad_scalar
 from anvil.ad.sparsity import jacobian_sparsity
 from anvil.ad.transforms import placeholders
-from anvil.codegen import straight_line
+from anvil.codegen import rolling, straight_line
 from anvil.codegen.scalar import ScalarGraph, Unsupported
 from anvil.codegen.straight_line import suits_straight_line
 
@@ -68,7 +68,14 @@ def spjacobian_pattern(g: av.NumericalFunction) -> sp.csc_array:
 
 
 def _is_straight_line(fn: av.NumericalFunction) -> bool:
-  return all("for (" not in k.source for k in fn.program.kernels) and "const double v" in fn.program.kernels[0].source
+  """Built as straight-line code (chunks and loops over stages), not through tinygrad's kernels."""
+  kernels = fn.program.kernels
+  return all(k.source.startswith("ANVIL_STRAIGHT_LINE ") for k in kernels) and "const double v" in kernels[0].source
+
+
+def _loops(fn: av.NumericalFunction) -> list[int]:
+  """The iteration counts of the loops over stages in fn's code."""
+  return [int(k.source.split("s < ")[1].split(";")[0]) for k in fn.program.kernels if "for (int s = 0;" in k.source]
 
 
 def test_loop_function_is_straight_line_and_matches_numpy(cache: Path) -> None:
@@ -116,6 +123,7 @@ def test_derivatives_equal_tinygrads_kernels(cache: Path, monkeypatch: pytest.Mo
 
 def test_chunks_pass_values_through_the_workspace(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
   monkeypatch.setattr(straight_line, "CHUNK_STATEMENTS", 7)
+  monkeypatch.setattr(rolling, "MIN_MEMBERS", 10**9)  # NOTE: no loops: every stage in chunks
   g = av.NumericalFunction("sl_chunked", lambda x, p: (stages(x, p), x[:3], stages(x, p), p.float() * 2), ARGS)
   assert len(g.program.kernels) > 100 and g.program.ws_size > 0
   x, p = _point(2)
@@ -125,6 +133,51 @@ def test_chunks_pass_values_through_the_workspace(cache: Path, monkeypatch: pyte
   np.testing.assert_array_equal(head, x[:3])
   assert scaled.dtype == np.float32
   np.testing.assert_array_equal(scaled, p.astype(np.float32) * 2)
+
+
+def test_stages_are_rolled_into_loops(cache: Path) -> None:
+  """The stages of the loop function and of its derivatives are one loop each: a stage's code is emitted once."""
+  g = av.NumericalFunction("sl_rolled_g", stages, ARGS)
+  f = av.NumericalFunction("sl_rolled_f", cost, ARGS)
+  derivatives = [spjacobian(g), sphessian(f), gradient(f)]
+  for fn in (g, *derivatives):
+    assert _loops(fn) == [STAGES], fn.name
+    assert sum(k.source.count("\n") for k in fn.program.kernels) < 400, "one stage's code, not 60"
+  x, p = _point(6)
+  unrolled = {}
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(rolling, "MIN_MEMBERS", 10**9)
+    for fn in (g, *derivatives):
+      copy = type(fn).__new__(type(fn))
+      copy.__dict__.update({k: v for k, v in fn.__dict__.items() if k not in ("program", "_code", "library", "handle")})
+      copy.name = f"{fn.name}_unrolled"
+      assert not _loops(copy)
+      unrolled[fn.name] = copy(x, p)
+  for fn in (g, *derivatives):
+    got, want = fn(x, p), unrolled[fn.name]
+    got, want = (v.toarray() if sp.issparse(v) else v for v in (got, want))
+    np.testing.assert_array_equal(got, want)
+
+
+def irregular(x: Tensor, p: Tensor) -> Tensor:
+  """Stages read in reverse (a negative stride), a run broken by one stage of another shape, stages sharing p."""
+  out = []
+  for k in range(40):
+    a, b = x[2 * (39 - k)], x[2 * (39 - k) + 1]
+    value = (a * b).sin() + p[0] * b if k != 17 else (a + b).exp()
+    out.append(value.reshape(1))
+  return Tensor.cat(*out)
+
+
+def test_irregular_stages_loop_where_they_can(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+  monkeypatch.setattr(straight_line, "MIN_OPS", 0)
+  f = av.NumericalFunction("sl_irregular", irregular, (av.Arg(80), av.Arg(3)))
+  assert sorted(_loops(f)) == [17, 22]
+  x, p = _point(7)
+  k = np.arange(40)
+  a, b = x[2 * (39 - k)], x[2 * (39 - k) + 1]
+  want = np.where(k == 17, np.exp(a + b), np.sin(a * b) + p[0] * b)
+  np.testing.assert_allclose(f(x[:80], p), want, rtol=1e-15)
 
 
 def test_float32_loop_function(cache: Path) -> None:

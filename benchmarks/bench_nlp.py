@@ -1,13 +1,12 @@
-"""NLP benchmark: SQPFunction on NLPs written the natural way (a Python loop over stages) and batched, and on a
-non-OCP sparse NLP, with no stage layout given: the default QP routing ("auto": the Riccati interior point where the
+"""NLP benchmark: SQPFunction on NLPs written the natural way (a Python loop over stages) and batched, and on
+non-OCP sparse NLPs, with no stage layout given: the default QP routing ("auto": the Riccati interior point where the
 stage structure is detected, else the sparse interior point) and each general QP solver forced (no structure used),
 against CasADi's IPOPT on the same NLPs.
 
 Run from the repository root:
 
-  .venv/bin/python -m benchmarks.bench_nlp                      # swing-up N = 50 (loop, batched), Bratu n = 200
-  .venv/bin/python -m benchmarks.bench_nlp --forms batched      # the batched swing-up only (a cold loop build
-                                                                # takes ~40 s per QP solver at N = 50)
+  .venv/bin/python -m benchmarks.bench_nlp                      # swing-up N = 50 (loop, batched), Bratu, chain
+  .venv/bin/python -m benchmarks.bench_nlp --forms batched      # the batched swing-up only
   .venv/bin/python -m benchmarks.bench_nlp --qp auto            # the default routing only
 
 The swing-up needs N >= 50 (h = 0.05 s): with a shorter horizon x_N = 0 cannot be reached within |u| <= 20 and the
@@ -18,6 +17,8 @@ NLPs:
   `for k in range(N)`: one cart-pole step per stage, concatenated, and the cost summed stage by stage (a graph unrolled
   over the stages, which anvil builds as straight-line code, its derivatives derived on scalar expressions);
 - swing-up, batched: the same NLP with the stages batched (anvil.problems.shooting.defects);
+- hanging chain (COPS): n links of fixed length between fixed ends at least potential energy; nonconvex equality
+  constraints, banded Jacobian, no stage structure;
 - Bratu: min sum (u_i - 1)^2 / n s.t. u_{i-1} - 2 u_i + u_{i+1} + h^2 lam exp(u_i) = 0 (lam = 1, u_0 = u_{n+1} = 0) and
   0 <= u_i <= 0.5: a discretized boundary-value problem (tridiagonal Jacobian, diagonal Hessian) with active bounds.
 
@@ -127,6 +128,29 @@ def bratu(n: int) -> NLP:
              np.zeros(n), np.full(n, 0.5), np.zeros(n), np.zeros(n), np.zeros(n))  # fmt: skip
 
 
+def hanging_chain(n: int) -> NLP:
+  """The hanging chain (COPS): n links of length 1.5 / n between (0, 0) and (1, 0) (the ends fixed by bounds) at least
+  potential energy, min sum y_i s.t. (x_{i+1} - x_i)^2 + (y_{i+1} - y_i)^2 = L^2: nonconvex, no stage structure."""
+  length = 1.5 / n
+
+  def links(w: Any) -> Any:
+    x, y = w[: n + 1], w[n + 1 :]
+    dx, dy = x[1:] - x[:-1], y[1:] - y[:-1]
+    return dx * dx + dy * dy
+
+  def casadi_nlp(ca: Any) -> dict[str, Any]:
+    w, p = ca.SX.sym("w", 2 * (n + 1)), ca.SX.sym("p", 0)
+    return {"x": w, "p": p, "f": ca.sum1(w[n + 1 :]) / n, "g": links(w)}
+
+  lbx, ubx = np.full(2 * (n + 1), -np.inf), np.full(2 * (n + 1), np.inf)
+  lbx[[0, n, n + 1, 2 * n + 1]] = ubx[[0, n, n + 1, 2 * n + 1]] = [0.0, 1.0, 0.0, 0.0]
+  t = np.linspace(0.0, 1.0, n + 1)
+  w0 = np.concatenate([t, -0.6 * np.sin(np.pi * t)])  # a sagging guess of about the chain's length
+  g = np.full(n, length**2)
+  return NLP(f"hanging_chain_{n}", 2 * (n + 1), n, lambda w, p: w[n + 1 :].sum() / n, lambda w, p: links(w),
+             casadi_nlp, np.zeros(0), lbx, ubx, g, g, w0)  # fmt: skip
+
+
 @dataclass
 class Result:
   """One solver's line of the table (anvil: cold and warm build; CasADi: derive and gcc times)."""
@@ -221,15 +245,17 @@ def print_table(results: list[Result]) -> None:
 
 def main() -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--sizes", type=int, nargs="+", default=[50], help="swing-up horizons N")
+  ap.add_argument("--sizes", type=int, nargs="*", default=[50], help="swing-up horizons N (none: no swing-up)")
   ap.add_argument("--forms", choices=("loop", "batched"), nargs="+", default=["loop", "batched"], help="swing-ups")
   ap.add_argument("--bratu", type=int, default=200, help="Bratu grid points (0: skip)")
+  ap.add_argument("--chain", type=int, default=200, help="hanging chain links (0: skip)")
   ap.add_argument("--qp", choices=QP_SOLVERS, nargs="+", default=list(QP_SOLVERS), help="anvil's QP solvers")
   ap.add_argument("--solves", type=int, default=5, help="timed solves per solver (median)")
   args = ap.parse_args()
 
   nlps = [swing_up(n, form == "loop") for n in args.sizes for form in args.forms]
   nlps += [bratu(args.bratu)] if args.bratu else []
+  nlps += [hanging_chain(args.chain)] if args.chain else []
   ca, notes, results = load_casadi(), [], []
   for nlp in nlps:
     results += [run_anvil(nlp, qp, args.solves) for qp in args.qp]

@@ -14,8 +14,12 @@ Every entry is one expression of the graph, folded and shared like the rest (con
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +29,7 @@ from numpy.typing import NDArray
 from tinygrad import dtypes
 from tinygrad.uop.ops import Ops
 
+from anvil.codegen.cache import cache_dir, read_artifact, write_atomic
 from anvil.codegen.function import DerivedCode, NumericalFunction
 from anvil.codegen.jit import sources_fingerprint
 from anvil.codegen.program import Program
@@ -37,6 +42,8 @@ from anvil.codegen.trace import OutputSpec
 _FLAT = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.TRUNC, Ops.CDIV, Ops.CMOD, Ops.AND, Ops.OR, Ops.XOR,
                    Ops.SHL, Ops.SHR, Ops.CONST, Ops.LOAD})  # fmt: skip
 Tangent = dict[int, int]
+#: This package's sources: part of the keys of what is derived here.
+_FINGERPRINT = sources_fingerprint(Path(__file__).parent)
 
 
 def scalar_route(fn: NumericalFunction[..., Any]) -> bool:
@@ -68,7 +75,43 @@ def scalar_sparse(
   """The structural pattern, the code and the constant entries (each entry's value where its expression is a
   constant, else NaN) of a sparse derivative of `fn`'s single output in input `wrt`, derived on its scalar
   expressions: `kind` "jacobian" (forward mode) or "hessian" (forward over reverse, the upper triangle). The pattern
-  holds the entries whose expression is not a constant zero. None where the scalar lowering does not apply."""
+  holds the entries whose expression is not a constant zero. None where the scalar lowering does not apply.
+
+  The pattern and constants are cached (`derived/<key>.json`, keyed on `fn`'s key and what is derived): a later
+  build of the same function takes them from there and derives again only if its code is not cached either."""
+  what = f"{kind} in input {wrt}"
+  record = f"derived/{hashlib.sha256(f'{fn.key}|{what}|{_FINGERPRINT}'.encode()).hexdigest()}.json"
+  shape = (fn.inputs[wrt].size if kind == "hessian" else fn.outputs[0].size, fn.inputs[wrt].size)
+  derivation = functools.cache(lambda: _derive(fn, kind, wrt))
+  if (cached := _cached_pattern(record, shape)) is not None:
+    pattern, constants = cached
+  else:
+    if (found := derivation()) is None:
+      return None
+    pattern, constants = found.pattern, found.constants
+    body = {"indices": pattern.indices.tolist(), "indptr": pattern.indptr.tolist(),
+            "constants": [None if np.isnan(c) else float(c) for c in constants]}  # fmt: skip
+    write_atomic(cache_dir() / record, json.dumps(body))
+
+  def build() -> Program | None:
+    found = derivation()
+    if found is None or not _same_pattern(found.pattern, pattern):
+      return None  # NOTE: the cached pattern no longer fits (a stale entry): built from tinygrad's graph instead
+    return found.program()
+
+  return pattern, _derived_code(fn, what, (pattern.nnz,), build), constants
+
+
+@dataclass(frozen=True)
+class _Derivation:
+  """A sparse derivative derived on scalar expressions: its pattern, constant entries, and how to emit its code."""
+
+  pattern: sp.csc_array
+  constants: NDArray[np.float64]
+  program: Callable[[], Program]
+
+
+def _derive(fn: NumericalFunction[..., Any], kind: str, wrt: int) -> _Derivation | None:
   traced = fn.traced
   size = fn.inputs[wrt].size
   try:
@@ -88,14 +131,30 @@ def scalar_sparse(
   writes = [(0, k, columns[c][r]) for k, (c, r) in enumerate((c, r) for c, i in enumerate(indices) for r in i)]
   constants = np.array([float(g.args[e]) if g.is_const(e) else np.nan for _, _, e in writes], dtype=np.float64)
   dtypes_in, dtype_out = [u.dtype for u in traced.inputs], [traced.stores[slot].dtype]
-  code = _derived_code(
-    fn, f"{kind} in input {wrt}", (len(flat),), lambda: emit_program(g, writes, dtypes_in, dtype_out)
-  )
-  return pattern, code, constants
+  return _Derivation(pattern, constants, lambda: emit_program(g, writes, dtypes_in, dtype_out))
+
+
+def _cached_pattern(record: str, shape: tuple[int, int]) -> tuple[sp.csc_array, NDArray[np.float64]] | None:
+  """The pattern and constants in the cache's `record` when it verifies and fits `shape`, else None."""
+  if (data := read_artifact(record)) is None:
+    return None
+  try:
+    body = json.loads(data)
+    indices, indptr = np.asarray(body["indices"], dtype=np.int64), np.asarray(body["indptr"], dtype=np.int64)
+    constants = np.array([np.nan if c is None else c for c in body["constants"]], dtype=np.float64)
+    pattern = sp.csc_array((np.ones(indices.size), indices, indptr), shape=shape)
+    pattern.check_format(full_check=True)
+  except (ValueError, KeyError, TypeError, IndexError):
+    return None
+  return (pattern, constants) if constants.shape == (pattern.nnz,) else None
+
+
+def _same_pattern(a: sp.csc_array, b: sp.csc_array) -> bool:
+  return a.shape == b.shape and np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices)
 
 
 def _derived_code(fn: NumericalFunction[..., Any], what: str, shape: tuple[int, ...], build: Any) -> DerivedCode:
-  return DerivedCode(lambda: fn.traced, f"scalar {what}|{sources_fingerprint(Path(__file__).parent)}",
+  return DerivedCode(lambda: fn.traced, f"scalar {what}|{_FINGERPRINT}",
                      (OutputSpec(shape, fn.outputs[0].dtype),), build)  # fmt: skip
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
-from tinygrad import Tensor
+from tinygrad import Tensor, dtypes
 
 from anvil.ad.coloring import color_columns, column_period, seed_matrix, star_color, star_recovery
 from anvil.ad.scalar import scalar_route, scalar_sparse
@@ -141,7 +141,9 @@ def _on_scalars(fn: Fn, name: str, wrt: int, what: str) -> SparseNumericalFuncti
   if not scalar_route(fn):
     return None
   with stage(name, "derive"):
-    _probe_output(fn, what)
+    outs = fn.outputs  # NOTE: checked on the trace made already; traced again only to word an error
+    if len(outs) != 1 or not dtypes.is_float(outs[0].dtype) or (what == "sphessian" and outs[0].shape != ()):
+      _probe_output(fn, what)
     found = scalar_sparse(fn, "hessian" if what == "sphessian" else "jacobian", wrt)
   if found is None:
     return None

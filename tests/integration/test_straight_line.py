@@ -144,19 +144,16 @@ def test_stages_are_rolled_into_loops(cache: Path) -> None:
     assert _loops(fn) == [STAGES], fn.name
     assert sum(k.source.count("\n") for k in fn.program.kernels) < 400, "one stage's code, not 60"
   x, p = _point(6)
-  unrolled = {}
   with pytest.MonkeyPatch.context() as patch:
     patch.setattr(rolling, "MIN_MEMBERS", 10**9)
-    for fn in (g, *derivatives):
-      copy = type(fn).__new__(type(fn))
-      copy.__dict__.update({k: v for k, v in fn.__dict__.items() if k not in ("program", "_code", "library", "handle")})
-      copy.name = f"{fn.name}_unrolled"
-      assert not _loops(copy)
-      unrolled[fn.name] = copy(x, p)
-  for fn in (g, *derivatives):
-    got, want = fn(x, p), unrolled[fn.name]
-    got, want = (v.toarray() if sp.issparse(v) else v for v in (got, want))
-    np.testing.assert_array_equal(got, want)
+    g2 = av.NumericalFunction("sl_unrolled_g", stages, ARGS)
+    f2 = av.NumericalFunction("sl_unrolled_f", cost, ARGS)
+    unrolled = [g2, spjacobian(g2), sphessian(f2), gradient(f2)]
+    assert not any(_loops(fn) for fn in unrolled)
+    want = [fn(x, p) for fn in unrolled]
+  for fn, expected in zip((g, *derivatives), want, strict=True):
+    got, expected = (v.toarray() if sp.issparse(v) else v for v in (fn(x, p), expected))
+    np.testing.assert_array_equal(got, expected)
 
 
 def irregular(x: Tensor, p: Tensor) -> Tensor:
@@ -178,6 +175,27 @@ def test_irregular_stages_loop_where_they_can(cache: Path, monkeypatch: pytest.M
   a, b = x[2 * (39 - k)], x[2 * (39 - k) + 1]
   want = np.where(k == 17, np.exp(a + b), np.sin(a * b) + p[0] * b)
   np.testing.assert_allclose(f(x[:80], p), want, rtol=1e-15)
+
+
+def test_a_rebuild_takes_the_derived_pattern_from_the_cache(cache: Path) -> None:
+  """The second build of the same derivative (new objects, same cache) neither derives nor compiles again; a corrupted
+  record is derived again."""
+  x, p = _point(8)
+  first = sphessian(av.NumericalFunction("sl_cached_f", cost, ARGS))
+  expected = first(x, p).toarray()
+  records = list((cache / "derived").glob("*.json"))
+  assert len(records) == 1
+
+  def no_derivation(*args: object) -> None:
+    raise AssertionError("derived again")
+
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(ad_scalar, "_derive", no_derivation)
+    again = sphessian(av.NumericalFunction("sl_cached_f", cost, ARGS))
+    np.testing.assert_array_equal(again(x, p).toarray(), expected)
+  records[0].write_text("{not json")
+  rebuilt = sphessian(av.NumericalFunction("sl_cached_f", cost, ARGS))
+  np.testing.assert_array_equal(rebuilt(x, p).toarray(), expected)
 
 
 def test_float32_loop_function(cache: Path) -> None:

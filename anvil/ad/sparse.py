@@ -190,21 +190,18 @@ def spjacobian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> SparseNumeri
   gather = np.empty(rows.size, np.int64)
   gather[varying] = position(rows[varying], cols[varying])
   gather[fixed] = plan.length + np.arange(int(fixed.sum()))
-  if not fixed.any():
-    return _with_constants(_sparse(fn, new_name, pattern, plan, gather, wrt, "spjacobian"), constant)
-  # NOTE: the seeds still carry the constant entries' columns (rows), whose contributions add into the compressed
-  # values of the varying entries sharing a colour with them: the gather takes them off again
-  added = np.zeros(plan.length)
-  np.add.at(added, position(rows[fixed], cols[fixed]), constant[fixed])
-  shift = np.zeros(rows.size)
-  shift[varying] = -added[gather[varying]]
-  shifts = shift if shift.any() else None
-  derivative = _sparse(fn, new_name, pattern, plan, gather, wrt, "spjacobian", constant[fixed], shifts)
-  return _with_constants(derivative, constant)
-
-
-def _with_constants(derivative: SparseNumericalFunction, constants: NDArray[np.float64]) -> SparseNumericalFunction:
-  derivative.constant_entries = constants
+  if fixed.any():
+    # NOTE: the seeds still carry the constant entries' columns (rows), whose contributions add into the compressed
+    # values of the varying entries sharing a colour with them: the gather takes them off again
+    added = np.zeros(plan.length)
+    np.add.at(added, position(rows[fixed], cols[fixed]), constant[fixed])
+    shift = np.zeros(rows.size)
+    shift[varying] = -added[gather[varying]]
+    shifts = shift if shift.any() else None
+    derivative = _sparse(fn, new_name, pattern, plan, gather, wrt, "spjacobian", constant[fixed], shifts)
+  else:
+    derivative = _sparse(fn, new_name, pattern, plan, gather, wrt, "spjacobian")
+  derivative.constant_entries = constant
   return derivative
 
 

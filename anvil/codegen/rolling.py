@@ -61,11 +61,12 @@ class _Member:
 def find_families(graph: ScalarGraph, writes: Sequence[Write]) -> tuple[list[Family], list[Write]]:
   """The loops `writes` fold into, and the writes left to straight-line code."""
   groups: dict[tuple[Any, ...], list[_Member]] = {}
-  invariant = _invariant(graph, writes)
+  live = graph.live([w[2] for w in writes])
+  invariant = _invariant(graph, writes, live)
   rest = [w for w in writes if not _computed(graph, w[2]) or w[2] in invariant]
   computed = [w for w in writes if _computed(graph, w[2]) and w[2] not in invariant]
-  canonical = _Canonical(graph, [w[2] for w in computed])
-  for component in _components(graph, computed, invariant):
+  canonical = _Canonical(graph, live)
+  for component in _components(graph, computed, invariant, live):
     signature, member = canonical.read(component)
     groups.setdefault(signature, []).append(member)
   families: list[Family] = []
@@ -86,11 +87,10 @@ def _computed(graph: ScalarGraph, i: int) -> bool:
   return graph.ops[i] not in (Ops.CONST, Ops.LOAD)
 
 
-def _invariant(graph: ScalarGraph, writes: Sequence[Write]) -> set[int]:
+def _invariant(graph: ScalarGraph, writes: Sequence[Write], live: list[int]) -> set[int]:
   """The operations every stage shares (hash-consing made them one node: `p[0] - 1`, `sigma * 2`): those reading only
   input elements that more than half of the writes depend on. They join no component; each member that uses them
-  recomputes them in its loop body."""
-  live = graph.live([w[2] for w in writes])
+  recomputes them in its loop body. `live`: the nodes the writes depend on, in creation order."""
   reach: dict[int, int] = {}  # node -> the writes depending on it, as bits
   for bit, (_, _, node) in enumerate(writes):
     reach[node] = reach.get(node, 0) | 1 << bit
@@ -108,9 +108,9 @@ def _invariant(graph: ScalarGraph, writes: Sequence[Write]) -> set[int]:
   return {i for i in live if shared[i] and _computed(graph, i)}
 
 
-def _components(graph: ScalarGraph, writes: Sequence[Write], invariant: set[int]) -> list[list[Write]]:
+def _components(graph: ScalarGraph, writes: Sequence[Write], invariant: set[int], live: list[int]) -> list[list[Write]]:
   """The writes grouped by the connected component of operations their values belong to (union-find over operand
-  edges between operations that are not `invariant`), each group in output order."""
+  edges between the `live` operations that are not `invariant`), each group in output order."""
   parent: dict[int, int] = {}
 
   def find(i: int) -> int:
@@ -119,7 +119,7 @@ def _components(graph: ScalarGraph, writes: Sequence[Write], invariant: set[int]
       i = parent[i]
     return i
 
-  for i in graph.live([w[2] for w in writes]):
+  for i in live:
     if _computed(graph, i) and i not in invariant:
       parent[i] = i
       for s in graph.srcs[i]:
@@ -138,12 +138,12 @@ class _Canonical:
   expressions (inputs by their buffer, not their element), so stages whose nodes were numbered in another order (a
   constant first made in the middle of stage 0) read the same."""
 
-  def __init__(self, graph: ScalarGraph, roots: Sequence[int]) -> None:
+  def __init__(self, graph: ScalarGraph, live: list[int]) -> None:
     self.graph = graph
     self.hash: dict[int, int] = {}
     tags: dict[Any, int] = {}  # NOTE: dtypes and args as numbers in order of appearance: no str hashing, so the order
     tag = lambda value: tags.setdefault(value, len(tags))  # (and the code) is the same in every process
-    for i in graph.live(roots):
+    for i in live:
       op, dtype = graph.ops[i], tag(graph.dtypes[i])
       if op is Ops.LOAD:
         self.hash[i] = hash((op.value, dtype, graph.args[i].index))

@@ -161,10 +161,13 @@ class MPCFunction(TemplatedFunction):
   def sqp(self) -> SQPFunction:
     """The SQP solver of the multiple-shooting NLP (its QPs laid out by stage, for the Riccati QP solver)."""
     cost, constraints = self.ocp.functions()
-    hessian = self.ocp.gauss_newton_hessian() if self.options.hessian == "gauss_newton" else None
+    name, gauss_newton = f"{self.name}_sqp", self.options.hessian == "gauss_newton"
+    stagewise = self.ocp.stage_derivatives(name, not gauss_newton) if self.options.integrator_derivatives else None
+    jacobian, exact = stagewise or (None, None)
+    hessian = self.ocp.gauss_newton_hessian() if gauss_newton else exact
     # NOTE: the Gauss-Newton Hessian, 2 sigma J'WJ + diag(2 l2), is PSD (LeastSquares checks W, Soft checks l2)
-    return SQPFunction(f"{self.name}_sqp", cost, constraints, self.options.sqp_options, hessian=hessian,
-                       stages=self.ocp.stage_layout(), convex_hessian=hessian is not None)  # fmt: skip
+    return SQPFunction(name, cost, constraints, self.options.sqp_options, hessian=hessian, jacobian=jacobian,
+                       stages=self.ocp.stage_layout(), convex_hessian=gauss_newton)  # fmt: skip
 
   @property
   def model_functions(self) -> tuple[Fn, Fn]:

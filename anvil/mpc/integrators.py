@@ -1,8 +1,14 @@
-"""`rk4`: a discrete-time model from a continuous one, by classical Runge-Kutta steps."""
+"""`rk4`: a discrete-time model from a continuous one, by classical Runge-Kutta steps.
+
+The function it returns is an `ExplicitIntegrator`: a NumericalFunction that also knows its ODE and its method, so an
+MPC can take the derivatives of the step from derivatives of the ODE alone (anvil/explicit_rk.hpp) instead of
+differentiating the unrolled steps.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from tinygrad import Tensor
 
@@ -34,9 +40,11 @@ def rk4(
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
       raise ValueError(f"rk4({name}): {what} must be an int >= {least}, got {value!r}")
   h = float(dt) / steps
+  inputs = (Arg(nx, name="x"), Arg(nu, name="u")) + ((Arg(np, name="p"),) if np else ())
+  rate = NumericalFunction(f"{name}_ode", lambda x, u, *p: _rate(ode, name, nx, x, u, *p), inputs)
 
   def step(x: Tensor, u: Tensor, *p: Tensor) -> Tensor:
-    f = lambda x_: _rate(ode, name, nx, x_, u, *p)
+    f = lambda x_: rate.fn(x_, u, *p)
     for _ in range(steps):
       k1 = f(x)
       k2 = f(x + h / 2 * k1)
@@ -45,8 +53,31 @@ def rk4(
       x = x + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
     return x
 
-  inputs = (Arg(nx, name="x"), Arg(nu, name="u")) + ((Arg(np, name="p"),) if np else ())
-  return NumericalFunction(name, step, inputs)
+  return ExplicitIntegrator(name, step, rate, h, steps, RK4_A, RK4_B)
+
+
+#: The classical Runge-Kutta method's Butcher tableau (a strictly lower, b).
+RK4_A = ((0.0, 0.0, 0.0, 0.0), (0.5, 0.0, 0.0, 0.0), (0.0, 0.5, 0.0, 0.0), (0.0, 0.0, 1.0, 0.0))
+RK4_B = (1 / 6, 1 / 3, 1 / 3, 1 / 6)
+
+
+class ExplicitIntegrator(NumericalFunction[..., Any]):
+  """x_next = F(x, u[, p]) = `step`: `steps` steps of length h of an explicit Runge-Kutta method (Butcher tableau a,
+  strictly lower, and b) on the ODE `rate`, a NumericalFunction of (x, u[, p]) -> xdot, with the input held constant.
+  Made by `rk4`; traced as the unrolled steps, and differentiated stage by stage by an MPC (anvil/explicit_rk.hpp)."""
+
+  def __init__(
+    self,
+    name: str,
+    step: Callable[..., Tensor],
+    rate: NumericalFunction[..., Any],
+    h: float,
+    steps: int,
+    a: tuple[tuple[float, ...], ...],
+    b: tuple[float, ...],
+  ) -> None:
+    super().__init__(name, step, rate.inputs)
+    self.rate, self.h, self.steps, self.a, self.b = rate, h, steps, a, b
 
 
 def _rate(ode: Callable[..., Tensor], name: str, nx: int, x: Tensor, u: Tensor, *p: Tensor) -> Tensor:

@@ -43,6 +43,11 @@ class MPCOptions:
   """Settings of the underlying SQP solver (iteration limit, tolerances, verbosity...)."""
   warm_start: bool = True
   """Start each call from the previous solution shifted by one stage (primal and dual)."""
+  integrator_derivatives: bool = True
+  """With dynamics made by `rk4`: the derivatives of each stage's step computed at run time from the ODE's own
+  (forward sensitivities and the second-order adjoint over the integration steps, anvil/explicit_rk.hpp), so the
+  generated code holds the ODE's derivatives once instead of the unrolled steps'. False: the NLP differentiated as
+  one graph (the only way for dynamics given as a plain NumericalFunction)."""
 
   def __post_init__(self) -> None:
     for what, value, allowed in (("mode", self.mode, MODES), ("hessian", self.hessian, HESSIANS),
@@ -56,6 +61,7 @@ class MPCOptions:
     if self.riccati_tol is not None:
       check_positive("MPCOptions", "riccati_tol", self.riccati_tol, at_most=1e-6)
     check_bool("MPCOptions", "warm_start", self.warm_start)
+    check_bool("MPCOptions", "integrator_derivatives", self.integrator_derivatives)
     if self.qp is not None and not isinstance(self.qp, (OSQPOptions, RiccatiOptions)):
       raise TypeError(f"MPCOptions.qp: expected RiccatiOptions or OSQPOptions, got {type(self.qp).__name__}")
     qp = self.qp or self._qp_from_aliases()

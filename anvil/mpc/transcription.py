@@ -17,10 +17,12 @@ import numpy as np
 import scipy.sparse as sp
 from tinygrad import Tensor
 
-from anvil.ad import constant_jacobian, jacobian, vmap
+from anvil.ad import constant_jacobian, jacobian, sphessian, spjacobian, vmap
 from anvil.codegen import Arg, NumericalFunction, SparseNumericalFunction
 from anvil.mpc.costs import LeastSquares
+from anvil.mpc.integrators import ExplicitIntegrator
 from anvil.mpc.soft import SOFT_GROUPS, Soft
+from anvil.mpc.stagewise import OdeDerivatives, StageDerivative
 from anvil.qp import StageLayout
 from anvil.validation import require_cpu_float64, require_type
 
@@ -219,11 +221,13 @@ class Transcription:
       total = total + (S * l1 + S * S * l2).sum()
     return total
 
-  def constraint_values(self, w: Tensor, params: Tensor) -> Tensor:
-    """g(w, p), see the module docstring."""
+  def constraint_values(self, w: Tensor, params: Tensor, dynamics: bool = True) -> Tensor:
+    """g(w, p), see the module docstring; without `dynamics`, the defects are x_{k+1} alone (F left out: the part of
+    g that `StageDerivative` takes from the NLP, whose dynamics' derivatives it computes stage by stage)."""
     X, U, xN, S, x_init, P = self.split(w, params)
     following = X[1:].cat(xN.reshape(1, self.nx)) if self.N > 1 else xN.reshape(1, self.nx)
-    parts = [X[0] - x_init, (following - self._stage(self.dynamics, "dynamics", X, U, P)).flatten()]
+    defects = following - self._stage(self.dynamics, "dynamics", X, U, P) if dynamics else following
+    parts = [X[0] - x_init, defects.flatten()]
     tables = {"x": X[1:], "u": U, "x_terminal": xN.reshape(1, self.nx)}
     if self.constraints is not None:
       tables["constraints"] = self._stage(self.constraints, "constraints", X, U, P).reshape(self.N, self.nh)
@@ -255,6 +259,32 @@ class Transcription:
     args = (Arg(self.nw, name="w"), Arg(self.n_params, name="params"))
     cost = NumericalFunction(f"{self.name}_nlp_cost", self.cost, args)
     return cost, NumericalFunction(f"{self.name}_nlp_constraints", self.constraint_values, args)
+
+  def stage_derivatives(self, name: str, hessian: bool) -> tuple[StageDerivative, StageDerivative | None] | None:
+    """The constraint Jacobian and (with `hessian`) the Lagrangian Hessian of the NLP with the dynamics'
+    derivatives computed stage by stage from their ODE (anvil.mpc.stagewise), when the dynamics are an
+    ExplicitIntegrator (made by `rk4`); else None. `name` prefixes the functions' names (the SQP solver's)."""
+    F = self.dynamics
+    if not isinstance(F, ExplicitIntegrator) or self.nu == 0:
+      return None
+    args = (Arg(self.nw, name="w"), Arg(self.n_params, name="params"))
+    rest = NumericalFunction(f"{name}_constraints_without_dynamics",
+                             lambda w, params: self.constraint_values(w, params, dynamics=False), args)  # fmt: skip
+    ode = OdeDerivatives.of(F, hessian)
+    place = {"N": self.N, "stride": self.nz, "p_offset": self.nx, "lam_offset": self.nx}
+    jacobian = StageDerivative(f"{name}_constraint_jacobian", "jacobian",
+                               spjacobian(rest, 0, name=f"{name}_rest_jacobian"), ode, **place)  # fmt: skip
+    if not hessian:
+      return jacobian, None
+    cost = self.cost
+
+    def lagrangian(w: Tensor, params: Tensor, sigma: Tensor, lam: Tensor) -> Tensor:
+      return sigma[0] * cost(w, params) + (self.constraint_values(w, params, dynamics=False) * lam).sum()
+
+    lag_args = (*args, Arg(1, name="sigma"), Arg(self.ng, name="lam"))
+    rest_hessian = sphessian(NumericalFunction(f"{name}_lagrangian_without_dynamics", lagrangian, lag_args), 0,
+                             name=f"{name}_rest_hessian")  # fmt: skip
+    return jacobian, StageDerivative(f"{name}_lagrangian_hessian", "hessian", rest_hessian, ode, **place)
 
   def gauss_newton_hessian(self) -> SparseNumericalFunction:
     """Upper triangle of sigma·(blockdiag(2 J_kᵀ W J_k, 2 J_Nᵀ W_N J_N) + diag(2 l2)): the Gauss-Newton Hessian."""

@@ -8,7 +8,7 @@ import dataclasses
 import threading
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol, cast
 
 import numpy as np
 import scipy.sparse as sp
@@ -16,7 +16,7 @@ from numpy.typing import ArrayLike, NDArray
 from tinygrad import Tensor
 
 from anvil.ad import gradient, sphessian, spjacobian
-from anvil.codegen import Arg, FunctionBase, NumericalFunction, SparseNumericalFunction
+from anvil.codegen import Arg, FunctionBase, NumericalFunction
 from anvil.codegen.base import check_identifier
 from anvil.codegen.templated import TemplatedFunction
 from anvil.qp import (
@@ -39,6 +39,29 @@ HISTORY_NAMES = ("objective", "primal_infeasibility", "dual_infeasibility", "ste
 TIME_NAMES = ("time_evaluation", "time_qp_update", "time_qp_solve", "time_line_search")
 # NOTE: unpacking runs on every MPC call from Python: statuses by their C++ codes, looked up once
 SQP_CODES, QP_CODES = SQPStatus.codes(), QPStatus.codes()
+
+
+class SparseDerivative(Protocol):
+  """What the solver reads of a sparse derivative besides its generated code (a SparseNumericalFunction, or a
+  generated function with the same C++ interface: namespace, IN/OUT types, WS_t, init_ws and call)."""
+
+  @property
+  def name(self) -> str: ...
+
+  @property
+  def inputs(self) -> tuple[Arg, ...]: ...
+
+  @property
+  def shape(self) -> tuple[int, int]: ...
+
+  @property
+  def indices(self) -> NDArray[Any]: ...
+
+  @property
+  def indptr(self) -> NDArray[Any]: ...
+
+  @property
+  def nnz(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -103,7 +126,10 @@ class SQPFunction(TemplatedFunction):
     constraints: a NumericalFunction of (x, p) returning a vector, or None.
     options: SQPOptions.
     hessian: optional Hessian approximation replacing the exact Lagrangian Hessian (e.g. Gauss-Newton): a
-      SparseNumericalFunction of (x, p, sigma, λ) returning the upper triangle of an n x n matrix.
+      SparseNumericalFunction of (x, p, sigma, λ) returning the upper triangle of an n x n matrix (or a generated
+      function with its C++ interface and pattern attributes, as anvil.mpc's stage-wise derivatives).
+    jacobian: optional constraint Jacobian replacing `spjacobian(constraints)`: a SparseNumericalFunction of (x, p)
+      returning the m x n ∂g/∂x (or alike, as `hessian`); its values must be the Jacobian's.
     convex_hessian: `hessian` is positive semidefinite wherever it is evaluated (Gauss-Newton with PSD weights): the
       real-time iteration's preparation then loads its QP without the inertia test (a sparse KKT factorization) that
       otherwise decides its regularization. Needs `hessian`.
@@ -130,9 +156,10 @@ class SQPFunction(TemplatedFunction):
     constraints: Fn | None = None,
     options: SQPOptions | None = None,
     *,
-    hessian: SparseNumericalFunction | None = None,
+    hessian: SparseDerivative | None = None,
     stages: StageLayout | None = None,
     convex_hessian: bool = False,
+    jacobian: SparseDerivative | None = None,
   ) -> None:
     self.name = check_identifier(name, "SQPFunction name")
     self.n, self.np = _xp_args(name, cost, "cost")
@@ -147,21 +174,33 @@ class SQPFunction(TemplatedFunction):
       raise ValueError(f"{name}: RiccatiOptions solves QPs with a stage layout: pass stages=StageLayout(...)")
     self.cost, self.constraints, self.stages = cost, constraints, stages
     self.gradient = gradient(cost, 0, name=f"{name}_cost_gradient")
-    self._hessian = None if hessian is None else self._check_hessian(hessian)
+    self._hessian = None if hessian is None else self._check_derivative(hessian, "hessian")
+    self._jacobian = None if jacobian is None else self._check_derivative(jacobian, "jacobian")
     if not isinstance(convex_hessian, bool) or (convex_hessian and hessian is None):
       raise ValueError(f"{name}: convex_hessian=True declares a given hessian positive semidefinite; pass hessian=")
     self.convex_hessian = convex_hessian
     self._lock = threading.Lock()
 
-  def _check_hessian(self, hessian: SparseNumericalFunction) -> SparseNumericalFunction:
-    expected = ((self.n,), (self.np,), (1,), (self.m,))
-    if not isinstance(hessian, SparseNumericalFunction) or tuple(a.shape for a in hessian.inputs) != expected:
-      raise TypeError(f"{self.name}: hessian must be a SparseNumericalFunction of (x, p, sigma, lam) shaped {expected}")
-    rows = hessian.indices
-    cols = np.repeat(np.arange(hessian.shape[1]), np.diff(hessian.indptr))
-    if hessian.shape != (self.n, self.n) or np.any(rows > cols):
-      raise ValueError(f"{self.name}: hessian must return the upper triangle of an {self.n}x{self.n} matrix")
-    return hessian
+  def _check_derivative(self, fn: SparseDerivative, what: str) -> SparseDerivative:
+    """TypeError/ValueError unless `fn` is a sparse derivative of the right inputs and shape (a Hessian: an upper
+    triangle)."""
+    if what == "jacobian" and self.constraints is None:
+      raise ValueError(f"{self.name}: jacobian= needs constraints")
+    m = 0 if self.constraints is None else self.constraints.outputs[0].size
+    expected = ((self.n,), (self.np,), (1,), (m,)) if what == "hessian" else ((self.n,), (self.np,))
+    shape = (self.n, self.n) if what == "hessian" else (m, self.n)
+    attributes = ("inputs", "shape", "indices", "indptr", "nnz")
+    if not isinstance(fn, FunctionBase) or not all(hasattr(fn, a) for a in attributes):
+      raise TypeError(f"{self.name}: {what} must be a SparseNumericalFunction, got {type(fn).__name__}")
+    if tuple(tuple(a.shape) for a in fn.inputs) != expected:
+      args = "(x, p, sigma, lam)" if what == "hessian" else "(x, p)"
+      raise TypeError(f"{self.name}: {what} must be a SparseNumericalFunction of {args} shaped {expected}")
+    rows = np.asarray(fn.indices)
+    cols = np.repeat(np.arange(fn.shape[1]), np.diff(fn.indptr))
+    if tuple(fn.shape) != shape or (what == "hessian" and np.any(rows > cols)):
+      kind = f"the upper triangle of an {self.n}x{self.n} matrix" if what == "hessian" else f"an {shape} matrix"
+      raise ValueError(f"{self.name}: {what} must return {kind}")
+    return fn
 
   @cached_property
   def m(self) -> int:
@@ -169,14 +208,14 @@ class SQPFunction(TemplatedFunction):
     return 0 if self.constraints is None else self.constraints.outputs[0].size
 
   @cached_property
-  def jacobian(self) -> SparseNumericalFunction | None:
-    """The sparse ∂g/∂x, or None without constraints."""
-    return (
-      None if self.constraints is None else spjacobian(self.constraints, 0, name=f"{self.name}_constraint_jacobian")
-    )
+  def jacobian(self) -> SparseDerivative | None:
+    """The sparse ∂g/∂x (the one given, else derived), or None without constraints."""
+    if self._jacobian is not None or self.constraints is None:
+      return self._jacobian
+    return spjacobian(self.constraints, 0, name=f"{self.name}_constraint_jacobian")
 
   @cached_property
-  def hessian(self) -> SparseNumericalFunction:
+  def hessian(self) -> SparseDerivative:
     """The upper triangle of the Hessian of sigma·f + λᵀg in x (or the approximation given), a function of
     (x, p, sigma, λ)."""
     if self._hessian is not None:
@@ -310,9 +349,9 @@ class SQPFunction(TemplatedFunction):
 
   def dependencies(self) -> tuple[FunctionBase, ...]:
     """f, ∇f, g, ∂g/∂x, the Lagrangian Hessian and the QP backends."""
-    deps: list[FunctionBase] = [self.cost, self.gradient, self.hessian]
+    deps: list[FunctionBase] = [self.cost, self.gradient, cast(FunctionBase, self.hessian)]
     if self.constraints is not None and self.jacobian is not None:
-      deps[2:2] = [self.constraints, self.jacobian]
+      deps[2:2] = [self.constraints, cast(FunctionBase, self.jacobian)]
     return (*deps, self.qp, *([] if self.elastic is None else [self.elastic]))
 
   @cached_property
@@ -455,7 +494,7 @@ class SQPFunction(TemplatedFunction):
             3: getattr(self.jacobian, "name", ""), 4: self.hessian.name}[which]  # fmt: skip
 
 
-def _pattern(fn: SparseNumericalFunction, shape: tuple[int, int]) -> sp.csc_array:
+def _pattern(fn: SparseDerivative, shape: tuple[int, int]) -> sp.csc_array:
   return sp.csc_array((np.ones(fn.nnz), fn.indices, fn.indptr), shape=shape)
 
 

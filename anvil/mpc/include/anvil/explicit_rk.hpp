@@ -1,0 +1,184 @@
+// anvil::integrators::ExplicitRK: the exact first and second derivatives of an explicit Runge-Kutta step
+// x_next = F(x, u, p), computed at run time from derivatives of the ODE alone (as acados's ERK integrator does):
+//
+//   forward:  x_next and S = dx_next/d[x; u] (nx x nz, nz = nx + nu), by propagating the sensitivities of every stage
+//             point X_i through the ODE's Jacobian J_i = df/d[x; u] at (X_i, u): dK_i = J_i [DX_i; 0 I];
+//   hessian:  the Hessian of lam'F in [x; u], by the adjoint sweep backwards over the stages (kappa_i, the adjoint of
+//             the stage derivative K_i) and, at every stage point, the second-order term DZ_i' (d^2 kappa_i'f) DZ_i with
+//             DZ_i = d(X_i, u)/d(x, u): the only nonlinear operations of the step are its ODE evaluations, so this
+//             sum is the exact Hessian of the discrete step (not of the continuous flow).
+//
+// The generated code therefore holds the ODE's rate, its sparse Jacobian and the sparse Hessian of mu'f only: one
+// small function each, whatever the number of integration steps; the steps are a loop here.
+//
+// O (the ODE and the method): nx, nu, stages, steps, h, a[stages][stages] (strictly lower), b[stages];
+// jac_nnz, jac_p[nz + 1], jac_i[jac_nnz] (the Jacobian's CSC pattern, nx x nz) and the same entries row by row:
+// jac_row_p[nx + 1], jac_row_u[nx] (where the row's input columns start), jac_row_j[jac_nnz] (column),
+// jac_row_e[jac_nnz] (position in the CSC values); hess_nnz,
+// hess_p[nz + 1], hess_i[hess_nnz] (the upper triangle of the Hessian of mu'f, nz x nz) and hess_rows[n_hess_rows],
+// the states among its rows and columns (the others enter f linearly). E (the evaluations, with their workspaces):
+// rate(z, p, xdot), jacobian(z, p, values), hessian(z, mu, p, values) at z = [x; u]. second_order: keep every stage
+// point's sensitivities for hessian() (else one is reused, which keeps a Jacobian-only pass in the L1 cache).
+#ifndef ANVIL_EXPLICIT_RK_HPP
+#define ANVIL_EXPLICIT_RK_HPP
+
+namespace anvil {
+namespace integrators {
+
+template <class O, bool second_order>
+struct ExplicitRK {
+  static constexpr int nx = O::nx, nu = O::nu, nz = nx + nu, s = O::stages, steps = O::steps;
+  static constexpr int points = steps * s;  ///< ODE evaluations per step of F
+  static constexpr int kept = second_order ? points : 1;  ///< stage points whose sensitivities are kept
+  static constexpr int jac_nnz = O::jac_nnz > 0 ? O::jac_nnz : 1;
+  static constexpr int hess_nnz = O::hess_nnz > 0 ? O::hess_nnz : 1;
+
+  /// The stage points, their sensitivities and the ODE's Jacobian there (kept by forward() for hessian()), and the
+  /// scratch of both passes. Plain arrays: no allocation.
+  struct Workspace {
+    double z[points][nz];          ///< [X_i; u] at every stage point
+    double DX[kept][nx][nz];       ///< dX_i/d[x; u]
+    double J[points][jac_nnz];     ///< df/d[x; u] at the stage point (CSC values)
+    double K[s][nx], dK[s][nx][nz], x[nx], S[nx][nz];
+    double kappa[s][nx], xi[s][nx], lam[nx], hf[hess_nnz], T[nz][nz];
+  };
+
+  /// x_next = F(x, u, p) and jac = dx_next/d[x; u] (row-major, nx x nz); keeps what hessian() needs.
+  template <class E>
+  static void forward(const double* x0, const double* u, const double* p, double* x_next, double* jac, Workspace& w,
+                      E& eval) {
+    for (int r = 0; r < nx; ++r) {
+      w.x[r] = x0[r];
+      for (int c = 0; c < nz; ++c) w.S[r][c] = c == r ? 1.0 : 0.0;
+    }
+    for (int n = 0; n < steps; ++n) {
+      for (int i = 0; i < s; ++i) {
+        const int at = n * s + i;
+        double* z = w.z[at];
+        double(&DX)[nx][nz] = w.DX[second_order ? at : 0];
+        for (int r = 0; r < nx; ++r) {
+          double v = w.x[r], row[nz];
+          for (int c = 0; c < nz; ++c) row[c] = w.S[r][c];
+          for (int j = 0; j < i; ++j) {
+            const double f = O::h * O::a[i][j];
+            if (f == 0.0) continue;
+            v += f * w.K[j][r];
+            for (int c = 0; c < nz; ++c) row[c] += f * w.dK[j][r][c];
+          }
+          z[r] = v;
+          for (int c = 0; c < nz; ++c) DX[r][c] = row[c];
+        }
+        for (int c = 0; c < nu; ++c) z[nx + c] = u[c];
+        eval.rate(z, p, w.K[i]);
+        eval.jacobian(z, p, w.J[at]);
+        stage_sensitivity(w.J[at], DX, w.dK[i]);
+      }
+      for (int r = 0; r < nx; ++r) {
+        double row[nz];
+        for (int c = 0; c < nz; ++c) row[c] = w.S[r][c];
+        for (int i = 0; i < s; ++i) {
+          const double f = O::h * O::b[i];
+          w.x[r] += f * w.K[i][r];
+          for (int c = 0; c < nz; ++c) row[c] += f * w.dK[i][r][c];
+        }
+        for (int c = 0; c < nz; ++c) w.S[r][c] = row[c];
+      }
+    }
+    for (int r = 0; r < nx; ++r) {
+      x_next[r] = w.x[r];
+      for (int c = 0; c < nz; ++c) jac[r * nz + c] = w.S[r][c];
+    }
+  }
+
+  /// H (row-major nz x nz, upper triangle) += the Hessian of lam'F in [x; u] at the point of the last forward().
+  template <class E>
+  static void hessian(const double* lam, const double* p, double* H, Workspace& w, E& eval) {
+    static_assert(second_order, "hessian() needs the sensitivities of every stage point: ExplicitRK<O, true>");
+    for (int r = 0; r < nx; ++r) w.lam[r] = lam[r];
+    for (int n = steps - 1; n >= 0; --n) {
+      for (int i = s - 1; i >= 0; --i) {
+        const int at = n * s + i;
+        for (int r = 0; r < nx; ++r) {
+          double v = O::h * O::b[i] * w.lam[r];
+          for (int j = i + 1; j < s; ++j) v += O::h * O::a[j][i] * w.xi[j][r];
+          w.kappa[i][r] = v;
+        }
+        // xi_i = J_x' kappa_i: the adjoint of the stage point
+        for (int q = 0; q < nx; ++q) {
+          double v = 0.0;
+          for (int e = O::jac_p[q]; e < O::jac_p[q + 1]; ++e) v += w.J[at][e] * w.kappa[i][O::jac_i[e]];
+          w.xi[i][q] = v;
+        }
+        eval.hessian(w.z[at], w.kappa[i], p, w.hf);
+        add_second_order(w.hf, w.DX[at], w.T, H);
+      }
+      for (int i = 0; i < s; ++i)
+        for (int r = 0; r < nx; ++r) w.lam[r] += w.xi[i][r];
+    }
+  }
+
+ private:
+  /// y += v x, over n entries.
+  template <int n>
+  static void axpy(double v, const double* x, double* y) {
+    for (int c = 0; c < n; ++c) y[c] += v * x[c];
+  }
+
+  /// dK = J [DX; 0 I] with J sparse, row by row: a combination of DX's rows (the row's state entries, listed first),
+  /// then its input entries added where they sit.
+  static void stage_sensitivity(const double* J, const double (&DX)[nx][nz], double (&dK)[nx][nz]) {
+    for (int r = 0; r < nx; ++r) {
+      double* out = dK[r];
+      const int first = O::jac_row_p[r], inputs = O::jac_row_u[r];
+      // NOTE: the first entry's product initializes the row: zeroing it first compiled to a memset (rep stos) that
+      // took a fifth of the pass
+      if (first < inputs) {
+        const double v = J[O::jac_row_e[first]];
+        const double* x = DX[O::jac_row_j[first]];
+        for (int c = 0; c < nz; ++c) out[c] = v * x[c];
+      } else {
+        for (int c = 0; c < nz; ++c) out[c] = 0.0;
+      }
+      for (int e = first + 1; e < inputs; ++e) axpy<nz>(J[O::jac_row_e[e]], DX[O::jac_row_j[e]], out);
+      for (int e = inputs; e < O::jac_row_p[r + 1]; ++e) out[O::jac_row_j[e]] += J[O::jac_row_e[e]];
+    }
+  }
+
+  /// Row q of DZ = [DX; 0 I] times v, added to out.
+  static void add_row(const double (&DX)[nx][nz], int q, double v, double* out) {
+    if (q < nx) {
+      for (int c = 0; c < nz; ++c) out[c] += v * DX[q][c];
+    } else {
+      out[q] += v;
+    }
+  }
+
+  /// H += DZ' Hf DZ (upper triangle), Hf symmetric given by its upper triangle (CSC): T = Hf DZ on the rows Hf has
+  /// (the states in hess_rows, every input), then H's rows c1 += sum_q DZ[q][c1] T[q] over those rows only.
+  static void add_second_order(const double* hf, const double (&DX)[nx][nz], double (&T)[nz][nz], double* H) {
+    for (int e = 0; e < O::n_hess_rows; ++e)
+      for (int c = 0; c < nz; ++c) T[O::hess_rows[e]][c] = 0.0;
+    for (int q = nx; q < nz; ++q)
+      for (int c = 0; c < nz; ++c) T[q][c] = 0.0;
+    for (int b = 0; b < nz; ++b)
+      for (int e = O::hess_p[b]; e < O::hess_p[b + 1]; ++e) {
+        const int a = O::hess_i[e];
+        add_row(DX, b, hf[e], T[a]);
+        if (a != b) add_row(DX, a, hf[e], T[b]);
+      }
+    for (int c1 = 0; c1 < nz; ++c1) {
+      double* row = H + c1 * nz;
+      for (int e = 0; e < O::n_hess_rows; ++e) {
+        const int q = O::hess_rows[e];
+        const double v = DX[q][c1];
+        for (int c2 = c1; c2 < nz; ++c2) row[c2] += v * T[q][c2];
+      }
+      if (c1 >= nx)
+        for (int c2 = c1; c2 < nz; ++c2) row[c2] += T[c1][c2];
+    }
+  }
+};
+
+}  // namespace integrators
+}  // namespace anvil
+#endif  // ANVIL_EXPLICIT_RK_HPP

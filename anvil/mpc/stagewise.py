@@ -1,0 +1,230 @@
+"""Stage-wise derivatives of a multiple-shooting NLP whose dynamics are an explicit Runge-Kutta integrator.
+
+Differentiating the NLP as one traced graph unrolls every integration step of every stage into the derivative's code
+(an RK4 step of 4 substeps is 16 ODE evaluations, each differentiated in place): the code, its build and its
+evaluation then grow with the steps and with the model far faster than the ODE does. With dynamics made by `rk4`
+(an `ExplicitIntegrator`), an MPC instead generates three small functions of the ODE alone, its rate, its sparse
+Jacobian and the sparse Hessian of mu'f, and the C++ runtime anvil/explicit_rk.hpp computes the exact derivatives of
+the discrete step from them, stage point by stage point, in a loop (forward sensitivities for dF/d[x; u], the
+second-order adjoint for the Hessian of lam'F).
+
+`StageDerivative` is the NLP's constraint Jacobian or Lagrangian Hessian built that way: every term but the dynamics
+from a sparse derivative of the NLP with the dynamics left out (`rest`, derived as any function is), the dynamics'
+blocks -dF/d[x_k; u_k] and -d^2(lam_k'F) stage by stage, both scattered into one CSC pattern (their union). It has
+the C++ interface of a SparseNumericalFunction (namespace, IN/OUT types, WS_t, init_ws, call), so the SQP solver
+calls it as it calls any derivative, and it is callable from Python (a `scipy.sparse.csc_array`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from numpy.typing import NDArray
+
+from anvil.ad import sphessian, spjacobian
+from anvil.codegen import Arg, NumericalFunction, SparseNumericalFunction
+from anvil.codegen.base import FunctionBase
+from anvil.codegen.templated import TemplatedFunction
+from anvil.mpc.integrators import ExplicitIntegrator
+
+KINDS = ("jacobian", "hessian")
+
+
+@dataclass(frozen=True)
+class OdeDerivatives:
+  """The ODE-level functions the run-time integrator derivatives call: the rate f(x, u[, p]), its Jacobian in z =
+  [x; u] (CSC, nx x nz) and, for exact Hessians, the upper triangle of the Hessian of mu'f in z (CSC, nz x nz) as a
+  function of (z, mu[, p])."""
+
+  integrator: ExplicitIntegrator
+  rate: NumericalFunction[..., Any]
+  jacobian: SparseNumericalFunction
+  hessian: SparseNumericalFunction | None
+
+  @staticmethod
+  def of(F: ExplicitIntegrator, hessian: bool) -> OdeDerivatives:
+    """The functions of F's ODE (the Hessian with `hessian`)."""
+    nx, nu = F.inputs[0].size, F.inputs[1].size
+    p_args = tuple(Arg(a.size, name="p") for a in F.inputs[2:])
+    rate = F.rate
+    at = lambda z, *p: rate.fn(z[:nx], z[nx:], *p)
+    on_z = NumericalFunction(f"{F.name}_ode_z", at, (Arg(nx + nu, name="z"), *p_args))
+    jac = spjacobian(on_z, 0, name=f"{F.name}_ode_jacobian")
+    hess = None
+    if hessian:
+      lagrangian = lambda z, mu, *p: (at(z, *p) * mu).sum()
+      args = (Arg(nx + nu, name="z"), Arg(nx, name="mu"), *p_args)
+      hess = sphessian(NumericalFunction(f"{F.name}_ode_mu_f", lagrangian, args), 0, name=f"{F.name}_ode_hessian")
+    return OdeDerivatives(F, rate, jac, hess)
+
+
+@dataclass(frozen=True)
+class _Context:
+  """What the stage-derivative templates need."""
+
+  name: str
+  kind: str
+  inputs: tuple[int, ...]
+  nnz: int
+  rest: str
+  rest_nnz: int
+  rate: str
+  jacobian: str
+  hessian: str
+  nx: int
+  nu: int
+  np: int
+  N: int
+  stride: int
+  p_offset: int
+  lam_offset: int
+  steps: int
+  h: float
+  a: tuple[tuple[float, ...], ...]
+  b: tuple[float, ...]
+  jac_nnz: int
+  hess_nnz: int
+  n_hess_rows: int
+  ode_tables: tuple[tuple[str, tuple[int, ...]], ...]
+  tables: tuple[tuple[str, tuple[int, ...]], ...]
+
+
+class StageDerivative(TemplatedFunction):
+  """The constraint Jacobian (`kind` "jacobian": a function of (w, params)) or the Lagrangian Hessian's upper
+  triangle ("hessian": of (w, params, sigma, lam)) of a multiple-shooting NLP, `rest` (the same derivative of the NLP
+  without its dynamics) plus the dynamics' blocks from the integrator's run-time derivatives (module docstring).
+
+  The NLP's w holds stage k's [x_k; u_k] at k * stride, its params p_k at p_offset + k * np, its g the defects
+  x_{k+1} - F(x_k, u_k, p_k) of stage k at rows lam_offset + k * nx.
+
+  Attributes (those of a SparseNumericalFunction the SQP solver reads): shape, indices, indptr, nnz, inputs,
+  constant_entries (the rest's constant entries, NaN on the dynamics' blocks; None where the rest's are unknown).
+  """
+
+  template = "stage_derivative"
+  header_runtime = ("explicit_rk",)
+
+  def __init__(
+    self,
+    name: str,
+    kind: str,
+    rest: SparseNumericalFunction,
+    ode: OdeDerivatives,
+    N: int,
+    stride: int,
+    p_offset: int,
+    lam_offset: int,
+  ) -> None:
+    if kind not in KINDS or (kind == "hessian" and ode.hessian is None):
+      raise ValueError(f"{name}: kind must be one of {KINDS} (a hessian needs the ODE's Hessian), got {kind!r}")
+    self.name, self.kind, self.rest, self.ode = name, kind, rest, ode
+    self.N, self.stride, self.p_offset, self.lam_offset = N, stride, p_offset, lam_offset
+    self.inputs = rest.inputs
+    self.nx, self.nu = ode.integrator.inputs[0].size, ode.integrator.inputs[1].size
+    self.np = ode.integrator.inputs[2].size if len(ode.integrator.inputs) > 2 else 0
+    rows, cols = self._block_entries()
+    rest_pattern = sp.csc_array((np.ones(rest.nnz), rest.indices, rest.indptr), shape=rest.shape)
+    block = sp.csc_array((np.ones(rows.size), (rows, cols)), shape=rest.shape)
+    union = sp.csc_array(rest_pattern + block)
+    union.sort_indices()
+    self.shape: tuple[int, int] = rest.shape
+    self.indices, self.indptr = union.indices.astype(np.int64), union.indptr.astype(np.int64)
+    position = sp.csc_array((np.arange(1, union.nnz + 1), union.indices, union.indptr), shape=rest.shape)
+    rest_rows = rest.indices
+    rest_cols = np.repeat(np.arange(rest.shape[1]), np.diff(rest.indptr))
+    self.rest_to_out = np.asarray(position[rest_rows, rest_cols]).astype(np.int64) - 1
+    self.block_to_out = np.asarray(position[rows, cols]).astype(np.int64) - 1
+    if kind == "jacobian" and np.intersect1d(self.rest_to_out, self.block_to_out).size:
+      raise ValueError(f"{name}: the NLP without its dynamics has entries where the dynamics' Jacobian has its own")
+    self._lock = threading.Lock()
+    constants = rest.constant_entries
+    self.constant_entries: NDArray[np.float64] | None = None
+    if constants is not None:
+      self.constant_entries = np.full(self.nnz, np.nan)
+      self.constant_entries[self.rest_to_out] = constants
+
+  @property
+  def nnz(self) -> int:
+    """Stored entries."""
+    return int(self.indptr[-1])
+
+  def _block_entries(self) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """Rows and columns of the dynamics' entries, stage-major, in the order the C++ writes them: the Jacobian's block
+    row-major (defect rows x [x_k; u_k]); the Hessian's upper triangle of [x_k; u_k] row-major."""
+    nx, nz, N = self.nx, self.nx + self.nu, self.N
+    if self.kind == "jacobian":
+      r, c = np.meshgrid(np.arange(nx), np.arange(nz), indexing="ij")
+      local_rows, local_cols = r.ravel(), c.ravel()
+      rows = (self.lam_offset + nx * np.arange(N))[:, None] + local_rows[None, :]
+    else:
+      local_rows, local_cols = np.triu_indices(nz)
+      rows = (self.stride * np.arange(N))[:, None] + local_rows[None, :]
+    cols = (self.stride * np.arange(N))[:, None] + local_cols[None, :]
+    return rows.ravel().astype(np.int64), cols.ravel().astype(np.int64)
+
+  def dependencies(self) -> tuple[FunctionBase, ...]:
+    """The rest and the ODE's functions."""
+    ode = self.ode
+    return (self.rest, ode.rate, ode.jacobian, *([ode.hessian] if self.kind == "hessian" and ode.hessian else []))
+
+  @cached_property
+  def context(self) -> _Context:
+    """Names, sizes, the method and the scatter tables."""
+    ode, F = self.ode, self.ode.integrator
+    ints = lambda a: tuple(int(v) for v in a)
+    hess = ode.hessian if self.kind == "hessian" else None
+    positions = np.arange(1, ode.jacobian.nnz + 1)  # NOTE: from 1, so no stored entry is a zero to drop
+    jac_rows = sp.csc_array((positions, ode.jacobian.indices, ode.jacobian.indptr), shape=ode.jacobian.shape).tocsr()
+    jac_rows.sort_indices()
+    states = np.concatenate([[0], np.cumsum(jac_rows.indices < self.nx)])  # state entries before each position
+    hess_rows = () if hess is None else tuple(sorted({int(v) for v in _entries(hess) if v < self.nx}))
+    ode_tables = {
+      "jac_p": ints(ode.jacobian.indptr),
+      "jac_i": ints(ode.jacobian.indices),
+      "jac_row_p": ints(jac_rows.indptr),
+      "jac_row_u": ints(jac_rows.indptr[:-1] + states[jac_rows.indptr[1:]] - states[jac_rows.indptr[:-1]]),
+      "jac_row_j": ints(jac_rows.indices),
+      "jac_row_e": ints(jac_rows.data - 1),
+      "hess_p": () if hess is None else ints(hess.indptr),
+      "hess_i": () if hess is None else ints(hess.indices),
+      "hess_rows": hess_rows,
+    }
+    tables = {"rest_to_out": ints(self.rest_to_out), "block_to_out": ints(self.block_to_out)}
+    return _Context(
+      name=self.name, kind=self.kind, inputs=tuple(a.size for a in self.inputs), nnz=self.nnz, rest=self.rest.name,
+      rest_nnz=self.rest.nnz, rate=ode.rate.name, jacobian=ode.jacobian.name,
+      hessian="" if hess is None else hess.name, nx=self.nx, nu=self.nu, np=self.np, N=self.N,
+      stride=self.stride, p_offset=self.p_offset, lam_offset=self.lam_offset, steps=F.steps, h=F.h, a=F.a, b=F.b,
+      jac_nnz=ode.jacobian.nnz, hess_nnz=0 if hess is None else hess.nnz, n_hess_rows=len(hess_rows),
+      ode_tables=tuple(ode_tables.items()),
+      tables=tuple(tables.items()),
+    )  # fmt: skip
+
+  def __call__(self, *args: Any) -> sp.csc_array:
+    """Evaluate in this process (through a JIT library) at numpy inputs shaped as `inputs`; thread-safe (calls share
+    one workspace, under a lock)."""
+    if len(args) != len(self.inputs):
+      raise TypeError(f"{self.name}: expected {len(self.inputs)} inputs, got {len(args)}")
+    arrays = []
+    for i, (a, spec) in enumerate(zip(args, self.inputs, strict=True)):
+      array = np.ascontiguousarray(a, dtype=np.float64)
+      if array.shape != tuple(spec.shape):
+        raise ValueError(f"{self.name}: input {i} must have shape {tuple(spec.shape)}, got {array.shape}")
+      arrays.append(array)
+    out = np.zeros(self.nnz)
+    pointers = (ctypes.c_void_p * (len(arrays) + 1))(*(a.ctypes.data for a in (*arrays, out)))
+    with self._lock:
+      self.handle.entry("call", None, ctypes.c_void_p, ctypes.c_void_p)(pointers, self.handle.pointer)
+    return sp.csc_array((out, self.indices, self.indptr), shape=self.shape)
+
+
+def _entries(fn: SparseNumericalFunction) -> NDArray[np.int64]:
+  """Every row and column index of `fn`'s stored entries."""
+  cols = np.repeat(np.arange(fn.shape[1]), np.diff(fn.indptr))
+  return np.concatenate([np.asarray(fn.indices, dtype=np.int64), cols])

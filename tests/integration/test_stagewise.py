@@ -1,0 +1,111 @@
+"""Stage-wise derivatives of multiple-shooting NLPs whose dynamics come from `rk4` (anvil.mpc.stagewise and the run-time
+integrator derivatives of anvil/explicit_rk.hpp): equal to the derivatives of the NLP differentiated as one graph,
+and the controllers built on them equal to those built without."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from anvil import Arg, NumericalFunction, Tensor
+from anvil.ad import sphessian, spjacobian
+from anvil.mpc import LeastSquares, MPCFunction, MPCOptions, Soft, rk4, simulate
+from anvil.mpc.integrators import ExplicitIntegrator
+from anvil.mpc.stagewise import StageDerivative
+from anvil.problems import cartpole
+from anvil.problems import cartpole_mpc as cm
+
+NX, NU, NP, N = 3, 2, 2, 4
+
+
+def ode(x: Tensor, u: Tensor, p: Tensor) -> Tensor:
+  """A nonlinear 3-state model with two inputs and two parameters (every kind of second derivative: states with
+  states, states with inputs and parameters)."""
+  return x[1:2].cat(
+    -p[0] * x[0:1].sin() + u[0:1] * x[2:3] - p[1] * x[1:2] * x[1:2].abs(), (u[1:2] - x[2:3]) * x[0:1].cos()
+  )
+
+
+def ocp(name: str, options: MPCOptions) -> MPCFunction:
+  F = rk4(f"{name}_F", ode, 0.1, nx=NX, nu=NU, np=NP, steps=2)
+  residual = NumericalFunction(f"{name}_r", lambda x, u, p: (x - p[0]).cat(u * x[0:1].exp()), (Arg(NX), Arg(NU),
+                               Arg(NP)))  # fmt: skip
+  path = NumericalFunction(f"{name}_h", lambda x, u, p: (x[0:1] * u[0:1] + p[1]).cat(x[2:3] ** 2), (Arg(NX), Arg(NU),
+                           Arg(NP)))  # fmt: skip
+  return MPCFunction(
+    name, F, LeastSquares(residual, np.ones(NX + NU)), None, horizon=N, constraints=path,
+    constraint_bounds=(np.array([-5.0, 0.0]), np.array([5.0, 4.0])), x_bounds=(np.full(NX, -3.0), np.full(NX, 3.0)),
+    soft={"x": Soft(l1=1.0, l2=10.0)}, options=options,
+  )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def mpc() -> MPCFunction:
+  return ocp("test_stagewise", MPCOptions())
+
+
+def test_the_integrator_knows_its_ode_and_method() -> None:
+  F = rk4("test_stagewise_rk4", ode, 0.3, nx=NX, nu=NU, np=NP, steps=3)
+  assert isinstance(F, ExplicitIntegrator) and F.steps == 3 and F.h == pytest.approx(0.1)
+  x, u, p = np.array([0.3, -0.2, 0.5]), np.array([0.4, -0.7]), np.array([1.5, 0.2])
+  step = lambda x: x + F.h * sum(b * k for b, k in zip(F.b, _stages(F, x, u, p), strict=True))
+  np.testing.assert_allclose(F(x, u, p), step(step(step(x))), rtol=1e-13)
+
+
+def _stages(F: ExplicitIntegrator, x: np.ndarray, u: np.ndarray, p: np.ndarray) -> list[np.ndarray]:
+  ks: list[np.ndarray] = []
+  for row in F.a:
+    point = x + F.h * sum((a * k for a, k in zip(row, ks, strict=False)), np.zeros_like(x))
+    ks.append(np.asarray(F.rate(point, u, p)))
+  return ks
+
+
+def test_stage_derivatives_equal_the_nlp_derivatives(mpc: MPCFunction) -> None:
+  ocp_, sqp = mpc.ocp, mpc.sqp
+  assert isinstance(sqp.jacobian, StageDerivative) and isinstance(sqp.hessian, StageDerivative)
+  _, constraints = ocp_.functions()
+  rng = np.random.default_rng(3)
+  reference_jacobian = spjacobian(constraints, 0, name="test_stagewise_reference_jacobian")
+
+  def lagrangian(w: Tensor, params: Tensor, sigma: Tensor, lam: Tensor) -> Tensor:
+    return sigma[0] * ocp_.cost(w, params) + (ocp_.constraint_values(w, params) * lam).sum()
+
+  args = (Arg(ocp_.nw), Arg(ocp_.n_params), Arg(1), Arg(ocp_.ng))
+  reference_hessian = sphessian(NumericalFunction("test_stagewise_lagrangian", lagrangian, args), 0,
+                                name="test_stagewise_reference_hessian")  # fmt: skip
+  for _ in range(3):
+    w, params = rng.normal(size=ocp_.nw), rng.normal(size=ocp_.n_params)
+    sigma, lam = rng.uniform(0.1, 2.0, size=1), rng.normal(size=ocp_.ng)
+    J, J_ref = sqp.jacobian(w, params).toarray(), reference_jacobian(w, params).toarray()
+    np.testing.assert_allclose(J, J_ref, rtol=1e-12, atol=1e-12 * np.abs(J_ref).max())
+    H, H_ref = sqp.hessian(w, params, sigma, lam).toarray(), reference_hessian(w, params, sigma, lam).toarray()
+    np.testing.assert_allclose(H, H_ref, rtol=1e-12, atol=1e-12 * np.abs(H_ref).max())
+    assert np.abs(H_ref).max() > 1.0 and np.count_nonzero(np.triu(H_ref, 1)) > 0  # curved, coupled: a real check
+  # the dynamics' entries vary; the rest keeps its constants (the defects' identity blocks)
+  constants = sqp.jacobian.constant_entries
+  assert constants is not None and np.isnan(constants[sqp.jacobian.block_to_out]).all()
+  assert np.sum(constants == 1.0) >= NX * (N + 1)
+
+
+def test_controllers_equal_the_ones_without_stage_derivatives() -> None:
+  x0 = np.array([0.4, -0.3, 0.2])
+  F = rk4("test_stagewise_plant", ode, 0.1, nx=NX, nu=NU, np=NP, steps=2)
+  plant = lambda x, u: np.asarray(F(x, u, np.array([1.5, 0.2])))
+  loops = {}
+  for hessian, stagewise in (("exact", True), ("exact", False), ("gauss_newton", True)):
+    name = f"test_stagewise_{hessian}_{int(stagewise)}"
+    mpc = ocp(name, MPCOptions(hessian=hessian, integrator_derivatives=stagewise))
+    assert isinstance(mpc.sqp.jacobian, StageDerivative) is stagewise
+    loops[hessian, stagewise] = cl = simulate(mpc, plant, x0, 8, p=np.array([1.5, 0.2]))
+    assert cl.status_counts == {"converged": 8}
+  # every controller converges to the same KKT points: the same closed loop
+  for key in (("exact", False), ("gauss_newton", True)):
+    np.testing.assert_allclose(loops[key].u, loops["exact", True].u, atol=1e-7)
+
+
+def test_cartpole_swing_up_with_stage_derivatives_matches_the_reference() -> None:
+  """The P2 stabilizing MPC (dynamics from rk4, so stage derivatives by default) reaches the reference cost."""
+  stabilizing = cm.stabilizing("test_stagewise_p2", MPCOptions())
+  assert isinstance(stabilizing.sqp.hessian, StageDerivative)
+  cl = simulate(stabilizing, cartpole.step_numpy, cm.X0_STABILIZE, cm.STEPS_STABILIZE)
+  assert cl.cost == pytest.approx(cm.COST_STABILIZE, rel=1e-5)

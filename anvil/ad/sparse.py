@@ -134,11 +134,12 @@ def _sparse(
                                  gather_shift=shift)  # fmt: skip
 
 
-def _on_scalars(fn: Fn, name: str, wrt: int, what: str) -> SparseNumericalFunction | None:
+def _on_scalars(fn: Fn, name: str, wrt: int, what: str, scalar: bool | None) -> SparseNumericalFunction | None:
   """The sparse derivative derived on `fn`'s scalar expressions (`anvil.ad.scalar`: its pattern and its code), for a
-  function of many small tensors; None where that route does not apply. Its `fn` (composing, differentiating again)
-  gathers the entries from tinygrad's dense derivative."""
-  if not scalar_route(fn):
+  function of many small tensors (or any CPU function with `scalar`); None where that route does not apply (or with
+  `scalar` False). Its `fn` (composing, differentiating again) gathers the entries from tinygrad's dense
+  derivative."""
+  if scalar is False or not (scalar_route(fn) if scalar is None else fn.device == "CPU"):
     return None
   with stage(name, "derive"):
     outs = fn.outputs  # NOTE: checked on the trace made already; traced again only to word an error
@@ -157,7 +158,7 @@ def _on_scalars(fn: Fn, name: str, wrt: int, what: str) -> SparseNumericalFuncti
   return derivative
 
 
-def spjacobian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> SparseNumericalFunction:
+def spjacobian(fn: Fn, wrt: int = 0, *, name: str | None = None, scalar: bool | None = None) -> SparseNumericalFunction:
   """The Jacobian with respect to input `wrt` as a sparse function returning a `scipy.sparse.csc_array`.
 
   The pattern is structural (from the graph, not from numerical zeros). Entries that are the same at every point
@@ -166,14 +167,16 @@ def spjacobian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> SparseNumeri
   no column (row) are coloured together; one batched VJP (JVP) over the colour seeds evaluates the compressed
   Jacobian and a generated gather scatters it into the CSC values. A function of many small tensors (written as a
   loop over stages) is differentiated on its scalar expressions instead (`anvil.ad.scalar`), its entries emitted as
-  straight-line code.
+  straight-line code. `scalar` chooses the route: True (on the scalar expressions, where the lowering supports the
+  graph: small functions called many times, e.g. an ODE inside an integrator loop), False (tinygrad's), None
+  (automatic).
 
   Example:
     >>> dg = spjacobian(g)              # dg(w, p) -> csc_array of shape (g size, w size)
   """
   arg = check_wrt(fn, wrt, "spjacobian")
   new_name = name if name is not None else f"{fn.name}_spjac"
-  if (on_scalars := _on_scalars(fn, new_name, wrt, "spjacobian")) is not None:
+  if (on_scalars := _on_scalars(fn, new_name, wrt, "spjacobian", scalar)) is not None:
     return on_scalars
   with stage(new_name, "derive"):
     probe, out = _probe_output(fn, "spjacobian")
@@ -252,16 +255,16 @@ def _jacobian_plan(
   return plan, lambda rows, cols: plan.gather(rows, col_colors[cols])
 
 
-def sphessian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> SparseNumericalFunction:
+def sphessian(fn: Fn, wrt: int = 0, *, name: str | None = None, scalar: bool | None = None) -> SparseNumericalFunction:
   """The upper triangle of the Hessian of a scalar-valued function, as a sparse function returning a CSC array.
 
   The pattern is structural; a star colouring of the symmetric pattern lets every entry be recovered directly from one
   batched Hessian-vector product over the colour seeds (a function of many small tensors: forward over reverse mode on
-  its scalar expressions, `anvil.ad.scalar`).
+  its scalar expressions, `anvil.ad.scalar`; `scalar` chooses the route as in `spjacobian`).
   """
   arg = check_wrt(fn, wrt, "sphessian")
   new_name = name if name is not None else f"{fn.name}_sphess"
-  if (on_scalars := _on_scalars(fn, new_name, wrt, "sphessian")) is not None:
+  if (on_scalars := _on_scalars(fn, new_name, wrt, "sphessian", scalar)) is not None:
     return on_scalars
   with stage(new_name, "derive"):
     probe, out = _probe_output(fn, "sphessian")

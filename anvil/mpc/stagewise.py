@@ -55,12 +55,15 @@ class OdeDerivatives:
     rate = F.rate
     at = lambda z, *p: rate.fn(z[:nx], z[nx:], *p)
     on_z = NumericalFunction(f"{F.name}_ode_z", at, (Arg(nx + nu, name="z"), *p_args))
-    jac = spjacobian(on_z, 0, name=f"{F.name}_ode_jacobian")
+    # NOTE: derived on the scalar expressions: straight-line code, called at every stage point (tinygrad's kernels
+    # of the same Jacobian took a quarter of the chain's stage-wise Jacobian)
+    jac = spjacobian(on_z, 0, name=f"{F.name}_ode_jacobian", scalar=True)
     hess = None
     if hessian:
       lagrangian = lambda z, mu, *p: (at(z, *p) * mu).sum()
       args = (Arg(nx + nu, name="z"), Arg(nx, name="mu"), *p_args)
-      hess = sphessian(NumericalFunction(f"{F.name}_ode_mu_f", lagrangian, args), 0, name=f"{F.name}_ode_hessian")
+      lag = NumericalFunction(f"{F.name}_ode_mu_f", lagrangian, args)
+      hess = sphessian(lag, 0, name=f"{F.name}_ode_hessian", scalar=True)
     return OdeDerivatives(F, rate, jac, hess)
 
 

@@ -160,3 +160,18 @@ def test_constant_entries_are_not_evaluated_and_values_stay_exact() -> None:
   lin = av.NumericalFunction("sp_all_constant", lambda w: w[1:] - 2.0 * w[:-1], Arg(5))
   expected = np.eye(5, k=1)[:4] - 2.0 * np.eye(5)[:4]
   np.testing.assert_array_equal(spjacobian(lin)(np.ones(5)).toarray(), expected)
+
+
+def test_the_route_can_be_chosen() -> None:
+  """scalar=True derives a small function on its scalar expressions (straight-line code), scalar=False through
+  tinygrad's kernels: the same patterns and values (and the same Hessians)."""
+  f = av.NumericalFunction("sp_route", lambda x, u: quadrotor.ode(x, u, quadrotor.TINYGRAD), (Arg(12), Arg(4)))
+  x, u = quadrotor.TEST_X, quadrotor.TEST_U
+  routes = {s: spjacobian(f, 0, name=f"sp_route_{s}", scalar=s) for s in (True, False)}
+  assert routes[True].derived is not None and routes[False].derived is None
+  np.testing.assert_allclose(routes[True](x, u).toarray(), routes[False](x, u).toarray(), rtol=1e-14, atol=1e-14)
+  lag = av.NumericalFunction("sp_route_l", lambda x, u: (quadrotor.ode(x, u, quadrotor.TINYGRAD) * x).sum(),
+                             (Arg(12), Arg(4)))  # fmt: skip
+  h = {s: sphessian(lag, 0, name=f"sp_route_h_{s}", scalar=s) for s in (True, False)}
+  assert h[True].derived is not None and h[True].nnz == h[False].nnz > 0
+  np.testing.assert_allclose(h[True](x, u).toarray(), h[False](x, u).toarray(), rtol=1e-13, atol=1e-13)

@@ -6,8 +6,11 @@ Run from the repository root (an anvil controller's cold build takes minutes at 
   .venv/bin/python -m benchmarks.bench_chain                                 # n_mass 3, every controller
   .venv/bin/python -m benchmarks.bench_chain --sizes 3 5 --controllers sqp gn rti
   .venv/bin/python -m benchmarks.bench_chain --sizes 5 --tol 1e-6                 # acados's default tolerance
+  .venv/bin/python -m benchmarks.bench_chain --sizes 5 --controllers rti rti_unrolled  # stage-wise vs unrolled
 
-Controllers: sqp (full SQP, exact Hessian), gn (full SQP, Gauss-Newton), rti (real-time iteration, Gauss-Newton).
+Controllers: sqp (full SQP, exact Hessian), gn (full SQP, Gauss-Newton), rti (real-time iteration, Gauss-Newton);
+each also as <name>_unrolled, whose derivatives differentiate the NLP as one graph instead of stage by stage from the
+ODE (MPCOptions(integrator_derivatives=False)), for a same-run comparison.
 Build: construction and first call on an empty cache (cold), then both again in the same process (warm); the cold
 build's seconds per stage (trace+derive, schedule, render, compile, summed over the controller's functions, from the
 `anvil` log; "rest": what the log does not count, mostly schedule and render in forked workers). Per step: the C++
@@ -27,6 +30,7 @@ expressed against sqpmethod in the same run (0.093 / 0.045 / 0.041 x sqpmethod f
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import tempfile
 import time
 from collections import defaultdict
@@ -55,6 +59,10 @@ CONTROLLERS = {
   "gn": MPCOptions(hessian="gauss_newton"),
   "rti": MPCOptions(hessian="gauss_newton", mode="rti"),
 }
+#: The same controllers with the NLP differentiated as one graph (the integrator's steps unrolled in the derivatives'
+#: code), for a same-run comparison with the stage-wise derivatives (MPCOptions.integrator_derivatives).
+CONTROLLERS |= {f"{k}_unrolled": dataclasses.replace(v, integrator_derivatives=False) for k, v in CONTROLLERS.items()}
+DEFAULT_CONTROLLERS = ("sqp", "gn", "rti")
 #: acados's best per-step time over sqpmethod's, measured in issue 14, by nx.
 ACADOS_VS_SQPMETHOD = {9: {"sqp": 0.093, "gn": 0.045, "rti": 0.041}, 21: {"sqp": 0.071, "gn": 0.029, "rti": 0.014}}
 
@@ -180,7 +188,7 @@ def print_loops(loops: list[Loop], reference: float | None) -> None:
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--sizes", type=int, nargs="+", default=[3], help="n_mass values (3 4 5 6 8: nx 9 ... 39)")
-  parser.add_argument("--controllers", nargs="+", default=list(CONTROLLERS), choices=list(CONTROLLERS))
+  parser.add_argument("--controllers", nargs="+", default=list(DEFAULT_CONTROLLERS), choices=list(CONTROLLERS))
   parser.add_argument("--steps", type=int, default=chain.CLOSED_LOOP_STEPS, help="closed-loop steps")
   parser.add_argument(
     "--tol",

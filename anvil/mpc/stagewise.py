@@ -74,9 +74,9 @@ class _Context:
   name: str
   kind: str
   inputs: tuple[int, ...]
-  nnz: int
+  size: int
   rest: str
-  rest_nnz: int
+  rest_size: int
   rate: str
   jacobian: str
   hessian: str
@@ -98,39 +98,126 @@ class _Context:
   tables: tuple[tuple[str, tuple[int, ...]], ...]
 
 
-class StageDerivative(TemplatedFunction):
-  """The constraint Jacobian (`kind` "jacobian": a function of (w, params)) or the Lagrangian Hessian's upper
-  triangle ("hessian": of (w, params, sigma, lam)) of a multiple-shooting NLP, `rest` (the same derivative of the NLP
-  without its dynamics) plus the dynamics' blocks from the integrator's run-time derivatives (module docstring).
+class _StageWise(TemplatedFunction):
+  """What the stage-wise functions share: `rest` (the same function of the NLP without its dynamics), the ODE's
+  functions, where the stages sit, the templates (`kind` picks the part), the method's and the ODE's tables, and a
+  thread-safe native call.
 
   The NLP's w holds stage k's [x_k; u_k] at k * stride, its params p_k at p_offset + k * np, its g the defects
   x_{k+1} - F(x_k, u_k, p_k) of stage k at rows lam_offset + k * nx.
+  """
+
+  template = "stagewise"
+  header_runtime = ("explicit_rk",)
+  kind: str
+
+  def __init__(
+    self, name: str, rest: NumericalFunction[..., Any], ode: OdeDerivatives, N: int, stride: int, p_offset: int,
+    lam_offset: int,
+  ) -> None:  # fmt: skip
+    self.name, self.rest, self.ode = name, rest, ode
+    self.N, self.stride, self.p_offset, self.lam_offset = N, stride, p_offset, lam_offset
+    self.inputs = rest.inputs
+    self.nx, self.nu = ode.integrator.inputs[0].size, ode.integrator.inputs[1].size
+    self.np = ode.integrator.inputs[2].size if len(ode.integrator.inputs) > 2 else 0
+    self._lock = threading.Lock()
+
+  @property
+  def size(self) -> int:
+    """The output's length."""
+    return self.rest.outputs[0].size
+
+  def dependencies(self) -> tuple[FunctionBase, ...]:
+    """The rest and the ODE's functions this part calls."""
+    ode = self.ode
+    called = {"values": (), "jacobian": (ode.jacobian,), "hessian": (ode.jacobian, ode.hessian)}[self.kind]
+    return (self.rest, ode.rate, *(f for f in called if f is not None))
+
+  @property
+  def tables(self) -> dict[str, tuple[int, ...]]:
+    """The scatter tables of this part."""
+    return {}
+
+  @cached_property
+  def context(self) -> _Context:
+    """Names, sizes, the method and the tables."""
+    ode, F = self.ode, self.ode.integrator
+    ints = lambda a: tuple(int(v) for v in a)
+    jac = ode.jacobian if self.kind != "values" else None
+    hess = ode.hessian if self.kind == "hessian" else None
+    ode_tables: dict[str, tuple[int, ...]] = {k: () for k in ODE_TABLES}
+    if jac is not None:
+      positions = np.arange(1, jac.nnz + 1)  # NOTE: from 1, so no stored entry is a zero to drop
+      rows = sp.csc_array((positions, jac.indices, jac.indptr), shape=jac.shape).tocsr()
+      rows.sort_indices()
+      states = np.concatenate([[0], np.cumsum(rows.indices < self.nx)])  # state entries before each position
+      ode_tables |= {"jac_p": ints(jac.indptr), "jac_i": ints(jac.indices), "jac_row_p": ints(rows.indptr),
+                     "jac_row_u": ints(rows.indptr[:-1] + states[rows.indptr[1:]] - states[rows.indptr[:-1]]),
+                     "jac_row_j": ints(rows.indices), "jac_row_e": ints(rows.data - 1)}  # fmt: skip
+    if hess is not None:
+      hess_rows = tuple(sorted({int(v) for v in _entries(hess) if v < self.nx}))
+      ode_tables |= {"hess_p": ints(hess.indptr), "hess_i": ints(hess.indices), "hess_rows": hess_rows}
+    return _Context(
+      name=self.name, kind=self.kind, inputs=tuple(a.size for a in self.inputs), size=self.size, rest=self.rest.name,
+      rest_size=self.rest.outputs[0].size, rate=ode.rate.name, jacobian="" if jac is None else jac.name,
+      hessian="" if hess is None else hess.name, nx=self.nx, nu=self.nu, np=self.np, N=self.N,
+      stride=self.stride, p_offset=self.p_offset, lam_offset=self.lam_offset, steps=F.steps, h=F.h, a=F.a, b=F.b,
+      jac_nnz=0 if jac is None else jac.nnz, hess_nnz=0 if hess is None else hess.nnz,
+      n_hess_rows=len(ode_tables["hess_rows"]), ode_tables=tuple(ode_tables.items()),
+      tables=tuple((k, ints(v)) for k, v in self.tables.items()),
+    )  # fmt: skip
+
+  def _native(self, args: tuple[Any, ...]) -> NDArray[np.float64]:
+    """The output at numpy inputs shaped as `inputs`, through the JIT library (one workspace, under a lock)."""
+    if len(args) != len(self.inputs):
+      raise TypeError(f"{self.name}: expected {len(self.inputs)} inputs, got {len(args)}")
+    arrays = []
+    for i, (a, spec) in enumerate(zip(args, self.inputs, strict=True)):
+      array = np.ascontiguousarray(a, dtype=np.float64)
+      if array.shape != tuple(spec.shape):
+        raise ValueError(f"{self.name}: input {i} must have shape {tuple(spec.shape)}, got {array.shape}")
+      arrays.append(array)
+    out = np.zeros(self.size)
+    pointers = (ctypes.c_void_p * (len(arrays) + 1))(*(a.ctypes.data for a in (*arrays, out)))
+    with self._lock:
+      self.handle.entry("call", None, ctypes.c_void_p, ctypes.c_void_p)(pointers, self.handle.pointer)
+    return out
+
+
+#: The ODE's tables the runtime reads (empty where a part does not use them).
+ODE_TABLES = ("jac_p", "jac_i", "jac_row_p", "jac_row_u", "jac_row_j", "jac_row_e", "hess_p", "hess_i", "hess_rows")
+
+
+class StageConstraints(_StageWise):
+  """The constraints g(w, params) of a multiple-shooting NLP: `rest` (g without its dynamics: the defects x_{k+1})
+  minus F(x_k, u_k, p_k) on each stage's defect rows, F stepped by the run-time integrator (anvil/explicit_rk.hpp)
+  from the ODE's rate: the code of the NLP's constraints without the integration steps unrolled. It has the C++
+  interface of a NumericalFunction of (w, params) -> g; calling it returns g."""
+
+  kind = "values"
+
+  def __call__(self, *args: Any) -> NDArray[np.float64]:
+    """Evaluate in this process at numpy inputs shaped as `inputs`; thread-safe."""
+    return self._native(args)
+
+
+class StageDerivative(_StageWise):
+  """The constraint Jacobian (`kind` "jacobian": a function of (w, params)) or the Lagrangian Hessian's upper
+  triangle ("hessian": of (w, params, sigma, lam)) of a multiple-shooting NLP, `rest` (the same derivative of the NLP
+  without its dynamics) plus the dynamics' blocks from the integrator's run-time derivatives (module docstring).
 
   Attributes (those of a SparseNumericalFunction the SQP solver reads): shape, indices, indptr, nnz, inputs,
   constant_entries (the rest's constant entries, NaN on the dynamics' blocks; None where the rest's are unknown).
   """
 
-  template = "stage_derivative"
-  header_runtime = ("explicit_rk",)
-
   def __init__(
-    self,
-    name: str,
-    kind: str,
-    rest: SparseNumericalFunction,
-    ode: OdeDerivatives,
-    N: int,
-    stride: int,
-    p_offset: int,
-    lam_offset: int,
-  ) -> None:
+    self, name: str, kind: str, rest: SparseNumericalFunction, ode: OdeDerivatives, N: int, stride: int,
+    p_offset: int, lam_offset: int,
+  ) -> None:  # fmt: skip
     if kind not in KINDS or (kind == "hessian" and ode.hessian is None):
       raise ValueError(f"{name}: kind must be one of {KINDS} (a hessian needs the ODE's Hessian), got {kind!r}")
-    self.name, self.kind, self.rest, self.ode = name, kind, rest, ode
-    self.N, self.stride, self.p_offset, self.lam_offset = N, stride, p_offset, lam_offset
-    self.inputs = rest.inputs
-    self.nx, self.nu = ode.integrator.inputs[0].size, ode.integrator.inputs[1].size
-    self.np = ode.integrator.inputs[2].size if len(ode.integrator.inputs) > 2 else 0
+    self.kind = kind
+    super().__init__(name, rest, ode, N, stride, p_offset, lam_offset)
     rows, cols = self._block_entries()
     rest_pattern = sp.csc_array((np.ones(rest.nnz), rest.indices, rest.indptr), shape=rest.shape)
     block = sp.csc_array((np.ones(rows.size), (rows, cols)), shape=rest.shape)
@@ -145,7 +232,6 @@ class StageDerivative(TemplatedFunction):
     self.block_to_out = np.asarray(position[rows, cols]).astype(np.int64) - 1
     if kind == "jacobian" and np.intersect1d(self.rest_to_out, self.block_to_out).size:
       raise ValueError(f"{name}: the NLP without its dynamics has entries where the dynamics' Jacobian has its own")
-    self._lock = threading.Lock()
     constants = rest.constant_entries
     self.constant_entries: NDArray[np.float64] | None = None
     if constants is not None:
@@ -156,6 +242,16 @@ class StageDerivative(TemplatedFunction):
   def nnz(self) -> int:
     """Stored entries."""
     return int(self.indptr[-1])
+
+  @property
+  def size(self) -> int:
+    """The output's length: the stored entries."""
+    return self.nnz
+
+  @property
+  def tables(self) -> dict[str, tuple[int, ...]]:
+    """Where the rest's entries and the dynamics' blocks go."""
+    return {"rest_to_out": tuple(self.rest_to_out), "block_to_out": tuple(self.block_to_out)}
 
   def _block_entries(self) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """Rows and columns of the dynamics' entries, stage-major, in the order the C++ writes them: the Jacobian's block
@@ -171,60 +267,9 @@ class StageDerivative(TemplatedFunction):
     cols = (self.stride * np.arange(N))[:, None] + local_cols[None, :]
     return rows.ravel().astype(np.int64), cols.ravel().astype(np.int64)
 
-  def dependencies(self) -> tuple[FunctionBase, ...]:
-    """The rest and the ODE's functions."""
-    ode = self.ode
-    return (self.rest, ode.rate, ode.jacobian, *([ode.hessian] if self.kind == "hessian" and ode.hessian else []))
-
-  @cached_property
-  def context(self) -> _Context:
-    """Names, sizes, the method and the scatter tables."""
-    ode, F = self.ode, self.ode.integrator
-    ints = lambda a: tuple(int(v) for v in a)
-    hess = ode.hessian if self.kind == "hessian" else None
-    positions = np.arange(1, ode.jacobian.nnz + 1)  # NOTE: from 1, so no stored entry is a zero to drop
-    jac_rows = sp.csc_array((positions, ode.jacobian.indices, ode.jacobian.indptr), shape=ode.jacobian.shape).tocsr()
-    jac_rows.sort_indices()
-    states = np.concatenate([[0], np.cumsum(jac_rows.indices < self.nx)])  # state entries before each position
-    hess_rows = () if hess is None else tuple(sorted({int(v) for v in _entries(hess) if v < self.nx}))
-    ode_tables = {
-      "jac_p": ints(ode.jacobian.indptr),
-      "jac_i": ints(ode.jacobian.indices),
-      "jac_row_p": ints(jac_rows.indptr),
-      "jac_row_u": ints(jac_rows.indptr[:-1] + states[jac_rows.indptr[1:]] - states[jac_rows.indptr[:-1]]),
-      "jac_row_j": ints(jac_rows.indices),
-      "jac_row_e": ints(jac_rows.data - 1),
-      "hess_p": () if hess is None else ints(hess.indptr),
-      "hess_i": () if hess is None else ints(hess.indices),
-      "hess_rows": hess_rows,
-    }
-    tables = {"rest_to_out": ints(self.rest_to_out), "block_to_out": ints(self.block_to_out)}
-    return _Context(
-      name=self.name, kind=self.kind, inputs=tuple(a.size for a in self.inputs), nnz=self.nnz, rest=self.rest.name,
-      rest_nnz=self.rest.nnz, rate=ode.rate.name, jacobian=ode.jacobian.name,
-      hessian="" if hess is None else hess.name, nx=self.nx, nu=self.nu, np=self.np, N=self.N,
-      stride=self.stride, p_offset=self.p_offset, lam_offset=self.lam_offset, steps=F.steps, h=F.h, a=F.a, b=F.b,
-      jac_nnz=ode.jacobian.nnz, hess_nnz=0 if hess is None else hess.nnz, n_hess_rows=len(hess_rows),
-      ode_tables=tuple(ode_tables.items()),
-      tables=tuple(tables.items()),
-    )  # fmt: skip
-
   def __call__(self, *args: Any) -> sp.csc_array:
-    """Evaluate in this process (through a JIT library) at numpy inputs shaped as `inputs`; thread-safe (calls share
-    one workspace, under a lock)."""
-    if len(args) != len(self.inputs):
-      raise TypeError(f"{self.name}: expected {len(self.inputs)} inputs, got {len(args)}")
-    arrays = []
-    for i, (a, spec) in enumerate(zip(args, self.inputs, strict=True)):
-      array = np.ascontiguousarray(a, dtype=np.float64)
-      if array.shape != tuple(spec.shape):
-        raise ValueError(f"{self.name}: input {i} must have shape {tuple(spec.shape)}, got {array.shape}")
-      arrays.append(array)
-    out = np.zeros(self.nnz)
-    pointers = (ctypes.c_void_p * (len(arrays) + 1))(*(a.ctypes.data for a in (*arrays, out)))
-    with self._lock:
-      self.handle.entry("call", None, ctypes.c_void_p, ctypes.c_void_p)(pointers, self.handle.pointer)
-    return sp.csc_array((out, self.indices, self.indptr), shape=self.shape)
+    """Evaluate in this process at numpy inputs shaped as `inputs` (a csc_array); thread-safe."""
+    return sp.csc_array((self._native(args), self.indices, self.indptr), shape=self.shape)
 
 
 def _entries(fn: SparseNumericalFunction) -> NDArray[np.int64]:

@@ -22,7 +22,7 @@ from anvil.codegen import Arg, NumericalFunction, SparseNumericalFunction
 from anvil.mpc.costs import LeastSquares
 from anvil.mpc.integrators import ExplicitIntegrator
 from anvil.mpc.soft import SOFT_GROUPS, Soft
-from anvil.mpc.stagewise import OdeDerivatives, StageDerivative
+from anvil.mpc.stagewise import OdeDerivatives, StageConstraints, StageDerivative
 from anvil.qp import StageLayout
 from anvil.validation import require_cpu_float64, require_type
 
@@ -260,10 +260,12 @@ class Transcription:
     cost = NumericalFunction(f"{self.name}_nlp_cost", self.cost, args)
     return cost, NumericalFunction(f"{self.name}_nlp_constraints", self.constraint_values, args)
 
-  def stage_derivatives(self, name: str, hessian: bool) -> tuple[StageDerivative, StageDerivative | None] | None:
-    """The constraint Jacobian and (with `hessian`) the Lagrangian Hessian of the NLP with the dynamics'
-    derivatives computed stage by stage from their ODE (anvil.mpc.stagewise), when the dynamics are an
-    ExplicitIntegrator (made by `rk4`); else None. `name` prefixes the functions' names (the SQP solver's)."""
+  def stagewise(
+    self, name: str, hessian: bool
+  ) -> tuple[StageConstraints, StageDerivative, StageDerivative | None] | None:
+    """The NLP's constraints, constraint Jacobian and (with `hessian`) Lagrangian Hessian with the dynamics' part
+    computed stage by stage from their ODE (anvil.mpc.stagewise), when the dynamics are an ExplicitIntegrator (made
+    by `rk4`); else None. `name` prefixes the functions' names (the SQP solver's)."""
     F = self.dynamics
     if not isinstance(F, ExplicitIntegrator) or self.nu == 0:
       return None
@@ -272,10 +274,11 @@ class Transcription:
                              lambda w, params: self.constraint_values(w, params, dynamics=False), args)  # fmt: skip
     ode = OdeDerivatives.of(F, hessian)
     place = {"N": self.N, "stride": self.nz, "p_offset": self.nx, "lam_offset": self.nx}
+    constraints = StageConstraints(f"{name}_constraints", rest, ode, **place)
     jacobian = StageDerivative(f"{name}_constraint_jacobian", "jacobian",
                                spjacobian(rest, 0, name=f"{name}_rest_jacobian"), ode, **place)  # fmt: skip
     if not hessian:
-      return jacobian, None
+      return constraints, jacobian, None
     cost = self.cost
 
     def lagrangian(w: Tensor, params: Tensor, sigma: Tensor, lam: Tensor) -> Tensor:
@@ -284,7 +287,7 @@ class Transcription:
     lag_args = (*args, Arg(1, name="sigma"), Arg(self.ng, name="lam"))
     rest_hessian = sphessian(NumericalFunction(f"{name}_lagrangian_without_dynamics", lagrangian, lag_args), 0,
                              name=f"{name}_rest_hessian")  # fmt: skip
-    return jacobian, StageDerivative(f"{name}_lagrangian_hessian", "hessian", rest_hessian, ode, **place)
+    return constraints, jacobian, StageDerivative(f"{name}_lagrangian_hessian", "hessian", rest_hessian, ode, **place)
 
   def gauss_newton_hessian(self) -> SparseNumericalFunction:
     """Upper triangle of sigma·(blockdiag(2 J_kᵀ W J_k, 2 J_Nᵀ W_N J_N) + diag(2 l2)): the Gauss-Newton Hessian."""

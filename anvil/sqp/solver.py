@@ -130,6 +130,9 @@ class SQPFunction(TemplatedFunction):
       function with its C++ interface and pattern attributes, as anvil.mpc's stage-wise derivatives).
     jacobian: optional constraint Jacobian replacing `spjacobian(constraints)`: a SparseNumericalFunction of (x, p)
       returning the m x n ∂g/∂x (or alike, as `hessian`); its values must be the Jacobian's.
+    constraints_code: optional generated code evaluating g in place of the code of `constraints` (a FunctionBase
+      with a NumericalFunction's C++ interface, same inputs and output, e.g. an MPC's stage-wise constraints, whose
+      integrator runs as a loop); `constraints` still defines g for everything else (sizes, derivatives not given).
     convex_hessian: `hessian` is positive semidefinite wherever it is evaluated (Gauss-Newton with PSD weights): the
       real-time iteration's preparation then loads its QP without the inertia test (a sparse KKT factorization) that
       otherwise decides its regularization. Needs `hessian`.
@@ -160,6 +163,7 @@ class SQPFunction(TemplatedFunction):
     stages: StageLayout | None = None,
     convex_hessian: bool = False,
     jacobian: SparseDerivative | None = None,
+    constraints_code: FunctionBase | None = None,
   ) -> None:
     self.name = check_identifier(name, "SQPFunction name")
     self.n, self.np = _xp_args(name, cost, "cost")
@@ -176,6 +180,9 @@ class SQPFunction(TemplatedFunction):
     self.gradient = gradient(cost, 0, name=f"{name}_cost_gradient")
     self._hessian = None if hessian is None else self._check_derivative(hessian, "hessian")
     self._jacobian = None if jacobian is None else self._check_derivative(jacobian, "jacobian")
+    if constraints_code is not None and (constraints is None or not isinstance(constraints_code, FunctionBase)):
+      raise TypeError(f"{name}: constraints_code must be a generated function (FunctionBase), with constraints")
+    self.constraints_code = constraints_code
     if not isinstance(convex_hessian, bool) or (convex_hessian and hessian is None):
       raise ValueError(f"{name}: convex_hessian=True declares a given hessian positive semidefinite; pass hessian=")
     self.convex_hessian = convex_hessian
@@ -351,7 +358,7 @@ class SQPFunction(TemplatedFunction):
     """f, ∇f, g, ∂g/∂x, the Lagrangian Hessian and the QP backends."""
     deps: list[FunctionBase] = [self.cost, self.gradient, cast(FunctionBase, self.hessian)]
     if self.constraints is not None and self.jacobian is not None:
-      deps[2:2] = [self.constraints, cast(FunctionBase, self.jacobian)]
+      deps[2:2] = [self.constraints_code or self.constraints, cast(FunctionBase, self.jacobian)]
     return (*deps, self.qp, *([] if self.elastic is None else [self.elastic]))
 
   @cached_property
@@ -363,11 +370,11 @@ class SQPFunction(TemplatedFunction):
   def context(self) -> _SolverContext:
     """The names, sizes, options and tables the templates fill in."""
     normal, elastic, tables = self._qp_layout
-    jac = self.jacobian
-    evaluations = [self.cost, self.gradient, self.hessian, *([] if jac is None else [self.constraints, jac])]
+    jac, g = self.jacobian, self.constraints_code or self.constraints
+    evaluations = [self.cost, self.gradient, self.hessian, *([] if jac is None else [g, jac])]
     return _SolverContext(
       name=self.name, n=self.n, m=self.m, np=self.np, cost=self.cost.name, gradient=self.gradient.name,
-      constraints="" if self.constraints is None else self.constraints.name, jacobian="" if jac is None else jac.name,
+      constraints="" if g is None else g.name, jacobian="" if jac is None else jac.name,
       hessian=self.hessian.name, evaluations=tuple(f.name for f in evaluations if f is not None),
       nnz_jac=0 if jac is None else jac.nnz, nnz_hess=self.hessian.nnz, nnz_P=normal.p_pattern.nnz,
       nnz_A=normal.a_pattern.nnz, nnz_Ae=elastic.a_pattern.nnz, qp=self.qp.name,

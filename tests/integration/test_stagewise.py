@@ -11,7 +11,7 @@ from anvil import Arg, NumericalFunction, Tensor
 from anvil.ad import sphessian, spjacobian
 from anvil.mpc import LeastSquares, MPCFunction, MPCOptions, Soft, rk4, simulate
 from anvil.mpc.integrators import ExplicitIntegrator
-from anvil.mpc.stagewise import StageDerivative
+from anvil.mpc.stagewise import StageConstraints, StageDerivative
 from anvil.problems import cartpole
 from anvil.problems import cartpole_mpc as cm
 
@@ -60,9 +60,10 @@ def _stages(F: ExplicitIntegrator, x: np.ndarray, u: np.ndarray, p: np.ndarray) 
   return ks
 
 
-def test_stage_derivatives_equal_the_nlp_derivatives(mpc: MPCFunction) -> None:
+def test_stage_functions_equal_the_nlp_functions(mpc: MPCFunction) -> None:
   ocp_, sqp = mpc.ocp, mpc.sqp
   assert isinstance(sqp.jacobian, StageDerivative) and isinstance(sqp.hessian, StageDerivative)
+  assert isinstance(sqp.constraints_code, StageConstraints)
   _, constraints = ocp_.functions()
   rng = np.random.default_rng(3)
   reference_jacobian = spjacobian(constraints, 0, name="test_stagewise_reference_jacobian")
@@ -76,6 +77,8 @@ def test_stage_derivatives_equal_the_nlp_derivatives(mpc: MPCFunction) -> None:
   for _ in range(3):
     w, params = rng.normal(size=ocp_.nw), rng.normal(size=ocp_.n_params)
     sigma, lam = rng.uniform(0.1, 2.0, size=1), rng.normal(size=ocp_.ng)
+    g, g_ref = sqp.constraints_code(w, params), constraints(w, params)
+    np.testing.assert_allclose(g, g_ref, rtol=1e-13, atol=1e-13 * np.abs(g_ref).max())
     J, J_ref = sqp.jacobian(w, params).toarray(), reference_jacobian(w, params).toarray()
     np.testing.assert_allclose(J, J_ref, rtol=1e-12, atol=1e-12 * np.abs(J_ref).max())
     H, H_ref = sqp.hessian(w, params, sigma, lam).toarray(), reference_hessian(w, params, sigma, lam).toarray()

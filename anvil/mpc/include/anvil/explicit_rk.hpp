@@ -43,6 +43,27 @@ struct ExplicitRK {
     double kappa[s][nx], xi[s][nx], lam[nx], hf[hess_nnz], T[nz][nz];
   };
 
+  /// x_next = F(x, u, p) alone (the ODE's rate at every stage point, no sensitivities).
+  template <class E>
+  static void step(const double* x0, const double* u, const double* p, double* x_next, Workspace& w, E& eval) {
+    for (int r = 0; r < nx; ++r) w.x[r] = x0[r];
+    double* z = w.z[0];
+    for (int c = 0; c < nu; ++c) z[nx + c] = u[c];
+    for (int n = 0; n < steps; ++n) {
+      for (int i = 0; i < s; ++i) {
+        for (int r = 0; r < nx; ++r) {
+          double v = w.x[r];
+          for (int j = 0; j < i; ++j) v += O::h * O::a[i][j] * w.K[j][r];
+          z[r] = v;
+        }
+        eval.rate(z, p, w.K[i]);
+      }
+      for (int r = 0; r < nx; ++r)
+        for (int i = 0; i < s; ++i) w.x[r] += O::h * O::b[i] * w.K[i][r];
+    }
+    for (int r = 0; r < nx; ++r) x_next[r] = w.x[r];
+  }
+
   /// x_next = F(x, u, p) and jac = dx_next/d[x; u] (row-major, nx x nz); keeps what hessian() needs.
   template <class E>
   static void forward(const double* x0, const double* u, const double* p, double* x_next, double* jac, Workspace& w,

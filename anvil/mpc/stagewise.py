@@ -10,9 +10,11 @@ second-order adjoint for the Hessian of lam'F).
 
 `StageDerivative` is the NLP's constraint Jacobian or Lagrangian Hessian built that way: every term but the dynamics
 from a sparse derivative of the NLP with the dynamics left out (`rest`, derived as any function is), the dynamics'
-blocks -dF/d[x_k; u_k] and -d^2(lam_k'F) stage by stage, both scattered into one CSC pattern (their union). It has
-the C++ interface of a SparseNumericalFunction (namespace, IN/OUT types, WS_t, init_ws, call), so the SQP solver
-calls it as it calls any derivative, and it is callable from Python (a `scipy.sparse.csc_array`).
+blocks -dF/d[x_k; u_k] and -d^2(lam_k'F) stage by stage, both scattered into one CSC pattern (their union).
+`StageConstraints` is the NLP's g the same way (the rest minus F on the defect rows, F stepped from the ODE's rate),
+so no function of the controller unrolls the integration steps. Both have the C++ interface of a
+(Sparse)NumericalFunction (namespace, IN/OUT types, WS_t, init_ws, call), so the SQP solver calls them as it calls
+any function, and both are callable from Python (a `scipy.sparse.csc_array`, a numpy array).
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ class OdeDerivatives:
 
 @dataclass(frozen=True)
 class _Context:
-  """What the stage-derivative templates need."""
+  """What the stage-wise templates need."""
 
   name: str
   kind: str

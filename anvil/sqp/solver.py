@@ -8,7 +8,7 @@ import dataclasses
 import threading
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 import scipy.sparse as sp
@@ -39,6 +39,14 @@ HISTORY_NAMES = ("objective", "primal_infeasibility", "dual_infeasibility", "ste
 TIME_NAMES = ("time_evaluation", "time_qp_update", "time_qp_solve", "time_line_search")
 # NOTE: unpacking runs on every MPC call from Python: statuses by their C++ codes, looked up once
 SQP_CODES, QP_CODES = SQPStatus.codes(), QPStatus.codes()
+
+
+@runtime_checkable
+class Sized(Protocol):
+  """A generated function that states its output's length (`size`) without being traced."""
+
+  @property
+  def size(self) -> int: ...
 
 
 class SparseDerivative(Protocol):
@@ -132,7 +140,8 @@ class SQPFunction(TemplatedFunction):
       returning the m x n ∂g/∂x (or alike, as `hessian`); its values must be the Jacobian's.
     constraints_code: optional generated code evaluating g in place of the code of `constraints` (a FunctionBase
       with a NumericalFunction's C++ interface, same inputs and output, e.g. an MPC's stage-wise constraints, whose
-      integrator runs as a loop); `constraints` still defines g for everything else (sizes, derivatives not given).
+      integrator runs as a loop); `constraints` still defines g for everything else (derivatives not given; the
+      number of rows, unless the code states it as `size`).
     convex_hessian: `hessian` is positive semidefinite wherever it is evaluated (Gauss-Newton with PSD weights): the
       real-time iteration's preparation then loads its QP without the inertia test (a sparse KKT factorization) that
       otherwise decides its regularization. Needs `hessian`.
@@ -178,11 +187,11 @@ class SQPFunction(TemplatedFunction):
       raise ValueError(f"{name}: RiccatiOptions solves QPs with a stage layout: pass stages=StageLayout(...)")
     self.cost, self.constraints, self.stages = cost, constraints, stages
     self.gradient = gradient(cost, 0, name=f"{name}_cost_gradient")
-    self._hessian = None if hessian is None else self._check_derivative(hessian, "hessian")
-    self._jacobian = None if jacobian is None else self._check_derivative(jacobian, "jacobian")
     if constraints_code is not None and (constraints is None or not isinstance(constraints_code, FunctionBase)):
       raise TypeError(f"{name}: constraints_code must be a generated function (FunctionBase), with constraints")
     self.constraints_code = constraints_code
+    self._hessian = None if hessian is None else self._check_derivative(hessian, "hessian")
+    self._jacobian = None if jacobian is None else self._check_derivative(jacobian, "jacobian")
     if not isinstance(convex_hessian, bool) or (convex_hessian and hessian is None):
       raise ValueError(f"{name}: convex_hessian=True declares a given hessian positive semidefinite; pass hessian=")
     self.convex_hessian = convex_hessian
@@ -193,7 +202,7 @@ class SQPFunction(TemplatedFunction):
     triangle)."""
     if what == "jacobian" and self.constraints is None:
       raise ValueError(f"{self.name}: jacobian= needs constraints")
-    m = 0 if self.constraints is None else self.constraints.outputs[0].size
+    m = self.m
     expected = ((self.n,), (self.np,), (1,), (m,)) if what == "hessian" else ((self.n,), (self.np,))
     shape = (self.n, self.n) if what == "hessian" else (m, self.n)
     attributes = ("inputs", "shape", "indices", "indptr", "nnz")
@@ -211,8 +220,10 @@ class SQPFunction(TemplatedFunction):
 
   @cached_property
   def m(self) -> int:
-    """Number of constraints."""
-    return 0 if self.constraints is None else self.constraints.outputs[0].size
+    """Number of constraints (from `constraints_code` when given: `constraints` is then not traced for it)."""
+    if self.constraints is None:
+      return 0
+    return (self.constraints_code if isinstance(self.constraints_code, Sized) else self.constraints.outputs[0]).size
 
   @cached_property
   def jacobian(self) -> SparseDerivative | None:

@@ -157,7 +157,7 @@ class _StageWise(TemplatedFunction):
                      "jac_row_u": ints(rows.indptr[:-1] + states[rows.indptr[1:]] - states[rows.indptr[:-1]]),
                      "jac_row_j": ints(rows.indices), "jac_row_e": ints(rows.data - 1)}  # fmt: skip
     if hess is not None:
-      hess_rows = tuple(sorted({int(v) for v in _entries(hess) if v < self.nx}))
+      hess_rows = tuple(sorted({int(v) for v in np.concatenate(_coordinates(hess)) if v < self.nx}))
       ode_tables |= {"hess_p": ints(hess.indptr), "hess_i": ints(hess.indices), "hess_rows": hess_rows}
     return _Context(
       name=self.name, kind=self.kind, inputs=tuple(a.size for a in self.inputs), size=self.size, rest=self.rest.name,
@@ -166,7 +166,7 @@ class _StageWise(TemplatedFunction):
       stride=self.stride, p_offset=self.p_offset, lam_offset=self.lam_offset, steps=F.steps, h=F.h, a=F.a, b=F.b,
       jac_nnz=0 if jac is None else jac.nnz, hess_nnz=0 if hess is None else hess.nnz,
       n_hess_rows=len(ode_tables["hess_rows"]), ode_tables=tuple(ode_tables.items()),
-      tables=tuple((k, ints(v)) for k, v in self.tables.items()),
+      tables=tuple(self.tables.items()),
     )  # fmt: skip
 
   def _native(self, args: tuple[Any, ...]) -> NDArray[np.float64]:
@@ -228,9 +228,7 @@ class StageDerivative(_StageWise):
     self.shape: tuple[int, int] = rest.shape
     self.indices, self.indptr = union.indices.astype(np.int64), union.indptr.astype(np.int64)
     position = sp.csc_array((np.arange(1, union.nnz + 1), union.indices, union.indptr), shape=rest.shape)
-    rest_rows = rest.indices
-    rest_cols = np.repeat(np.arange(rest.shape[1]), np.diff(rest.indptr))
-    self.rest_to_out = np.asarray(position[rest_rows, rest_cols]).astype(np.int64) - 1
+    self.rest_to_out = np.asarray(position[_coordinates(rest)]).astype(np.int64) - 1
     self.block_to_out = np.asarray(position[rows, cols]).astype(np.int64) - 1
     if kind == "jacobian" and np.intersect1d(self.rest_to_out, self.block_to_out).size:
       raise ValueError(f"{name}: the NLP without its dynamics has entries where the dynamics' Jacobian has its own")
@@ -253,7 +251,8 @@ class StageDerivative(_StageWise):
   @property
   def tables(self) -> dict[str, tuple[int, ...]]:
     """Where the rest's entries and the dynamics' blocks go."""
-    return {"rest_to_out": tuple(self.rest_to_out), "block_to_out": tuple(self.block_to_out)}
+    ints = lambda a: tuple(int(v) for v in a)
+    return {"rest_to_out": ints(self.rest_to_out), "block_to_out": ints(self.block_to_out)}
 
   def _block_entries(self) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """Rows and columns of the dynamics' entries, stage-major, in the order the C++ writes them: the Jacobian's block
@@ -274,7 +273,6 @@ class StageDerivative(_StageWise):
     return sp.csc_array((self._native(args), self.indices, self.indptr), shape=self.shape)
 
 
-def _entries(fn: SparseNumericalFunction) -> NDArray[np.int64]:
-  """Every row and column index of `fn`'s stored entries."""
-  cols = np.repeat(np.arange(fn.shape[1]), np.diff(fn.indptr))
-  return np.concatenate([np.asarray(fn.indices, dtype=np.int64), cols])
+def _coordinates(fn: SparseNumericalFunction) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+  """The rows and columns of `fn`'s stored entries."""
+  return np.asarray(fn.indices, dtype=np.int64), np.repeat(np.arange(fn.shape[1]), np.diff(fn.indptr))

@@ -33,12 +33,13 @@ struct ExplicitRK {
   static constexpr int jac_nnz = O::jac_nnz > 0 ? O::jac_nnz : 1;
   static constexpr int hess_nnz = O::hess_nnz > 0 ? O::hess_nnz : 1;
 
-  /// The stage points, their sensitivities and the ODE's Jacobian there (kept by forward() for hessian()), and the
-  /// scratch of both passes. Plain arrays: no allocation.
+  /// The stage points, their sensitivities and the ODE's Jacobian there (kept for every point by forward() for
+  /// hessian() with second_order, else one of each is reused), and the scratch of the passes. Plain arrays: no
+  /// allocation.
   struct Workspace {
-    double z[points][nz];          ///< [X_i; u] at every stage point
+    double z[kept][nz];            ///< [X_i; u] at the stage point
     double DX[kept][nx][nz];       ///< dX_i/d[x; u]
-    double J[points][jac_nnz];     ///< df/d[x; u] at the stage point (CSC values)
+    double J[kept][jac_nnz];       ///< df/d[x; u] at the stage point (CSC values)
     double K[s][nx], dK[s][nx][nz], x[nx], S[nx][nz];
     double kappa[s][nx], xi[s][nx], lam[nx], hf[hess_nnz], T[nz][nz];
   };
@@ -51,15 +52,10 @@ struct ExplicitRK {
     for (int c = 0; c < nu; ++c) z[nx + c] = u[c];
     for (int n = 0; n < steps; ++n) {
       for (int i = 0; i < s; ++i) {
-        for (int r = 0; r < nx; ++r) {
-          double v = w.x[r];
-          for (int j = 0; j < i; ++j) v += O::h * O::a[i][j] * w.K[j][r];
-          z[r] = v;
-        }
+        stage_point(i, w, z);
         eval.rate(z, p, w.K[i]);
       }
-      for (int r = 0; r < nx; ++r)
-        for (int i = 0; i < s; ++i) w.x[r] += O::h * O::b[i] * w.K[i][r];
+      advance(w);
     }
     for (int r = 0; r < nx; ++r) x_next[r] = w.x[r];
   }
@@ -74,32 +70,34 @@ struct ExplicitRK {
     }
     for (int n = 0; n < steps; ++n) {
       for (int i = 0; i < s; ++i) {
-        const int at = n * s + i;
+        const int at = second_order ? n * s + i : 0;
         double* z = w.z[at];
-        double(&DX)[nx][nz] = w.DX[second_order ? at : 0];
+        double* J = w.J[at];
+        double(&DX)[nx][nz] = w.DX[at];
+        stage_point(i, w, z);
+        for (int c = 0; c < nu; ++c) z[nx + c] = u[c];
+        // DX_i = S + h sum_j a_ij dK_j
         for (int r = 0; r < nx; ++r) {
-          double v = w.x[r], row[nz];
+          double row[nz];
           for (int c = 0; c < nz; ++c) row[c] = w.S[r][c];
           for (int j = 0; j < i; ++j) {
             const double f = O::h * O::a[i][j];
             if (f == 0.0) continue;
-            v += f * w.K[j][r];
             for (int c = 0; c < nz; ++c) row[c] += f * w.dK[j][r][c];
           }
-          z[r] = v;
           for (int c = 0; c < nz; ++c) DX[r][c] = row[c];
         }
-        for (int c = 0; c < nu; ++c) z[nx + c] = u[c];
         eval.rate(z, p, w.K[i]);
-        eval.jacobian(z, p, w.J[at]);
-        stage_sensitivity(w.J[at], DX, w.dK[i]);
+        eval.jacobian(z, p, J);
+        stage_sensitivity(J, DX, w.dK[i]);
       }
+      advance(w);
+      // S += h sum_i b_i dK_i
       for (int r = 0; r < nx; ++r) {
         double row[nz];
         for (int c = 0; c < nz; ++c) row[c] = w.S[r][c];
         for (int i = 0; i < s; ++i) {
           const double f = O::h * O::b[i];
-          w.x[r] += f * w.K[i][r];
           for (int c = 0; c < nz; ++c) row[c] += f * w.dK[i][r][c];
         }
         for (int c = 0; c < nz; ++c) w.S[r][c] = row[c];
@@ -139,6 +137,21 @@ struct ExplicitRK {
   }
 
  private:
+  /// The states of stage point i: z = x + h sum_j a_ij K_j.
+  static void stage_point(int i, const Workspace& w, double* z) {
+    for (int r = 0; r < nx; ++r) {
+      double v = w.x[r];
+      for (int j = 0; j < i; ++j) v += O::h * O::a[i][j] * w.K[j][r];
+      z[r] = v;
+    }
+  }
+
+  /// The step's end: x += h sum_i b_i K_i.
+  static void advance(Workspace& w) {
+    for (int r = 0; r < nx; ++r)
+      for (int i = 0; i < s; ++i) w.x[r] += O::h * O::b[i] * w.K[i][r];
+  }
+
   /// y += v x, over n entries.
   template <int n>
   static void axpy(double v, const double* x, double* y) {

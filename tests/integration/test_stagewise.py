@@ -112,3 +112,17 @@ def test_cartpole_swing_up_with_stage_derivatives_matches_the_reference() -> Non
   assert isinstance(stabilizing.sqp.hessian, StageDerivative)
   cl = simulate(stabilizing, cartpole.step_numpy, cm.X0_STABILIZE, cm.STEPS_STABILIZE)
   assert cl.cost == pytest.approx(cm.COST_STABILIZE, rel=1e-5)
+
+
+def test_a_nan_in_the_stage_wise_dynamics_is_a_status_not_a_crash() -> None:
+  """An ODE that returns NaN (sqrt of a negative state) inside the run-time integrator: the call reports
+  numerical_error naming the dynamics and the stage, its input stays finite, and the next call from a valid state
+  converges."""
+  F = rk4("test_stagewise_nan_F", lambda x, u: x[0:1].sqrt().cat(u - x[1:2]), 0.1, nx=2, nu=1)
+  residual = NumericalFunction("test_stagewise_nan_r", lambda x, u: x.cat(u), (Arg(2), Arg(1)))
+  mpc = MPCFunction("test_stagewise_nan", F, LeastSquares(residual, np.ones(3)), None, horizon=5)
+  assert isinstance(mpc.sqp.jacobian, StageDerivative)
+  sol = mpc(np.array([-1.0, 0.0]))
+  assert sol.status == "numerical_error" and "dynamics test_stagewise_nan_F" in sol.stats["message"]
+  assert "stage 0" in sol.stats["message"] and np.isfinite(sol.u0).all()
+  assert mpc(np.array([1.0, 0.0])).status == "converged"

@@ -288,7 +288,16 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
       items = schedule(self.traced)
     render = render_kernel if self.device == "CPU" else functools.partial(render_gpu_kernel, device=self.device)
     with stage(self.name, "render") as progress:
-      return build_program(self.name, self.traced, items, progress, self._gathers, render, self._gather_shifts)
+      return build_program(
+        self.name,
+        self.traced,
+        items,
+        progress,
+        self._gathers,
+        render,
+        self._gather_shifts,
+        constants_in_place=self.device == "CPU",
+      )
 
   @property
   def ws_size(self) -> int:

@@ -27,8 +27,9 @@ INLINE_KERNELS_UP_TO = 100_000
 
 @dataclass(frozen=True)
 class BufferRef:
-  """Where a kernel argument lives: input `index`, output `index`, or the workspace at byte offset `index`; `offset`
-  elements into it (a view of a slice, as tinygrad passes `x[a:b].contiguous()`)."""
+  """Where a kernel argument lives: input `index`, output `index`, the workspace at byte offset `index`, or captured
+  constant `index` (its read-only `static constexpr` table); `offset` elements into it (a view of a slice, as tinygrad
+  passes `x[a:b].contiguous()`)."""
 
   kind: str
   index: int
@@ -41,6 +42,8 @@ class BufferRef:
     at = f" + {self.offset}" if self.offset else ""
     if self.kind == "ws":
       return f"reinterpret_cast<{cpp_type(self.dtype, 'buffer')}*>(ws.data() + {self.index}){at}"
+    if self.kind == "const":  # NOTE: kernels take every buffer as a mutable pointer; they only read constants
+      return f"const_cast<{cpp_type(self.dtype, 'constant')}*>(const{self.index}){at}"
     return f"{self.kind}{self.index}.data(){at}"
 
   @property
@@ -64,8 +67,9 @@ class KernelStep:
 
 @dataclass(frozen=True)
 class ConstantData:
-  """A captured constant: a `static constexpr` array, copied into the workspace at byte `offset` by `init_ws()`, or
-  (offset -1) into an output by every `call()` that returns it."""
+  """A captured constant: a `static constexpr` array (in flash on a microcontroller) that the CPU's kernels read in
+  place; on a GPU copied into device memory at byte `offset` by `init_ws()`; offset -1: never copied into the
+  workspace (read in place, or copied into an output by every `call()` that returns it)."""
 
   name: str
   offset: int
@@ -269,9 +273,11 @@ def build_program(
   gathers: Mapping[int, Sequence[int]] | None = None,
   render: Callable[[UOp, str], RenderedKernel] = render_kernel,
   shifts: Mapping[int, Sequence[float]] | None = None,
+  constants_in_place: bool = True,
 ) -> Program:
   """Lay out the workspace and render each distinct kernel of the schedule `items` once, with `render` (default:
-  portable C++ for the CPU).
+  portable C++ for the CPU). Captured constants are read from their `static constexpr` tables (`constants_in_place`,
+  the CPU: no RAM, no copy) or copied into the workspace once (a GPU's device memory).
 
   `gathers` maps an output index to an index table: that output is then `value[table[k]]` for each k, where `value`
   is what the function computed for it (kept in the workspace); `shifts` (by output index) adds a constant per entry.
@@ -296,9 +302,11 @@ def build_program(
       raise NotImplementedError(f"schedule item {ast.op} is not supported by anvil's C++ backend")
     work.append((ast, tuple(args[i] for i in kernels[ast.key].params)))
   gathered = {i: traced.stores[traced.output_slots[i]] for i, table in gathers.items() if len(table)}
+  copies = [_view(bufs[0])[0] for ast, bufs in work if ast.op is Ops.COPY]
+  if constants_in_place:
+    layout.refs |= {b: BufferRef("const", k, b.dtype) for k, b in enumerate(copies) if b not in layout.refs}
   bases = [tuple(_view(b)[0] for b in (bufs[:1] if ast.op is Ops.COPY else bufs)) for ast, bufs in work]
-  layout.place([*bases, tuple(gathered.values())],
-               {bufs[0] for ast, bufs in work if ast.op is Ops.COPY})  # fmt: skip
+  layout.place([*bases, tuple(gathered.values())], set(copies))
   steps: list[KernelStep | CopyStep | GatherStep] = []
   constants: list[ConstantData] = []
   for ast, bufs in work:

@@ -19,7 +19,6 @@ import scipy.sparse as sp
 
 from anvil.qp.backend import QPBackend, QPProblem
 from anvil.qp.options import RiccatiOptions
-from anvil.qp.osqp import UsesQDLDL
 from anvil.qp.riccati import RiccatiQP, flat_offsets
 
 ROW_KINDS = ("initial", "dynamics", "stage")
@@ -120,12 +119,11 @@ class _RiccatiBackendContext:
   data_size: int
   options: RiccatiOptions
   n_elastic: int
-  buffers: tuple[tuple[str, str, int], ...]
   tables: tuple[tuple[str, tuple[float, ...]], ...]
   scales: tuple[tuple[str, tuple[float, ...]], ...]
 
 
-class RiccatiBackend(UsesQDLDL, QPBackend[RiccatiOptions]):
+class RiccatiBackend(QPBackend[RiccatiOptions]):
   """QPs with the stage layout of an optimal control problem, solved by the Riccati interior point behind the QP
   contract: index tables (module docstring) scatter P, A, q, l and u into the stage QP and gather the solution back.
 
@@ -167,16 +165,16 @@ class RiccatiBackend(UsesQDLDL, QPBackend[RiccatiOptions]):
   @cached_property
   def tables(self) -> dict[str, tuple[float, ...]]:
     """The tables of anvil/riccati_backend.hpp: offsets into Data and Solution as flat arrays, and the SCALES."""
-    return {**_StageTables(self.name, self.problem, self.solver).tables, **self.kkt.tables}
+    return _StageTables(self.name, self.problem, self.solver).tables
 
   @cached_property
   def context(self) -> _RiccatiBackendContext:
-    """Sizes, options, the KKT buffers (screening) and every table."""
+    """Sizes, options and every table."""
     problem = self.problem
     return _RiccatiBackendContext(
       name=self.name, solver=self.solver.name, n=problem.n, m=problem.m, nnz_P=problem.p_pattern.nnz,
       nnz_A=problem.a_pattern.nnz, nx=self.stages.nx, data_size=flat_offsets(self.solver.shapes)[1],
-      options=self.options, n_elastic=len(self.tables["elastic_to_data"]), buffers=self.kkt.buffers,
+      options=self.options, n_elastic=len(self.tables["elastic_to_data"]),
       tables=tuple((k, v) for k, v in self.tables.items() if k not in SCALES),
       scales=tuple((k, v) for k, v in self.tables.items() if k in SCALES),
     )  # fmt: skip

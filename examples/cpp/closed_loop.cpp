@@ -79,10 +79,14 @@ int main(int argc, char** argv) {
   if (numbers.size() == 1 + nx) std::copy(numbers.begin() + 1, numbers.end(), x.begin());
 
   // *** everything is allocated here, before the loop ***
-  mpc::WS_t ws = mpc::init_ws();
-  static mpc::Stats stats;  // holds the SQP's per-iteration history: kept off the stack
-  plant::WS_t plant_ws = plant::init_ws();
-  stage_cost::WS_t cost_ws = stage_cost::init_ws();
+  // the workspaces: plain structs prepared in place (static: no heap, and off the stack however large they are)
+  static mpc::WS_t ws;
+  static mpc::Stats stats;  // holds the SQP's per-iteration history
+  static plant::WS_t plant_ws;
+  static stage_cost::WS_t cost_ws;
+  mpc::init(ws);
+  plant::init(plant_ws);
+  stage_cost::init(cost_ws);
   std::vector<double> xs((mpc::N + 1) * nx), us(mpc::N * nu);  // the controller's predicted trajectory
   std::vector<double> u(nu, 0.0), x_next(nx);
   std::vector<double> trajectory((steps + 1) * nx), inputs(steps * nu), solve_times(steps), internal_times(steps);

@@ -45,7 +45,7 @@ class HarnessRun:
 
 def _c_array(name: str, values: NDArray[np.float64]) -> str:
   items = ", ".join("inf" if v == np.inf else "-inf" if v == -np.inf else repr(float(v)) for v in values.reshape(-1))
-  return f"inline const std::array<double, {values.size}> {name} = {{{items}}};"
+  return f"inline constexpr std::array<double, {values.size}> {name} = {{{items}}};"
 
 
 def write_module(

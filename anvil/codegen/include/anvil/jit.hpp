@@ -40,19 +40,24 @@ const char* guarded(F&& body) noexcept {
   return error;
 }
 
-/// *ws = a new workspace of type W made by init(): the body of every anvil_<ns>_ws_new.
+/// *ws = a new workspace of type W on the heap, prepared in place by init(W&) (a workspace too large for a stack never
+/// passes through one): the body of every anvil_<ns>_ws_new.
 template <typename W, typename Init>
 const char* create(void** ws, Init init) noexcept {
-  return guarded([&] { *ws = new W(init()); });
+  return guarded([&] {
+    W* w = new W;
+    init(*w);
+    *ws = w;
+  });
 }
 
 }  // namespace jit
 }  // namespace anvil
 
-/// The workspace entry points of the generated function `ns` (its WS_t made by ns::init_ws(); config unused).
+/// The workspace entry points of the generated function `ns` (its WS_t prepared by ns::init(); config unused).
 #define ANVIL_WORKSPACE_ENTRY_POINTS(ns)                                                         \
   ANVIL_EXPORT const char* anvil_##ns##_ws_new(const char*, void** ws) {                         \
-    return anvil::jit::create<ns::WS_t>(ws, ns::init_ws);                                        \
+    return anvil::jit::create<ns::WS_t>(ws, [](ns::WS_t& w) { ns::init(w); });                 \
   }                                                                                              \
   ANVIL_EXPORT void anvil_##ns##_ws_free(void* ws) { delete static_cast<ns::WS_t*>(ws); }
 #endif  // ANVIL_JIT_HPP

@@ -9,6 +9,9 @@
 #include <new>
 #include <type_traits>
 #include <utility>
+#if !defined(ANVIL_NOW) && !defined(ANVIL_NO_CLOCK)
+#include <chrono>
+#endif
 
 // ANVIL_KERNEL: a kernel inlined into its function's call(); ANVIL_KERNEL_OUTLINED: one kept a function of its own
 // (large programs: the compiler's time on one huge call() grows faster than its size).
@@ -38,6 +41,23 @@ namespace anvil {
 
 /// Alignment of every buffer and workspace region, in bytes.
 inline constexpr std::size_t kAlignment = 64;
+
+// The clock of solve times and time limits, seconds from any origin. A target without std::chrono's steady clock (a
+// microcontroller) defines ANVIL_NOW() as an expression of its own clock in seconds (a double: a cycle counter over
+// the core's frequency, say), or ANVIL_NO_CLOCK to compile timing out: then every solve time reads 0 and max_time
+// never stops a solve (anvil::has_clock is false).
+#if defined(ANVIL_NOW)
+inline constexpr bool has_clock = true;
+inline double now() { return static_cast<double>(ANVIL_NOW()); }
+#elif defined(ANVIL_NO_CLOCK)
+inline constexpr bool has_clock = false;
+inline double now() { return 0.0; }
+#else
+inline constexpr bool has_clock = true;
+inline double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+#endif
 
 /// Reinterprets the bits of `from` as a `To` (std::bit_cast is C++20).
 template <typename To, typename From>
@@ -91,8 +111,9 @@ class DataPointer {
 
 /// A dense C-order array whose shape is part of its type: Buffer<double, 3, 4> holds 12 doubles, Buffer<double> one.
 /// A default-constructed Buffer owns zeroed, 64-byte aligned memory; Buffer(pointer) is a view over caller memory
-/// that is never freed (this is how the Python JIT passes numpy arrays without copying). Its pointer is `data()`, or
-/// `data` where a pointer is expected.
+/// that is never freed (this is how the Python JIT passes numpy arrays without copying, and how a microcontroller
+/// passes its static arrays: a program that only makes views never references operator new or delete). Its pointer
+/// is `data()`, or `data` where a pointer is expected.
 template <typename T, std::size_t... Dims>
 class Buffer {
  public:
@@ -102,11 +123,11 @@ class Buffer {
   static constexpr std::size_t nbytes = size * sizeof(T);
   static constexpr std::array<std::size_t, sizeof...(Dims)> shape{{Dims...}};
 
-  Buffer() : data(allocate()), owned_(true) {}
-  explicit Buffer(T* external) noexcept : data(external), owned_(false) {}
+  Buffer() : data(nullptr), release_(nullptr) { allocate(); }
+  explicit Buffer(T* external) noexcept : data(external), release_(nullptr) {}
   Buffer(const Buffer& other) : Buffer() { copy_from(other); }
-  Buffer(Buffer&& other) noexcept : data(other.data.pointer_), owned_(other.owned_) {
-    other.owned_ = false;
+  Buffer(Buffer&& other) noexcept : data(other.data.pointer_), release_(other.release_) {
+    other.release_ = nullptr;
     other.data.pointer_ = nullptr;
   }
   Buffer& operator=(const Buffer& other) {
@@ -117,9 +138,9 @@ class Buffer {
     if (this != &other) {
       release();
       data.pointer_ = other.data.pointer_;
-      owned_ = other.owned_;
+      release_ = other.release_;
       other.data.pointer_ = nullptr;
-      other.owned_ = false;
+      other.release_ = nullptr;
     }
     return *this;
   }
@@ -131,40 +152,80 @@ class Buffer {
   T* end() noexcept { return data.pointer_ + size; }
   const T* begin() const noexcept { return data.pointer_; }
   const T* end() const noexcept { return data.pointer_ + size; }
-  bool owns_memory() const noexcept { return owned_; }
+  bool owns_memory() const noexcept { return release_ != nullptr; }
 
   /// The elements: `data()` or `data` (see DataPointer).
   DataPointer<T> data;
 
  private:
-  static T* allocate() {
-    if constexpr (size == 0) {
-      return nullptr;
-    } else {
+  static void free_aligned(void* p) noexcept { ::operator delete(p, std::align_val_t{kAlignment}); }
+
+  /// Owns new zeroed memory; only the constructors that own memory instantiate this (and reference operator new).
+  void allocate() {
+    if constexpr (size != 0) {
       void* p = ::operator new(nbytes, std::align_val_t{kAlignment});
       std::memset(p, 0, nbytes);
-      return static_cast<T*>(p);
+      data.pointer_ = static_cast<T*>(p);
+      release_ = free_aligned;
     }
   }
   void release() noexcept {
-    if (owned_ && data.pointer_ != nullptr) {
-      ::operator delete(static_cast<void*>(data.pointer_), std::align_val_t{kAlignment});
-    }
+    if (release_ != nullptr) release_(data.pointer_);
     data.pointer_ = nullptr;
-    owned_ = false;
+    release_ = nullptr;
   }
   void copy_from(const Buffer& other) {
-    if (data.pointer_ == nullptr && size != 0) {
-      data.pointer_ = allocate();
-      owned_ = true;
-    }
+    if (data.pointer_ == nullptr) allocate();
     if constexpr (size != 0) {
       std::memcpy(static_cast<void*>(data.pointer_), static_cast<const void*>(other.data.pointer_), nbytes);
     }
   }
 
-  bool owned_;
+  void (*release_)(void*) noexcept;  ///< frees owned memory (null for a view)
 };
 
+/// Fixed-size storage inside its owner, for workspaces: Array<double, 3> is 3 doubles held in place, 64-byte aligned,
+/// never on the heap, so a workspace of Arrays is one plain struct that may be static, on a stack or in caller memory.
+/// Its pointer is `data()`, as a Buffer's.
+template <typename T, std::size_t N>
+struct Array {
+  using value_type = T;
+  static constexpr std::size_t size = N;
+  static constexpr std::size_t nbytes = N * sizeof(T);
+
+  T* data() noexcept { return elements; }
+  const T* data() const noexcept { return elements; }
+  T& operator[](std::size_t i) noexcept { return elements[i]; }
+  const T& operator[](std::size_t i) const noexcept { return elements[i]; }
+  T* begin() noexcept { return elements; }
+  T* end() noexcept { return elements + N; }
+  const T* begin() const noexcept { return elements; }
+  const T* end() const noexcept { return elements + N; }
+
+  alignas(kAlignment) T elements[N > 0 ? N : 1];  ///< (one element when N is 0: C++ has no empty arrays)
+};
+
+/// Zeroes a workspace in place (every generated workspace is a plain struct whose all-zero state is its initial one):
+/// the body of every generated `init(ws)`; allocates nothing and needs no stack beyond its own frame.
+template <typename W>
+void zero(W& ws) noexcept {
+  static_assert(std::is_trivially_copyable<W>::value, "a workspace is a plain struct of arrays and numbers");
+  std::memset(static_cast<void*>(&ws), 0, sizeof(W));
+}
+
+/// A workspace prepared by `init`, by value: the body of every generated `init_ws()`.
+template <typename W>
+W prepared(void (*init)(W&)) {
+  W ws;
+  init(ws);
+  return ws;
+}
+
 }  // namespace anvil
+
+/// The definitions of a generated namespace's `init(ws)` (zeroes the workspace where it lies) and `init_ws()` (one
+/// prepared, by value).
+#define ANVIL_WORKSPACE_INIT                     \
+  void init(WS_t& ws) { anvil::zero(ws); }       \
+  WS_t init_ws() { return anvil::prepared(init); }
 #endif  // ANVIL_SUPPORT_HPP

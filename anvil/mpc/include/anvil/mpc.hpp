@@ -26,7 +26,6 @@
 // infeasible picks up where the last one ended.
 #ifndef ANVIL_MPC_HPP
 #define ANVIL_MPC_HPP
-#include <chrono>
 #include <cmath>
 
 #include "anvil/sqp.hpp"
@@ -43,16 +42,16 @@ struct Stats {
   bool restarted_cold = false;               ///< the warm-started solve failed and the SQP ran again, cold
   int fallback = 0;                          ///< 0: the SQP's solution; 1: the shifted plan; 2: the least-violation
   double cost = 0.0;                         ///< optimal value of the OCP's cost (including slack penalties)
-  double solve_time = 0.0;                   ///< seconds spent in call()
+  double solve_time = 0.0;                   ///< seconds spent in call() (0 without a clock: ANVIL_NO_CLOCK)
   SQPStats sqp;                              ///< the SQP solver's per-iteration history and diagnostics
 };
 
-/// The NLP's vectors and the previous solution (for the shifted warm start); allocated once.
+/// The NLP's vectors and the previous solution (for the shifted warm start), in place.
 template <class S>
 struct State {
-  anvil::Buffer<double, S::nw> w, w_out, lbw, ubw, lam_x, lam_x_out;
-  anvil::Buffer<double, S::ng> lbg, ubg, lam_g, lam_g_out;
-  anvil::Buffer<double, S::nx + (S::N + 1) * S::np> params;
+  anvil::Array<double, S::nw> w, w_out, lbw, ubw, lam_x, lam_x_out;
+  anvil::Array<double, S::ng> lbg, ubg, lam_g, lam_g_out;
+  anvil::Array<double, S::nx + (S::N + 1) * S::np> params;
   int guess = 0;  ///< 0: cold start, 1: shift the previous solution, 2: w and the multipliers hold the guess, 3: shift
                   ///< the previous (least-violation) solution, its multipliers zero
   bool assembled = false;  ///< the NLP's bounds and parameter of a call are in place
@@ -104,7 +103,7 @@ class Controller {
                       const double* ubu, const double* lbh, const double* ubh, const double* lbhN,
                       const double* ubhN, double* x, double* u, StatsT& stats, WS& ws) {
     auto& s = ws.s;
-    const auto start = std::chrono::steady_clock::now();
+    const double start = anvil::now();
     assemble(x0, p, lbx, ubx, lbu, ubu, lbh, ubh, lbhN, ubhN, ws);
     if (!s.prepared) {
       const bool warm_qp = shifted_qp(ws);
@@ -127,7 +126,7 @@ class Controller {
                    const double* ubu, const double* lbh, const double* ubh, const double* lbhN, const double* ubhN,
                    double* x, double* u, StatsT& stats, WS& ws, anvil::sqp::Limits limits) {
     auto& s = ws.s;
-    const auto start = std::chrono::steady_clock::now();
+    const double start = anvil::now();
     assemble(x0, p, lbx, ubx, lbu, ubu, lbh, ubh, lbhN, ubhN, ws);
     const bool shifted = (s.guess == 1 || s.guess == 3) && C::warm_start;
     const bool after_infeasible = s.guess == 3;
@@ -141,7 +140,7 @@ class Controller {
     stats.status = solve_from_guess(x0, &f, stats, ws, warm);
     stats.restarted_cold = false;
     const int warm_iterations = stats.sqp.iterations;
-    const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double spent = anvil::now() - start;
     if (shifted && (stats.status == anvil::sqp::max_iterations || stats.status == anvil::sqp::numerical_error) &&
         spent < limits.max_time) {
       cold_guess(x0, lbu, ubu, ws);
@@ -273,7 +272,7 @@ class Controller {
 
   /// Outputs (the failure policy applied, see the top of this file) and the solution kept for the next warm start.
   static void finish(double f, const double* x0, const double* lbu, const double* ubu, double* x, double* u,
-                     StatsT& stats, WS& ws, std::chrono::steady_clock::time_point start) {
+                     StatsT& stats, WS& ws, double start) {
     auto& s = ws.s;
     stats.iterations = stats.sqp.iterations;
     stats.cost = f;
@@ -298,7 +297,7 @@ class Controller {
       for (int i = 0; i < nu; ++i) u[k * nu + i] = s.w_out[k * nz + nx + i];
     s.guess = !usable || stats.fallback == 1 ? 0 : stats.fallback == 2 ? 3 : 1;
     s.prepared = false;
-    stats.solve_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    stats.solve_time = anvil::now() - start;
   }
 
   /// Whether the first QP of the coming solve starts warm from the previous call's last QP, shifted: when the guess

@@ -210,6 +210,15 @@ inline void row_take(Row& r, double alpha) {
 }
 
 
+/// The tightest tolerance a QP whose linear term is q (n entries) can meet: a residual is a sum of terms as large as
+/// q, so it cannot fall below their rounding (a gradient of 1e9 leaves 1e-7, and an absolute 1e-6 asked of a QP of
+/// such data would never be met: it ran to its iteration limit).
+inline double attainable(double tol, const double* q, int n) {
+  double q_max = 0.0;
+  for (int j = 0; j < n; ++j) q_max = std::fmax(q_max, std::fabs(q[j]));
+  return std::fmax(tol, 1e3 * 2.220446049250313e-16 * q_max);
+}
+
 /// Infinity norms of an iterate's KKT residuals.
 struct Residuals {
   double stationarity = 0.0, equality = 0.0, inequality = 0.0, complementarity = 0.0;

@@ -16,7 +16,7 @@
 // Layout L (sizes and tables, generated for the patterns): n, m, nK (= n + m), nnz_P, nnz_A; P_to_K[nnz_P],
 // Pdiag_to_K[n], A_to_K[nnz_A], ydiag_to_K[m] (where the values go in K), K_perm[nK] (position of unknown i: d
 // first, then y), K_p[nK + 1], K_i (K's upper-triangular pattern), K_etree[nK], K_Lnz[nK] (its symbolic
-// factorization), A_p[n + 1], A_i[nnz_A] (A's pattern). Workspace W: anvil::Buffers Kx, Lx, D, Dinv, fwork, ksol,
+// factorization), A_p[n + 1], A_i[nnz_A] (A's pattern). Workspace W: anvil::Arrays Kx, Lx, D, Dinv, fwork, ksol,
 // krhs, kres (double); Li, Lp, iwork, bwork (int); active, previous_active (int, m); polish_d (double, n), polish_y
 // (double, m).
 #ifndef ANVIL_KKT_HPP

@@ -3,7 +3,7 @@
 //
 // Layout L: n, m, nnz_P, nnz_A; polish (bool); rho (the initial ADMM step size); max_iter, eps_abs, eps_rel (the
 // final tolerances); static OSQPSolver* solver() (the embedded workspace); with polish, the tables of
-// anvil::qp::ActiveSetKKT. Workspace W: P, A (const double*: the loaded matrices), l, u (anvil::Buffers of m: the
+// anvil::qp::ActiveSetKKT. Workspace W: P, A (const double*: the loaded matrices), l, u (anvil::Arrays of m: the
 // bounds as OSQP takes them), iterations (int), polished (bool) and, with polish, the buffers of
 // anvil::qp::ActiveSetKKT.
 //

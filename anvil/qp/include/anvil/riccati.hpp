@@ -13,10 +13,10 @@
 // one variable (most rows of an OCP) costs one entry, not a dense row, in every product and in the Hessian's G'WG.
 #ifndef ANVIL_RICCATI_HPP
 #define ANVIL_RICCATI_HPP
-#include <chrono>
 #include <cmath>
 
 #include "anvil/interior_point.hpp"
+#include "anvil/support.hpp"
 
 namespace anvil {
 namespace qp {
@@ -221,7 +221,7 @@ struct Riccati {
     double x[N + 1][nx], u[N][nu], pi[N][nx], lam[N][mg], lamN[mgN], uN[muN];
     int status = numerical_error, iterations = 0;
     double residual_stationarity = 0.0, residual_equality = 0.0, residual_inequality = 0.0, complementarity = 0.0;
-    double solve_time = 0.0;  ///< seconds
+    double solve_time = 0.0;  ///< seconds (anvil::now(): 0 where timing is compiled out)
   };
 
   /// Iterates, steps and the Riccati factorization (no allocation: plain arrays).
@@ -241,7 +241,7 @@ struct Riccati {
   /// norms) in at most max_iter iterations, from a cold start, or with warm_start from the previous solution kept in
   /// ws (when there is one). Never allocates; returns the status (also in sol.status).
   static int solve(const Data& d, double tol, int max_iter, Solution& sol, Workspace& ws, bool warm_start) {
-    const auto start = std::chrono::steady_clock::now();
+    const double start = anvil::now();
     const bool warm = warm_start && ws.warm;
     initialize(d, warm, ws);
     ipm::Residuals res;
@@ -263,7 +263,7 @@ struct Riccati {
     ws.warm = status == solved;
     sol.status = status;
     sol.iterations = it;
-    sol.solve_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    sol.solve_time = anvil::now() - start;
     return status;
   }
 
@@ -280,6 +280,25 @@ struct Riccati {
     for (int k = 0; k < N; ++k)
       for (int i = 0; i < nu; ++i) ws.u[k][i] = 0.0;
     for (int i = 0; i < muN; ++i) ws.uN[i] = 0.0;
+  }
+
+  /// Whether the QP's Hessian plus regularization I is positive definite on the null space of its equalities (the
+  /// dynamics, x_0 = x0 and the rows with lo == hi): the Riccati factorization with those rows alone, weighted as
+  /// the interior point weighs equalities. An inertia test before a solve, as a KKT factorization's, in the solver's
+  /// own memory; the iterates a warm start begins from are left alone.
+  static bool convex_on_equalities(const Data& d, double regularization, Workspace& ws) {
+    find_patterns(d, ws);
+    const auto equality = [](double lo, double hi) { return lo == hi && std::fabs(lo) < ipm::no_bound; };
+    constexpr double weight = 1.0 / ipm::equality_regularization;
+    const auto terminal = [&](auto&& add) {
+      for (int m = 0; m < ngN; ++m)
+        if (equality(d.loN[m], d.hiN[m])) add(m, weight);
+    };
+    const auto stage = [&](int k, auto&& add) {
+      for (int m = 0; m < ng; ++m)
+        if (equality(d.lo[k][m], d.hi[k][m])) add(m, weight);
+    };
+    return factor_weighted(d, ws, regularization, terminal, stage);
   }
 
   /// f(row) for every row with a bound, stage by stage (the rows without one are inert: nothing to update).
@@ -371,21 +390,34 @@ struct Riccati {
     return n.count ? n.sum / n.count : 0.0;
   }
 
-  /// The lower triangle of the symmetric H, into Q.
+  /// The lower triangle of the symmetric H plus regularization I, into Q.
   template <int s>
-  static void lower_triangle(const double (&H)[s][s], double (&Q)[s][s]) {
-    for (int i = 0; i < s; ++i)
-      for (int j = 0; j <= i; ++j) Q[i][j] = H[i][j];
+  static void lower_triangle(const double (&H)[s][s], double (&Q)[s][s], double regularization) {
+    for (int i = 0; i < s; ++i) {
+      for (int j = 0; j < i; ++j) Q[i][j] = H[i][j];
+      Q[i][i] = H[i][i] + regularization;
+    }
   }
 
-  /// Riccati factorization of the Newton system's LQ problem with Hessians H + G'WG: P, K and the Cholesky factors.
+  /// Riccati factorization of the Newton system's LQ problem with Hessians H + G'WG: P, K and the Cholesky factors
+  /// (the weights W of the rows with a bound, the interior point's).
   static bool factor(const Data& d, Workspace& ws) {
+    const auto terminal = [&](auto&& add) {
+      for (int e = 0; e < ws.n_liveN; ++e) add(ws.liveN[e], ipm::row_weight(ws.rowsN[ws.liveN[e]]));
+    };
+    const auto stage = [&](int k, auto&& add) {
+      for (int e = 0; e < ws.n_live[k]; ++e) add(ws.live[k][e], ipm::row_weight(ws.rows[k][ws.live[k][e]]));
+    };
+    return factor_weighted(d, ws, 0.0, terminal, stage);
+  }
+
+  /// The factorization with Hessians H + regularization I + G'WG, the rows' weights given by terminal(add) and
+  /// stage(k, add), which call add(row, weight) for each weighted row (of stage N, and of stage k < N).
+  template <class T, class S>
+  static bool factor_weighted(const Data& d, Workspace& ws, double regularization, T&& terminal, S&& stage) {
     double QN[nzN][nzN];
-    lower_triangle(d.HN, QN);
-    for (int e = 0; e < ws.n_liveN; ++e) {
-      const int m = ws.liveN[e];
-      ws.patternN[m].add_outer(d.GN[m], ipm::row_weight(ws.rowsN[m]), QN);
-    }
+    lower_triangle(d.HN, QN, regularization);
+    terminal([&](int m, double w) { ws.patternN[m].add_outer(d.GN[m], w, QN); });
     if constexpr (nuN > 0) {
       if (!riccati::eliminate_inputs<nx, nuN>(QN, ws.LN, ws.KN, ws.P[N])) return false;
     } else {
@@ -402,12 +434,9 @@ struct Riccati {
       double PAB[nx][nd];  // P [A B]
       for (int i = 0; i < nx; ++i) riccati::combine_rows<nx, nd>(P[i], AB, PAB[i]);
       double Q[nz][nz];  // H + G'WG + [A B]'P[A B], lower triangle
-      lower_triangle(d.H[k], Q);
+      lower_triangle(d.H[k], Q, regularization);
       riccati::add_lower_product<0>(AB, PAB, Q);
-      for (int e = 0; e < ws.n_live[k]; ++e) {
-        const int m = ws.live[k][e];
-        ws.pattern[k][m].add_outer(d.G[k][m], ipm::row_weight(ws.rows[k][m]), Q);
-      }
+      stage(k, [&](int m, double w) { ws.pattern[k][m].add_outer(d.G[k][m], w, Q); });
       if (!riccati::eliminate_inputs<nx, nu>(Q, ws.L[k], ws.K[k], ws.P[k])) return false;
     }
     return true;
@@ -491,6 +520,11 @@ struct Riccati {
         for (int i = 0; i < nx; ++i) ws.x[k][i] = d.x0[i];
     }
     for (int i = 0; i < nx; ++i) ws.x[0][i] = d.x0[i];
+    find_patterns(d, ws);
+  }
+
+  /// The nonzeros of every row with a bound.
+  static void find_patterns(const Data& d, Workspace& ws) {
     for (int k = 0; k < N; ++k)
       for (int m = 0; m < ng; ++m) ws.pattern[k][m].find(d.G[k][m], d.lo[k][m], d.hi[k][m]);
     for (int m = 0; m < ngN; ++m) ws.patternN[m].find(d.GN[m], d.loN[m], d.hiN[m]);

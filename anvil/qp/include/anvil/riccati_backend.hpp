@@ -15,14 +15,13 @@
 // takes into the stage QP), box[n_box] (the unit diagonal of every box row, n_box), q_to_data[n], l_to_data[m],
 // u_to_data[m] (-1: none), l_scale[m], primal_from[n], dual_from[m] (offsets into Solution; -1: none), dual_scale[m],
 // initial_rows[nx], initial_scale[nx], elastic_to_data[n_elastic] (the prices of the rows set_elastic() relaxes: the
-// stage rows and the bounds on states); the tables of anvil::qp::ActiveSetKKT (for screening). Workspace W: data, sol,
-// ipm (the solver's Data, Solution and Workspace), d (n), y (m), iterations, and the buffers of
-// anvil::qp::ActiveSetKKT.
+// stage rows and the bounds on states). Workspace W: data, sol, ipm (the solver's Data, Solution and Workspace), d (n),
+// y (m), iterations. The screening before a solve is the solver's own Riccati factorization on the equalities
+// (IPM::convex_on_equalities), so the backend needs no memory beyond the stage QP's.
 #ifndef ANVIL_RICCATI_BACKEND_HPP
 #define ANVIL_RICCATI_BACKEND_HPP
 #include <cmath>
 
-#include "anvil/kkt.hpp"
 #include "anvil/qp.hpp"
 #include "anvil/riccati.hpp"
 
@@ -33,24 +32,21 @@ template <class L, class W>
 struct RiccatiBackend {
   using Workspace = W;
   using IPM = typename L::IPM;
-  using KKT = ActiveSetKKT<L, W>;
+  /// The regularization of the screening's Hessian (as a KKT factorization's primal regularization: a Hessian that
+  /// is only semidefinite, zero on the slacks of L1 penalties, passes)
+  static constexpr double screening_regularization = 1e-9;
   static_assert(sizeof(typename IPM::Data) == L::data_size * sizeof(double), "Data is a flat array of doubles");
 
   static void reset(W& ws) {
     ws.ipm.warm = false;
     ws.iterations = 0;
-    KKT::forget(ws);
   }
 
-  /// The next solve may start warm from the last solution moved one stage earlier (IPM::shift); the screening's
-  /// guess of the active set, which names rows of the old stages, is forgotten.
-  static void shift(W& ws) {
-    IPM::shift(ws.ipm);
-    KKT::forget(ws);
-  }
+  /// The next solve may start warm from the last solution moved one stage earlier (IPM::shift).
+  static void shift(W& ws) { IPM::shift(ws.ipm); }
 
-  /// Scatters P and A into the stage blocks; screens them when asked (the interior point tells a nonconvex QP itself
-  /// when it solves it).
+  /// Scatters P and A into the stage blocks; screens them when asked: is P positive definite on the null space of
+  /// the equalities of l and u (the interior point tells a nonconvex QP itself when it solves it)?
   static int load(const double* P, const double* A, const double* l, const double* u, bool screen, W& ws) {
     double* data = reinterpret_cast<double*>(&ws.data);
     // NOTE: the data starts zeroed (Workspace) and only the tables write it, so a load clears what it accumulates
@@ -68,18 +64,18 @@ struct RiccatiBackend {
     for (int e = 0; e < L::nnz_A; ++e)
       if (L::A_to_data[e] >= 0) data[L::A_to_data[e]] = L::A_scale[e] * A[e];
     for (int e = 0; e < L::n_box; ++e) data[L::box[e]] = 1.0;
-    return screen && !KKT::convex_on_active_set(P, A, l, u, ws) ? nonconvex : solved;
+    if (!screen) return solved;
+    scatter_bounds(l, u, ws);
+    return IPM::convex_on_equalities(ws.data, screening_regularization, ws.ipm) ? solved : nonconvex;
   }
 
-  /// Solves to tol within [tol_min, 1e-6]; warm starts from the previous solution when it was solved.
+  /// Solves to tol within [tol_min, 1e-6] (at least the rounding level of q: ipm::attainable); warm starts from the
+  /// previous solution when it was solved.
   static int solve(const double* q, const double* l, const double* u, double tol, bool warm, W& ws) {
     double* data = reinterpret_cast<double*>(&ws.data);
     for (int j = 0; j < L::n; ++j) data[L::q_to_data[j]] = q[j];
-    for (int r = 0; r < L::m; ++r) {
-      if (L::l_to_data[r] >= 0) data[L::l_to_data[r]] = L::l_scale[r] * l[r];
-      if (L::u_to_data[r] >= 0) data[L::u_to_data[r]] = u[r];
-    }
-    const double tol_qp = std::fmax(L::tol_min, std::fmin(1e-6, tol));
+    scatter_bounds(l, u, ws);
+    const double tol_qp = ipm::attainable(std::fmax(L::tol_min, std::fmin(1e-6, tol)), q, L::n);
     const int status = IPM::solve(ws.data, tol_qp, L::max_iter, ws.sol, ws.ipm, warm);
     ws.iterations = ws.sol.iterations;
     const double* solution = reinterpret_cast<const double*>(&ws.sol);
@@ -110,6 +106,16 @@ struct RiccatiBackend {
   static const double* primal(const W& ws) { return ws.d.data(); }
   static const double* dual(const W& ws) { return ws.y.data(); }
   static int iterations(const W& ws) { return ws.iterations; }
+
+ private:
+  /// The rows' bounds l and u into the stage QP's x0, c, lo and hi.
+  static void scatter_bounds(const double* l, const double* u, W& ws) {
+    double* data = reinterpret_cast<double*>(&ws.data);
+    for (int r = 0; r < L::m; ++r) {
+      if (L::l_to_data[r] >= 0) data[L::l_to_data[r]] = L::l_scale[r] * l[r];
+      if (L::u_to_data[r] >= 0) data[L::u_to_data[r]] = u[r];
+    }
+  }
 };
 
 }  // namespace qp

@@ -59,14 +59,15 @@ struct SparseIPMBackend {
     return screen && !KKT::convex_on_active_set(P, A, l, u, ws) ? nonconvex : solved;
   }
 
-  /// Solves to tol within [tol_min, 1e-6], cold from d = 0 or warm from the previous solution when it was solved.
+  /// Solves to tol within [tol_min, 1e-6] (at least the rounding level of q: ipm::attainable), cold from d = 0 or
+  /// warm from the previous solution when it was solved.
   static int solve(const double* q, const double* l, const double* u, double tol, bool warm, W& ws) {
     const Problem d{ws.P, ws.A, q, l, u};
     const bool from_solution = warm && ws.warm;
     if (!from_solution)
       for (int j = 0; j < n; ++j) ws.x[j] = 0.0;
     ipm::Residuals res;
-    const double tol_qp = std::fmax(L::tol_min, std::fmin(1e-6, tol));
+    const double tol_qp = ipm::attainable(std::fmax(L::tol_min, std::fmin(1e-6, tol)), q, n);
     const int status = ipm::mehrotra<SparseIPMBackend>(d, tol_qp, L::max_iter, from_solution, ws, res, ws.iterations);
     for (int i = 0; i < m; ++i) ws.y[i] = ws.active[i] ? ws.rows[i].hi.l - ws.rows[i].lo.l : 0.0;
     ws.warm = status == solved;

@@ -13,10 +13,11 @@
 // loop never sees how it is solved.
 //
 // The problem P (generated per NLP) provides:
-//   sizes: nx, ng, max_iter, nnz_jac, nnz_hess, nnz_P, nnz_A, nnz_Ae;
+//   sizes: nx, ng, max_iter, nnz_jac, nnz_hess, nnz_P, nnz_A, nnz_Ae, elastic_rows (Elastic is a backend with elastic
+//     rows, set_elastic(), over the QP's patterns; else it solves the slack form below, whose vectors the workspace
+//     then holds);
 //   settings: name (for verbose output), tol, acceptable_tol, acceptable_iter, max_time, reg_min, reg_max, armijo,
-//     backtrack, min_step, verbose, elastic_rows (Elastic is a backend with elastic rows, set_elastic(), over the QP's
-//     patterns; else it solves the slack form below), elastic_in_qp (Elastic is QP itself), convex_hessian (the
+//     backtrack, min_step, verbose, elastic_in_qp (Elastic is QP itself), convex_hessian (the
 //     Hessian is PSD wherever evaluated: the real-time iteration loads its QP without the inertia test);
 //   tables: hess_to_P[nnz_hess], diag_P[nx] (where the Hessian and the regularization go in P: triu(H) plus the full
 //     diagonal), jac_to_A[nnz_jac], eye_to_A[nx] (A = [dg/dx; I]), jac_to_Ae[nnz_jac], eye_to_Ae[nx], slack_to_Ae[4 ng]
@@ -32,7 +33,6 @@
 //     f + lam_g'g).
 #ifndef ANVIL_SQP_HPP
 #define ANVIL_SQP_HPP
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -57,7 +57,7 @@ enum Status : int {
 struct Limits {
   int max_iter;     ///< at most the build-time max_iter (the size of the history)
   double tol;       ///< the convergence tolerance
-  double max_time;  ///< seconds; past it the solve ends with time_limit (checked once per iteration)
+  double max_time;  ///< seconds; past it the solve ends with time_limit (once per iteration; never without a clock)
   bool restore = true;         ///< false: the solve ends max_iterations where its restoration phase would begin
   bool restore_first = false;  ///< begin in the restoration phase where x0 violates the constraints
   /// x0 is the previous call's solution shifted by one stage (a receding horizon's guess): the first QP starts warm
@@ -84,6 +84,7 @@ struct Stats {
   int worst_constraint = -1;   ///< most violated constraint at the end: 0..ng-1 for g, ng.. for bounds on x
   double worst_violation = 0.0;
   double worst_value = 0.0;  ///< the value of the most violated constraint (g[i] or x[j])
+  // NOTE: the times are anvil::now()'s: all 0 where the target compiles timing out (ANVIL_NO_CLOCK)
   double time_evaluation = 0.0;   ///< seconds evaluating f, the gradient, g, dg/dx and the Hessian (line search excluded)
   double time_qp_update = 0.0;    ///< seconds loading the QPs' matrices (OSQP refactors its KKT matrix here)
   double time_qp_solve = 0.0;     ///< seconds in the QP solver's iterations
@@ -124,21 +125,22 @@ void export_stats(const Stats<max_iter>& stats, double* history, int* ihistory, 
   for (int c = 0; c < 4; ++c) times[c] = spent[c];
 }
 
-/// The vectors the loop works on (allocated once, by the workspace's constructor).
+/// The vectors the loop works on (in place: part of the workspace).
 template <class P>
 struct Vectors {
   static constexpr int nA = P::ng + P::nx;
-  anvil::Buffer<double, P::nx> grad, trial, d;
-  anvil::Buffer<double, P::ng> g, g_trial;
-  anvil::Buffer<double, P::nnz_jac> jac;
-  anvil::Buffer<double, P::nnz_hess> hess;
-  anvil::Buffer<double, P::nnz_P> Px;
-  anvil::Buffer<double, P::nnz_A> Ax;
-  anvil::Buffer<double, nA> l, u;
-  anvil::Buffer<double, P::nnz_Ae> Axe;
-  anvil::Buffer<double, P::nx + 2 * P::ng> qe;
-  anvil::Buffer<double, nA + 2 * P::ng> le, ue;
-  anvil::Buffer<double, 2 * (P::max_iter + 1)> filter_theta, filter_phi;  ///< the two phases' filters' entries
+  anvil::Array<double, P::nx> grad, trial, d;
+  anvil::Array<double, P::ng> g, g_trial;
+  anvil::Array<double, P::nnz_jac> jac;
+  anvil::Array<double, P::nnz_hess> hess;
+  anvil::Array<double, P::nnz_P> Px;
+  anvil::Array<double, P::nnz_A> Ax;
+  anvil::Array<double, nA> l, u;
+  // the slack form of the elastic QP (none where the QP's own rows turn elastic: P::elastic_rows)
+  anvil::Array<double, P::elastic_rows ? 0 : P::nnz_Ae> Axe;
+  anvil::Array<double, P::elastic_rows ? 0 : P::nx + 2 * P::ng> qe;
+  anvil::Array<double, P::elastic_rows ? 0 : nA + 2 * P::ng> le, ue;
+  anvil::Array<double, 2 * (P::max_iter + 1)> filter_theta, filter_phi;  ///< the two phases' filters' entries
   bool rti_prepared = false;       ///< a real-time iteration's QP is prepared
   bool rti_warm = false;           ///< its solve starts warm (from the previous one's solution, shifted)
   int rti_failure[2] = {-1, -1};   ///< the function and output that made the preparation fail
@@ -163,7 +165,7 @@ class Solver {
                   double* lam_x, StatsT& stats, WS& ws, Limits limits) {
     auto& v = ws.v;
     double* g = v.g.data();
-    const Clock::time_point start = Clock::now();
+    const double start = anvil::now();
     limits.max_iter = limits.max_iter < 0 ? 0 : limits.max_iter > max_iter ? max_iter : limits.max_iter;
     stats = StatsT{};
     // NOTE: no QP of this solve starts warm from an earlier call's (its result would depend on what ran before), unless
@@ -181,7 +183,7 @@ class Solver {
     double reg = 0.0;
     int status = max_iterations, k = 0, acceptable_streak = 0, line_search_failures = 0;
     bool restoration = false, zero_multipliers = false;
-    Clock::time_point clock = start;
+    double clock = start;
     double fx = P::cost(x, p, ws);
     P::constraints(x, p, g, ws);
     for (;; ++k) {
@@ -216,7 +218,7 @@ class Solver {
         status = acceptable;
         break;
       }
-      if (k >= limits.max_iter || std::chrono::duration<double>(Clock::now() - start).count() >= limits.max_time) {
+      if (k >= limits.max_iter || anvil::now() - start >= limits.max_time) {
         status = acceptable_now ? acceptable : k >= limits.max_iter ? max_iterations : time_limit;
         break;
       }
@@ -361,7 +363,7 @@ class Solver {
   static int rti_prepare(const double* x, const double* p, const double* lam_g, const double* lbx, const double* ubx,
                          const double* lbg, const double* ubg, WS& ws, bool shifted = false) {
     auto& v = ws.v;
-    Clock::time_point clock = Clock::now();
+    double clock = anvil::now();
     v.rti_prepared = false;
     v.rti_failure[0] = v.rti_failure[1] = -1;
     const int bad_jacobian = evaluate_jacobian(x, p, ws);
@@ -410,7 +412,7 @@ class Solver {
     stats.time_evaluation = v.rti_times[0];
     stats.time_qp_update = v.rti_times[1];
     double* g = v.g.data();
-    Clock::time_point clock = Clock::now();
+    double clock = anvil::now();
     if (!v.rti_prepared) {
       record_failure(stats, v.rti_failure[0], v.rti_failure[1]);
       P::constraints(x, p, g, ws);
@@ -486,7 +488,6 @@ class Solver {
       QP::reset(ws.qp);
   }
 
-  using Clock = std::chrono::steady_clock;
 
   /// The KKT residuals at an iterate (see SQPOptions.tol).
   struct Residuals {
@@ -694,9 +695,9 @@ class Solver {
   }
 
   /// Seconds since `start`, and restarts it.
-  static double lap(Clock::time_point& start) {
-    const Clock::time_point now = Clock::now();
-    const double seconds = std::chrono::duration<double>(now - start).count();
+  static double lap(double& start) {
+    const double now = anvil::now();
+    const double seconds = now - start;
     start = now;
     return seconds;
   }
@@ -839,7 +840,7 @@ class Solver {
   /// direction of nonnegative curvature; infeasible as soon as it is infeasible; nonconvex past reg_max. After a
   /// failed solve the next starts cold: a failed solve's iterate is no start for the next, more regularized QP (warm
   /// from it, ADMM was seen to stall at every regularization up to reg_max on the cart-pole swing-up).
-  static int solve_regularized(double kkt_error, bool warm, double& reg, StatsT& stats, Clock::time_point& clock,
+  static int solve_regularized(double kkt_error, bool warm, double& reg, StatsT& stats, double& clock,
                                WS& ws) {
     auto& v = ws.v;
     for (;;) {
@@ -864,7 +865,7 @@ class Solver {
   /// regularized further (x10) while nonconvex. With elastic rows (P::elastic_rows: a Riccati interior point over the
   /// QP's patterns, whose stage rows and state bounds are elastic) the Elastic backend solves it with the QP's
   /// matrices; else with slacks v, w >= 0 on every constraint row (lbg - g <= J d + v - w <= ubg - g).
-  static int solve_elastic(const double* q, double weight, double& reg, StatsT& stats, Clock::time_point& clock,
+  static int solve_elastic(const double* q, double weight, double& reg, StatsT& stats, double& clock,
                            WS& ws) {
     auto& v = ws.v;
     double* qe = v.qe.data();

@@ -12,9 +12,9 @@ from functools import cached_property
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from numpy.typing import ArrayLike, NDArray
-from tinygrad import Tensor
+from tinygrad import Tensor, dtypes
 
-from anvil.codegen.arg import Arg, cpp_type
+from anvil.codegen.arg import Arg, cpp_type, numpy_dtype
 from anvil.codegen.base import FunctionBase, check_identifier, render_template
 from anvil.codegen.build import stage
 from anvil.codegen.cache import read_artifact
@@ -41,7 +41,8 @@ from anvil.codegen.program import Program, build_program, schedule
 from anvil.codegen.renderer import render_kernel
 from anvil.codegen.runtime import inline_runtime_headers
 from anvil.codegen.straight_line import straight_line_program, suits_straight_line
-from anvil.codegen.trace import OutputSpec, TracedGraph, graph_key, trace
+from anvil.codegen.trace import OutputSpec, TracedGraph, graph_key, tensor_values, trace
+from anvil.validation import as_array
 
 TINYGRAD_VERSION = importlib.metadata.version("tinygrad")
 P = ParamSpec("P")
@@ -301,8 +302,8 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
 
   @property
   def ws_size(self) -> int:
-    """Size in bytes of the workspace `init_ws()` allocates: intermediates and captured constants (on a GPU, its
-    device allocation, which also stages inputs and outputs)."""
+    """Size in bytes of the workspace: its intermediates (captured constants stay in their constexpr tables); on a
+    GPU, the device allocation `init_ws()` makes, which also holds the constants and stages inputs and outputs."""
     return self.program.ws_size if self.device == "CPU" else self.gpu_layout.nbytes
 
   @property
@@ -418,10 +419,35 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
   # *** calling ***
 
   def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-    """Evaluate on numpy arrays (or anything `np.asarray` takes); returns new arrays, a tuple for several outputs."""
+    """Evaluate on numpy arrays (or anything `np.asarray` takes); returns new arrays, a tuple for several outputs.
+    Called on Tensors computed by operations (inside another function being traced), it is a composition: its
+    computation is inlined into the caller's graph and it returns Tensors (see `compose`); a Tensor made from data is
+    taken for its data."""
     if kwargs:
       raise TypeError(f"{self.name}: takes positional inputs only, got keywords {sorted(kwargs)}")
+    if any(isinstance(a, Tensor) and tensor_values(a) is None for a in args):
+      return self.compose(*args)
     return self._caller(*args)
+
+  def compose(self, *args: Any) -> Any:
+    """This function's computation on Tensors, inlined into the graph being traced: a Tensor, or a tuple for several
+    outputs (a sparse function's nonzeros). Each input is a Tensor (or array data, captured as a constant) of its
+    Arg's shape; one of another dtype is cast to a float Arg's (an integer Arg takes its own dtype only)."""
+    if len(args) != len(self.inputs):
+      raise TypeError(f"{self.name}: takes {len(self.inputs)} inputs, got {len(args)}")
+    tensors = []
+    for i, (value, arg) in enumerate(zip(args, self.inputs, strict=True)):
+      what = f"input {i} ({arg.name})"
+      data = None if isinstance(value, Tensor) else as_array(self.name, what, value, numpy_dtype(arg.dtype))
+      tensor = value if data is None else Tensor(data.astype(numpy_dtype(arg.dtype)))
+      if tensor.shape != arg.shape:
+        raise ValueError(f"{self.name}: {what}: expected shape {arg.shape}, got {tensor.shape}")
+      if tensor.dtype != arg.dtype:
+        if not dtypes.is_float(arg.dtype):
+          raise TypeError(f"{self.name}: {what}: expected {arg.dtype.name}, got {tensor.dtype.name}")
+        tensor = tensor.cast(arg.dtype)
+      tensors.append(tensor)
+    return self.fn(*tensors)
 
   @cached_property
   def handle(self) -> NativeHandle:

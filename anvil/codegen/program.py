@@ -211,7 +211,7 @@ class _Layout:
 
   def place(self, uses: Sequence[Sequence[UOp]], persistent: Collection[UOp]) -> None:
     """Give the workspace buffers among `uses` (the buffers of each step, in order) their regions; `persistent` ones
-    (captured constants, which `init_ws()` writes once) are never freed."""
+    (captured constants that a GPU's `init_ws()` uploads once) are never freed."""
     last = {b: i for i, bufs in enumerate(uses) for b in bufs if b not in self.refs}
     dying: dict[int, list[UOp]] = {}
     for b, i in last.items():

@@ -77,7 +77,9 @@ class MPCFunction(TemplatedFunction):
     terminal_constraints: optional h_N(x[, p]) -> (nhN,) (or (h_N, (lower, upper))); terminal_constraint_bounds: its
       (lower, upper).
     x_terminal_bounds: default bounds on x_N, (nx,).
-    soft: bounds to soften, {"x" | "u" | "constraints" | "x_terminal" | "terminal_constraints": Soft(...)}.
+    soft: bounds to soften, {"x" | "u" | "constraints" | "x_terminal" | "terminal_constraints": Soft(...)}; "x"
+      softens x_1 .. x_N (x_N's bounds are x_bounds' last row), unless x_N has bounds of its own (x_terminal_bounds),
+      which only "x_terminal" softens.
     options: MPCOptions.
 
   Calls are thread-safe: the controller stages a call's inputs and outputs in buffers it allocated once, so a call,
@@ -119,7 +121,14 @@ class MPCFunction(TemplatedFunction):
       name, "terminal_constraints", terminal_constraints, terminal_constraint_bounds
     )
     self.ocp = Transcription(
-      name, dynamics, stage_cost, terminal_cost, horizon, constraints, terminal_constraints, soft
+      name,
+      dynamics,
+      stage_cost,
+      terminal_cost,
+      horizon,
+      constraints,
+      terminal_constraints,
+      _soft_with_terminal(soft, x_terminal_bounds),
     )
     if constraints is None and constraint_bounds is not None:
       raise ValueError(f"{name}: constraint_bounds given without constraints")
@@ -451,3 +460,11 @@ def _shift_tables(ocp: Transcription) -> tuple[tuple[int, ...], tuple[int, ...],
   for j, s in enumerate(successor):
     g[rows + j], g[rows + ns + j] = rows + s, rows + ns + s
   return tuple(w), tuple(g), tuple(lam_x)
+
+
+def _soft_with_terminal(soft: Mapping[str, Soft] | None, x_terminal_bounds: Bounds | None) -> Mapping[str, Soft] | None:
+  """`soft` with x_N's bounds softened as the other states' when they are x_bounds' own (no x_terminal_bounds) and
+  "x_terminal" is not given: soft={"x": ...} then covers every bounded state, as users expect."""
+  if not isinstance(soft, Mapping) or "x" not in soft or "x_terminal" in soft or x_terminal_bounds is not None:
+    return soft
+  return {**soft, "x_terminal": soft["x"]}

@@ -56,7 +56,10 @@ def install_toolchains() -> list[str]:
     return missing_tools()
   sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
   env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-  for cmd in ([*sudo, "apt-get", "update", "-qq"], [*sudo, "apt-get", "install", "-y", "-qq", *PACKAGES]):
+  for cmd in (
+    [*sudo, "apt-get", "update", "-qq"],
+    [*sudo, "apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES],
+  ):
     if subprocess.run(cmd, capture_output=True, env=env, timeout=900).returncode != 0:
       break
   return missing_tools()

@@ -40,4 +40,7 @@ def test_readme_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
   np.testing.assert_allclose(scope["v"], [0.0, 1.0, 0.0], atol=1e-15)
   assert float(scope["e"]) == pytest.approx(0.5 * (2.3e-3 + 2.3e-3 + 4.0e-3), rel=1e-15)
   np.testing.assert_array_equal(scope["Ax"], np.ones(3))
+  w, angle = np.array([0.2, -0.5, 1.0]), np.array(0.3)  # the composition equals its two functions called in turn
+  composed, in_turn = scope["spin"](w, angle), scope["energy"](scope["rotate_z"](w, angle))
+  assert float(composed) == pytest.approx(float(in_turn), rel=1e-14)
   assert (tmp_path / "build" / "robot_math.hpp").exists()

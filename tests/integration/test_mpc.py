@@ -285,6 +285,22 @@ def test_soft_bounds_make_an_infeasible_problem_solvable(narrow: dict[str, MPCFu
     np.testing.assert_allclose(relaxed.x[k + 1], cartpole.step_numpy(relaxed.x[k], relaxed.u[k]), atol=1e-8)
 
 
+def test_soft_x_covers_the_terminal_state_unless_it_has_bounds_of_its_own(narrow: dict[str, MPCFunction]) -> None:
+  soft = narrow["soft"]  # {"x": SOFT, "x_terminal": SOFT}
+  x_hi = np.array([0.1, INF, INF, INF])
+  make = lambda name, **kw: MPCFunction(name, soft.ocp.dynamics, soft.ocp.stage_cost, soft.ocp.terminal_cost,
+                                        horizon=N_SMALL, x_bounds=(-x_hi, x_hi), u_bounds=([-20.0], [20.0]),
+                                        soft={"x": SOFT}, options=soft.options, **kw)  # fmt: skip
+  alone = make(f"{soft.name}_x_only")
+  assert alone.ocp.soft_entries == soft.ocp.soft_entries  # x_N's bound (x_bounds' last row) is softened too
+  moving = np.array([0.0, 0.0, 4.0, 0.0])
+  alone.reset(), soft.reset()
+  np.testing.assert_allclose(alone(moving).u, soft(moving).u, atol=1e-10)
+  # x_N with bounds of its own keeps them hard unless "x_terminal" softens them
+  apart = make(f"{soft.name}_x_apart", x_terminal_bounds=(-x_hi, x_hi))
+  assert apart.ocp.ns == N_SMALL - 1 and all(e.stage < N_SMALL for e in apart.ocp.soft_entries)
+
+
 def least_violation_plan(x0: np.ndarray, n: int, xc_max: float) -> np.ndarray:
   """The least-violation states of the narrow OCP, by IPOPT: casadi_ocp with |xc| <= xc_max on x_1..x_N softened at
   1e6 per unit of violation (the P2 cost only breaks ties), its inputs rolled out with the numpy model."""

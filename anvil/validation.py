@@ -47,8 +47,8 @@ def tensor_data(where: str, what: str, value: object) -> object:
   return data
 
 
-def check_shape(where: str, what: str, arr: NDArray[Any], shape: tuple[int, ...]) -> None:
-  """ValueError unless `arr` has `shape`."""
+def check_shape(where: str, what: str, arr: NDArray[Any] | Tensor, shape: tuple[int, ...]) -> None:
+  """ValueError unless `arr` (an array, or a Tensor being traced) has `shape`."""
   if arr.shape != shape:
     raise ValueError(f"{where}: {what}: expected shape {shape}, got {arr.shape}")
 

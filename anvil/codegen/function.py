@@ -42,7 +42,7 @@ from anvil.codegen.renderer import render_kernel
 from anvil.codegen.runtime import inline_runtime_headers
 from anvil.codegen.straight_line import straight_line_program, suits_straight_line
 from anvil.codegen.trace import OutputSpec, TracedGraph, graph_key, tensor_values, trace
-from anvil.validation import as_array
+from anvil.validation import as_array, check_shape
 
 TINYGRAD_VERSION = importlib.metadata.version("tinygrad")
 P = ParamSpec("P")
@@ -437,11 +437,9 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
       raise TypeError(f"{self.name}: takes {len(self.inputs)} inputs, got {len(args)}")
     tensors = []
     for i, (value, arg) in enumerate(zip(args, self.inputs, strict=True)):
-      what = f"input {i} ({arg.name})"
-      data = None if isinstance(value, Tensor) else as_array(self.name, what, value, numpy_dtype(arg.dtype))
-      tensor = value if data is None else Tensor(data.astype(numpy_dtype(arg.dtype)))
-      if tensor.shape != arg.shape:
-        raise ValueError(f"{self.name}: {what}: expected shape {arg.shape}, got {tensor.shape}")
+      what, numpy = f"input {i} ({arg.name})", numpy_dtype(arg.dtype)
+      tensor = value if isinstance(value, Tensor) else Tensor(as_array(self.name, what, value, numpy).astype(numpy))
+      check_shape(self.name, what, tensor, arg.shape)
       if tensor.dtype != arg.dtype:
         if not dtypes.is_float(arg.dtype):
           raise TypeError(f"{self.name}: {what}: expected {arg.dtype.name}, got {tensor.dtype.name}")

@@ -12,6 +12,7 @@
 #define ANVIL_INTERIOR_POINT_HPP
 #include <cmath>
 #include <initializer_list>
+#include <limits>
 
 #include "anvil/qp.hpp"
 
@@ -58,11 +59,14 @@ inline void start_side(Side& q, double distance, double z, bool warm, double flo
   q.dt = q.dl = q.ds = q.dm = 0.0;
 }
 
+/// Finite bounds with lo == hi: an equality row (a free multiplier and a fixed weight in the Newton system).
+inline bool is_equality(double lo, double hi) { return lo == hi && std::fabs(lo) < no_bound; }
+
 /// Which sides of the row are present and their starting slacks and multipliers (a warm start's floored at `floor`).
 /// Absent sides stay inert (t = 1, l = 0).
 inline void start_row(Row& r, double v, double lo, double hi, double z, bool warm, double floor) {
   r.z = z;
-  r.eq = lo == hi && std::fabs(lo) < no_bound && z == 0.0;
+  r.eq = is_equality(lo, hi) && z == 0.0;
   r.lo.on = !r.eq && lo > -no_bound;
   r.hi.on = !r.eq && hi < no_bound;
   if (r.eq) {
@@ -209,14 +213,13 @@ inline void row_take(Row& r, double alpha) {
   }
 }
 
-
 /// The tightest tolerance a QP whose linear term is q (n entries) can meet: a residual is a sum of terms as large as
 /// q, so it cannot fall below their rounding (a gradient of 1e9 leaves 1e-7, and an absolute 1e-6 asked of a QP of
 /// such data would never be met: it ran to its iteration limit).
 inline double attainable(double tol, const double* q, int n) {
   double q_max = 0.0;
   for (int j = 0; j < n; ++j) q_max = std::fmax(q_max, std::fabs(q[j]));
-  return std::fmax(tol, 1e3 * 2.220446049250313e-16 * q_max);
+  return std::fmax(tol, 1e3 * std::numeric_limits<double>::epsilon() * q_max);
 }
 
 /// Infinity norms of an iterate's KKT residuals.

@@ -288,15 +288,14 @@ struct Riccati {
   /// own memory; the iterates a warm start begins from are left alone.
   static bool convex_on_equalities(const Data& d, double regularization, Workspace& ws) {
     find_patterns(d, ws);
-    const auto equality = [](double lo, double hi) { return lo == hi && std::fabs(lo) < ipm::no_bound; };
     constexpr double weight = 1.0 / ipm::equality_regularization;
     const auto terminal = [&](auto&& add) {
       for (int m = 0; m < ngN; ++m)
-        if (equality(d.loN[m], d.hiN[m])) add(m, weight);
+        if (ipm::is_equality(d.loN[m], d.hiN[m])) add(m, weight);
     };
     const auto stage = [&](int k, auto&& add) {
       for (int m = 0; m < ng; ++m)
-        if (equality(d.lo[k][m], d.hi[k][m])) add(m, weight);
+        if (ipm::is_equality(d.lo[k][m], d.hi[k][m])) add(m, weight);
     };
     return factor_weighted(d, ws, regularization, terminal, stage);
   }

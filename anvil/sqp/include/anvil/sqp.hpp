@@ -488,7 +488,6 @@ class Solver {
       QP::reset(ws.qp);
   }
 
-
   /// The KKT residuals at an iterate (see SQPOptions.tol).
   struct Residuals {
     double primal = 0.0, dual = 0.0, complementarity = 0.0, gradient_scale = 1.0, l1 = 0.0;

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import DTypeLike, NDArray
 from tinygrad import Tensor, dtypes
+from tinygrad.dtype import DType
 
 F64 = NDArray[np.float64]
 #: numpy kinds that are not numbers: objects, unicode and byte strings, void, datetimes, timedeltas, complex numbers.
@@ -87,18 +88,21 @@ def check_bounds(where: str, what: str, lower: F64, upper: F64, at: Callable[[tu
       raise ValueError(f"{where}: {what}: {problem} at {at(index)} (lower {lower[index]}, upper {upper[index]})")
 
 
-def require_cpu_float64(where: str, what: str, fn: Any, *, outputs: bool = False) -> None:
+def require_cpu_float64(
+  where: str, what: str, fn: Any, *, outputs: bool = False, scalar: DType = dtypes.float64
+) -> None:
   """ValueError unless the generated function `fn` runs on the CPU, TypeError unless every input (with `outputs`,
-  every output too: this traces `fn`) is float64: the solvers run on the CPU, in double."""
+  every output too: this traces `fn`) is float64: the solvers run on the CPU, in double (a float32 solver's own
+  functions, `scalar`, may take float32)."""
   if fn.device != "CPU":
     raise ValueError(f"{where}: {what} {fn.name} runs on {fn.device}; the solvers run on the CPU: build their "
                      "functions with device='CPU' (the default)")  # fmt: skip
   for i, arg in enumerate(fn.inputs):
-    if arg.dtype != dtypes.float64:
+    if arg.dtype not in (dtypes.float64, scalar):
       raise TypeError(f"{where}: {what} {fn.name} takes input {i} ({arg.name}) as {arg.dtype.name}; the solvers "
                       "compute in float64: declare it Arg(shape) (float64 is the default)")  # fmt: skip
   for i, out in enumerate(fn.outputs if outputs else ()):
-    if out.dtype != dtypes.float64:
+    if out.dtype not in (dtypes.float64, scalar):
       raise TypeError(f"{where}: {what} {fn.name} returns output {i} as {out.dtype.name}; the solvers compute in "
                       "float64: return float64 (e.g. .cast(dtypes.float64))")  # fmt: skip
 

@@ -45,8 +45,9 @@ def single_output(fn: Fn, result: Any, what: str) -> Tensor:
 
 
 def placeholders(args: Sequence[Arg]) -> list[Tensor]:
-  """Empty tensors shaped like `args`, to trace a function on before its graph is rebuilt on other inputs."""
-  return [Tensor.empty(*a.shape, dtype=a.dtype) for a in args]
+  """Empty tensors shaped like `args`, to trace a function on before its graph is rebuilt on other inputs; float64
+  ones in the default float (float32 inside the trace of a float32 function: anvil.codegen.precision)."""
+  return [Tensor.empty(*a.shape, dtype=dtypes.default_float if a.dtype == dtypes.float64 else a.dtype) for a in args]
 
 
 def _derived(fn: Fn, name: str | None, suffix: str, body: Callable[..., Any], inputs: Sequence[Arg]) -> Fn:

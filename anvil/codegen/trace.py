@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import os
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +15,7 @@ import numpy as np
 from tinygrad import Tensor, dtypes
 from tinygrad.device import Buffer
 from tinygrad.dtype import DType
-from tinygrad.helpers import DEFAULT_FLOAT, DEV
+from tinygrad.helpers import DEFAULT_FLOAT, DEV, Context
 from tinygrad.tensor import transform_to_call
 from tinygrad.uop.ops import Ops, UOp
 
@@ -23,7 +24,8 @@ from anvil.codegen.arg import Arg, cpp_type
 # NOTE: tinygrad picks its default device by opening devices, and opening CPU compiles helpers with clang. Tracing on
 # the NULL device never opens a real device, so anvil works on machines with only g++. Constants a user captures
 # (`Tensor(np_array)`) then hold their bytes in a host (NPY/PYTHON) buffer under a COPY, which codegen reads.
-# float64 is the default float so that `Tensor([1.0, 2.0])` inside user math matches float64 Args.
+# float64 is the default float so that `Tensor([1.0, 2.0])` inside user math matches float64 Args (float32 while a
+# function of float32 inputs is traced: `default_float`).
 if not DEV.device:
   DEV.value = "NULL"
 DEFAULT_FLOAT.value = "float64"
@@ -77,7 +79,8 @@ def trace(name: str, fn: Callable[..., Any], args: Sequence[Arg]) -> TracedGraph
   """Run `fn` on empty tinygrad tensors shaped like `args` and capture the graph of its outputs."""
   device = DEV.device
   inputs = [Tensor.empty(*a.shape, dtype=a.dtype, device=device) for a in args]
-  outs = _as_tensors(name, _run(name, fn, inputs))
+  with tracing_in(default_float(args)):
+    outs = _as_tensors(name, _run(name, fn, inputs))
   stores: list[Tensor] = []
   store_uops: list[UOp] = []
   slots: list[int] = []
@@ -107,6 +110,36 @@ def trace(name: str, fn: Callable[..., Any], args: Sequence[Arg]) -> TracedGraph
     outputs=tuple(OutputSpec(tuple(int(d) for d in o.shape), o.dtype) for o in outs),
     call=call,
   )
+
+
+def default_float(args: Sequence[Arg]) -> DType:
+  """The default float while a function of `args` is traced: float32 where every float input is float32 (its math
+  stays float32: a float32 solver's functions), else float64."""
+  floats = [a.dtype for a in args if dtypes.is_float(a.dtype)]
+  return dtypes.float32 if floats and all(d == dtypes.float32 for d in floats) else dtypes.float64
+
+
+@contextlib.contextmanager
+def tracing_in(dtype: DType) -> Iterator[None]:
+  """`dtype` is the default float while a function is traced; in float32, the float64 numpy arrays its math captures
+  (`Tensor(np_array)`) become float32 too, so the whole graph computes in float32 (tinygrad would turn float32 math
+  with a float64 constant into double, or fail on the mix)."""
+  with Context(DEFAULT_FLOAT=dtype.name):
+    if dtype != dtypes.float32:
+      yield
+      return
+    original = Tensor.__init__
+
+    def init(self: Tensor, data: Any, device: Any = None, dtype: Any = None) -> None:
+      if dtype is None and isinstance(data, np.ndarray) and data.dtype == np.float64:
+        dtype = dtypes.float32
+      original(self, data, device, dtype)
+
+    Tensor.__init__ = init  # type: ignore[method-assign]
+    try:
+      yield
+    finally:
+      Tensor.__init__ = original  # type: ignore[method-assign]
 
 
 def _run(name: str, fn: Callable[..., Any], inputs: list[Tensor]) -> Any:

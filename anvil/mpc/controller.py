@@ -19,6 +19,7 @@ from anvil.codegen import FunctionBase
 from anvil.codegen.base import check_identifier
 from anvil.codegen.jit import cached_library, library_key, sources_fingerprint, store_library
 from anvil.codegen.native import NativeHandle
+from anvil.codegen.precision import cpp_real
 from anvil.codegen.templated import TemplatedFunction
 from anvil.mpc.costs import LeastSquares
 from anvil.mpc.labels import OCPLabels
@@ -51,6 +52,7 @@ class _ControllerContext:
   rti: bool
   warm_start: bool
   tables: tuple[tuple[str, tuple[int, ...]], ...]
+  real: str
 
 
 class MPCFunction(TemplatedFunction):
@@ -129,6 +131,7 @@ class MPCFunction(TemplatedFunction):
       constraints,
       terminal_constraints,
       _soft_with_terminal(soft, x_terminal_bounds),
+      scalar=self.options.scalar,
     )
     if constraints is None and constraint_bounds is not None:
       raise ValueError(f"{name}: constraint_bounds given without constraints")
@@ -205,7 +208,7 @@ class MPCFunction(TemplatedFunction):
     return _ControllerContext(
       name=self.name, sqp=self.sqp.name, nx=ocp.nx, nu=ocp.nu, N=ocp.N, np=ocp.np, nh=ocp.nh, nhN=ocp.nhN,
       ns=ocp.ns, nw=ocp.nw, ng=ocp.ng, rti=self.options.mode == "rti", warm_start=self.options.warm_start,
-      tables=tuple(tables.items()),
+      tables=tuple(tables.items()), real=cpp_real(self.options.scalar),
     )  # fmt: skip
 
   # *** bounds ***
@@ -270,8 +273,9 @@ class MPCFunction(TemplatedFunction):
 
   @cached_property
   def _entry(self) -> _Entry:
-    entry = _Entry(self.handle, self.sqp.stats_buffers(), self.N, self.nx, self.nu, self.np)
+    entry = _Entry(self.handle, self.sqp.stats_buffers(), self.N, self.nx, self.nu, self.np, self.options.scalar)
     entry.default_inputs = entry.inputs(self.defaults)
+    entry.default_staged = entry.keep  # NOTE: alive as long as the pointers to them
     entry.default_limits = self.sqp.limits(None, None, None)
     return entry
 
@@ -301,6 +305,7 @@ class MPCFunction(TemplatedFunction):
     us = float_array(self.name, "u guess", u, (self.N, self.nu), finite=True)
     with self._lock:
       entry = self._entry
+      xs, us = xs.astype(entry.dtype, copy=False), us.astype(entry.dtype, copy=False)
       entry.set_guess(xs.ctypes.data, us.ctypes.data, entry.ws)
 
   def __call__(
@@ -356,7 +361,8 @@ class MPCFunction(TemplatedFunction):
     scalars = e.scalars
     _, status, stats = self.sqp.unpack_stats(history, ihistory, info, scalars[:2], scalars[5:9], bounds, self.labels)
     stats["restarted_cold"] = bool(scalars[10])
-    return MPCSolution(e.x.copy(), e.u.copy(), status, int(scalars[9]), float(scalars[2]), float(scalars[3]),
+    x, u = e.x.astype(np.float64), e.u.astype(np.float64)  # NOTE: copies (the buffers are the next call's)
+    return MPCSolution(x, u, status, int(scalars[9]), float(scalars[2]), float(scalars[3]),
                        self.options.mode == "rti", stats, FALLBACKS[int(scalars[4])])  # fmt: skip
 
   def _params(self, p: ArrayLike | None) -> F64:
@@ -388,26 +394,31 @@ class _Entry:
 
   BOUNDS = ("lbx", "ubx", "lbu", "ubu", "lbh", "ubh", "lbhN", "ubhN")
 
-  def __init__(self, handle: NativeHandle, stats: tuple[Any, ...], N: int, nx: int, nu: int, np_: int) -> None:
+  def __init__(
+    self, handle: NativeHandle, stats: tuple[Any, ...], N: int, nx: int, nu: int, np_: int, scalar: str
+  ) -> None:
     pointer = ctypes.c_void_p
+    self.dtype = np.dtype(scalar)  # NOTE: the controller's own type: x0, p, bounds and the plan are staged in it
     self.call = handle.entry("call", ctypes.c_int, *[pointer] * 8)
     self.reset = handle.entry("reset", None, pointer)
     self.set_guess = handle.entry("set_guess", None, pointer, pointer, pointer)
     self.prepare = handle.entry("prepare", ctypes.c_int, pointer)
     self.ws, self.stats = handle.pointer, stats
-    self.x0, self.p = np.zeros(nx), np.zeros((N + 1, np_))
-    self.x, self.u, self.scalars = np.zeros((N + 1, nx)), np.zeros((N, nu)), np.zeros(11)
+    self.x0, self.p = np.zeros(nx, self.dtype), np.zeros((N + 1, np_), self.dtype)
+    self.x, self.u, self.scalars = np.zeros((N + 1, nx), self.dtype), np.zeros((N, nu), self.dtype), np.zeros(11)
     self.outputs = (ctypes.c_void_p * 2)(self.x.ctypes.data, self.u.ctypes.data)
     self.pointers = tuple(a.ctypes.data for a in (*stats, self.scalars))
     self.keep: list[Any] = []
+    self.default_staged: list[Any] = []
     self.default_inputs: Any = None
     self.default_limits: F64 = np.zeros(3)
 
   def inputs(self, bounds: dict[str, F64]) -> Any:
     """The pointer array of one call's inputs: x0, p and the bounds (kept alive while in use)."""
-    self.keep = [bounds]
+    staged = {k: bounds[k].astype(self.dtype, copy=False) for k in self.BOUNDS}
+    self.keep = [staged]
     return (ctypes.c_void_p * 10)(
-      self.x0.ctypes.data, self.p.ctypes.data, *(bounds[k].ctypes.data for k in self.BOUNDS)
+      self.x0.ctypes.data, self.p.ctypes.data, *(staged[k].ctypes.data for k in self.BOUNDS)
     )
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from tinygrad import Tensor
+from tinygrad import Tensor, dtypes
 
 from anvil.codegen import NumericalFunction
 from anvil.validation import float_array
@@ -60,4 +60,5 @@ class LeastSquares:
   def value(self, *xs: Tensor) -> Tensor:
     """rᵀ W r as a Tensor expression."""
     r = self.residual.fn(*xs)
-    return (r * (Tensor(self.weight) @ r)).sum()
+    weight = Tensor(self.weight.astype(np.float32 if r.dtype == dtypes.float32 else np.float64))  # in r's type
+    return (r * (weight @ r)).sum()

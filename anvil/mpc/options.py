@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from anvil.codegen.precision import check_scalar
 from anvil.qp.options import OSQPOptions, QPOptions, RiccatiOptions, check_bool, check_int, check_positive
 from anvil.sqp import SQPOptions
 
@@ -48,6 +49,10 @@ class MPCOptions:
   (forward sensitivities and the second-order adjoint over the integration steps, anvil/explicit_rk.hpp), so the
   generated code holds the ODE's derivatives once instead of the unrolled steps'. False: the NLP differentiated as
   one graph (the only way for dynamics given as a plain NumericalFunction)."""
+  scalar: str = "float64"
+  """The type the controller computes in: "float64", or "float32" (the derivative functions, the integrator, the
+  SQP and the Riccati QP all in float32, for targets whose floating-point unit is single precision; tolerances as
+  `SQPOptions.scalar` says; needs the Riccati QP solver). `sqp.scalar` follows it."""
 
   def __post_init__(self) -> None:
     for what, value, allowed in (("mode", self.mode, MODES), ("hessian", self.hessian, HESSIANS),
@@ -62,6 +67,9 @@ class MPCOptions:
       check_positive("MPCOptions", "riccati_tol", self.riccati_tol, at_most=1e-6)
     check_bool("MPCOptions", "warm_start", self.warm_start)
     check_bool("MPCOptions", "integrator_derivatives", self.integrator_derivatives)
+    check_scalar("MPCOptions", self.scalar)
+    if self.sqp.scalar not in ("float64", self.scalar):
+      raise ValueError(f"MPCOptions: scalar={self.scalar!r} disagrees with sqp.scalar={self.sqp.scalar!r}")
     if self.qp is not None and not isinstance(self.qp, (OSQPOptions, RiccatiOptions)):
       raise TypeError(f"MPCOptions.qp: expected RiccatiOptions or OSQPOptions, got {type(self.qp).__name__}")
     qp = self.qp or self._qp_from_aliases()
@@ -72,6 +80,9 @@ class MPCOptions:
         if getattr(self, alias) not in (None, setting):
           raise ValueError(f"MPCOptions: {alias}={getattr(self, alias)!r} disagrees with qp={qp!r}")
         object.__setattr__(self, alias, setting)
+    if self.scalar != "float64" and not isinstance(qp, RiccatiOptions):
+      raise ValueError(f"MPCOptions: scalar={self.scalar!r} needs the Riccati QP solver (qp_solver='riccati'): OSQP "
+                       "factors in double")  # fmt: skip
     object.__setattr__(self, "qp", qp)
     object.__setattr__(self, "qp_solver", qp.solver)
 
@@ -87,5 +98,5 @@ class MPCOptions:
   def sqp_options(self) -> SQPOptions:
     """The options of the SQP solver: `sqp` with the QP solver `qp` (and one iteration per call in "rti" mode)."""
     assert self.qp is not None
-    options = self.sqp.with_qp(self.qp)
+    options = dataclasses.replace(self.sqp.with_qp(self.qp), scalar=self.scalar)
     return dataclasses.replace(options, max_iter=1) if self.mode == "rti" else options

@@ -28,10 +28,12 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
+from tinygrad import dtypes
 
 from anvil.ad import sphessian, spjacobian
 from anvil.codegen import Arg, NumericalFunction, SparseNumericalFunction
 from anvil.codegen.base import FunctionBase
+from anvil.codegen.precision import SCALARS, cpp_real, in_precision, in_scalar
 from anvil.codegen.templated import TemplatedFunction
 from anvil.mpc.integrators import ExplicitIntegrator
 
@@ -50,22 +52,24 @@ class OdeDerivatives:
   hessian: SparseNumericalFunction | None
 
   @staticmethod
-  def of(F: ExplicitIntegrator, hessian: bool) -> OdeDerivatives:
-    """The functions of F's ODE (the Hessian with `hessian`)."""
+  def of(F: ExplicitIntegrator, hessian: bool, scalar: str = "float64") -> OdeDerivatives:
+    """The functions of F's ODE (the Hessian with `hessian`), computing in `scalar` (their names end in "_f32" in
+    float32: a module may hold both)."""
     nx, nu = F.inputs[0].size, F.inputs[1].size
-    p_args = tuple(Arg(a.size, name="p") for a in F.inputs[2:])
-    rate = F.rate
-    at = lambda z, *p: rate.fn(z[:nx], z[nx:], *p)
-    on_z = NumericalFunction(f"{F.name}_ode_z", at, (Arg(nx + nu, name="z"), *p_args))
+    dtype, suffix = SCALARS[scalar], "" if scalar == "float64" else "_f32"
+    p_args = tuple(Arg(a.size, dtype=dtype, name="p") for a in F.inputs[2:])
+    rate = in_precision(F.rate, scalar)
+    at = in_scalar(lambda z, *p: rate.fn(z[:nx], z[nx:], *p), scalar)
+    on_z = NumericalFunction(f"{F.name}_ode_z{suffix}", at, (Arg(nx + nu, dtype=dtype, name="z"), *p_args))
     # NOTE: derived on the scalar expressions: straight-line code, called at every stage point (tinygrad's kernels
     # of the same Jacobian took a quarter of the chain's stage-wise Jacobian)
-    jac = spjacobian(on_z, 0, name=f"{F.name}_ode_jacobian", scalar=True)
+    jac = spjacobian(on_z, 0, name=f"{F.name}_ode_jacobian{suffix}", scalar=True)
     hess = None
     if hessian:
       lagrangian = lambda z, mu, *p: (at(z, *p) * mu).sum()
-      args = (Arg(nx + nu, name="z"), Arg(nx, name="mu"), *p_args)
-      lag = NumericalFunction(f"{F.name}_ode_mu_f", lagrangian, args)
-      hess = sphessian(lag, 0, name=f"{F.name}_ode_hessian", scalar=True)
+      args = (Arg(nx + nu, dtype=dtype, name="z"), Arg(nx, dtype=dtype, name="mu"), *p_args)
+      lag = NumericalFunction(f"{F.name}_ode_mu_f{suffix}", lagrangian, args)
+      hess = sphessian(lag, 0, name=f"{F.name}_ode_hessian{suffix}", scalar=True)
     return OdeDerivatives(F, rate, jac, hess)
 
 
@@ -98,6 +102,7 @@ class _Context:
   n_hess_rows: int
   ode_tables: tuple[tuple[str, tuple[int, ...]], ...]
   tables: tuple[tuple[str, tuple[int, ...]], ...]
+  real: str
 
 
 class _StageWise(TemplatedFunction):
@@ -120,6 +125,7 @@ class _StageWise(TemplatedFunction):
     self.name, self.rest, self.ode = name, rest, ode
     self.N, self.stride, self.p_offset, self.lam_offset = N, stride, p_offset, lam_offset
     self.inputs = rest.inputs
+    self.scalar = "float32" if rest.inputs[0].dtype == dtypes.float32 else "float64"  # NOTE: the rest's, the NLP's
     self.nx, self.nu = ode.integrator.inputs[0].size, ode.integrator.inputs[1].size
     self.np = ode.integrator.inputs[2].size if len(ode.integrator.inputs) > 2 else 0
     self._lock = threading.Lock()
@@ -166,7 +172,7 @@ class _StageWise(TemplatedFunction):
       stride=self.stride, p_offset=self.p_offset, lam_offset=self.lam_offset, steps=F.steps, h=F.h, a=F.a, b=F.b,
       jac_nnz=0 if jac is None else jac.nnz, hess_nnz=0 if hess is None else hess.nnz,
       n_hess_rows=len(ode_tables["hess_rows"]), ode_tables=tuple(ode_tables.items()),
-      tables=tuple(self.tables.items()),
+      tables=tuple(self.tables.items()), real=cpp_real(self.scalar),
     )  # fmt: skip
 
   def _native(self, args: tuple[Any, ...]) -> NDArray[np.float64]:
@@ -175,11 +181,11 @@ class _StageWise(TemplatedFunction):
       raise TypeError(f"{self.name}: expected {len(self.inputs)} inputs, got {len(args)}")
     arrays = []
     for i, (a, spec) in enumerate(zip(args, self.inputs, strict=True)):
-      array = np.ascontiguousarray(a, dtype=np.float64)
+      array = np.ascontiguousarray(a, dtype=self.scalar)
       if array.shape != tuple(spec.shape):
         raise ValueError(f"{self.name}: input {i} must have shape {tuple(spec.shape)}, got {array.shape}")
       arrays.append(array)
-    out = np.zeros(self.size)
+    out = np.zeros(self.size, self.scalar)
     pointers = (ctypes.c_void_p * (len(arrays) + 1))(*(a.ctypes.data for a in (*arrays, out)))
     with self._lock:
       self.handle.entry("call", None, ctypes.c_void_p, ctypes.c_void_p)(pointers, self.handle.pointer)

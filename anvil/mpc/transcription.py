@@ -8,7 +8,7 @@ evaluated once for all stages through `vmap`, so the graph, the kernel count and
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -18,7 +18,8 @@ import scipy.sparse as sp
 from tinygrad import Tensor
 
 from anvil.ad import constant_jacobian, jacobian, sphessian, spjacobian, vmap
-from anvil.codegen import Arg, NumericalFunction, SparseNumericalFunction
+from anvil.codegen import Arg, NumericalFunction, SparseNumericalFunction, precision
+from anvil.codegen.precision import SCALARS, in_scalar
 from anvil.mpc.costs import LeastSquares
 from anvil.mpc.integrators import ExplicitIntegrator
 from anvil.mpc.soft import SOFT_GROUPS, Soft
@@ -88,6 +89,7 @@ class Transcription:
     constraints: Fn | None,
     terminal_constraints: Fn | None,
     soft: Mapping[str, Soft] | None,
+    scalar: str = "float64",
   ) -> None:
     if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
       raise ValueError(f"MPCFunction({name}): horizon must be an int >= 1, got {horizon!r}")
@@ -99,6 +101,7 @@ class Transcription:
     if len(dynamics.inputs) not in (2, 3):
       raise TypeError(f"MPCFunction({name}): dynamics must be a NumericalFunction of (x, u) or (x, u, p)")
     self.name, self.N = name, horizon
+    self.scalar = scalar  # NOTE: the type its functions compute in (anvil.codegen.precision)
     self.nx, self.nu = dynamics.inputs[0].size, dynamics.inputs[1].size
     self.np = dynamics.inputs[2].size if len(dynamics.inputs) == 3 else 0
     with_p = ((dynamics, 2), (stage_cost, 2), (terminal_cost, 1), (constraints, 2), (terminal_constraints, 1))
@@ -216,8 +219,8 @@ class Transcription:
     if self.terminal_cost is not None:
       total = total + self._final(self.terminal_cost, "terminal_cost", xN, P).reshape(())
     if self.ns:
-      l1 = Tensor(np.array([e.l1 for e in self.soft_entries]))
-      l2 = Tensor(np.array([e.l2 for e in self.soft_entries]))
+      l1 = precision.constant([e.l1 for e in self.soft_entries], self.scalar)
+      l2 = precision.constant([e.l2 for e in self.soft_entries], self.scalar)
       total = total + (S * l1 + S * S * l2).sum()
     return total
 
@@ -254,11 +257,19 @@ class Transcription:
 
   # *** NLP functions ***
 
+  def _args(self, *sizes: tuple[int, str]) -> tuple[Arg, ...]:
+    """Args of the given (size, name), in the scalar type."""
+    return tuple(Arg(size, dtype=SCALARS[self.scalar], name=name) for size, name in sizes)
+
+  def _function(self, name: str, fn: Callable[..., Tensor], args: tuple[Arg, ...]) -> Fn:
+    """A NumericalFunction of the NLP, computing in the scalar type whatever the user's math captured."""
+    return NumericalFunction(name, in_scalar(fn, self.scalar), args)
+
   def functions(self) -> tuple[Fn, Fn]:
     """The NLP's cost and constraints as NumericalFunctions of (w, params)."""
-    args = (Arg(self.nw, name="w"), Arg(self.n_params, name="params"))
-    cost = NumericalFunction(f"{self.name}_nlp_cost", self.cost, args)
-    return cost, NumericalFunction(f"{self.name}_nlp_constraints", self.constraint_values, args)
+    args = self._args((self.nw, "w"), (self.n_params, "params"))
+    cost = self._function(f"{self.name}_nlp_cost", self.cost, args)
+    return cost, self._function(f"{self.name}_nlp_constraints", self.constraint_values, args)
 
   def stagewise(
     self, name: str, hessian: bool
@@ -269,10 +280,10 @@ class Transcription:
     F = self.dynamics
     if not isinstance(F, ExplicitIntegrator) or self.nu == 0:
       return None
-    args = (Arg(self.nw, name="w"), Arg(self.n_params, name="params"))
-    rest = NumericalFunction(f"{name}_constraints_without_dynamics",
-                             lambda w, params: self.constraint_values(w, params, dynamics=False), args)  # fmt: skip
-    ode = OdeDerivatives.of(F, hessian)
+    args = self._args((self.nw, "w"), (self.n_params, "params"))
+    rest = self._function(f"{name}_constraints_without_dynamics",
+                          lambda w, params: self.constraint_values(w, params, dynamics=False), args)  # fmt: skip
+    ode = OdeDerivatives.of(F, hessian, self.scalar)
     place = {"N": self.N, "stride": self.nz, "p_offset": self.nx, "lam_offset": self.nx}
     constraints = StageConstraints(f"{name}_constraints", rest, ode, **place)
     jacobian = StageDerivative(f"{name}_constraint_jacobian", "jacobian",
@@ -284,8 +295,8 @@ class Transcription:
     def lagrangian(w: Tensor, params: Tensor, sigma: Tensor, lam: Tensor) -> Tensor:
       return sigma[0] * cost(w, params) + (self.constraint_values(w, params, dynamics=False) * lam).sum()
 
-    lag_args = (*args, Arg(1, name="sigma"), Arg(self.ng, name="lam"))
-    rest_hessian = sphessian(NumericalFunction(f"{name}_lagrangian_without_dynamics", lagrangian, lag_args), 0,
+    lag_args = (*args, *self._args((1, "sigma"), (self.ng, "lam")))
+    rest_hessian = sphessian(self._function(f"{name}_lagrangian_without_dynamics", lagrangian, lag_args), 0,
                              name=f"{name}_rest_hessian")  # fmt: skip
     return constraints, jacobian, StageDerivative(f"{name}_lagrangian_hessian", "hessian", rest_hessian, ode, **place)
 
@@ -319,7 +330,7 @@ class Transcription:
 
     def values(w: Tensor, params: Tensor, sigma: Tensor, lam: Tensor) -> Tensor:
       if constant is not None:  # NOTE: affine residuals: the blocks are the same at every point, computed here once
-        return Tensor(constant) * sigma[0]
+        return precision.constant(constant, self.scalar) * sigma[0]
       X, U, xN, _, _, P = self.split(w, params)
       stage_args = (X, U, P[:N]) if self.takes_p["stage_cost"] else (X, U)
       J = (
@@ -327,17 +338,18 @@ class Transcription:
         .fn(*stage_args)
         .cat(vmap(jacobian(stage_ls.residual, 1), size=N).fn(*stage_args), dim=2)
       )
-      W = Tensor(stage_ls.weight)
+      W = precision.constant(stage_ls.weight, self.scalar)
       pieces = [(J.permute(0, 2, 1) @ (W @ J) * 2).flatten()]
       if isinstance(final_ls, LeastSquares):
         JN = jacobian(final_ls.residual, 0).fn(*((xN, P[N]) if self.takes_p["terminal_cost"] else (xN,)))
-        pieces.append((JN.T @ (Tensor(final_ls.weight) @ JN) * 2).flatten())
+        pieces.append((JN.T @ (precision.constant(final_ls.weight, self.scalar) @ JN) * 2).flatten())
       if self.ns:
-        pieces.append(Tensor(self.slack_curvature))
+        pieces.append(precision.constant(self.slack_curvature, self.scalar))
       return pieces[0].cat(*pieces[1:]) * sigma[0]
 
-    args = (Arg(self.nw), Arg(self.n_params), Arg(1), Arg(self.ng))
-    return SparseNumericalFunction(f"{self.name}_gauss_newton", values, args, pattern, gather=np.asarray(gather)[order])
+    args = self._args((self.nw, "w"), (self.n_params, "params"), (1, "sigma"), (self.ng, "lam"))
+    return SparseNumericalFunction(f"{self.name}_gauss_newton", in_scalar(values, self.scalar), args, pattern,
+                                   gather=np.asarray(gather)[order])  # fmt: skip
 
   def _constant_gauss_newton(self) -> np.ndarray | None:
     """The Gauss-Newton Hessian's blocks (and slack terms), flattened as `gauss_newton_hessian` computes them, when

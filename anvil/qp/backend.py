@@ -36,11 +36,13 @@ class QPProblem:
     a_pattern: CSC pattern of A.
     stages: how the variables and rows sit in the stages of an optimal control problem (needed by the Riccati
       backend), or None.
+    scalar: the type the QPs' data and solution are in, "float64" or "float32" (the Riccati backend only).
   """
 
   p_pattern: sp.csc_array
   a_pattern: sp.csc_array
   stages: StageLayout | None = None
+  scalar: str = "float64"
 
   def __post_init__(self) -> None:
     n = self.p_pattern.shape[0]
@@ -70,8 +72,14 @@ class QPBackend(TemplatedFunction, Generic[Options]):
     options: its solver's settings.
   """
 
+  #: The scalar types the backend computes in (QPProblem.scalar).
+  scalars: tuple[str, ...] = ("float64",)
+
   def __init__(self, name: str, problem: QPProblem, options: Options) -> None:
     self.name = check_identifier(name, f"{type(self).__name__} name")
+    if problem.scalar not in self.scalars:
+      raise ValueError(f"{self.name}: {type(self).__name__} solves QPs in {', '.join(self.scalars)}, not "
+                       f"{problem.scalar!r}")  # fmt: skip
     self.problem: QPProblem = problem
     self.options: Options = options
 

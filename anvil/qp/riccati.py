@@ -23,6 +23,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from anvil.codegen.base import check_identifier
+from anvil.codegen.precision import check_scalar, cpp_real
 from anvil.codegen.templated import TemplatedFunction
 from anvil.qp.options import RiccatiOptions
 from anvil.qp.result import OCPQPSolution, QPStatus
@@ -42,6 +43,7 @@ class _RiccatiContext:
   nud: int
   max_iter: int
   uN_offset: int
+  real: str
 
 
 class RiccatiQP(TemplatedFunction):
@@ -75,8 +77,10 @@ class RiccatiQP(TemplatedFunction):
     max_iter: int = RiccatiOptions().max_iter,
     nuN: int = 0,
     nud: int | None = None,
+    scalar: str = "float64",
   ) -> None:
     self.name = check_identifier(name, "RiccatiQP name")
+    self.scalar = check_scalar(f"RiccatiQP({name})", scalar)
     for what, value, least in (("nx", nx, 1), ("nu", nu, 1), ("N", N, 1), ("ng", ng, 0), ("ngN", ngN, 0),
                                ("max_iter", max_iter, 1), ("nuN", nuN, 0)):  # fmt: skip
       if isinstance(value, bool) or not isinstance(value, int) or value < least:
@@ -107,7 +111,7 @@ class RiccatiQP(TemplatedFunction):
     """Sizes, the iteration limit and the offset of Solution::uN (checked by a static_assert)."""
     return _RiccatiContext(
       name=self.name, nx=self.nx, nu=self.nu, N=self.N, ng=self.ng, ngN=self.ngN, nuN=self.nuN, nud=self.nud,
-      max_iter=self.max_iter, uN_offset=flat_offsets(self.solution_shapes)[0]["uN"],
+      max_iter=self.max_iter, uN_offset=flat_offsets(self.solution_shapes)[0]["uN"], real=cpp_real(self.scalar),
     )  # fmt: skip
 
   @cached_property

@@ -49,7 +49,7 @@ class SparseIPMBackend(UsesQDLDL, QPBackend[SparseIPMOptions]):
     n, m = problem.n, problem.m
     doubles = [("x", n), ("dx", n), ("r", n), ("z", m), ("y", m), ("magnitude", m)]
     buffers = (*self.kkt.buffers, *(("double", name, size) for name, size in doubles),
-               ("anvil::qp::ipm::Row", "rows", m), ("int", "live", m))  # fmt: skip
+               ("anvil::qp::ipm::Row<double>", "rows", m), ("int", "live", m))  # fmt: skip
     return _SparseIPMContext(
       name=self.name, n=n, m=m, nnz_P=p.nnz, nnz_A=problem.a_pattern.nnz, options=self.options, buffers=buffers,
       tables=tuple(tables.items()),

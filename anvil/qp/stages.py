@@ -17,6 +17,7 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 
+from anvil.codegen.precision import cpp_real
 from anvil.qp.backend import QPBackend, QPProblem
 from anvil.qp.options import RiccatiOptions
 from anvil.qp.riccati import RiccatiQP, flat_offsets
@@ -121,6 +122,7 @@ class _RiccatiBackendContext:
   n_elastic: int
   tables: tuple[tuple[str, tuple[float, ...]], ...]
   scales: tuple[tuple[str, tuple[float, ...]], ...]
+  real: str
 
 
 class RiccatiBackend(QPBackend[RiccatiOptions]):
@@ -139,6 +141,7 @@ class RiccatiBackend(QPBackend[RiccatiOptions]):
 
   template = "riccati_backend"
   source_runtime = ("riccati_backend",)
+  scalars = ("float64", "float32")
 
   def __init__(self, name: str, problem: QPProblem, options: RiccatiOptions) -> None:
     super().__init__(name, problem, options)
@@ -155,7 +158,7 @@ class RiccatiBackend(QPBackend[RiccatiOptions]):
     nz, nzN = self.stages.nx + self.stages.nu, self.stages.nx + self.stages.nuN
     self.solver = RiccatiQP(f"{self.name}_ipm", self.stages.nx, self.stages.nu, self.stages.N, ng=nz + ng,
                             ngN=nzN + ngN, max_iter=options.max_iter, nuN=self.stages.nuN,
-                            nud=self.stages.dynamic_inputs(problem.a_pattern))  # fmt: skip
+                            nud=self.stages.dynamic_inputs(problem.a_pattern), scalar=problem.scalar)  # fmt: skip
     _ = self.tables  # NOTE: a layout the patterns do not fit raises here, when the backend is made
 
   def dependencies(self) -> tuple[RiccatiQP]:
@@ -176,7 +179,7 @@ class RiccatiBackend(QPBackend[RiccatiOptions]):
       nnz_A=problem.a_pattern.nnz, nx=self.stages.nx, data_size=flat_offsets(self.solver.shapes)[1],
       options=self.options, n_elastic=len(self.tables["elastic_to_data"]),
       tables=tuple((k, v) for k, v in self.tables.items() if k not in SCALES),
-      scales=tuple((k, v) for k, v in self.tables.items() if k in SCALES),
+      scales=tuple((k, v) for k, v in self.tables.items() if k in SCALES), real=cpp_real(problem.scalar),
     )  # fmt: skip
 
 

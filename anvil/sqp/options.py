@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from anvil.codegen.precision import check_scalar
 from anvil.qp.options import (
   OSQPOptions,
   QPOptions,
@@ -65,6 +66,13 @@ class SQPOptions:
   """Smallest step length tried before the line search gives up."""
   verbose: bool = False
   """Print one line per iteration from the generated code."""
+  scalar: str = "float64"
+  """The type the solver computes in: "float64", or "float32" for targets whose floating-point unit is single
+  precision (a Cortex-M4F). A float32 solver is generated from the same (float64) functions, all of its code in
+  float32 (anvil.codegen.precision); its tolerances cannot go below float32's rounding: tol is at least
+  FLOAT32_TOL (1e-4) and acceptable_tol at least 10x that (also at call time), the QPs' at least 1e3 eps (1.2e-4)
+  times their data's scale, and its QPs are solved by the Riccati interior point (QDLDL, which OSQP and the sparse
+  interior point factor with, is double only)."""
 
   def __post_init__(self) -> None:
     for name in ("tol", "acceptable_tol", "max_time", "regularization_min", "regularization_max", "armijo", "backtrack",
@@ -78,6 +86,7 @@ class SQPOptions:
     if self.qp_max_iter is not None:
       check_int("SQPOptions", "qp_max_iter", self.qp_max_iter)
     check_bool("SQPOptions", "verbose", self.verbose)
+    check_scalar("SQPOptions", self.scalar)
     if not 0 < self.backtrack < 1 or not 0 < self.armijo < 0.5:
       raise ValueError("SQPOptions: backtrack must be in (0, 1) and armijo in (0, 0.5)")
     if self.regularization_min > self.regularization_max:

@@ -18,6 +18,7 @@ from tinygrad import Tensor
 from anvil.ad import gradient, sphessian, spjacobian
 from anvil.codegen import Arg, FunctionBase, NumericalFunction
 from anvil.codegen.base import check_identifier
+from anvil.codegen.precision import SCALARS, cpp_real, in_precision
 from anvil.codegen.templated import TemplatedFunction
 from anvil.qp import (
   QPBackend,
@@ -98,17 +99,18 @@ class _SolverContext:
   convex_hessian: bool
   options: SQPOptions
   tables: tuple[tuple[str, tuple[int, ...]], ...]
+  real: str
 
 
-def _xp_args(name: str, fn: Fn, what: str) -> tuple[int, int]:
-  """(n, np) of a function of (x, p): float64 vectors."""
+def _xp_args(name: str, fn: Fn, what: str, scalar: str) -> tuple[int, int]:
+  """(n, np) of a function of (x, p): float64 vectors (or of the solver's scalar type)."""
   require_type(name, what, fn, (NumericalFunction,), "a NumericalFunction of (x, p)")
   if len(fn.inputs) != 2 or len(fn.inputs[0].shape) != 1:
     raise TypeError(f"{name}: {what} must be a NumericalFunction of (x, p) with x a vector")
   n, p = fn.inputs[0], fn.inputs[1]
   if len(p.shape) != 1:
     raise TypeError(f"{name}: the parameter of {what} {fn.name} must be a vector (Arg(0) for none)")
-  require_cpu_float64(name, what, fn)
+  require_cpu_float64(name, what, fn, scalar=SCALARS[scalar])
   return n.shape[0], p.shape[0]
 
 
@@ -175,12 +177,15 @@ class SQPFunction(TemplatedFunction):
     constraints_code: FunctionBase | None = None,
   ) -> None:
     self.name = check_identifier(name, "SQPFunction name")
-    self.n, self.np = _xp_args(name, cost, "cost")
-    if constraints is not None and _xp_args(name, constraints, "constraints") != (self.n, self.np):
-      raise ValueError(f"{name}: cost and constraints must take the same x ({self.n}) and p ({self.np})")
     if options is not None and not isinstance(options, SQPOptions):
       raise TypeError(f"{name}: options must be SQPOptions, got {type(options).__name__}")
     self.options = options or SQPOptions()
+    self.scalar = self.options.scalar
+    self.n, self.np = _xp_args(name, cost, "cost", self.scalar)
+    if constraints is not None and _xp_args(name, constraints, "constraints", self.scalar) != (self.n, self.np):
+      raise ValueError(f"{name}: cost and constraints must take the same x ({self.n}) and p ({self.np})")
+    cost = in_precision(cost, self.scalar, f"{name}_cost")
+    constraints = None if constraints is None else in_precision(constraints, self.scalar, f"{name}_constraints")
     if stages is not None and not isinstance(stages, StageLayout):
       raise TypeError(f"{name}: stages must be a StageLayout, got {type(stages).__name__}")
     if stages is None and constraints is None and isinstance(self.options.qp, RiccatiOptions):
@@ -211,6 +216,8 @@ class SQPFunction(TemplatedFunction):
     if tuple(tuple(a.shape) for a in fn.inputs) != expected:
       args = "(x, p, sigma, lam)" if what == "hessian" else "(x, p)"
       raise TypeError(f"{self.name}: {what} must be a SparseNumericalFunction of {args} shaped {expected}")
+    if any(a.dtype != SCALARS[self.scalar] for a in fn.inputs):
+      raise TypeError(f"{self.name}: {what} must take {self.scalar} inputs (SQPOptions.scalar)")
     rows = np.asarray(fn.indices)
     cols = np.repeat(np.arange(fn.shape[1]), np.diff(fn.indptr))
     if tuple(fn.shape) != shape or (what == "hessian" and np.any(rows > cols)):
@@ -244,7 +251,8 @@ class SQPFunction(TemplatedFunction):
       value = sigma[0] * cost(x, p)
       return value if constraints is None else value + (constraints(x, p) * lam).sum()
 
-    args = (Arg(self.n), Arg(self.np), Arg(1), Arg(self.m))
+    dtype = SCALARS[self.scalar]
+    args = (Arg(self.n, dtype=dtype), Arg(self.np, dtype=dtype), Arg(1, dtype=dtype), Arg(self.m, dtype=dtype))
     return sphessian(
       NumericalFunction(f"{self.name}_lagrangian", lagrangian, args), 0, name=f"{self.name}_lagrangian_hessian"
     )
@@ -283,7 +291,12 @@ class SQPFunction(TemplatedFunction):
   def qp_options(self) -> QPOptions:
     """The QP solver's options: `options.qp`, else RiccatiOptions() with a stage layout and SparseIPMOptions()
     without."""
-    return self.options.qp or (SparseIPMOptions() if self.layout is None else RiccatiOptions())
+    options = self.options.qp or (SparseIPMOptions() if self.layout is None else RiccatiOptions())
+    if self.scalar != "float64" and not (isinstance(options, RiccatiOptions) and self.layout is not None):
+      raise ValueError(f"{self.name}: SQPOptions(scalar={self.scalar!r}) solves its QPs by the Riccati interior point "
+                       "(OSQP and the sparse interior point factor in double), which needs the stage layout of an "
+                       "optimal control problem: given as stages= or found in the patterns; none was")  # fmt: skip
+    return options
 
   @cached_property
   def _qp_layout(self) -> tuple[QPProblem, QPProblem, dict[str, tuple[int, ...]]]:
@@ -315,7 +328,8 @@ class SQPFunction(TemplatedFunction):
       "hess_i": tuple(int(v) for v in self.hessian.indices),
       "hard_rows": self.hard_rows,
     }
-    return QPProblem(p_pattern, a_pattern, self.layout), QPProblem(pe_pattern, ae_pattern), tables
+    normal = QPProblem(p_pattern, a_pattern, self.layout, scalar=self.scalar)
+    return normal, QPProblem(pe_pattern, ae_pattern), tables
 
   @cached_property
   def qp(self) -> QPBackend:
@@ -392,7 +406,7 @@ class SQPFunction(TemplatedFunction):
       elastic="" if self.elastic is None else self.elastic.name, elastic_rows=self.layout is not None,
       equality_rows=self.equality_rows,
       convex_hessian=self.convex_hessian,
-      options=self.options, tables=tuple(tables.items()),
+      options=self.options, tables=tuple(tables.items()), real=cpp_real(self.scalar),
     )  # fmt: skip
 
   # *** JIT ***
@@ -429,7 +443,9 @@ class SQPFunction(TemplatedFunction):
       check_bounds(self.name, f"bounds lb{what}, ub{what}", lo, hi, lambda i: f"index {i[0]}")
     self._check_equality_rows(inputs[4], inputs[5])
     limits = self.limits(max_iter, tol, max_time)
-    outs = [np.empty(n), np.empty(1), np.empty(m), np.empty(n)]
+    dtype = np.dtype(self.scalar)
+    inputs = [a.astype(dtype, copy=False) for a in inputs]
+    outs = [np.empty(n, dtype), np.empty(1, dtype), np.empty(m, dtype), np.empty(n, dtype)]
     (history, ihistory, info), scalars = self.stats_buffers(), np.zeros(6)
     in_ptrs = (ctypes.c_void_p * 8)(*(a.ctypes.data for a in inputs))
     out_ptrs = (ctypes.c_void_p * 4)(*(a.ctypes.data for a in outs))
@@ -438,7 +454,8 @@ class SQPFunction(TemplatedFunction):
                  info.ctypes.data, scalars.ctypes.data, self.handle.pointer)  # fmt: skip
     bounds = (inputs[2], inputs[3], inputs[4], inputs[5])
     iterations, status, stats = self.unpack_stats(history, ihistory, info, scalars[:2], scalars[2:], bounds)
-    return SQPResult(outs[0], float(outs[1][0]), outs[2], outs[3], status, iterations, stats)
+    x, lam_g, lam_x = (a.astype(np.float64, copy=False) for a in (outs[0], outs[2], outs[3]))
+    return SQPResult(x, float(outs[1][0]), lam_g, lam_x, status, iterations, stats)
 
   def limits(self, max_iter: int | None, tol: float | None, max_time: float | None) -> NDArray[np.float64]:
     """[max_iter, tol, max_time] of one call: the options' where None, checked."""

@@ -43,9 +43,9 @@ class HarnessRun:
   stdout: str
 
 
-def _c_array(name: str, values: NDArray[np.float64]) -> str:
+def _c_array(name: str, values: NDArray[np.float64], real: str) -> str:
   items = ", ".join("inf" if v == np.inf else "-inf" if v == -np.inf else repr(float(v)) for v in values.reshape(-1))
-  return f"inline constexpr std::array<double, {values.size}> {name} = {{{items}}};"
+  return f"inline constexpr std::array<{real}, {values.size}> {name} = {{{items}}};"
 
 
 def write_module(
@@ -75,8 +75,8 @@ def write_module(
     f"#define ANVIL_PLANT {dynamics.name}",
     f"#define ANVIL_STAGE_COST {cost.name}",
     "namespace closed_loop_config {",
-    "inline constexpr double inf = std::numeric_limits<double>::infinity();",
-    *(_c_array(k, np.asarray(v, dtype=np.float64)) for k, v in arrays.items()),
+    f"inline constexpr {mpc.name}::real inf = std::numeric_limits<{mpc.name}::real>::infinity();",
+    *(_c_array(k, np.asarray(v, dtype=np.float64), f"{mpc.name}::real") for k, v in arrays.items()),
     "}  // namespace closed_loop_config",
   ]
   (out / CONFIG).write_text("\n".join(lines) + "\n")

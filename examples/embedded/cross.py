@@ -1,5 +1,6 @@
 """Cross-build a generated MPC for robot hardware and run it under QEMU: aarch64 Linux (qemu-aarch64) and a bare-metal
-Cortex-M7 (qemu-system-arm, MPS2 AN500), each closed loop against the x86 one.
+Cortex-M7 (qemu-system-arm, MPS2 AN500), and the float32 controller on a bare-metal Cortex-M4F (MPS2 AN386, a
+single-precision FPU), each closed loop against the x86 one.
 
   .venv/bin/python -m examples.embedded.cross            # or `make embedded`: the cart-pole MPC (N = 30), one table
 
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from anvil.mpc import MPCFunction, simulate
+from anvil.mpc import MPCFunction, MPCOptions, simulate
 from examples.cpp.harness import SOURCE as HARNESS_SOURCE
 from examples.cpp.harness import write_module
 
@@ -37,6 +38,8 @@ PACKAGES = ("gcc-arm-none-eabi", "libnewlib-arm-none-eabi", "libstdc++-arm-none-
 TOOLS = ("arm-none-eabi-g++", "arm-none-eabi-size", "arm-none-eabi-nm", "qemu-system-arm", "aarch64-linux-gnu-g++",
          "qemu-aarch64")  # fmt: skip
 CORTEX_M7 = ("-mcpu=cortex-m7", "-mfpu=fpv5-d16", "-mfloat-abi=hard", "-mthumb")
+#: A Cortex-M4F: its FPU is single precision (fpv4-sp-d16), a double operation a software call.
+CORTEX_M4F = ("-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard", "-mthumb")
 #: The bare-metal build: no exceptions, no RTTI, frames of at most 8 KB, timing compiled out, unused code dropped.
 BARE_METAL = ("-O2", "-std=c++17", "-fno-exceptions", "-fno-rtti", "-fno-math-errno", "-ffunction-sections",
               "-fdata-sections", "-Wall", "-Wextra", "-Wstack-usage=8192", "-Werror", "-DANVIL_NO_CLOCK")  # fmt: skip
@@ -119,23 +122,36 @@ def _bits(name: str, text: str) -> list[float]:
 def cortex_m7(mpc: MPCFunction, out: Path, x0: np.ndarray, steps: int) -> CrossRun:
   """Build the controller for a bare-metal Cortex-M7 with static workspaces, check its objects for heap, exceptions
   and clocks, and run it under qemu-system-arm (MPS2 AN500) with semihosting."""
-  out = out.resolve()
+  return bare_metal(mpc, out, x0, steps, CORTEX_M7, "mps2-an500", "Cortex-M7")
+
+
+def cortex_m4f(mpc: MPCFunction, out: Path, x0: np.ndarray, steps: int) -> CrossRun:
+  """The same on a Cortex-M4F (MPS2 AN386), whose FPU is single precision: for a float32 controller."""
+  return bare_metal(mpc, out, x0, steps, CORTEX_M4F, "mps2-an386", "Cortex-M4F")
+
+
+def bare_metal(mpc: MPCFunction, out: Path, x0: np.ndarray, steps: int, cpu: Sequence[str], machine: str,
+               core: str) -> CrossRun:  # fmt: skip
+  """Build main.cpp with the controller for the bare-metal core (`cpu`: its flags), check its objects for heap,
+  exceptions and clocks, and run it under qemu-system-arm (`machine`) with semihosting."""
+  out, tag = out.resolve(), core.lower().replace("-", "")
+  out.mkdir(parents=True, exist_ok=True)
   source = write_module(mpc, out, x0=x0)
-  flags = [*CORTEX_M7, *BARE_METAL, f"-I{out}", f"-DANVIL_STEPS={steps}"]
-  objects = {s: out / f"{s.stem}_m7.o" for s in (source, HERE / "main.cpp", HERE / "startup.cpp")}
+  flags = [*cpu, *BARE_METAL, f"-I{out}", f"-DANVIL_STEPS={steps}"]
+  objects = {s: out / f"{s.stem}_{tag}.o" for s in (source, HERE / "main.cpp", HERE / "startup.cpp")}
   for s, o in objects.items():
     run_tool(["arm-none-eabi-g++", *flags, "-c", s, "-o", o], out)
-  elf = out / "controller_m7.elf"
-  run_tool(["arm-none-eabi-g++", *CORTEX_M7, "-nostartfiles", "--specs=nano.specs", "-T", HERE / "mps2.ld",
+  elf = out / f"controller_{tag}.elf"
+  run_tool(["arm-none-eabi-g++", *cpu, "-nostartfiles", "--specs=nano.specs", "-T", HERE / "mps2.ld",
         "-Wl,--gc-sections", *objects.values(), "-lm", "-o", elf], out)  # fmt: skip
   forbidden = forbidden_references([objects[source], objects[HERE / "main.cpp"]], out)
   sections = dict(re.findall(r"^(\.\w+)\s+(\d+)", run_tool(["arm-none-eabi-size", "-A", elf], out), re.M))
-  qemu = ["qemu-system-arm", "-M", "mps2-an500", "-nographic", "-monitor", "none", "-serial", "none",
+  qemu = ["qemu-system-arm", "-M", machine, "-nographic", "-monitor", "none", "-serial", "none",
           "-semihosting-config", "enable=on,target=native", "-kernel", elf]  # fmt: skip
   text = run_tool(qemu, out)
   (cost,), state = _bits("cost", text), _bits("x", text)
   stack = int(re.search(r"^stack (\d+)$", text, re.M).group(1))  # type: ignore[union-attr]
-  return CrossRun("Cortex-M7 bare metal (qemu-system-arm mps2-an500)", cost, np.array(state),
+  return CrossRun(f"{core} bare metal, {mpc.options.scalar} (qemu-system-arm {machine})", cost, np.array(state),
                   int(sections[".text"]) + int(sections.get(".data", 0)), int(sections.get(".data", 0)) +
                   int(sections.get(".bss", 0)), stack, forbidden)  # fmt: skip
 
@@ -159,15 +175,19 @@ def main() -> int:
     print(f"cross toolchains missing ({', '.join(missing)}): apt-get install {' '.join(PACKAGES)}", file=sys.stderr)
     return 1
   mpc, x0, steps = cm.stabilizing("cartpole_cross"), np.asarray(cm.X0_STABILIZE, dtype=np.float64), 200
+  mpc32 = cm.stabilizing("cartpole_cross_f32", MPCOptions(scalar="float32"))
   out = Path("build/embedded").resolve()
   out.mkdir(parents=True, exist_ok=True)
-  runs = [aarch64(mpc, out, x0, steps), cortex_m7(mpc, out, x0, steps)]
+  runs = [aarch64(mpc, out, x0, steps), cortex_m7(mpc, out / "m7", x0, steps),
+          cortex_m4f(mpc32, out / "m4f", x0, steps)]  # fmt: skip
   print(f"cart-pole MPC (N = {mpc.N}), {steps} closed-loop steps from x0 = {x0.tolist()}")
   print(table(runs, reference(mpc, x0, steps)))
-  m7 = runs[1]
-  for what, value, budget in (("flash", m7.flash, 192), ("RAM", m7.ram, 96), ("worst stack", m7.stack, 8)):
+  m7, m4f = runs[1], runs[2]
+  for core, what, value, budget in (("Cortex-M7", "flash", m7.flash, 192), ("Cortex-M7", "RAM", m7.ram, 96),
+                                    ("Cortex-M7", "worst stack", m7.stack, 8), ("Cortex-M4F", "RAM", m4f.ram, 64),
+                                    ("Cortex-M4F", "worst stack", m4f.stack, 8)):  # fmt: skip
     verdict = "PASS" if value <= budget * 1024 else "MISS"
-    print(f"Cortex-M7 {what}: {value / 1024:.1f} KB <= {budget} KB (issue 18's budget): {verdict}")
+    print(f"{core} {what}: {value / 1024:.1f} KB <= {budget} KB (issue 18's budget): {verdict}")
   for r in runs:
     if r.forbidden:
       print(f"{r.target}: the objects reference {', '.join(r.forbidden)}")

@@ -1,6 +1,7 @@
 // A generated MPC in closed loop on a microcontroller: every workspace static (no heap, nothing on the stack but the
 // calls' frames), the plant simulated by the generated dynamics. Prints the closed-loop cost and the final state as the
-// hex of their bits (exact, with no printf) through semihosting; exits 0 when every step converged.
+// hex of their bits (exact, with no printf) through semihosting; exits 0 when every step converged. The controller
+// computes in its own type (mpc::real: float for a float32 controller), the plant and the cost in double.
 //
 // closed_loop_config.hpp (examples/cpp/harness.py: write_module) names the controller, plant and stage cost and gives
 // the bounds, the parameter and x0; ANVIL_STEPS the number of closed-loop steps.
@@ -17,7 +18,7 @@ namespace mpc = ANVIL_MPC;
 namespace plant = ANVIL_PLANT;
 namespace stage_cost = ANVIL_STAGE_COST;
 namespace cfg = closed_loop_config;
-using real = double;
+using real = mpc::real;
 
 namespace {
 mpc::WS_t controller;  // static placement: .bss, prepared by mpc::init
@@ -44,17 +45,19 @@ int main() {
   mpc::init(controller);
   plant::init(plant_ws);
   stage_cost::init(cost_ws);
-  real x[mpc::nx], u[mpc::nu] = {}, x_next[mpc::nx];
+  double x[mpc::nx], u[mpc::nu] = {}, x_next[mpc::nx];
+  real x_now[mpc::nx];
   for (int i = 0; i < mpc::nx; ++i) x[i] = cfg::x0[i];
   double cost = 0.0;
   int failures = 0;
   for (int t = 0; t < ANVIL_STEPS; ++t) {
-    const int status = mpc::call(x, cfg::p.data(), cfg::lbx.data(), cfg::ubx.data(), cfg::lbu.data(), cfg::ubu.data(),
+    for (int i = 0; i < mpc::nx; ++i) x_now[i] = static_cast<real>(x[i]);
+    const int status = mpc::call(x_now, cfg::p.data(), cfg::lbx.data(), cfg::ubx.data(), cfg::lbu.data(), cfg::ubu.data(),
                                  cfg::lbh.data(), cfg::ubh.data(), cfg::lbhN.data(), cfg::ubhN.data(), xs, us, stats,
                                  controller);
     failures += status != anvil::sqp::converged;
     for (int i = 0; i < mpc::nu; ++i) u[i] = us[i];
-    real l = 0.0;
+    double l = 0.0;
     stage_cost::OUT0_t l_out(&l);
     stage_cost::call(stage_cost::IN0_t(x), stage_cost::IN1_t(u), l_out, cost_ws);
     cost += l;

@@ -1,5 +1,6 @@
 """The cart-pole MPC on robot hardware, emulated: cross-built for aarch64 Linux (run under qemu-aarch64) and for a
-bare-metal Cortex-M7 with every workspace static (run under qemu-system-arm), each closed loop equal to the x86 one.
+bare-metal Cortex-M7 with every workspace static (run under qemu-system-arm), each closed loop equal to the x86 one,
+and the float32 controller on a bare-metal Cortex-M4F.
 The toolchains are installed with apt-get when missing; the tests skip only when that is impossible."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from anvil.mpc import MPCFunction
+from anvil.mpc import MPCFunction, MPCOptions
 from anvil.problems import cartpole_mpc as cm
 from examples.embedded import cross
 
@@ -48,6 +49,17 @@ def test_cortex_m7_runs_heap_free_and_equals_x86(
   # the issue's budget: flash <= 192 KB and a worst stack <= 8 KB (measured by painting the stack)
   assert 0 < run.flash <= 192 * 1024 and 0 < run.stack <= 8 * 1024
   assert run.ram > 0
+
+
+def test_float32_controller_on_cortex_m4f(toolchains: None, x86_cost: float, tmp_path: Path) -> None:
+  """The float32 controller on a single-precision FPU: heap-free, its closed loop within 1e-3 of the float64 x86 one
+  (issue 18; its RAM is reported by `make embedded`)."""
+  mpc32 = cm.stabilizing("cross_mpc_f32", MPCOptions(scalar="float32"))
+  run = cross.cortex_m4f(mpc32, tmp_path, np.asarray(cm.X0_STABILIZE, dtype=np.float64), STEPS)
+  assert run.forbidden == (), f"the controller's objects reference {run.forbidden}"
+  assert run.cost == pytest.approx(x86_cost, rel=1e-3)
+  assert np.all(np.abs(run.final_state) < 1e-3), "the pole is balanced at the origin"
+  assert 0 < run.stack <= 8 * 1024 and run.ram > 0
 
 
 def test_forbidden_symbols_are_caught(toolchains: None, tmp_path: Path) -> None:

@@ -183,7 +183,12 @@ def test_metal_rejects_float64_constants_and_computations() -> None:
   with pytest.raises(TypeError, match=r"captured constant 0 \(6 values: 1, 2, 3, 4, \.\.\.\) is float64, but Metal"):
     _ = av.NumericalFunction("gpu_mconst", lambda x: (gains @ x.cast(F64)).cast(F32), x32, device="METAL").header_code
   with pytest.raises(TypeError, match=r"captured constant 0 \(2 values: 0.5, -1\) is float64"):
-    _ = av.NumericalFunction("gpu_mlist", lambda x: x * av.Tensor([0.5, -1.0]), x32, device="METAL").header_code
+    _ = av.NumericalFunction(
+      "gpu_mlist", lambda x: x * av.Tensor([0.5, -1.0], dtype=F64), x32, device="METAL"
+    ).header_code
+  # a list (or numpy array) made while a float32 function is traced is float32: the default float follows the inputs
+  listed = av.NumericalFunction("gpu_mlist32", lambda x: x * av.Tensor([0.5, -1.0]), x32, device="METAL")
+  assert "device float*" in listed.header_code and "double" not in listed.header_code
   with pytest.raises(TypeError, match="output 0 is float64"):
     _ = av.NumericalFunction("gpu_mout", lambda x: x.cast(F64), x32, device="METAL").header_code
   with pytest.raises(TypeError, match=r"computes in double, which METAL cannot"):

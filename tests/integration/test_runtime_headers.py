@@ -217,6 +217,7 @@ def test_kkt_header_screens_and_polishes(cxx: str, tmp_path: Path, osqp_sources:
 
 CONTRACT = """#include "anvil/qp.hpp"
 struct Complete {
+  using real = double;
   struct Workspace {};
   static void reset(Workspace&) {}
   static void shift(Workspace&) {}
@@ -227,6 +228,7 @@ struct Complete {
   static int iterations(const Workspace&) { return 0; }
 };
 struct Partial {
+  using real = double;
   struct Workspace {};
   static void reset(Workspace&) {}
   static void shift(Workspace&) {}
@@ -247,7 +249,7 @@ def test_the_qp_contract_is_checked_at_compile_time(cxx: str, tmp_path: Path) ->
   base = [cxx, *WARNINGS, *(f"-I{d}" for d in INCLUDE_DIRS), "-fsyntax-only", str(source)]
   assert subprocess.run([*base, "-DBACKEND=Complete"], capture_output=True).returncode == 0
   proc = subprocess.run([*base, "-DBACKEND=Partial"], capture_output=True, text=True)
-  assert proc.returncode != 0 and "QP backend: int solve(const double* q" in proc.stderr
+  assert proc.returncode != 0 and "QP backend: int solve(const real* q" in proc.stderr
 
 
 def test_modules_inline_each_runtime_header_once(tmp_path: Path) -> None:

@@ -42,6 +42,26 @@ namespace anvil {
 /// Alignment of every buffer and workspace region, in bytes.
 inline constexpr std::size_t kAlignment = 64;
 
+/// A setting tied to the precision of the arithmetic (a pivot, a regularization, a tolerance floor): `for_double`
+/// where the solver computes in double, `for_float` where it computes in float (a float32 controller).
+template <class T>
+constexpr T by_precision(double for_double, float for_float) {
+  static_assert(std::is_same_v<T, double> || std::is_same_v<T, float>, "anvil computes in double or float");
+  if constexpr (std::is_same_v<T, float>) {
+    return for_float;
+  } else {
+    return for_double;
+  }
+}
+
+/// The type of a parameter that takes part in no template argument deduction (as C++20's std::type_identity_t).
+template <class T>
+struct type_identity {
+  using type = T;
+};
+template <class T>
+using same_t = typename type_identity<T>::type;
+
 // The clock of solve times and time limits, seconds from any origin. A target without std::chrono's steady clock (a
 // microcontroller) defines ANVIL_NOW() as an expression of its own clock in seconds (a double: a cycle counter over
 // the core's frequency, say), or ANVIL_NO_CLOCK to compile timing out: then every solve time reads 0 and max_time

@@ -11,7 +11,7 @@
 // The generated code therefore holds the ODE's rate, its sparse Jacobian and the sparse Hessian of mu'f only: one
 // small function each, whatever the number of integration steps; the steps are a loop here.
 //
-// O (the ODE and the method): nx, nu, stages, steps, h, a[stages][stages] (strictly lower), b[stages];
+// O (the ODE and the method): real (the scalar type), nx, nu, stages, steps, h, a[stages][stages] (strictly lower), b[stages];
 // jac_nnz, jac_p[nz + 1], jac_i[jac_nnz] (the Jacobian's CSC pattern, nx x nz) and the same entries row by row:
 // jac_row_p[nx + 1], jac_row_u[nx] (where the row's input columns start), jac_row_j[jac_nnz] (column),
 // jac_row_e[jac_nnz] (position in the CSC values); hess_nnz,
@@ -27,6 +27,7 @@ namespace integrators {
 
 template <class O, bool second_order>
 struct ExplicitRK {
+  using real = typename O::real;  ///< the scalar type of the step (double, or float)
   static constexpr int nx = O::nx, nu = O::nu, nz = nx + nu, s = O::stages, steps = O::steps;
   static constexpr int points = steps * s;  ///< ODE evaluations per step of F
   static constexpr int kept = second_order ? points : 1;  ///< stage points whose sensitivities are kept
@@ -37,18 +38,18 @@ struct ExplicitRK {
   /// hessian() with second_order, else one of each is reused), and the scratch of the passes. Plain arrays: no
   /// allocation.
   struct Workspace {
-    double z[kept][nz];            ///< [X_i; u] at the stage point
-    double DX[kept][nx][nz];       ///< dX_i/d[x; u]
-    double J[kept][jac_nnz];       ///< df/d[x; u] at the stage point (CSC values)
-    double K[s][nx], dK[s][nx][nz], x[nx], S[nx][nz];
-    double kappa[s][nx], xi[s][nx], lam[nx], hf[hess_nnz], T[nz][nz];
+    real z[kept][nz];            ///< [X_i; u] at the stage point
+    real DX[kept][nx][nz];       ///< dX_i/d[x; u]
+    real J[kept][jac_nnz];       ///< df/d[x; u] at the stage point (CSC values)
+    real K[s][nx], dK[s][nx][nz], x[nx], S[nx][nz];
+    real kappa[s][nx], xi[s][nx], lam[nx], hf[hess_nnz], T[nz][nz];
   };
 
   /// x_next = F(x, u, p) alone (the ODE's rate at every stage point, no sensitivities).
   template <class E>
-  static void step(const double* x0, const double* u, const double* p, double* x_next, Workspace& w, E& eval) {
+  static void step(const real* x0, const real* u, const real* p, real* x_next, Workspace& w, E& eval) {
     for (int r = 0; r < nx; ++r) w.x[r] = x0[r];
-    double* z = w.z[0];
+    real* z = w.z[0];
     for (int c = 0; c < nu; ++c) z[nx + c] = u[c];
     for (int n = 0; n < steps; ++n) {
       for (int i = 0; i < s; ++i) {
@@ -62,7 +63,7 @@ struct ExplicitRK {
 
   /// x_next = F(x, u, p) and jac = dx_next/d[x; u] (row-major, nx x nz); keeps what hessian() needs.
   template <class E>
-  static void forward(const double* x0, const double* u, const double* p, double* x_next, double* jac, Workspace& w,
+  static void forward(const real* x0, const real* u, const real* p, real* x_next, real* jac, Workspace& w,
                       E& eval) {
     for (int r = 0; r < nx; ++r) {
       w.x[r] = x0[r];
@@ -71,17 +72,17 @@ struct ExplicitRK {
     for (int n = 0; n < steps; ++n) {
       for (int i = 0; i < s; ++i) {
         const int at = second_order ? n * s + i : 0;
-        double* z = w.z[at];
-        double* J = w.J[at];
-        double(&DX)[nx][nz] = w.DX[at];
+        real* z = w.z[at];
+        real* J = w.J[at];
+        real(&DX)[nx][nz] = w.DX[at];
         stage_point(i, w, z);
         for (int c = 0; c < nu; ++c) z[nx + c] = u[c];
         // DX_i = S + h sum_j a_ij dK_j
         for (int r = 0; r < nx; ++r) {
-          double row[nz];
+          real row[nz];
           for (int c = 0; c < nz; ++c) row[c] = w.S[r][c];
           for (int j = 0; j < i; ++j) {
-            const double f = O::h * O::a[i][j];
+            const real f = O::h * O::a[i][j];
             if (f == 0.0) continue;
             for (int c = 0; c < nz; ++c) row[c] += f * w.dK[j][r][c];
           }
@@ -94,10 +95,10 @@ struct ExplicitRK {
       advance(w);
       // S += h sum_i b_i dK_i
       for (int r = 0; r < nx; ++r) {
-        double row[nz];
+        real row[nz];
         for (int c = 0; c < nz; ++c) row[c] = w.S[r][c];
         for (int i = 0; i < s; ++i) {
-          const double f = O::h * O::b[i];
+          const real f = O::h * O::b[i];
           for (int c = 0; c < nz; ++c) row[c] += f * w.dK[i][r][c];
         }
         for (int c = 0; c < nz; ++c) w.S[r][c] = row[c];
@@ -111,20 +112,20 @@ struct ExplicitRK {
 
   /// H (row-major nz x nz, upper triangle) += the Hessian of lam'F in [x; u] at the point of the last forward().
   template <class E>
-  static void hessian(const double* lam, const double* p, double* H, Workspace& w, E& eval) {
+  static void hessian(const real* lam, const real* p, real* H, Workspace& w, E& eval) {
     static_assert(second_order, "hessian() needs the sensitivities of every stage point: ExplicitRK<O, true>");
     for (int r = 0; r < nx; ++r) w.lam[r] = lam[r];
     for (int n = steps - 1; n >= 0; --n) {
       for (int i = s - 1; i >= 0; --i) {
         const int at = n * s + i;
         for (int r = 0; r < nx; ++r) {
-          double v = O::h * O::b[i] * w.lam[r];
+          real v = O::h * O::b[i] * w.lam[r];
           for (int j = i + 1; j < s; ++j) v += O::h * O::a[j][i] * w.xi[j][r];
           w.kappa[i][r] = v;
         }
         // xi_i = J_x' kappa_i: the adjoint of the stage point
         for (int q = 0; q < nx; ++q) {
-          double v = 0.0;
+          real v = 0.0;
           for (int e = O::jac_p[q]; e < O::jac_p[q + 1]; ++e) v += w.J[at][e] * w.kappa[i][O::jac_i[e]];
           w.xi[i][q] = v;
         }
@@ -138,9 +139,9 @@ struct ExplicitRK {
 
  private:
   /// The states of stage point i: z = x + h sum_j a_ij K_j.
-  static void stage_point(int i, const Workspace& w, double* z) {
+  static void stage_point(int i, const Workspace& w, real* z) {
     for (int r = 0; r < nx; ++r) {
-      double v = w.x[r];
+      real v = w.x[r];
       for (int j = 0; j < i; ++j) v += O::h * O::a[i][j] * w.K[j][r];
       z[r] = v;
     }
@@ -154,21 +155,21 @@ struct ExplicitRK {
 
   /// y += v x, over n entries.
   template <int n>
-  static void axpy(double v, const double* x, double* y) {
+  static void axpy(real v, const real* x, real* y) {
     for (int c = 0; c < n; ++c) y[c] += v * x[c];
   }
 
   /// dK = J [DX; 0 I] with J sparse, row by row: a combination of DX's rows (the row's state entries, listed first),
   /// then its input entries added where they sit.
-  static void stage_sensitivity(const double* J, const double (&DX)[nx][nz], double (&dK)[nx][nz]) {
+  static void stage_sensitivity(const real* J, const real (&DX)[nx][nz], real (&dK)[nx][nz]) {
     for (int r = 0; r < nx; ++r) {
-      double* out = dK[r];
+      real* out = dK[r];
       const int first = O::jac_row_p[r], inputs = O::jac_row_u[r];
       // NOTE: the first entry's product initializes the row: zeroing it first compiled to a memset (rep stos) that
       // took a fifth of the pass
       if (first < inputs) {
-        const double v = J[O::jac_row_e[first]];
-        const double* x = DX[O::jac_row_j[first]];
+        const real v = J[O::jac_row_e[first]];
+        const real* x = DX[O::jac_row_j[first]];
         for (int c = 0; c < nz; ++c) out[c] = v * x[c];
       } else {
         for (int c = 0; c < nz; ++c) out[c] = 0.0;
@@ -179,7 +180,7 @@ struct ExplicitRK {
   }
 
   /// Row q of DZ = [DX; 0 I] times v, added to out.
-  static void add_row(const double (&DX)[nx][nz], int q, double v, double* out) {
+  static void add_row(const real (&DX)[nx][nz], int q, real v, real* out) {
     if (q < nx) {
       for (int c = 0; c < nz; ++c) out[c] += v * DX[q][c];
     } else {
@@ -189,7 +190,7 @@ struct ExplicitRK {
 
   /// H += DZ' Hf DZ (upper triangle), Hf symmetric given by its upper triangle (CSC): T = Hf DZ on the rows Hf has
   /// (the states in hess_rows, every input), then H's rows c1 += sum_q DZ[q][c1] T[q] over those rows only.
-  static void add_second_order(const double* hf, const double (&DX)[nx][nz], double (&T)[nz][nz], double* H) {
+  static void add_second_order(const real* hf, const real (&DX)[nx][nz], real (&T)[nz][nz], real* H) {
     for (int e = 0; e < O::n_hess_rows; ++e)
       for (int c = 0; c < nz; ++c) T[O::hess_rows[e]][c] = 0.0;
     for (int q = nx; q < nz; ++q)
@@ -201,10 +202,10 @@ struct ExplicitRK {
         if (a != b) add_row(DX, a, hf[e], T[b]);
       }
     for (int c1 = 0; c1 < nz; ++c1) {
-      double* row = H + c1 * nz;
+      real* row = H + c1 * nz;
       for (int e = 0; e < O::n_hess_rows; ++e) {
         const int q = O::hess_rows[e];
-        const double v = DX[q][c1];
+        const real v = DX[q][c1];
         for (int c2 = c1; c2 < nz; ++c2) row[c2] += v * T[q][c2];
       }
       if (c1 >= nx)

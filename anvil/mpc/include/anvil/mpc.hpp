@@ -49,9 +49,10 @@ struct Stats {
 /// The NLP's vectors and the previous solution (for the shifted warm start), in place.
 template <class S>
 struct State {
-  anvil::Array<double, S::nw> w, w_out, lbw, ubw, lam_x, lam_x_out;
-  anvil::Array<double, S::ng> lbg, ubg, lam_g, lam_g_out;
-  anvil::Array<double, S::nx + (S::N + 1) * S::np> params;
+  using real = typename S::real;
+  anvil::Array<real, S::nw> w, w_out, lbw, ubw, lam_x, lam_x_out;
+  anvil::Array<real, S::ng> lbg, ubg, lam_g, lam_g_out;
+  anvil::Array<real, S::nx + (S::N + 1) * S::np> params;
   int guess = 0;  ///< 0: cold start, 1: shift the previous solution, 2: w and the multipliers hold the guess, 3: shift
                   ///< the previous (least-violation) solution, its multipliers zero
   bool assembled = false;  ///< the NLP's bounds and parameter of a call are in place
@@ -63,17 +64,18 @@ class Controller {
  public:
   using WS = typename C::Workspace;
   using SQP = typename C::SQP;
+  using real = typename SQP::real;  ///< the scalar type the controller computes in (double, or float)
   using StatsT = Stats<typename SQP::StatsT>;
   static constexpr int nx = C::nx, nu = C::nu, nz = nx + nu, N = C::N, np = C::np, nh = C::nh, nhN = C::nhN;
   static constexpr int ns = C::ns, nw = C::nw, ng = C::ng, soft_rows = ng - 2 * ns;
-  static constexpr double defect_tol = 1e-6;  ///< the largest dynamics defect of a plan (see the failure policy)
+  static constexpr real defect_tol = anvil::by_precision<real>(1e-6, 1e-4f);  ///< the largest dynamics defect of a plan (see the failure policy)
 
   static void reset(WS& ws) {
     ws.s.guess = 0;
     ws.s.prepared = false;
   }
 
-  static void set_guess(const double* x, const double* u, WS& ws) {
+  static void set_guess(const real* x, const real* u, WS& ws) {
     auto& s = ws.s;
     for (int k = 0; k <= N; ++k)
       for (int i = 0; i < nx; ++i) s.w[k * nz + i] = x[k * nx + i];
@@ -99,9 +101,9 @@ class Controller {
   }
 
   /// Real-time iteration: the feedback phase (preparing first unless prepare() ran since the last call).
-  static int feedback(const double* x0, const double* p, const double* lbx, const double* ubx, const double* lbu,
-                      const double* ubu, const double* lbh, const double* ubh, const double* lbhN,
-                      const double* ubhN, double* x, double* u, StatsT& stats, WS& ws) {
+  static int feedback(const real* x0, const real* p, const real* lbx, const real* ubx, const real* lbu,
+                      const real* ubu, const real* lbh, const real* ubh, const real* lbhN,
+                      const real* ubhN, real* x, real* u, StatsT& stats, WS& ws) {
     auto& s = ws.s;
     const double start = anvil::now();
     assemble(x0, p, lbx, ubx, lbu, ubu, lbh, ubh, lbhN, ubhN, ws);
@@ -113,7 +115,7 @@ class Controller {
     for (int i = 0; i < nw; ++i) s.w_out[i] = s.w[i];
     for (int i = 0; i < ng; ++i) s.lam_g_out[i] = s.lam_g[i];
     for (int i = 0; i < nw; ++i) s.lam_x_out[i] = s.lam_x[i];
-    double f = 0.0;
+    real f = 0.0;
     stats.status = SQP::rti_feedback(s.params.data(), s.lbw.data(), s.ubw.data(), s.lbg.data(), s.ubg.data(),
                                      s.w_out.data(), &f, s.lam_g_out.data(), s.lam_x_out.data(), stats.sqp, ws.sqp);
     finish(f, x0, lbu, ubu, x, u, stats, ws, start);
@@ -122,9 +124,9 @@ class Controller {
 
   /// Full SQP: iterate to convergence from the warm (or cold) guess, within the limits; a failed shifted warm start
   /// is retried from the cold guess (see the top of this file).
-  static int solve(const double* x0, const double* p, const double* lbx, const double* ubx, const double* lbu,
-                   const double* ubu, const double* lbh, const double* ubh, const double* lbhN, const double* ubhN,
-                   double* x, double* u, StatsT& stats, WS& ws, anvil::sqp::Limits limits) {
+  static int solve(const real* x0, const real* p, const real* lbx, const real* ubx, const real* lbu,
+                   const real* ubu, const real* lbh, const real* ubh, const real* lbhN, const real* ubhN,
+                   real* x, real* u, StatsT& stats, WS& ws, anvil::sqp::Limits limits) {
     auto& s = ws.s;
     const double start = anvil::now();
     assemble(x0, p, lbx, ubx, lbu, ubu, lbh, ubh, lbhN, ubhN, ws);
@@ -132,7 +134,7 @@ class Controller {
     const bool after_infeasible = s.guess == 3;
     const bool warm_qp = shifted_qp(ws);
     initial_guess(x0, lbu, ubu, ws);
-    double f = 0.0;
+    real f = 0.0;
     anvil::sqp::Limits warm = limits;
     warm.restore = !shifted || after_infeasible;
     warm.restore_first = after_infeasible;
@@ -155,25 +157,25 @@ class Controller {
 
  private:
   /// dst[i] = src[table[i]] (0 where table[i] < 0)
-  static void gather(double* dst, const double* src, const int* table, int n) {
+  static void gather(real* dst, const real* src, const int* table, int n) {
     for (int i = 0; i < n; ++i) dst[i] = table[i] >= 0 ? src[table[i]] : 0.0;
   }
 
   /// The dynamics rows of g (x_0 - x0, then the defects) at the SQP's last iterate are all within defect_tol.
-  static bool dynamics_met(const double* g) {
+  static bool dynamics_met(const real* g) {
     for (int i = 0; i < nx * (N + 1); ++i)
       if (!(std::fabs(g[i]) <= defect_tol)) return false;
     return true;
   }
 
-  static bool finite(const double* v, int n) {
+  static bool finite(const real* v, int n) {
     for (int i = 0; i < n; ++i)
       if (!std::isfinite(v[i])) return false;
     return true;
   }
 
   /// One SQP solve from the guess in s.w and the multipliers (x_0 set to x0).
-  static int solve_from_guess(const double* x0, double* f, StatsT& stats, WS& ws, anvil::sqp::Limits limits) {
+  static int solve_from_guess(const real* x0, real* f, StatsT& stats, WS& ws, anvil::sqp::Limits limits) {
     auto& s = ws.s;
     for (int i = 0; i < nx; ++i) s.w[i] = x0[i];
     return SQP::call(s.w.data(), s.params.data(), s.lbw.data(), s.ubw.data(), s.lbg.data(), s.ubg.data(),
@@ -183,7 +185,7 @@ class Controller {
 
   /// x_k = x0 and u_k = 0 clipped to its bounds. NOTE: a rollout of the model from x0 was tried: for an unstable
   /// plant (the cart-pole) it starts far from the optimum and the first solve took 25 SQP iterations instead of 4.
-  static void cold_guess(const double* x0, const double* lbu, const double* ubu, WS& ws) {
+  static void cold_guess(const real* x0, const real* lbu, const real* ubu, WS& ws) {
     auto& s = ws.s;
     for (int k = 0; k <= N; ++k)
       for (int i = 0; i < nx; ++i) s.w[k * nz + i] = x0[i];
@@ -195,15 +197,15 @@ class Controller {
   }
 
   /// The NLP's parameter [x_init; p_0 ... p_N] and bounds on w and g from the per-stage bounds.
-  static void assemble(const double* x0, const double* p, const double* lbx, const double* ubx, const double* lbu,
-                       const double* ubu, const double* lbh, const double* ubh, const double* lbhN,
-                       const double* ubhN, WS& ws) {
-    constexpr double inf = HUGE_VAL;
+  static void assemble(const real* x0, const real* p, const real* lbx, const real* ubx, const real* lbu,
+                       const real* ubu, const real* lbh, const real* ubh, const real* lbhN,
+                       const real* ubhN, WS& ws) {
+    constexpr real inf = HUGE_VAL;
     auto& s = ws.s;
-    double* lbw = s.lbw.data();
-    double* ubw = s.ubw.data();
-    double* lbg = s.lbg.data();
-    double* ubg = s.ubg.data();
+    real* lbw = s.lbw.data();
+    real* ubw = s.ubw.data();
+    real* lbg = s.lbg.data();
+    real* ubg = s.ubg.data();
     for (int i = 0; i < nx; ++i) s.params[i] = x0[i];
     for (int i = 0; i < (N + 1) * np; ++i) s.params[nx + i] = p[i];
     for (int k = 0; k <= N; ++k) {
@@ -234,8 +236,8 @@ class Controller {
     }
     for (int e = 0; e < ns; ++e) {
       // a softened bound moves from its hard place to the two rows v + s >= lb and v - s <= ub
-      double* lo = C::soft_in_g[e] ? &lbg[C::soft_index[e]] : &lbw[C::soft_index[e]];
-      double* hi = C::soft_in_g[e] ? &ubg[C::soft_index[e]] : &ubw[C::soft_index[e]];
+      real* lo = C::soft_in_g[e] ? &lbg[C::soft_index[e]] : &lbw[C::soft_index[e]];
+      real* hi = C::soft_in_g[e] ? &ubg[C::soft_index[e]] : &ubw[C::soft_index[e]];
       lbg[soft_rows + e] = *lo;
       ubg[soft_rows + e] = inf;
       lbg[soft_rows + ns + e] = -inf;
@@ -247,7 +249,7 @@ class Controller {
   }
 
   /// The initial guess: the previous solution shifted by one stage (primal and dual), the set_guess() one, or cold.
-  static void initial_guess(const double* x0, const double* lbu, const double* ubu, WS& ws) {
+  static void initial_guess(const real* x0, const real* lbu, const real* ubu, WS& ws) {
     auto& s = ws.s;
     if ((s.guess == 1 || s.guess == 3) && C::warm_start) {
       gather(s.w.data(), s.w_out.data(), C::shift_w, nw);
@@ -271,7 +273,7 @@ class Controller {
   }
 
   /// Outputs (the failure policy applied, see the top of this file) and the solution kept for the next warm start.
-  static void finish(double f, const double* x0, const double* lbu, const double* ubu, double* x, double* u,
+  static void finish(real f, const real* x0, const real* lbu, const real* ubu, real* x, real* u,
                      StatsT& stats, WS& ws, double start) {
     auto& s = ws.s;
     stats.iterations = stats.sqp.iterations;

@@ -15,6 +15,7 @@
 #include <limits>
 
 #include "anvil/qp.hpp"
+#include "anvil/support.hpp"
 
 namespace anvil {
 namespace qp {
@@ -22,35 +23,41 @@ namespace ipm {
 constexpr double no_bound = 1e20;  ///< |bound| >= this: the side is absent
 constexpr double fraction_to_boundary = 0.995;
 constexpr double warm_floor = 1e-2;  ///< a warm start pushes slacks and multipliers up to at most this floor
-constexpr double equality_regularization = 1e-8;
+/// delta, the primal-dual regularization of an equality row (about the square root of the arithmetic's precision)
+template <class T>
+constexpr T equality_regularization = anvil::by_precision<T>(1e-8, 2e-4f);
 
 /// One side of an inequality row (v >= lo, or hi >= v): the slack t >= 0 and its multiplier l, and for an elastic row
 /// the allowed violation s >= 0 (penalized by z per unit in the objective) and its multiplier m; the steps and the
 /// residuals: r = distance - t + s (distance: v - lo, or hi - v) and rs = z - l - m.
+template <class T>
 struct Side {
-  double t, l, dt, dl, r, s, m, ds, dm, rs;
+  T t, l, dt, dl, r, s, m, ds, dm, rs;
   bool on;
 };
 
 /// One row's interior-point state. For an equality row, hi.l is its free multiplier and lo.r its residual. z > 0
 /// makes the row elastic: each side may be violated at the price z per unit (an L1 penalty, as HPIPM's soft
 /// constraints: the elastic variables are eliminated row by row, so the stage sizes do not change).
+template <class T>
 struct Row {
-  Side lo, hi;
-  double z;
+  Side<T> lo, hi;
+  T z;
   bool eq;
 };
 
 /// Residual norms and the complementarity sum, accumulated over the rows.
+template <class T>
 struct Norms {
-  double equality = 0.0, inequality = 0.0, complementarity = 0.0, sum = 0.0;
+  T equality = 0.0, inequality = 0.0, complementarity = 0.0, sum = 0.0;
   int count = 0;
 };
 
 /// A present side's starting point: cold, t = max(distance, 1) and l = 1/t (elastic: s covers a violation, l = m =
 /// z/2); warm, the previous values floored at `floor` (starting again with a higher floor is the same as starting
 /// with it once).
-inline void start_side(Side& q, double distance, double z, bool warm, double floor) {
+template <class T>
+inline void start_side(Side<T>& q, same_t<T> distance, same_t<T> z, bool warm, same_t<T> floor) {
   if (!warm) floor = 1.0;
   q.s = z > 0.0 ? std::fmax(warm ? q.s : -distance + 1.0, floor) : 0.0;
   q.t = std::fmax(distance + q.s, floor);
@@ -60,11 +67,14 @@ inline void start_side(Side& q, double distance, double z, bool warm, double flo
 }
 
 /// Finite bounds with lo == hi: an equality row (a free multiplier and a fixed weight in the Newton system).
-inline bool is_equality(double lo, double hi) { return lo == hi && std::fabs(lo) < no_bound; }
+template <class T>
+inline bool is_equality(T lo, same_t<T> hi) { return lo == hi && std::fabs(lo) < no_bound; }
 
 /// Which sides of the row are present and their starting slacks and multipliers (a warm start's floored at `floor`).
 /// Absent sides stay inert (t = 1, l = 0).
-inline void start_row(Row& r, double v, double lo, double hi, double z, bool warm, double floor) {
+template <class T>
+inline void start_row(Row<T>& r, same_t<T> v, same_t<T> lo, same_t<T> hi, same_t<T> z, bool warm,
+                      same_t<T> floor) {
   r.z = z;
   r.eq = is_equality(lo, hi) && z == 0.0;
   r.lo.on = !r.eq && lo > -no_bound;
@@ -76,7 +86,7 @@ inline void start_row(Row& r, double v, double lo, double hi, double z, bool war
     r.lo.s = r.hi.s = r.lo.m = r.hi.m = r.lo.ds = r.hi.ds = r.lo.dm = r.hi.dm = 0.0;
     return;
   }
-  for (Side* q : {&r.lo, &r.hi}) {
+  for (Side<T>* q : {&r.lo, &r.hi}) {
     if (q->on) {
       start_side(*q, q == &r.lo ? v - lo : hi - v, z, warm, floor);
     } else {
@@ -87,7 +97,8 @@ inline void start_row(Row& r, double v, double lo, double hi, double z, bool war
 }
 
 /// A present side's residuals at the distance to its bound, accumulated into n.
-inline void side_residuals(Side& q, double distance, double z, Norms& n) {
+template <class T>
+inline void side_residuals(Side<T>& q, same_t<T> distance, same_t<T> z, Norms<T>& n) {
   q.r = distance - q.t + q.s;
   n.inequality = std::fmax(n.inequality, std::fabs(q.r));
   n.sum += q.l * q.t;
@@ -103,7 +114,8 @@ inline void side_residuals(Side& q, double distance, double z, Norms& n) {
 }
 
 /// The row's residuals at value v (an equality's in lo.r); returns its multiplier lam_hi - lam_lo.
-inline double row_residuals(Row& r, double v, double lo, double hi, Norms& n) {
+template <class T>
+inline T row_residuals(Row<T>& r, same_t<T> v, same_t<T> lo, same_t<T> hi, Norms<T>& n) {
   if (r.eq) {
     r.lo.r = v - lo;
     n.equality = std::fmax(n.equality, std::fabs(r.lo.r));
@@ -115,45 +127,52 @@ inline double row_residuals(Row& r, double v, double lo, double hi, Norms& n) {
 }
 
 /// l t - target, plus the predictor's dl dt in the corrector.
-inline double complementarity_residual(double l, double t, double dl, double dt, double target, bool corrector) {
+template <class T>
+inline T complementarity_residual(T l, same_t<T> t, same_t<T> dl, same_t<T> dt, same_t<T> target, bool corrector) {
   return l * t - target + (corrector ? dl * dt : 0.0);
 }
 
 /// The side's slack as the Newton system sees it once the elastic variables are eliminated: t + l s / m.
-inline double effective_slack(const Side& q, double z) { return z > 0.0 ? q.t + q.l * q.s / q.m : q.t; }
+template <class T>
+inline T effective_slack(const Side<T>& q, same_t<T> z) { return z > 0.0 ? q.t + q.l * q.s / q.m : q.t; }
 
 /// The side's primal residual once the elastic variables are eliminated (for the complementarity target).
-inline double effective_residual(const Side& q, double z, double target, bool corrector) {
+template <class T>
+inline T effective_residual(const Side<T>& q, same_t<T> z, same_t<T> target, bool corrector) {
   if (z == 0.0) return q.r;
   return q.r - (complementarity_residual(q.m, q.s, q.dm, q.ds, target, corrector) + q.s * q.rs) / q.m;
 }
 
 /// The weight the row adds to the Newton system's Hessian (as w a a' for its row a).
-inline double row_weight(const Row& r) {
-  if (r.eq) return 1.0 / equality_regularization;
+template <class T>
+inline T row_weight(const Row<T>& r) {
+  if (r.eq) return T(1) / equality_regularization<T>;
   return (r.lo.on ? r.lo.l / effective_slack(r.lo, r.z) : 0.0) + (r.hi.on ? r.hi.l / effective_slack(r.hi, r.z) : 0.0);
 }
 
 /// A side's part of the reduced gradient's coefficient (lower side: +, upper side: -).
-inline double side_rhs(const Side& q, double z, double target, bool corrector) {
-  const double c = complementarity_residual(q.l, q.t, q.dl, q.dt, target, corrector);
+template <class T>
+inline T side_rhs(const Side<T>& q, same_t<T> z, same_t<T> target, bool corrector) {
+  const T c = complementarity_residual(q.l, q.t, q.dl, q.dt, target, corrector);
   return (c + q.l * effective_residual(q, z, target, corrector)) / effective_slack(q, z);
 }
 
 /// The coefficient e of the row in the reduced gradient (q += a e), for the complementarity target.
-inline double row_rhs(const Row& r, double target, bool corrector) {
-  if (r.eq) return r.lo.r / equality_regularization;
+template <class T>
+inline T row_rhs(const Row<T>& r, same_t<T> target, bool corrector) {
+  if (r.eq) return r.lo.r / equality_regularization<T>;
   return (r.lo.on ? side_rhs(r.lo, r.z, target, corrector) : 0.0) -
          (r.hi.on ? side_rhs(r.hi, r.z, target, corrector) : 0.0);
 }
 
 /// A side's steps, given its distance's step gd (the corrector's products use the predictor's steps, read before
 /// they are overwritten).
-inline void side_step(Side& q, double gd, double z, double target, bool corrector) {
-  const double c = complementarity_residual(q.l, q.t, q.dl, q.dt, target, corrector);
-  const double dl = -(c + q.l * (gd + effective_residual(q, z, target, corrector))) / effective_slack(q, z);
+template <class T>
+inline void side_step(Side<T>& q, same_t<T> gd, same_t<T> z, same_t<T> target, bool corrector) {
+  const T c = complementarity_residual(q.l, q.t, q.dl, q.dt, target, corrector);
+  const T dl = -(c + q.l * (gd + effective_residual(q, z, target, corrector))) / effective_slack(q, z);
   if (z > 0.0) {
-    const double cs = complementarity_residual(q.m, q.s, q.dm, q.ds, target, corrector);
+    const T cs = complementarity_residual(q.m, q.s, q.dm, q.ds, target, corrector);
     q.dm = q.rs - dl;
     q.ds = -(cs + q.s * q.dm) / q.m;
   }
@@ -162,9 +181,10 @@ inline void side_step(Side& q, double gd, double z, double target, bool correcto
 }
 
 /// The slack and multiplier steps, given the row's primal step gd = a'dz.
-inline void row_step(Row& r, double gd, double target, bool corrector) {
+template <class T>
+inline void row_step(Row<T>& r, same_t<T> gd, same_t<T> target, bool corrector) {
   if (r.eq) {
-    r.hi.dl = (gd + r.lo.r) / equality_regularization;
+    r.hi.dl = (gd + r.lo.r) / equality_regularization<T>;
     return;
   }
   if (r.lo.on) side_step(r.lo, gd, r.z, target, corrector);
@@ -172,11 +192,12 @@ inline void row_step(Row& r, double gd, double target, bool corrector) {
 }
 
 /// Shrinks alpha so the row's slacks and multipliers stay nonnegative.
-inline void row_limit(const Row& r, double& alpha) {
-  const auto limit = [&](double v, double dv) {
+template <class T>
+inline void row_limit(const Row<T>& r, T& alpha) {
+  const auto limit = [&](T v, T dv) {
     if (dv < 0.0) alpha = std::fmin(alpha, -v / dv);
   };
-  for (const Side* q : {&r.lo, &r.hi}) {
+  for (const Side<T>* q : {&r.lo, &r.hi}) {
     if (!q->on) continue;
     limit(q->t, q->dt);
     limit(q->l, q->dl);
@@ -188,8 +209,9 @@ inline void row_limit(const Row& r, double& alpha) {
 }
 
 /// Adds the row's complementarity products after a step of alpha.
-inline void row_products(const Row& r, double alpha, double& sum, int& count) {
-  for (const Side* q : {&r.lo, &r.hi}) {
+template <class T>
+inline void row_products(const Row<T>& r, same_t<T> alpha, T& sum, int& count) {
+  for (const Side<T>* q : {&r.lo, &r.hi}) {
     if (!q->on) continue;
     sum += (q->l + alpha * q->dl) * (q->t + alpha * q->dt);
     ++count;
@@ -200,12 +222,13 @@ inline void row_products(const Row& r, double alpha, double& sum, int& count) {
   }
 }
 
-inline void row_take(Row& r, double alpha) {
+template <class T>
+inline void row_take(Row<T>& r, same_t<T> alpha) {
   if (r.eq) {
     r.hi.l += alpha * r.hi.dl;
     return;
   }
-  for (Side* q : {&r.lo, &r.hi}) {
+  for (Side<T>* q : {&r.lo, &r.hi}) {
     q->t += alpha * q->dt;
     q->l += alpha * q->dl;
     q->s += alpha * q->ds;
@@ -214,33 +237,35 @@ inline void row_take(Row& r, double alpha) {
 }
 
 /// The tightest tolerance a QP whose linear term is q (n entries) can meet: a residual is a sum of terms as large as
-/// q, so it cannot fall below their rounding (a gradient of 1e9 leaves 1e-7, and an absolute 1e-6 asked of a QP of
+/// q (and as the data, of order 1 at least), so it cannot fall below their rounding (a gradient of 1e9 leaves 1e-7, and an absolute 1e-6 asked of a QP of
 /// such data would never be met: it ran to its iteration limit).
-inline double attainable(double tol, const double* q, int n) {
-  double q_max = 0.0;
+template <class T>
+inline T attainable(same_t<T> tol, const T* q, int n) {
+  T q_max = 0;
   for (int j = 0; j < n; ++j) q_max = std::fmax(q_max, std::fabs(q[j]));
-  return std::fmax(tol, 1e3 * std::numeric_limits<double>::epsilon() * q_max);
+  return std::fmax(tol, T(1e3) * std::numeric_limits<T>::epsilon() * std::fmax(q_max, T(1)));
 }
 
 /// Infinity norms of an iterate's KKT residuals.
+template <class T>
 struct Residuals {
-  double stationarity = 0.0, equality = 0.0, inequality = 0.0, complementarity = 0.0;
+  T stationarity = 0.0, equality = 0.0, inequality = 0.0, complementarity = 0.0;
 };
 
 /// The largest alpha in (0, 1] keeping every present side's slack and multiplier nonnegative (S::for_rows).
 template <class S, class W>
-double max_step(W& ws) {
-  double alpha = 1.0;
-  S::for_rows(ws, [&](const Row& r) { row_limit(r, alpha); });
+typename S::real max_step(W& ws) {
+  typename S::real alpha = 1;
+  S::for_rows(ws, [&](const Row<typename S::real>& r) { row_limit(r, alpha); });
   return alpha;
 }
 
 /// Mean complementarity after a step of alpha (S::for_rows).
 template <class S, class W>
-double mu_after(W& ws, double alpha) {
-  double sum = 0.0;
+typename S::real mu_after(W& ws, typename S::real alpha) {
+  typename S::real sum = 0;
   int count = 0;
-  S::for_rows(ws, [&](const Row& r) { row_products(r, alpha, sum, count); });
+  S::for_rows(ws, [&](const Row<typename S::real>& r) { row_products(r, alpha, sum, count); });
   return count ? sum / count : 0.0;
 }
 
@@ -250,50 +275,53 @@ double mu_after(W& ws, double alpha) {
 /// it a QP whose multipliers are far from 1 (an elastic QP pricing violations at 1e5) starts so far from the central
 /// path that its first steps are cut to 1e-6 of their length, and its products blow up.
 template <class S, class D, class W>
-void mehrotra_start(const D& d, W& ws, Residuals& res) {
+void mehrotra_start(const D& d, W& ws, Residuals<typename S::real>& res) {
+  using T = typename S::real;
   S::residuals(d, ws, res);
   if (!S::factor(d, ws)) return;  // the loop's own factorization says so
   S::newton_step(d, ws, 0.0, false);
   S::take_step(ws, 1.0);
   const auto each_side = [&](auto&& f) {
-    S::for_rows(ws, [&](Row& r) {
-      for (Side* q : {&r.lo, &r.hi})
+    S::for_rows(ws, [&](Row<T>& r) {
+      for (Side<T>* q : {&r.lo, &r.hi})
         if (q->on) f(*q);
     });
   };
-  double t_min = HUGE_VAL, l_min = HUGE_VAL;
-  each_side([&](Side& q) {
+  T t_min = HUGE_VAL, l_min = HUGE_VAL;
+  each_side([&](Side<T>& q) {
     t_min = std::fmin(t_min, q.t);
     l_min = std::fmin(l_min, q.l);
   });
-  const double t_shift = std::fmax(-1.5 * t_min, 0.0), l_shift = std::fmax(-1.5 * l_min, 0.0);
-  double products = 0.0, t_sum = 0.0, l_sum = 0.0;
-  each_side([&](Side& q) {
+  const T t_shift = std::fmax(T(-1.5) * t_min, T(0)), l_shift = std::fmax(T(-1.5) * l_min, T(0));
+  T products = 0.0, t_sum = 0.0, l_sum = 0.0;
+  each_side([&](Side<T>& q) {
     products += (q.t + t_shift) * (q.l + l_shift);
     t_sum += q.t + t_shift;
     l_sum += q.l + l_shift;
   });
-  const double t_center = l_sum > 0.0 ? 0.5 * products / l_sum : 0.0;
-  const double l_center = t_sum > 0.0 ? 0.5 * products / t_sum : 0.0;
-  each_side([&](Side& q) {
+  const T t_center = l_sum > 0.0 ? 0.5 * products / l_sum : 0.0;
+  const T l_center = t_sum > 0.0 ? 0.5 * products / t_sum : 0.0;
+  each_side([&](Side<T>& q) {
     q.t = std::fmax(q.t + t_shift + t_center, 1e-8);
     q.l = std::fmax(q.l + l_shift + l_center, 1e-8);
   });
 }
 
 /// Mehrotra's predictor-corrector interior point on the Newton systems of S, a solver's static steps:
-///   void start_rows(const D&, bool warm, double floor, W&)   the rows' starting points (a warm start's floored)
-///   double residuals(const D&, W&, Residuals&)               the KKT residuals at the iterate; returns mu
+///   void start_rows(const D&, bool warm, T floor, W&)   the rows' starting points (a warm start's floored)
+///   T residuals(const D&, W&, Residuals&)               the KKT residuals at the iterate; returns mu
 ///   bool factor(const D&, W&)                                factors the Newton system; false if nonconvex
-///   void newton_step(const D&, W&, double target, bool corrector)
-///   void take_step(W&, double alpha)                         the primal step and every row's (row_take)
+///   void newton_step(const D&, W&, T target, bool corrector)
+///   void take_step(W&, T alpha)                         the primal step and every row's (row_take)
 ///   for_rows(W&, f)                                          f(Row&) for every row with a bound (public)
 /// and S::mehrotra_start: whether a cold start begins at Mehrotra's starting point.
 /// Solves to tol (every residual norm) in at most max_iter iterations, from the iterate in ws (the caller's cold or
 /// warm starting point; `warm` restarts the rows from their previous slacks and multipliers). Returns the Status,
 /// the final residuals and the iterations taken.
 template <class S, class D, class W>
-int mehrotra(const D& d, double tol, int max_iter, bool warm, W& ws, Residuals& res, int& iterations) {
+int mehrotra(const D& d, typename S::real tol, int max_iter, bool warm, W& ws, Residuals<typename S::real>& res,
+             int& iterations) {
+  using T = typename S::real;
   S::start_rows(d, warm, 0.0, ws);
   if constexpr (S::mehrotra_start) {
     if (!warm) ipm::mehrotra_start<S>(d, ws, res);
@@ -304,13 +332,13 @@ int mehrotra(const D& d, double tol, int max_iter, bool warm, W& ws, Residuals& 
     // almost where it ends; a fixed 1e-2 made the residuals it meant to tolerate (4 iterations where 1-2 do), a
     // fixed 1e-4 made a QP whose active set changed take 21 iterations instead of 8
     S::residuals(d, ws, res);
-    const double change = std::fmax(res.stationarity, std::fmax(res.equality, res.inequality));
+    const T change = std::fmax(res.stationarity, std::fmax(res.equality, res.inequality));
     S::start_rows(d, warm, std::fmin(warm_floor, std::fmax(tol, change)), ws);
   }
   int status = max_iterations, it = 0, stalls = 0;
-  double alpha = 0.0, equality_before = 0.0, mu_scale = 1.0;
+  T alpha = 0.0, equality_before = 0.0, mu_scale = 1.0;
   for (;; ++it) {
-    const double mu = S::residuals(d, ws, res);
+    const T mu = S::residuals(d, ws, res);
     // NOTE: divergence is measured against the first iterate's complementarity (at least 1): the products of a QP
     // whose data are large start large (bounds at 6.4e6: 4e13), and a fixed 1e14 called a feasible one infeasible
     if (it == 0) mu_scale = std::fmax(1.0, mu);
@@ -344,7 +372,7 @@ int mehrotra(const D& d, double tol, int max_iter, bool warm, W& ws, Residuals& 
     // seen) and the weights l / t so large that the factorization loses the Hessian to rounding and a convex QP
     // looks nonconvex
     S::newton_step(d, ws, 0.0, false);
-    const double sigma = std::pow(mu > 0.0 ? mu_after<S>(ws, max_step<S>(ws)) / mu : 0.0, 3.0);
+    const T sigma = std::pow(mu > 0.0 ? mu_after<S>(ws, max_step<S>(ws)) / mu : 0.0, 3.0);
     S::newton_step(d, ws, std::fmax(sigma * mu, 0.01 * tol), true);
     alpha = std::fmin(1.0, fraction_to_boundary * max_step<S>(ws));
     S::take_step(ws, alpha);

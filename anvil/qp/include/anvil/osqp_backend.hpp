@@ -27,6 +27,7 @@ namespace qp {
 
 template <class L, class W>
 struct OSQPBackend {
+  using real = double;  ///< OSQP is built in double
   static_assert(sizeof(OSQPInt) == sizeof(int), "OSQP built with 32-bit ints");
   using Workspace = W;
   using KKT = ActiveSetKKT<L, W>;

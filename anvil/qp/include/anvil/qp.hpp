@@ -4,7 +4,8 @@
 //
 //   min 1/2 d'P d + q'd   s.t.   l <= A d <= u          (P: upper triangle, both in compressed columns),
 //
-// through a type B with a Workspace and seven static functions (checked by implements_contract<B>()):
+// through a type B with a Workspace, the scalar type `real` it computes in (double, or float: a float32 solver's; written
+// double below) and seven static functions (checked by implements_contract<B>()):
 //
 //   void reset(Workspace& ws)
 //       The next solve starts cold: iterates and adaptive parameters back to their initial values, and the guess of
@@ -36,24 +37,26 @@ namespace qp {
 /// How a QP solve ended.
 enum Status : int { solved = 0, max_iterations = 1, infeasible = 2, nonconvex = 3, numerical_error = 4 };
 
-/// True (at compile time) when B has the contract's Workspace and static functions with exactly these signatures.
+/// True (at compile time) when B has the contract's Workspace and static functions with exactly these signatures (in
+/// B::real).
 template <class B>
 constexpr bool implements_contract() {
+  using T = typename B::real;
   using W = typename B::Workspace;
   static_assert(std::is_same_v<decltype(&B::reset), void (*)(W&)>, "QP backend: void reset(Workspace&)");
   static_assert(std::is_same_v<decltype(&B::shift), void (*)(W&)>, "QP backend: void shift(Workspace&)");
   static_assert(std::is_same_v<decltype(&B::load),
-                               int (*)(const double*, const double*, const double*, const double*, bool, W&)>,
-                "QP backend: int load(const double* P, const double* A, const double* l, const double* u, bool "
-                "screen, Workspace&)");
-  static_assert(std::is_same_v<decltype(&B::solve),
-                               int (*)(const double*, const double*, const double*, double, bool, W&)>,
-                "QP backend: int solve(const double* q, const double* l, const double* u, double tol, bool warm, "
+                               int (*)(const T*, const T*, const T*, const T*, bool, W&)>,
+                "QP backend: int load(const real* P, const real* A, const real* l, const real* u, bool screen, "
                 "Workspace&)");
-  static_assert(std::is_same_v<decltype(&B::primal), const double* (*)(const W&)>,
-                "QP backend: const double* primal(const Workspace&)");
-  static_assert(std::is_same_v<decltype(&B::dual), const double* (*)(const W&)>,
-                "QP backend: const double* dual(const Workspace&)");
+  static_assert(std::is_same_v<decltype(&B::solve),
+                               int (*)(const T*, const T*, const T*, T, bool, W&)>,
+                "QP backend: int solve(const real* q, const real* l, const real* u, real tol, bool warm, "
+                "Workspace&)");
+  static_assert(std::is_same_v<decltype(&B::primal), const T* (*)(const W&)>,
+                "QP backend: const real* primal(const Workspace&)");
+  static_assert(std::is_same_v<decltype(&B::dual), const T* (*)(const W&)>,
+                "QP backend: const real* dual(const Workspace&)");
   static_assert(std::is_same_v<decltype(&B::iterations), int (*)(const W&)>,
                 "QP backend: int iterations(const Workspace&)");
   return true;

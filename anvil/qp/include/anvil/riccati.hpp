@@ -23,15 +23,15 @@ namespace qp {
 namespace riccati {
 
 /// In-place Cholesky of an m x m matrix (lower triangle); false if not positive definite.
-template <int m>
-bool cholesky(double (&M)[m][m]) {
+template <int m, class T>
+bool cholesky(T (&M)[m][m]) {
   for (int j = 0; j < m; ++j) {
-    double d = M[j][j];
+    T d = M[j][j];
     for (int k = 0; k < j; ++k) d -= M[j][k] * M[j][k];
-    if (!(d > 1e-14)) return false;
+    if (!(d > anvil::by_precision<T>(1e-14, 5e-6f))) return false;  // the smallest pivot: 45 roundings
     M[j][j] = std::sqrt(d);
     for (int i = j + 1; i < m; ++i) {
-      double s = M[i][j];
+      T s = M[i][j];
       for (int k = 0; k < j; ++k) s -= M[i][k] * M[j][k];
       M[i][j] = s / M[j][j];
     }
@@ -40,8 +40,8 @@ bool cholesky(double (&M)[m][m]) {
 }
 
 /// v <- (L L')^-1 v
-template <int m>
-void cholesky_solve(const double (&L)[m][m], double* v) {
+template <int m, class T>
+void cholesky_solve(const T (&L)[m][m], T* v) {
   for (int i = 0; i < m; ++i) {
     for (int k = 0; k < i; ++k) v[i] -= L[i][k] * v[k];
     v[i] /= L[i][i];
@@ -55,12 +55,12 @@ void cholesky_solve(const double (&L)[m][m], double* v) {
 /// out = sum_l a[l] M[l][:len], a combination of M's rows (their first len entries) accumulated in a local array of
 /// compile-time length, which compilers keep in vector registers: 1.4x (SSE2) to 3x (AVX2) the speed of updating
 /// `out` in memory term by term.
-template <int rows, int n, int len = n>
-void combine_rows(const double* a, const double (&M)[rows][n], double* out) {
-  double acc[len];
+template <int rows, int n, int len = n, class T>
+void combine_rows(const T* a, const T (&M)[rows][n], T* out) {
+  T acc[len];
   for (int j = 0; j < len; ++j) acc[j] = a[0] * M[0][j];
   for (int l = 1; l < rows; ++l) {
-    const double c = a[l];
+    const T c = a[l];
     for (int j = 0; j < len; ++j) acc[j] += c * M[l][j];
   }
   for (int j = 0; j < len; ++j) out[j] = acc[j];
@@ -69,12 +69,12 @@ void combine_rows(const double* a, const double (&M)[rows][n], double* out) {
 /// out = M x (the first len columns of M): the products accumulated column by column in a local array, so the rows'
 /// sums are independent chains (a dot product per row is one chain of dependent additions, which runs at the adder's
 /// latency).
-template <int rows, int n, int len = n>
-void multiply(const double (&M)[rows][n], const double* x, double* out) {
-  double acc[rows];
+template <int rows, int n, int len = n, class T>
+void multiply(const T (&M)[rows][n], const T* x, T* out) {
+  T acc[rows];
   for (int i = 0; i < rows; ++i) acc[i] = M[i][0] * x[0];
   for (int j = 1; j < len; ++j) {
-    const double c = x[j];
+    const T c = x[j];
     for (int i = 0; i < rows; ++i) acc[i] += M[i][j] * c;
   }
   for (int i = 0; i < rows; ++i) out[i] = acc[i];
@@ -82,11 +82,11 @@ void multiply(const double (&M)[rows][n], const double* x, double* out) {
 
 /// Q[i][:i+1] += (M'N)[i][:i+1] for i >= first: the lower triangle of M'N added to Q's, four rows at a time, each
 /// row computed up to the block's last column (compile-time lengths, so the rows stay in registers).
-template <int first, int rows, int n, int s>
-void add_lower_product(const double (&M)[rows][n], const double (&N)[rows][n], double (&Q)[s][s]) {
+template <int first, int rows, int n, int s, class T>
+void add_lower_product(const T (&M)[rows][n], const T (&N)[rows][n], T (&Q)[s][s]) {
   constexpr int end = first + 4 < n ? first + 4 : n;
   for (int i = first; i < end; ++i) {
-    double a[rows], row[end];
+    T a[rows], row[end];
     for (int l = 0; l < rows; ++l) a[l] = M[l][i];
     combine_rows<rows, n, end>(a, N, row);
     for (int j = 0; j <= i; ++j) Q[i][j] += row[j];
@@ -98,15 +98,15 @@ void add_lower_product(const double (&M)[rows][n], const double (&N)[rows][n], d
 /// Cholesky factor L of Q_uu, the feedback K = -Q_uu^-1 Q_ux and the value function's Hessian P = Q_xx + Q_ux'K =
 /// Q_xx - V'V with V = L^-1 Q_ux (a symmetric update, computed on the lower triangle and mirrored). False if Q_uu is
 /// not positive definite (the reduced Hessian is not).
-template <int nx, int m>
-bool eliminate_inputs(const double (&Q)[nx + m][nx + m], double (&L)[m][m], double (&K)[m][nx], double (&P)[nx][nx]) {
+template <int nx, int m, class T>
+bool eliminate_inputs(const T (&Q)[nx + m][nx + m], T (&L)[m][m], T (&K)[m][nx], T (&P)[nx][nx]) {
   for (int i = 0; i < m; ++i)
     for (int j = 0; j <= i; ++j) L[i][j] = Q[nx + i][nx + j];
   if (!cholesky(L)) return false;
   // V = L^-1 Q_ux and K = -L'^-1 V, triangular solves on whole rows of nx (vectorizable)
-  double V[m][nx], W[m][nx];  // W = -V
+  T V[m][nx], W[m][nx];  // W = -V
   for (int i = 0; i < m; ++i) {
-    const double inverse = 1.0 / L[i][i];
+    const T inverse = 1.0 / L[i][i];
     for (int j = 0; j < nx; ++j) V[i][j] = Q[nx + i][j];
     for (int k = 0; k < i; ++k)
       for (int j = 0; j < nx; ++j) V[i][j] -= L[i][k] * V[k][j];
@@ -116,7 +116,7 @@ bool eliminate_inputs(const double (&Q)[nx + m][nx + m], double (&L)[m][m], doub
     }
   }
   for (int i = m - 1; i >= 0; --i) {
-    const double inverse = 1.0 / L[i][i];
+    const T inverse = 1.0 / L[i][i];
     for (int j = 0; j < nx; ++j) K[i][j] = W[i][j];
     for (int k = i + 1; k < m; ++k)
       for (int j = 0; j < nx; ++j) K[i][j] -= L[k][i] * K[k][j];
@@ -131,9 +131,8 @@ bool eliminate_inputs(const double (&Q)[nx + m][nx + m], double (&L)[m][m], doub
 }
 
 /// The value function's gradient p = qx + K'qu and the feedforward kk = -Q_uu^-1 qu (qu is overwritten).
-template <int nx, int m>
-void feedforward(const double* qx, double* qu, const double (&L)[m][m], const double (&K)[m][nx], double* p,
-                 double* kk) {
+template <int nx, int m, class T>
+void feedforward(const T* qx, T* qu, const T (&L)[m][m], const T (&K)[m][nx], T* p, T* kk) {
   combine_rows<m, nx>(qu, K, p);
   for (int i = 0; i < nx; ++i) p[i] += qx[i];
   cholesky_solve(L, qu);
@@ -148,7 +147,8 @@ struct Pattern {
 
   /// Finds the nonzeros of a row with a bound; a row without one takes no part in the iterations (an empty pattern:
   /// most rows of an OCP, the state boxes without bounds, are scanned no further).
-  void find(const double* a, double lo, double hi) {
+  template <class T>
+  void find(const T* a, same_t<T> lo, same_t<T> hi) {
     count = 0;
     if (!(lo > -ipm::no_bound || hi < ipm::no_bound)) return;
     for (int j = 0; j < n; ++j) {
@@ -158,9 +158,9 @@ struct Pattern {
   }
 
   /// a'[x; y] where x holds the first m entries.
-  template <int m>
-  double dot(const double* a, const double* x, const double* y) const {
-    double v = 0.0;
+  template <int m, class T>
+  T dot(const T* a, const T* x, const T* y) const {
+    T v = 0;
     for (int e = 0; e < count; ++e) {
       const int j = index[e];
       v += a[j] * (j < m ? x[j] : y[j - m]);
@@ -169,13 +169,14 @@ struct Pattern {
   }
 
   /// r += a e
-  void add(const double* a, double e, double* r) const {
+  template <class T>
+  void add(const T* a, same_t<T> e, T* r) const {
     for (int c = 0; c < count; ++c) r[index[c]] += a[index[c]] * e;
   }
 
   /// M += a w a' (the lower triangle, M's rows and columns ordered as a's entries)
-  template <int s>
-  void add_outer(const double* a, double w, double (&M)[s][s]) const {
+  template <int s, class T>
+  void add_outer(const T* a, same_t<T> w, T (&M)[s][s]) const {
     for (int c = 0; c < count; ++c) {
       const int i = index[c];
       for (int e = 0; e <= c; ++e) M[i][index[e]] += a[i] * w * a[index[e]];
@@ -188,8 +189,9 @@ struct Pattern {
 /// The solver for one set of sizes: states nx, inputs nu and horizon N; ng rows per stage k < N and ngN at stage N;
 /// nuN inputs at stage N; only the first nud inputs enter the dynamics (the columns of B after them are zero, e.g.
 /// the slacks of soft constraints), so the recursion's products skip the rest.
-template <int nx_, int nu_, int N_, int ng_, int ngN_ = 0, int nuN_ = 0, int nud_ = nu_>
+template <int nx_, int nu_, int N_, int ng_, int ngN_ = 0, int nuN_ = 0, int nud_ = nu_, class T = double>
 struct Riccati {
+  using real = T;  ///< the scalar type the solver computes in (double, or float for a float32 controller)
   static_assert(nx_ >= 1 && nu_ >= 1 && N_ >= 1 && ng_ >= 0 && ngN_ >= 0 && nuN_ >= 0 && nud_ >= 0 && nud_ <= nu_,
                 "invalid OCP QP sizes");
   static constexpr int nx = nx_, nu = nu_, nz = nx + nu, N = N_;
@@ -202,49 +204,53 @@ struct Riccati {
   static constexpr int mg = ng > 0 ? ng : 1;  ///< stored rows (at least one, for valid C++ arrays)
   static constexpr int mgN = ngN > 0 ? ngN : 1;
   static constexpr int muN = nuN > 0 ? nuN : 1;
+  /// The tightest tolerance a solve is held to: none in double; in float, 1e-4 (tighter, the slacks of active rows
+  /// shrink until the weights l/t swamp the factorization's precision and a convex QP looks nonconvex)
+  static constexpr T tol_floor = anvil::by_precision<T>(0.0, 1e-4f);
   static constexpr bool mehrotra_start = false;  ///< cold starts: x_k = x0, each side's slack its distance (>= 1)
 
   /// The QP's data (row-major blocks; H and HN symmetric; ±HUGE_VAL bounds mean none; lo == hi makes a row an
   /// equality; B's columns from nud on must be zero).
   struct Data {
-    double H[N][nz][nz], g[N][nz], HN[nzN][nzN], gN[nzN];
-    double A[N][nx][nx], B[N][nx][nu], c[N][nx], x0[nx];
-    double G[N][mg][nz], lo[N][mg], hi[N][mg];
-    double GN[mgN][nzN], loN[mgN], hiN[mgN];
-    double z[N][mg], zN[mgN];  ///< elastic rows: the price of a unit of violation (0: a hard row)
+    T H[N][nz][nz], g[N][nz], HN[nzN][nzN], gN[nzN];
+    T A[N][nx][nx], B[N][nx][nu], c[N][nx], x0[nx];
+    T G[N][mg][nz], lo[N][mg], hi[N][mg];
+    T GN[mgN][nzN], loN[mgN], hiN[mgN];
+    T z[N][mg], zN[mgN];  ///< elastic rows: the price of a unit of violation (0: a hard row)
   };
 
   /// The solution: primal, dynamics multipliers pi_k (of x_{k+1} = ...), row multipliers (lam = lam_hi - lam_lo:
   /// positive at an active upper bound, negative at an active lower one, as OSQP's; an equality row's free
   /// multiplier).
   struct Solution {
-    double x[N + 1][nx], u[N][nu], pi[N][nx], lam[N][mg], lamN[mgN], uN[muN];
+    T x[N + 1][nx], u[N][nu], pi[N][nx], lam[N][mg], lamN[mgN], uN[muN];
     int status = numerical_error, iterations = 0;
-    double residual_stationarity = 0.0, residual_equality = 0.0, residual_inequality = 0.0, complementarity = 0.0;
+    T residual_stationarity = 0.0, residual_equality = 0.0, residual_inequality = 0.0, complementarity = 0.0;
     double solve_time = 0.0;  ///< seconds (anvil::now(): 0 where timing is compiled out)
   };
 
   /// Iterates, steps and the Riccati factorization (no allocation: plain arrays).
   struct Workspace {
-    double x[N + 1][nx], u[N][nu], uN[muN], pi[N][nx];
-    double dx[N + 1][nx], du[N][nu], duN[muN], dpi[N][nx];
-    ipm::Row rows[N][mg], rowsN[mgN];
+    T x[N + 1][nx], u[N][nu], uN[muN], pi[N][nx];
+    T dx[N + 1][nx], du[N][nu], duN[muN], dpi[N][nx];
+    ipm::Row<T> rows[N][mg], rowsN[mgN];
     riccati::Pattern<nz> pattern[N][mg];  ///< the nonzeros of G_k's rows
     riccati::Pattern<nzN> patternN[mgN];
     int live[N][mg], liveN[mgN], n_live[N], n_liveN;  ///< the rows with a bound (the others are skipped)
-    double r_z[N][nz], r_N[nzN], r_dyn[N][nx], q[N][nz], qN[nzN];
-    double P[N + 1][nx][nx], p[N + 1][nx], L[N][nu][nu], K[N][nu][nx], k[N][nu], LN[muN][muN], KN[muN][nx], kN[muN];
+    T r_z[N][nz], r_N[nzN], r_dyn[N][nx], q[N][nz], qN[nzN];
+    T P[N + 1][nx][nx], p[N + 1][nx], L[N][nu][nu], K[N][nu][nx], k[N][nu], LN[muN][muN], KN[muN][nx], kN[muN];
     bool warm;  ///< the iterates hold a solution a warm start can begin from
   };
 
   /// Solves the QP to tolerance tol (stationarity, equality, inequality residuals and complementarity, infinity
   /// norms) in at most max_iter iterations, from a cold start, or with warm_start from the previous solution kept in
   /// ws (when there is one). Never allocates; returns the status (also in sol.status).
-  static int solve(const Data& d, double tol, int max_iter, Solution& sol, Workspace& ws, bool warm_start) {
+  static int solve(const Data& d, T tol, int max_iter, Solution& sol, Workspace& ws, bool warm_start) {
     const double start = anvil::now();
+    tol = std::fmax(tol, tol_floor);
     const bool warm = warm_start && ws.warm;
     initialize(d, warm, ws);
-    ipm::Residuals res;
+    ipm::Residuals<T> res;
     int it = 0;
     const int status = ipm::mehrotra<Riccati>(d, tol, max_iter, warm, ws, res, it);
     sol.residual_stationarity = res.stationarity;
@@ -286,9 +292,9 @@ struct Riccati {
   /// dynamics, x_0 = x0 and the rows with lo == hi): the Riccati factorization with those rows alone, weighted as
   /// the interior point weighs equalities. An inertia test before a solve, as a KKT factorization's, in the solver's
   /// own memory; the iterates a warm start begins from are left alone.
-  static bool convex_on_equalities(const Data& d, double regularization, Workspace& ws) {
+  static bool convex_on_equalities(const Data& d, T regularization, Workspace& ws) {
     find_patterns(d, ws);
-    constexpr double weight = 1.0 / ipm::equality_regularization;
+    constexpr T weight = T(1) / ipm::equality_regularization<T>;
     const auto terminal = [&](auto&& add) {
       for (int m = 0; m < ngN; ++m)
         if (ipm::is_equality(d.loN[m], d.hiN[m])) add(m, weight);
@@ -310,22 +316,22 @@ struct Riccati {
 
  private:
   template <class S, class D, class W>
-  friend int ipm::mehrotra(const D& d, double tol, int max_iter, bool warm, W& ws, ipm::Residuals& res,
-                           int& iterations);
+  friend int ipm::mehrotra(const D& d, typename S::real tol, int max_iter, bool warm, W& ws,
+                           ipm::Residuals<typename S::real>& res, int& iterations);
 
   /// G_k's row m times [x; u].
-  static double row_value(const Data& d, const Workspace& ws, int k, int m, const double* x, const double* u) {
+  static T row_value(const Data& d, const Workspace& ws, int k, int m, const T* x, const T* u) {
     return ws.pattern[k][m].template dot<nx>(d.G[k][m], x, u);
   }
 
   /// G_N's row m times [x; u].
-  static double final_row_value(const Data& d, const Workspace& ws, int m, const double* x, const double* u) {
+  static T final_row_value(const Data& d, const Workspace& ws, int m, const T* x, const T* u) {
     return ws.patternN[m].template dot<nx>(d.GN[m], x, u);
   }
 
   /// r += [A_k B_k]'v
-  static void add_dynamics_transposed(const Data& d, int k, const double* v, double* r) {
-    double a[nx], b[nud > 0 ? nud : 1];
+  static void add_dynamics_transposed(const Data& d, int k, const T* v, T* r) {
+    T a[nx], b[nud > 0 ? nud : 1];
     riccati::combine_rows<nx, nx>(v, d.A[k], a);
     for (int i = 0; i < nx; ++i) r[i] += a[i];
     if constexpr (nud > 0) {
@@ -335,8 +341,8 @@ struct Riccati {
   }
 
   /// b + A_k x + B_k u (the inputs that enter the dynamics), into v.
-  static void dynamics(const Data& d, int k, const double* x, const double* u, const double* b, double* v) {
-    double bu[nx];
+  static void dynamics(const Data& d, int k, const T* x, const T* u, const T* b, T* v) {
+    T bu[nx];
     riccati::multiply<nx, nx>(d.A[k], x, v);
     if constexpr (nud > 0) {
       riccati::multiply<nx, nu, nud>(d.B[k], u, bu);
@@ -346,12 +352,12 @@ struct Riccati {
   }
 
   /// Residuals of the KKT conditions at the iterate; returns mu (mean complementarity) and the residual norms in res.
-  static double residuals(const Data& d, Workspace& ws, ipm::Residuals& res) {
-    ipm::Norms n;
-    double stat = 0.0;
+  static T residuals(const Data& d, Workspace& ws, ipm::Residuals<T>& res) {
+    ipm::Norms<T> n;
+    T stat = 0.0;
     for (int k = 0; k < N; ++k) {
-      double* r = ws.r_z[k];
-      double z[nz];  // H is symmetric: H z is a combination of its rows
+      T* r = ws.r_z[k];
+      T z[nz];  // H is symmetric: H z is a combination of its rows
       for (int i = 0; i < nx; ++i) z[i] = ws.x[k][i];
       for (int i = 0; i < nu; ++i) z[nx + i] = ws.u[k][i];
       riccati::combine_rows<nz, nz>(z, d.H[k], r);
@@ -361,7 +367,7 @@ struct Riccati {
         for (int i = 0; i < nx; ++i) r[i] -= ws.pi[k - 1][i];
       for (int e = 0; e < ws.n_live[k]; ++e) {
         const int m = ws.live[k][e];
-        const double v = row_value(d, ws, k, m, ws.x[k], ws.u[k]);
+        const T v = row_value(d, ws, k, m, ws.x[k], ws.u[k]);
         ws.pattern[k][m].add(d.G[k][m], ipm::row_residuals(ws.rows[k][m], v, d.lo[k][m], d.hi[k][m], n), r);
       }
       for (int i = k == 0 ? nx : 0; i < nz; ++i) stat = std::fmax(stat, std::fabs(r[i]));  // x_0 is fixed
@@ -371,14 +377,14 @@ struct Riccati {
         n.equality = std::fmax(n.equality, std::fabs(ws.r_dyn[k][i]));
       }
     }
-    double zN[nzN];
+    T zN[nzN];
     for (int i = 0; i < nx; ++i) zN[i] = ws.x[N][i];
     for (int i = 0; i < nuN; ++i) zN[nx + i] = ws.uN[i];
     riccati::combine_rows<nzN, nzN>(zN, d.HN, ws.r_N);
     for (int i = 0; i < nzN; ++i) ws.r_N[i] += d.gN[i] - (i < nx ? ws.pi[N - 1][i] : 0.0);
     for (int e = 0; e < ws.n_liveN; ++e) {
       const int m = ws.liveN[e];
-      const double v = final_row_value(d, ws, m, ws.x[N], ws.uN);
+      const T v = final_row_value(d, ws, m, ws.x[N], ws.uN);
       ws.patternN[m].add(d.GN[m], ipm::row_residuals(ws.rowsN[m], v, d.loN[m], d.hiN[m], n), ws.r_N);
     }
     for (int i = 0; i < nzN; ++i) stat = std::fmax(stat, std::fabs(ws.r_N[i]));
@@ -391,7 +397,7 @@ struct Riccati {
 
   /// The lower triangle of the symmetric H plus regularization I, into Q.
   template <int s>
-  static void lower_triangle(const double (&H)[s][s], double (&Q)[s][s], double regularization) {
+  static void lower_triangle(const T (&H)[s][s], T (&Q)[s][s], T regularization) {
     for (int i = 0; i < s; ++i) {
       for (int j = 0; j < i; ++j) Q[i][j] = H[i][j];
       Q[i][i] = H[i][i] + regularization;
@@ -412,11 +418,11 @@ struct Riccati {
 
   /// The factorization with Hessians H + regularization I + G'WG, the rows' weights given by terminal(add) and
   /// stage(k, add), which call add(row, weight) for each weighted row (of stage N, and of stage k < N).
-  template <class T, class S>
-  static bool factor_weighted(const Data& d, Workspace& ws, double regularization, T&& terminal, S&& stage) {
-    double QN[nzN][nzN];
+  template <class Terminal, class Stage>
+  static bool factor_weighted(const Data& d, Workspace& ws, T regularization, Terminal&& terminal, Stage&& stage) {
+    T QN[nzN][nzN];
     lower_triangle(d.HN, QN, regularization);
-    terminal([&](int m, double w) { ws.patternN[m].add_outer(d.GN[m], w, QN); });
+    terminal([&](int m, T w) { ws.patternN[m].add_outer(d.GN[m], w, QN); });
     if constexpr (nuN > 0) {
       if (!riccati::eliminate_inputs<nx, nuN>(QN, ws.LN, ws.KN, ws.P[N])) return false;
     } else {
@@ -424,18 +430,18 @@ struct Riccati {
         for (int j = 0; j <= i; ++j) ws.P[N][i][j] = ws.P[N][j][i] = QN[i][j];
     }
     for (int k = N - 1; k >= 0; --k) {
-      const double(&P)[nx][nx] = ws.P[k + 1];
-      double AB[nx][nd];  // [A B], the inputs that enter the dynamics
+      const T(&P)[nx][nx] = ws.P[k + 1];
+      T AB[nx][nd];  // [A B], the inputs that enter the dynamics
       for (int l = 0; l < nx; ++l) {
         for (int j = 0; j < nx; ++j) AB[l][j] = d.A[k][l][j];
         for (int j = 0; j < nud; ++j) AB[l][nx + j] = d.B[k][l][j];
       }
-      double PAB[nx][nd];  // P [A B]
+      T PAB[nx][nd];  // P [A B]
       for (int i = 0; i < nx; ++i) riccati::combine_rows<nx, nd>(P[i], AB, PAB[i]);
-      double Q[nz][nz];  // H + G'WG + [A B]'P[A B], lower triangle
+      T Q[nz][nz];  // H + G'WG + [A B]'P[A B], lower triangle
       lower_triangle(d.H[k], Q, regularization);
       riccati::add_lower_product<0>(AB, PAB, Q);
-      stage(k, [&](int m, double w) { ws.pattern[k][m].add_outer(d.G[k][m], w, Q); });
+      stage(k, [&](int m, T w) { ws.pattern[k][m].add_outer(d.G[k][m], w, Q); });
       if (!riccati::eliminate_inputs<nx, nu>(Q, ws.L[k], ws.K[k], ws.P[k])) return false;
     }
     return true;
@@ -443,7 +449,7 @@ struct Riccati {
 
   /// One Newton step for the complementarity target (`corrector` adds the predictor's dl dt): the reduced gradients,
   /// the Riccati vector pass and rollout, then the slack and multiplier steps.
-  static void newton_step(const Data& d, Workspace& ws, double target, bool corrector) {
+  static void newton_step(const Data& d, Workspace& ws, T target, bool corrector) {
     for (int k = 0; k < N; ++k) {
       for (int i = 0; i < nz; ++i) ws.q[k][i] = ws.r_z[k][i];
       for (int e = 0; e < ws.n_live[k]; ++e) {
@@ -458,17 +464,17 @@ struct Riccati {
     }
     // backward: the terminal inputs, then p_k = q_x + A's + K'(q_u + B's), k_k = -Q_uu^-1 (q_u + B's), s = P b + p
     if constexpr (nuN > 0) {
-      double qv[nuN];
+      T qv[nuN];
       for (int i = 0; i < nuN; ++i) qv[i] = ws.qN[nx + i];
       riccati::feedforward<nx, nuN>(ws.qN, qv, ws.LN, ws.KN, ws.p[N], ws.kN);
     } else {
       for (int i = 0; i < nx; ++i) ws.p[N][i] = ws.qN[i];
     }
     for (int k = N - 1; k >= 0; --k) {
-      double s[nx];  // P_{k+1} b_k + p_{k+1}, with b_k = r_dyn_k (P symmetric: a combination of its rows)
+      T s[nx];  // P_{k+1} b_k + p_{k+1}, with b_k = r_dyn_k (P symmetric: a combination of its rows)
       riccati::combine_rows<nx, nx>(ws.r_dyn[k], ws.P[k + 1], s);
       for (int i = 0; i < nx; ++i) s[i] += ws.p[k + 1][i];
-      double qz[nz];
+      T qz[nz];
       for (int i = 0; i < nz; ++i) qz[i] = ws.q[k][i];
       add_dynamics_transposed(d, k, s, qz);
       riccati::feedforward<nx, nu>(qz, qz + nx, ws.L[k], ws.K[k], ws.p[k], ws.k[k]);
@@ -483,7 +489,7 @@ struct Riccati {
       for (int i = 0; i < nx; ++i) ws.dpi[k][i] += ws.p[k + 1][i];
     }
     for (int i = 0; i < nuN; ++i) {
-      double v = ws.kN[i];
+      T v = ws.kN[i];
       for (int j = 0; j < nx; ++j) v += ws.KN[i][j] * ws.dx[N][j];
       ws.duN[i] = v;
     }
@@ -498,7 +504,7 @@ struct Riccati {
     }
   }
 
-  static void take_step(Workspace& ws, double alpha) {
+  static void take_step(Workspace& ws, T alpha) {
     for (int k = 0; k < N; ++k) {
       for (int i = 0; i < nx; ++i) {
         ws.x[k + 1][i] += alpha * ws.dx[k + 1][i];
@@ -507,7 +513,7 @@ struct Riccati {
       for (int i = 0; i < nu; ++i) ws.u[k][i] += alpha * ws.du[k][i];
     }
     for (int i = 0; i < nuN; ++i) ws.uN[i] += alpha * ws.duN[i];
-    for_rows(ws, [&](ipm::Row& r) { ipm::row_take(r, alpha); });
+    for_rows(ws, [&](ipm::Row<T>& r) { ipm::row_take(r, alpha); });
   }
 
   /// Cold start: x_k = x0, u = 0, pi = 0. Warm start: the previous primal-dual point (x_0 replaced by x0). Either
@@ -532,8 +538,8 @@ struct Riccati {
   /// Starts every row at the primal point, cold or (warm) restarted from its previous slacks and multipliers floored
   /// at `floor`, so the iterate is interior again; lists the rows with a bound (a present side, or an equality):
   /// only they take part in the iterations.
-  static void start_rows(const Data& d, bool warm, double floor, Workspace& ws) {
-    const auto live = [](const ipm::Row& r) { return r.eq || r.lo.on || r.hi.on; };
+  static void start_rows(const Data& d, bool warm, T floor, Workspace& ws) {
+    const auto live = [](const ipm::Row<T>& r) { return r.eq || r.lo.on || r.hi.on; };
     for (int k = 0; k < N; ++k) {
       ws.n_live[k] = 0;
       for (int m = 0; m < ng; ++m) {

@@ -1,7 +1,7 @@
 // anvil::qp::RiccatiBackend: the QP contract (anvil/qp.hpp) met by the stage-structured interior point
 // (anvil/riccati.hpp), for a QP whose variables and rows map onto the stages of an optimal control problem.
 //
-// The mapping is a set of tables into the solver's Data and Solution viewed as flat arrays of doubles, generated for
+// The mapping is a set of tables into the solver's Data and Solution viewed as flat arrays of reals (the scalar type it computes in), generated for
 // the QP's patterns: load() scatters P (upper triangle, mirrored) and A into the stage blocks, solve() scatters q, l
 // and u, runs the interior point and gathers the step and the multipliers back. Rows of A are of three kinds: the
 // initial rows (x_0 = x0: J d = l with a coefficient c on x_0, scaled by 1/c), the dynamics rows (x_{k+1} - A_k x_k -
@@ -9,7 +9,7 @@
 // and stage rows (rows of G_k, their multipliers lam). The initial rows' multipliers close the stationarity of x_0,
 // which the stage QP eliminates. An initial or dynamics row is an equality: only its lower bound is read.
 //
-// Layout L: n, m, nnz_P, nnz_A, nx (states), data_size (doubles in Data); tol_min and max_iter (the interior point's
+// Layout L: n, m, nnz_P, nnz_A, nx (states), data_size (reals in Data); tol_min and max_iter (the interior point's
 // tightest tolerance and iteration limit); IPM (the anvil::qp::Riccati solver); P_to_data[nnz_P], P_mirror[nnz_P]
 // (-1: on the diagonal), A_to_data[nnz_A] (-1: an identity the stage QP implies), A_scale[nnz_A] (the factor an entry
 // takes into the stage QP), box[n_box] (the unit diagonal of every box row, n_box), q_to_data[n], l_to_data[m],
@@ -32,10 +32,11 @@ template <class L, class W>
 struct RiccatiBackend {
   using Workspace = W;
   using IPM = typename L::IPM;
+  using real = typename IPM::real;
   /// The regularization of the screening's Hessian (as a KKT factorization's primal regularization: a Hessian that
-  /// is only semidefinite, zero on the slacks of L1 penalties, passes)
-  static constexpr double screening_regularization = 1e-9;
-  static_assert(sizeof(typename IPM::Data) == L::data_size * sizeof(double), "Data is a flat array of doubles");
+  /// is only semidefinite, zero on the slacks of L1 penalties, passes; above the factorization's smallest pivot)
+  static constexpr real screening_regularization = anvil::by_precision<real>(1e-9, 5e-5f);
+  static_assert(sizeof(typename IPM::Data) == L::data_size * sizeof(real), "Data is a flat array of reals");
 
   static void reset(W& ws) {
     ws.ipm.warm = false;
@@ -47,8 +48,8 @@ struct RiccatiBackend {
 
   /// Scatters P and A into the stage blocks; screens them when asked: is P positive definite on the null space of
   /// the equalities of l and u (the interior point tells a nonconvex QP itself when it solves it)?
-  static int load(const double* P, const double* A, const double* l, const double* u, bool screen, W& ws) {
-    double* data = reinterpret_cast<double*>(&ws.data);
+  static int load(const real* P, const real* A, const real* l, const real* u, bool screen, W& ws) {
+    real* data = reinterpret_cast<real*>(&ws.data);
     // NOTE: the data starts zeroed (Workspace) and only the tables write it, so a load clears what it accumulates
     // into (P) and the elastic prices of the last set_elastic(), not the whole (mostly structurally zero) stage QP;
     // rows no table writes (padding inputs fixed at 0) keep lower = upper = 0: equalities
@@ -71,14 +72,14 @@ struct RiccatiBackend {
 
   /// Solves to tol within [tol_min, 1e-6] (at least the rounding level of q: ipm::attainable); warm starts from the
   /// previous solution when it was solved.
-  static int solve(const double* q, const double* l, const double* u, double tol, bool warm, W& ws) {
-    double* data = reinterpret_cast<double*>(&ws.data);
+  static int solve(const real* q, const real* l, const real* u, real tol, bool warm, W& ws) {
+    real* data = reinterpret_cast<real*>(&ws.data);
     for (int j = 0; j < L::n; ++j) data[L::q_to_data[j]] = q[j];
     scatter_bounds(l, u, ws);
-    const double tol_qp = ipm::attainable(std::fmax(L::tol_min, std::fmin(1e-6, tol)), q, L::n);
+    const real tol_qp = ipm::attainable(std::fmax(L::tol_min, std::fmin(real(1e-6), tol)), q, L::n);
     const int status = IPM::solve(ws.data, tol_qp, L::max_iter, ws.sol, ws.ipm, warm);
     ws.iterations = ws.sol.iterations;
-    const double* solution = reinterpret_cast<const double*>(&ws.sol);
+    const real* solution = reinterpret_cast<const real*>(&ws.sol);
     for (int j = 0; j < L::n; ++j) ws.d[j] = solution[L::primal_from[j]];
     for (int r = 0; r < L::m; ++r) ws.y[r] = L::dual_from[r] >= 0 ? L::dual_scale[r] * solution[L::dual_from[r]] : 0.0;
     // the initial rows: their multipliers close the stationarity of x_0, which the stage QP eliminated
@@ -86,7 +87,7 @@ struct RiccatiBackend {
     const typename IPM::Data& d = ws.data;
     const typename IPM::Solution& sol = ws.sol;
     for (int i = 0; i < nx; ++i) {
-      double r = d.g[0][i];
+      real r = d.g[0][i];
       for (int j = 0; j < nz; ++j) r += d.H[0][i][j] * (j < nx ? sol.x[0][j] : sol.u[0][j - nx]);
       for (int j = 0; j < nx; ++j) r += d.A[0][j][i] * sol.pi[0][j];
       for (int k = 0; k < IPM::ng; ++k) r += d.G[0][k][i] * sol.lam[0][k];
@@ -98,19 +99,19 @@ struct RiccatiBackend {
   /// Makes the stage rows and the bounds on states elastic (violated at `weight` per unit, an L1 penalty) for the
   /// solves until the next load(), which makes every row hard again; input bounds and dynamics stay hard, so the
   /// elastic QP of a consistent OCP (x_{k+1} free to follow the dynamics) is always feasible.
-  static void set_elastic(double weight, W& ws) {
-    double* data = reinterpret_cast<double*>(&ws.data);
+  static void set_elastic(real weight, W& ws) {
+    real* data = reinterpret_cast<real*>(&ws.data);
     for (int e = 0; e < L::n_elastic; ++e) data[L::elastic_to_data[e]] = weight;
   }
 
-  static const double* primal(const W& ws) { return ws.d.data(); }
-  static const double* dual(const W& ws) { return ws.y.data(); }
+  static const real* primal(const W& ws) { return ws.d.data(); }
+  static const real* dual(const W& ws) { return ws.y.data(); }
   static int iterations(const W& ws) { return ws.iterations; }
 
  private:
   /// The rows' bounds l and u into the stage QP's x0, c, lo and hi.
-  static void scatter_bounds(const double* l, const double* u, W& ws) {
-    double* data = reinterpret_cast<double*>(&ws.data);
+  static void scatter_bounds(const real* l, const real* u, W& ws) {
+    real* data = reinterpret_cast<real*>(&ws.data);
     for (int r = 0; r < L::m; ++r) {
       if (L::l_to_data[r] >= 0) data[L::l_to_data[r]] = L::l_scale[r] * l[r];
       if (L::u_to_data[r] >= 0) data[L::u_to_data[r]] = u[r];

@@ -35,6 +35,7 @@ template <class L, class W>
 struct SparseIPMBackend {
   using Workspace = W;
   using KKT = ActiveSetKKT<L, W>;
+  using real = double;  ///< QDLDL factors in double
   static constexpr int n = L::n, m = L::m;
   /// The primal regularization of the factored matrix (refined away): the first tried, and the most. Pivots that
   /// small, next to the barrier weights of nearly active rows (1e8 and more), lose the inertia to rounding; each
@@ -66,7 +67,7 @@ struct SparseIPMBackend {
     const bool from_solution = warm && ws.warm;
     if (!from_solution)
       for (int j = 0; j < n; ++j) ws.x[j] = 0.0;
-    ipm::Residuals res;
+    ipm::Residuals<double> res;
     const double tol_qp = ipm::attainable(std::fmax(L::tol_min, std::fmin(1e-6, tol)), q, n);
     const int status = ipm::mehrotra<SparseIPMBackend>(d, tol_qp, L::max_iter, from_solution, ws, res, ws.iterations);
     for (int i = 0; i < m; ++i) ws.y[i] = ws.active[i] ? ws.rows[i].hi.l - ws.rows[i].lo.l : 0.0;
@@ -91,10 +92,10 @@ struct SparseIPMBackend {
 
  private:
   template <class S, class D, class WS>
-  friend int ipm::mehrotra(const D& d, double tol, int max_iter, bool warm, WS& ws, ipm::Residuals& res,
-                           int& iterations);
+  friend int ipm::mehrotra(const D& d, typename S::real tol, int max_iter, bool warm, WS& ws,
+                           ipm::Residuals<typename S::real>& res, int& iterations);
   template <class S, class D, class WS>
-  friend void ipm::mehrotra_start(const D& d, WS& ws, ipm::Residuals& res);
+  friend void ipm::mehrotra_start(const D& d, WS& ws, ipm::Residuals<typename S::real>& res);
 
   /// One QP: the loaded matrices and this solve's vectors.
   struct Problem {
@@ -107,7 +108,7 @@ struct SparseIPMBackend {
     KKT::multiply(d.A, ws.x.data(), ws.z.data());
     ws.n_live = 0;
     for (int i = 0; i < m; ++i) {
-      ipm::Row& r = ws.rows[i];
+      ipm::Row<double>& r = ws.rows[i];
       ipm::start_row(r, ws.z[i], d.l[i], d.u[i], 0.0, warm, floor);
       ws.active[i] = r.eq || r.lo.on || r.hi.on;
       if (ws.active[i]) ws.live[ws.n_live++] = i;
@@ -115,7 +116,7 @@ struct SparseIPMBackend {
   }
 
   /// The KKT residuals at the iterate (the stationarity's, r = P d + q + A'y, kept in ws.r); returns mu.
-  static double residuals(const Problem& d, W& ws, ipm::Residuals& res) {
+  static double residuals(const Problem& d, W& ws, ipm::Residuals<double>& res) {
     double* r = ws.r.data();
     double* y = ws.y.data();
     const double* x = ws.x.data();
@@ -142,11 +143,11 @@ struct SparseIPMBackend {
         z[L::A_i[e]] += term;
         magnitude[L::A_i[e]] += std::fabs(term);
       }
-    ipm::Norms norms;
+    ipm::Norms<double> norms;
     for (int i = 0; i < m; ++i) y[i] = 0.0;
     for (int e = 0; e < ws.n_live; ++e) {
       const int i = ws.live[e];
-      ipm::Norms row;
+      ipm::Norms<double> row;
       y[i] = ipm::row_residuals(ws.rows[i], ws.z[i], d.l[i], d.u[i], row);
       norms.equality = std::fmax(norms.equality, row.equality / magnitude[i]);
       norms.inequality = std::fmax(norms.inequality, row.inequality / magnitude[i]);
@@ -184,20 +185,20 @@ struct SparseIPMBackend {
     for (int i = 0; i < m; ++i) rhs[L::K_perm[n + i]] = 0.0;
     for (int e = 0; e < ws.n_live; ++e) {
       const int i = ws.live[e];
-      const ipm::Row& r = ws.rows[i];
+      const ipm::Row<double>& r = ws.rows[i];
       rhs[L::K_perm[n + i]] = -ipm::row_rhs(r, target, corrector) / ipm::row_weight(r);
     }
     // NOTE: refined against the unregularized system: no primal regularization (unless the inertia needed more than
     // delta_min: then a proximal step, as refining against an indefinite matrix diverges) and exact equality rows,
     // whose multiplier steps are then the solution's own (a regularized equality leaves a residual of delta times
     // the multiplier step, which with multipliers of 1e3 stalls the equality residual at 1e-5)
-    const auto equality = [&](int i) { return ws.rows[i].eq ? -ipm::equality_regularization : 0.0; };
+    const auto equality = [&](int i) { return ws.rows[i].eq ? -ipm::equality_regularization<double> : 0.0; };
     KKT::solve_refined(rhs, sol, ws.delta == delta_min ? delta_min : 0.0, equality, ws, true);
     for (int j = 0; j < n; ++j) ws.dx[j] = sol[L::K_perm[j]];
     KKT::multiply(d.A, ws.dx.data(), ws.z.data());
     for (int e = 0; e < ws.n_live; ++e) {
       const int i = ws.live[e];
-      ipm::Row& r = ws.rows[i];
+      ipm::Row<double>& r = ws.rows[i];
       ipm::row_step(r, ws.z[i], target, corrector);
       if (r.eq) r.hi.dl = sol[L::K_perm[n + i]];
     }
@@ -206,7 +207,7 @@ struct SparseIPMBackend {
   /// x += alpha dx, and every row's slacks and multipliers.
   static void take_step(W& ws, double alpha) {
     for (int j = 0; j < n; ++j) ws.x[j] += alpha * ws.dx[j];
-    for_rows(ws, [&](ipm::Row& r) { ipm::row_take(r, alpha); });
+    for_rows(ws, [&](ipm::Row<double>& r) { ipm::row_take(r, alpha); });
   }
 };
 

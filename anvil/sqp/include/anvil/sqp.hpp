@@ -128,45 +128,52 @@ void export_stats(const Stats<max_iter>& stats, double* history, int* ihistory, 
 /// The vectors the loop works on (in place: part of the workspace).
 template <class P>
 struct Vectors {
+  using real = typename P::real;
   static constexpr int nA = P::ng + P::nx;
-  anvil::Array<double, P::nx> grad, trial, d;
-  anvil::Array<double, P::ng> g, g_trial;
-  anvil::Array<double, P::nnz_jac> jac;
-  anvil::Array<double, P::nnz_hess> hess;
-  anvil::Array<double, P::nnz_P> Px;
-  anvil::Array<double, P::nnz_A> Ax;
-  anvil::Array<double, nA> l, u;
+  anvil::Array<real, P::nx> grad, trial, d;
+  anvil::Array<real, P::ng> g, g_trial;
+  anvil::Array<real, P::nnz_jac> jac;
+  anvil::Array<real, P::nnz_hess> hess;
+  anvil::Array<real, P::nnz_P> Px;
+  anvil::Array<real, P::nnz_A> Ax;
+  anvil::Array<real, nA> l, u;
   // the slack form of the elastic QP (none where the QP's own rows turn elastic: P::elastic_rows)
-  anvil::Array<double, P::elastic_rows ? 0 : P::nnz_Ae> Axe;
-  anvil::Array<double, P::elastic_rows ? 0 : P::nx + 2 * P::ng> qe;
-  anvil::Array<double, P::elastic_rows ? 0 : nA + 2 * P::ng> le, ue;
-  anvil::Array<double, 2 * (P::max_iter + 1)> filter_theta, filter_phi;  ///< the two phases' filters' entries
+  anvil::Array<real, P::elastic_rows ? 0 : P::nnz_Ae> Axe;
+  anvil::Array<real, P::elastic_rows ? 0 : P::nx + 2 * P::ng> qe;
+  anvil::Array<real, P::elastic_rows ? 0 : nA + 2 * P::ng> le, ue;
+  anvil::Array<real, 2 * (P::max_iter + 1)> filter_theta, filter_phi;  ///< the two phases' filters' entries
   bool rti_prepared = false;       ///< a real-time iteration's QP is prepared
   bool rti_warm = false;           ///< its solve starts warm (from the previous one's solution, shifted)
   int rti_failure[2] = {-1, -1};   ///< the function and output that made the preparation fail
   double rti_times[2] = {0, 0};    ///< the preparation's evaluation and QP update times
-  double rti_regularization = 0.0;
+  real rti_regularization = 0.0;
 };
 
 template <class P>
 class Solver {
  public:
+  using real = typename P::real;  ///< the scalar type the loop computes in (double, or float)
   using WS = typename P::Workspace;
   using QP = typename P::QP;
   using Elastic = typename P::Elastic;
   using StatsT = Stats<P::max_iter>;
   static_assert(anvil::qp::implements_contract<QP>() && anvil::qp::implements_contract<Elastic>());
   static constexpr int nx = P::nx, ng = P::ng, nA = ng + nx, max_iter = P::max_iter;
+  /// The tightest tolerance the arithmetic meets: none in double; in float, about 1e3 roundings of quantities of order
+  /// one (a tol asked below it is raised to it, and acceptable_tol to 10x it)
+  static constexpr double tol_floor = anvil::by_precision<real>(0.0, 1e-4f);
+  static constexpr double acceptable_tol = P::acceptable_tol > 10 * tol_floor ? P::acceptable_tol : 10 * tol_floor;
 
   /// Solves from x0 (and multipliers lam_g0, lam_x0, zeros for a cold start) within the limits; writes x, f, lam_g,
   /// lam_x, stats.
-  static int call(const double* x0, const double* p, const double* lbx, const double* ubx, const double* lbg,
-                  const double* ubg, const double* lam_g0, const double* lam_x0, double* x, double* f, double* lam_g,
-                  double* lam_x, StatsT& stats, WS& ws, Limits limits) {
+  static int call(const real* x0, const real* p, const real* lbx, const real* ubx, const real* lbg,
+                  const real* ubg, const real* lam_g0, const real* lam_x0, real* x, real* f, real* lam_g,
+                  real* lam_x, StatsT& stats, WS& ws, Limits limits) {
     auto& v = ws.v;
-    double* g = v.g.data();
+    real* g = v.g.data();
     const double start = anvil::now();
     limits.max_iter = limits.max_iter < 0 ? 0 : limits.max_iter > max_iter ? max_iter : limits.max_iter;
+    limits.tol = std::fmax(limits.tol, tol_floor);
     stats = StatsT{};
     // NOTE: no QP of this solve starts warm from an earlier call's (its result would depend on what ran before), unless
     // the caller shifted that call's solution into x0 (a receding horizon, whose result depends on it anyway)
@@ -180,11 +187,11 @@ class Solver {
     }
     for (int i = 0; i < ng; ++i) lam_g[i] = lam_g0[i];
     Search search;
-    double reg = 0.0;
+    real reg = 0.0;
     int status = max_iterations, k = 0, acceptable_streak = 0, line_search_failures = 0;
     bool restoration = false, zero_multipliers = false;
     double clock = start;
-    double fx = P::cost(x, p, ws);
+    real fx = P::cost(x, p, ws);
     P::constraints(x, p, g, ws);
     for (;; ++k) {
       // *** derivatives, checked for NaN/inf ***
@@ -212,7 +219,7 @@ class Solver {
         status = converged;
         break;
       }
-      acceptable_streak = meets(kkt, P::acceptable_tol) ? acceptable_streak + 1 : 0;
+      acceptable_streak = meets(kkt, acceptable_tol) ? acceptable_streak + 1 : 0;
       const bool acceptable_now = acceptable_streak > 0;
       if (acceptable_streak >= P::acceptable_iter) {
         status = acceptable;
@@ -244,15 +251,15 @@ class Solver {
         // QPs of one solve start from the previous QP's solution (the first from an earlier call's only when shifted).
         int qp_status = solve_regularized(std::fmax(kkt.primal, kkt.dual), k > 0 || limits.shifted, reg, stats, clock,
                                           ws);
-        const double* d = QP::primal(ws.qp);
-        const double* y = QP::dual(ws.qp);
+        const real* d = QP::primal(ws.qp);
+        const real* y = QP::dual(ws.qp);
         stats.qp_iterations[k] = QP::iterations(ws.qp);
         // NOTE: inconsistent linearized constraints (or a failed QP): restoration, below
         if (qp_status == anvil::qp::solved) search.rho = 0.0;  // the next price follows these multipliers
         stats.qp_status[k] = qp_status;
         stats.regularization[k] = reg;
         if (qp_status == anvil::qp::solved) {
-          const double alpha = search.optimality_step(x, p, lbx, ubx, lbg, ubg, fx, kkt.l1, d, ws);
+          const real alpha = search.optimality_step(x, p, lbx, ubx, lbg, ubg, fx, kkt.l1, d, ws);
           stats.step[k] = alpha;
           stats.time_line_search += lap(clock);
           if (alpha > 0.0) {
@@ -287,7 +294,7 @@ class Solver {
       // *** restoration phase (elastic mode): the elastic NLP min f + rho (L1 violation of the elastic rows) s.t. the
       // hard rows, by elastic QPs and a filter line search of its own (hard rows' L1 violation vs that penalty); back
       // to the optimality phase once the violation is reduced enough and the point is acceptable to its filter ***
-      double reg_r = search.prox;
+      real reg_r = search.prox;
       const int qp_status = solve_elastic(v.grad.data(), search.rho, reg_r, stats, clock, ws);
       stats.qp_status[k] = qp_status;
       stats.qp_iterations[k] = elastic_iterations(ws);
@@ -303,16 +310,16 @@ class Solver {
         status = numerical_error;
         break;
       }
-      const double* d = elastic_primal(ws);
-      double slope = 0.0, step_hard = 0.0;
+      const real* d = elastic_primal(ws);
+      real slope = 0.0, step_hard = 0.0;
       for (int j = 0; j < nx; ++j) slope += v.grad[j] * d[j];
-      const double step_l1 = linearized_violation(x, g, lbx, ubx, lbg, ubg, d, &step_hard, ws);
+      const real step_l1 = linearized_violation(x, g, lbx, ubx, lbg, ubg, d, &step_hard, ws);
       // the decrease of the penalty its linearization promises (the hard rows are met by the step's linearization)
-      const double predicted = search.rho * ((kkt.l1 - kkt.l1_hard) - (step_l1 - step_hard)) - slope;
-      const double penalty = search.penalty(fx, kkt.l1, kkt.l1_hard);
+      const real predicted = search.rho * ((kkt.l1 - kkt.l1_hard) - (step_l1 - step_hard)) - slope;
+      const real penalty = search.penalty(fx, kkt.l1, kkt.l1_hard);
       const bool stationary = kkt.l1_hard <= limits.tol &&
                               !(predicted > restoration_stationarity * std::fmax(1.0, std::fabs(penalty)));
-      const double alpha = stationary ? 0.0 : search.restoration_step(x, p, lbx, ubx, lbg, ubg, kkt, penalty,
+      const real alpha = stationary ? 0.0 : search.restoration_step(x, p, lbx, ubx, lbg, ubg, kkt, penalty,
                                                                       predicted, d, ws);
       stats.step[k] = alpha;
       if (P::verbose)
@@ -360,8 +367,8 @@ class Solver {
   /// active in the previous QP, unless P::convex_hessian) and load the QP's matrices. Returns converged when prepared,
   /// else numerical_error (a NaN/inf, reported by the next rti_feedback()). `shifted`: x is the previous iteration's
   /// result shifted by one stage, and the QP starts warm from the previous QP's solution shifted alike (QP::shift).
-  static int rti_prepare(const double* x, const double* p, const double* lam_g, const double* lbx, const double* ubx,
-                         const double* lbg, const double* ubg, WS& ws, bool shifted = false) {
+  static int rti_prepare(const real* x, const real* p, const real* lam_g, const real* lbx, const real* ubx,
+                         const real* lbg, const real* ubg, WS& ws, bool shifted = false) {
     auto& v = ws.v;
     double clock = anvil::now();
     v.rti_prepared = false;
@@ -384,7 +391,7 @@ class Solver {
       v.l[ng + j] = lbx[j];
       v.u[ng + j] = ubx[j];
     }
-    double reg = 0.0;
+    real reg = 0.0;
     for (;;) {
       assemble_P(reg, ws);
       const int loaded = QP::load(v.Px.data(), v.Ax.data(), v.l.data(), v.u.data(), !P::convex_hessian, ws.qp);
@@ -405,13 +412,13 @@ class Solver {
   /// solve the prepared QP and take the full step; x, lam_g and lam_x are updated in place. Returns max_iterations
   /// after a step (converged when x already met the tolerance), infeasible (the QP was inconsistent: the step of the
   /// elastic QP was taken) or numerical_error (no step).
-  static int rti_feedback(const double* p, const double* lbx, const double* ubx, const double* lbg, const double* ubg,
-                          double* x, double* f, double* lam_g, double* lam_x, StatsT& stats, WS& ws) {
+  static int rti_feedback(const real* p, const real* lbx, const real* ubx, const real* lbg, const real* ubg,
+                          real* x, real* f, real* lam_g, real* lam_x, StatsT& stats, WS& ws) {
     auto& v = ws.v;
     stats = StatsT{};
     stats.time_evaluation = v.rti_times[0];
     stats.time_qp_update = v.rti_times[1];
-    double* g = v.g.data();
+    real* g = v.g.data();
     double clock = anvil::now();
     if (!v.rti_prepared) {
       record_failure(stats, v.rti_failure[0], v.rti_failure[1]);
@@ -420,7 +427,7 @@ class Solver {
       return numerical_error;
     }
     v.rti_prepared = false;
-    double fx = P::cost(x, p, ws);
+    real fx = P::cost(x, p, ws);
     P::constraints(x, p, g, ws);
     record_failure(stats, cost, std::isfinite(fx) ? -1 : 0);
     record_failure(stats, cost_gradient, evaluate_gradient(x, p, ws));
@@ -441,12 +448,12 @@ class Solver {
       stats.time_qp_solve += lap(clock);
       stats.qp_status[0] = qp_status;
       stats.qp_iterations[0] = QP::iterations(ws.qp);
-      const double* d = QP::primal(ws.qp);
-      const double* y = QP::dual(ws.qp);
+      const real* d = QP::primal(ws.qp);
+      const real* y = QP::dual(ws.qp);
       if (qp_status != anvil::qp::solved) {
         // NOTE: an inconsistent (or failed) QP: the elastic QP's step instead, its L1 penalty heavy enough to reduce
         // the violation as far as the linearization allows; the iteration reports infeasible, with the step taken
-        double reg = v.rti_regularization;
+        real reg = v.rti_regularization;
         const int elastic_status = solve_elastic(v.grad.data(), penalty_weight(lam_g, kkt), reg, stats, clock, ws);
         stats.qp_status[0] = elastic_status;
         stats.qp_iterations[0] = elastic_iterations(ws);
@@ -463,7 +470,7 @@ class Solver {
         if (status != infeasible) status = meets(kkt, P::tol) ? converged : max_iterations;
         fx = P::cost(x, p, ws);
         P::constraints(x, p, g, ws);
-        double l1 = 0.0;
+        real l1 = 0.0;
         int worst = -1;
         stats.objective[1] = fx;
         stats.primal_infeasibility[1] = violation(x, g, lbx, ubx, lbg, ubg, &l1, &worst);
@@ -490,37 +497,37 @@ class Solver {
 
   /// The KKT residuals at an iterate (see SQPOptions.tol).
   struct Residuals {
-    double primal = 0.0, dual = 0.0, complementarity = 0.0, gradient_scale = 1.0, l1 = 0.0;
-    double l1_hard = 0.0;  ///< the share of l1 on the rows the elastic QP keeps hard
+    real primal = 0.0, dual = 0.0, complementarity = 0.0, gradient_scale = 1.0, l1 = 0.0;
+    real l1_hard = 0.0;  ///< the share of l1 on the rows the elastic QP keeps hard
     int worst = -1;
   };
 
-  static constexpr double restoration_prox = 1e-6;          ///< the least regularization of a restoration QP
-  static constexpr double restoration_stationarity = 1e-6;  ///< predicted/actual penalty where restoration stops
-  static constexpr double restoration_reduction = 0.1;      ///< violation reduction that ends a restoration
-  static constexpr double restoration_steering = 1e4;       ///< the most the price may grow at stationary points
+  static constexpr real restoration_prox = 1e-6;          ///< the least regularization of a restoration QP
+  static constexpr real restoration_stationarity = 1e-6;  ///< predicted/actual penalty where restoration stops
+  static constexpr real restoration_reduction = 0.1;      ///< violation reduction that ends a restoration
+  static constexpr real restoration_steering = 1e4;       ///< the most the price may grow at stationary points
 
   /// A filter (Fletcher and Leyffer, with Waechter and Biegler's margins): pairs of a violation theta and an objective
   /// phi; a trial point must improve on every entry in one of them. Its entries live in the workspace (v.filter_theta
   /// and v.filter_phi from `base`).
   struct Filter {
     int base = 0, size = 0;
-    double theta_max = 0.0, theta_min = 0.0;
+    real theta_max = 0.0, theta_min = 0.0;
 
     /// An empty filter for a phase starting at violation theta: no point above 1e4 max(1, theta) is accepted, and
     /// below 1e-4 max(1, theta) steps that promise objective decrease must achieve it (the switching condition).
-    void start(double theta) {
+    void start(real theta) {
       theta_max = 1e4 * std::fmax(1.0, theta);
       theta_min = 1e-4 * std::fmax(1.0, theta);
       size = 0;
     }
-    void add(double theta, double phi, WS& ws) {
+    void add(real theta, real phi, WS& ws) {
       if (size > max_iter) return;
       ws.v.filter_theta[base + size] = (1.0 - 1e-5) * theta;
       ws.v.filter_phi[base + size] = phi - 1e-5 * theta;
       ++size;
     }
-    bool acceptable(double theta, double phi, const WS& ws) const {
+    bool acceptable(real theta, real phi, const WS& ws) const {
       if (!(theta <= theta_max)) return false;
       for (int e = 0; e < size; ++e)
         if (!(theta < ws.v.filter_theta[base + e] || phi < ws.v.filter_phi[base + e])) return false;
@@ -529,14 +536,14 @@ class Solver {
     /// Whether a trial point (theta_trial, phi_trial) at step length alpha is acceptable from (theta, phi), whose
     /// model predicts a decrease `predicted` of phi: Armijo decrease of phi where the switching condition holds (the
     /// filter is left as it is), else sufficient decrease of either (the point joins the filter).
-    bool accepts(double theta, double phi, double predicted, double alpha, double theta_trial, double phi_trial,
+    bool accepts(real theta, real phi, real predicted, real alpha, real theta_trial, real phi_trial,
                  WS& ws) {
       if (!acceptable(theta_trial, phi_trial, ws)) return false;
       const bool phi_step = theta <= theta_min && predicted > 0.0 &&
                             alpha * std::pow(predicted, 2.3) > std::pow(theta, 1.1);
       // NOTE: decreases are compared up to the rounding of phi itself (IPOPT's 10 eps |phi|): near a solution the
       // promised decrease falls below it, and noise alone would reject full steps
-      const double noise = 10.0 * std::numeric_limits<double>::epsilon() * std::fabs(phi);
+      const real noise = 10.0 * std::numeric_limits<real>::epsilon() * std::fabs(phi);
       if (phi_step) return phi_trial <= phi - P::armijo * alpha * predicted + noise;
       if (!(theta_trial <= (1.0 - 1e-5) * theta || phi_trial <= phi - 1e-5 * theta + noise)) return false;
       add(theta, phi, ws);
@@ -548,22 +555,22 @@ class Solver {
   /// objective and violations here.
   struct Search {
     Filter optimality{0}, restoration{max_iter + 1};  ///< (L1 violation, f) and (hard rows' L1 violation, penalty)
-    double theta_restoration = 0.0, rho = 0.0, f_trial = 0.0, l1_trial = 0.0;
-    double rho_entry = 0.0;      ///< the price when the restoration began
-    double l1_stationary = -1.0;  ///< the elastic rows' violation at the last stationary point (-1: none yet)
-    double hard_trial = 0.0;  ///< the trial point's violation of the hard rows
-    double prox = 0.0;        ///< the regularization the next restoration QP starts from
+    real theta_restoration = 0.0, rho = 0.0, f_trial = 0.0, l1_trial = 0.0;
+    real rho_entry = 0.0;      ///< the price when the restoration began
+    real l1_stationary = -1.0;  ///< the elastic rows' violation at the last stationary point (-1: none yet)
+    real hard_trial = 0.0;  ///< the trial point's violation of the hard rows
+    real prox = 0.0;        ///< the regularization the next restoration QP starts from
 
     /// The price rho of a unit of violation in the elastic QPs: set from the multipliers lam_g when first needed, and
     /// kept while the QPs stay elastic (their multipliers are the price itself: read back, it would grow x100 per
     /// iteration); a solved regular QP clears it.
-    double price(const double* lam_g, const Residuals& kkt) {
+    real price(const real* lam_g, const Residuals& kkt) {
       if (rho == 0.0) rho = penalty_weight(lam_g, kkt);
       return rho;
     }
     /// Entering the restoration phase at the price rho (see price()): the point joins the optimality filter, so the
     /// phase must leave it behind; the restoration's own filter starts empty.
-    void enter_restoration(const Residuals& kkt, double fx, const double* lam_g, WS& ws) {
+    void enter_restoration(const Residuals& kkt, real fx, const real* lam_g, WS& ws) {
       optimality.add(kkt.l1, fx, ws);
       restoration.start(kkt.l1_hard);
       theta_restoration = kkt.l1;
@@ -575,7 +582,7 @@ class Solver {
     /// while the last price increase still reduced the violation by more than 1e-6 relative, up to
     /// restoration_steering x the entry price; false where the point is the least-violation one.
     bool steer(const Residuals& kkt) {
-      const double l1 = kkt.l1 - kkt.l1_hard;
+      const real l1 = kkt.l1 - kkt.l1_hard;
       const bool moved = l1_stationary < 0.0 || l1 < l1_stationary - 1e-6 * std::fmax(1.0, l1);
       l1_stationary = l1;
       if (!moved || rho * 10.0 > restoration_steering * rho_entry) return false;
@@ -584,11 +591,11 @@ class Solver {
       return true;
     }
     /// The elastic NLP's objective: f + rho (the elastic rows' L1 violation).
-    double penalty(double fx, double l1, double l1_hard) const { return fx + rho * (l1 - l1_hard); }
+    real penalty(real fx, real l1, real l1_hard) const { return fx + rho * (l1 - l1_hard); }
     /// The restoration may end at the accepted trial point: enough less violation, and acceptable to the optimality
     /// filter; or feasible, the optimality filter then emptied where it rejects the point (nothing is left to
     /// restore: restoring on, the elastic QPs of a feasible point only minimize f, under the restoration's filter).
-    bool restored(double tol, WS& ws) {
+    bool restored(real tol, WS& ws) {
       if (l1_trial <= tol) {
         if (!optimality.acceptable(l1_trial, f_trial, ws)) optimality.size = 0;
         return true;
@@ -598,9 +605,9 @@ class Solver {
 
     /// Evaluates f, g and the violation at x + alpha d into v.trial, v.g_trial, f_trial and l1_trial; false at a
     /// NaN/inf.
-    bool evaluate(const double* x, const double* d, double alpha, const double* p, const double* lbx,
-                  const double* ubx, const double* lbg, const double* ubg, WS& ws) {
-      double* trial = ws.v.trial.data();
+    bool evaluate(const real* x, const real* d, real alpha, const real* p, const real* lbx,
+                  const real* ubx, const real* lbg, const real* ubg, WS& ws) {
+      real* trial = ws.v.trial.data();
       for (int j = 0; j < nx; ++j) trial[j] = x[j] + alpha * d[j];
       f_trial = P::cost(trial, p, ws);
       P::constraints(trial, p, ws.v.g_trial.data(), ws);
@@ -612,12 +619,12 @@ class Solver {
     /// The optimality phase's filter line search along the QP step d (L1 violation vs f). A tiny step (at a solution
     /// whose multipliers are still off) can improve neither: it is taken whole, without the filter, so the
     /// multipliers become the QP's (as IPOPT does). Returns the step length, 0 when none was acceptable.
-    double optimality_step(const double* x, const double* p, const double* lbx, const double* ubx, const double* lbg,
-                           const double* ubg, double fx, double l1, const double* d, WS& ws) {
-      double slope = 0.0;
+    real optimality_step(const real* x, const real* p, const real* lbx, const real* ubx, const real* lbg,
+                           const real* ubg, real fx, real l1, const real* d, WS& ws) {
+      real slope = 0.0;
       for (int j = 0; j < nx; ++j) slope += ws.v.grad[j] * d[j];
       const bool tiny = is_tiny(x, d);
-      for (double alpha = 1.0; alpha >= P::min_step; alpha *= P::backtrack) {
+      for (real alpha = 1.0; alpha >= P::min_step; alpha *= P::backtrack) {
         if (!evaluate(x, d, alpha, p, lbx, ubx, lbg, ubg, ws)) continue;
         if ((tiny && l1_trial <= optimality.theta_max) ||
             optimality.accepts(l1, fx, -slope, alpha, l1_trial, f_trial, ws))
@@ -628,10 +635,10 @@ class Solver {
 
     /// The restoration phase's filter line search along the elastic QP's step d (the hard rows' L1 violation vs the
     /// penalty, whose model promises a decrease `predicted`). Returns the step length, 0 when none was acceptable.
-    double restoration_step(const double* x, const double* p, const double* lbx, const double* ubx, const double* lbg,
-                            const double* ubg, const Residuals& kkt, double phi, double predicted, const double* d,
+    real restoration_step(const real* x, const real* p, const real* lbx, const real* ubx, const real* lbg,
+                            const real* ubg, const Residuals& kkt, real phi, real predicted, const real* d,
                             WS& ws) {
-      for (double alpha = 1.0; alpha >= P::min_step; alpha *= P::backtrack) {
+      for (real alpha = 1.0; alpha >= P::min_step; alpha *= P::backtrack) {
         if (!evaluate(x, d, alpha, p, lbx, ubx, lbg, ubg, ws)) continue;
         if (restoration.accepts(kkt.l1_hard, phi, predicted, alpha, hard_trial,
                                 penalty(f_trial, l1_trial, hard_trial), ws))
@@ -642,14 +649,14 @@ class Solver {
   };
 
   /// Multipliers zeroed: the next Hessian is f's own, the next QP estimates them afresh.
-  static void forget_multipliers(double* lam_g, double* lam_x) {
+  static void forget_multipliers(real* lam_g, real* lam_x) {
     for (int i = 0; i < ng; ++i) lam_g[i] = 0.0;
     for (int j = 0; j < nx; ++j) lam_x[j] = 0.0;
   }
 
   /// Whether the step d is negligible next to x: |d| <= 1e-11 max(1, |x|) (infinity norms).
-  static bool is_tiny(const double* x, const double* d) {
-    double dmax = 0.0, xmax = 1.0;
+  static bool is_tiny(const real* x, const real* d) {
+    real dmax = 0.0, xmax = 1.0;
     for (int j = 0; j < nx; ++j) {
       dmax = std::fmax(dmax, std::fabs(d[j]));
       xmax = std::fmax(xmax, std::fabs(x[j]));
@@ -659,8 +666,8 @@ class Solver {
 
   /// Moves to the accepted trial point; with the QP's multipliers y (null in the restoration phase, whose multipliers
   /// are not the NLP's), lam_g and lam_x move toward them by alpha.
-  static void take_step(const Search& search, double alpha, const double* y, double* x, double* fx, double* lam_g,
-                        double* lam_x, WS& ws) {
+  static void take_step(const Search& search, real alpha, const real* y, real* x, real* fx, real* lam_g,
+                        real* lam_x, WS& ws) {
     for (int j = 0; j < nx; ++j) x[j] = ws.v.trial[j];
     for (int i = 0; i < ng; ++i) ws.v.g[i] = ws.v.g_trial[i];
     *fx = search.f_trial;
@@ -670,24 +677,24 @@ class Solver {
   }
 
   /// The price of a unit of violation in an elastic QP: 100 x max(1, |lam_g|, |grad f|).
-  static double penalty_weight(const double* lam_g, const Residuals& kkt) {
-    double lam_max = 0.0;
+  static real penalty_weight(const real* lam_g, const Residuals& kkt) {
+    real lam_max = 0.0;
     for (int i = 0; i < ng; ++i) lam_max = std::fmax(lam_max, std::fabs(lam_g[i]));
     return 1e2 * std::fmax(1.0, std::fmax(lam_max, kkt.gradient_scale));
   }
 
   /// The L1 violation of the linearization at x along d: g + J d against [lbg, ubg], x + d against [lbx, ubx] (and its
   /// share on the hard rows into l1_hard).
-  static double linearized_violation(const double* x, const double* g, const double* lbx, const double* ubx,
-                                     const double* lbg, const double* ubg, const double* d, double* l1_hard, WS& ws) {
-    double* gd = ws.v.g_trial.data();
-    double* xd = ws.v.trial.data();
+  static real linearized_violation(const real* x, const real* g, const real* lbx, const real* ubx,
+                                     const real* lbg, const real* ubg, const real* d, real* l1_hard, WS& ws) {
+    real* gd = ws.v.g_trial.data();
+    real* xd = ws.v.trial.data();
     for (int i = 0; i < ng; ++i) gd[i] = g[i];
     for (int j = 0; j < nx; ++j) {
       xd[j] = x[j] + d[j];
       for (int e = P::jac_p[j]; e < P::jac_p[j + 1]; ++e) gd[P::jac_i[e]] += ws.v.jac[e] * d[j];
     }
-    double l1 = 0.0;
+    real l1 = 0.0;
     int worst = -1;
     violation(xd, gd, lbx, ubx, lbg, ubg, &l1, &worst, l1_hard);
     return l1;
@@ -702,7 +709,7 @@ class Solver {
   }
 
   /// Index of the first non-finite entry, or -1.
-  static int first_nonfinite(const double* v, int n) {
+  static int first_nonfinite(const real* v, int n) {
     for (int i = 0; i < n; ++i)
       if (!std::isfinite(v[i])) return i;
     return -1;
@@ -717,33 +724,33 @@ class Solver {
   }
 
   /// The gradient at (x, p) into v.grad; the index of its first NaN/inf, or -1.
-  static int evaluate_gradient(const double* x, const double* p, WS& ws) {
+  static int evaluate_gradient(const real* x, const real* p, WS& ws) {
     P::gradient(x, p, ws.v.grad.data(), ws);
     return first_nonfinite(ws.v.grad.data(), nx);
   }
 
   /// dg/dx at (x, p) into v.jac; the index of its first NaN/inf, or -1.
-  static int evaluate_jacobian(const double* x, const double* p, WS& ws) {
+  static int evaluate_jacobian(const real* x, const real* p, WS& ws) {
     P::jacobian(x, p, ws.v.jac.data(), ws);
     return first_nonfinite(ws.v.jac.data(), P::nnz_jac);
   }
 
   /// The upper-triangular Hessian of f + lam'g at (x, p) into v.hess; the index of its first NaN/inf, or -1.
-  static int evaluate_hessian(const double* x, const double* p, const double* lam_g, WS& ws) {
+  static int evaluate_hessian(const real* x, const real* p, const real* lam_g, WS& ws) {
     P::hessian(x, p, lam_g, ws.v.hess.data(), ws);
     return first_nonfinite(ws.v.hess.data(), P::nnz_hess);
   }
 
   /// Max violation (primal infeasibility) and its index, and the L1 violation the filter measures (and, unless null,
   /// its share on the rows the elastic QPs keep hard, P::hard_rows).
-  static double violation(const double* x, const double* g, const double* lbx, const double* ubx, const double* lbg,
-                          const double* ubg, double* l1, int* worst, double* l1_hard = nullptr) {
-    double vmax = 0.0, sum = 0.0, hard = 0.0;
+  static real violation(const real* x, const real* g, const real* lbx, const real* ubx, const real* lbg,
+                          const real* ubg, real* l1, int* worst, real* l1_hard = nullptr) {
+    real vmax = 0.0, sum = 0.0, hard = 0.0;
     *worst = -1;
     for (int i = 0; i < nA; ++i) {
-      const double value = i < ng ? g[i] : x[i - ng];
-      const double lo = i < ng ? lbg[i] : lbx[i - ng], hi = i < ng ? ubg[i] : ubx[i - ng];
-      const double excess = value < lo ? lo - value : (value > hi ? value - hi : 0.0);
+      const real value = i < ng ? g[i] : x[i - ng];
+      const real lo = i < ng ? lbg[i] : lbx[i - ng], hi = i < ng ? ubg[i] : ubx[i - ng];
+      const real excess = value < lo ? lo - value : (value > hi ? value - hi : 0.0);
       sum += excess;
       if (P::hard_rows[i]) hard += excess;
       if (excess > vmax) {
@@ -758,25 +765,25 @@ class Solver {
 
   /// Complementarity: the largest |multiplier| x (distance to the bound its sign points at); a multiplier pointing at
   /// a bound that does not exist (±inf) counts as infinitely far.
-  static double complementarity(const double* x, const double* g, const double* lbx, const double* ubx,
-                                const double* lbg, const double* ubg, const double* lam_x, const double* lam_g) {
-    double worst = 0.0;
+  static real complementarity(const real* x, const real* g, const real* lbx, const real* ubx,
+                                const real* lbg, const real* ubg, const real* lam_x, const real* lam_g) {
+    real worst = 0.0;
     for (int i = 0; i < nA; ++i) {
-      const double lam = i < ng ? lam_g[i] : lam_x[i - ng], value = i < ng ? g[i] : x[i - ng];
-      const double lo = i < ng ? lbg[i] : lbx[i - ng], hi = i < ng ? ubg[i] : ubx[i - ng];
+      const real lam = i < ng ? lam_g[i] : lam_x[i - ng], value = i < ng ? g[i] : x[i - ng];
+      const real lo = i < ng ? lbg[i] : lbx[i - ng], hi = i < ng ? ubg[i] : ubx[i - ng];
       if (lam == 0.0) continue;
-      const double distance = lam > 0.0 ? hi - value : value - lo;
+      const real distance = lam > 0.0 ? hi - value : value - lo;
       worst = std::fmax(worst, std::isfinite(distance) ? std::fabs(lam * distance) : HUGE_VAL);
     }
     return worst;
   }
 
-  static Residuals residuals(const double* x, const double* g, const double* lbx, const double* ubx,
-                             const double* lbg, const double* ubg, const double* lam_g, const double* lam_x, WS& ws) {
+  static Residuals residuals(const real* x, const real* g, const real* lbx, const real* ubx,
+                             const real* lbg, const real* ubg, const real* lam_g, const real* lam_x, WS& ws) {
     Residuals r;
-    const double* grad = ws.v.grad.data();
-    const double* jac = ws.v.jac.data();
-    double* stationarity = ws.v.d.data();
+    const real* grad = ws.v.grad.data();
+    const real* jac = ws.v.jac.data();
+    real* stationarity = ws.v.d.data();
     for (int j = 0; j < nx; ++j) {
       stationarity[j] = grad[j] + lam_x[j];
       r.gradient_scale = std::fmax(r.gradient_scale, std::fabs(grad[j]));
@@ -790,13 +797,13 @@ class Solver {
   }
 
   /// The KKT residuals are within tol (dual infeasibility and complementarity relative to max(1, |grad f|)).
-  static bool meets(const Residuals& r, double tol) {
+  static bool meets(const Residuals& r, real tol) {
     return r.primal <= tol && r.dual <= tol * r.gradient_scale && r.complementarity <= tol * r.gradient_scale;
   }
 
   /// d'(H + reg I)d - 1e-8 |d|^2 for the upper-triangular Hessian values `hess`.
-  static double curvature(const double* hess, const double* d, double reg) {
-    double c = 0.0, norm = 0.0;
+  static real curvature(const real* hess, const real* d, real reg) {
+    real c = 0.0, norm = 0.0;
     for (int j = 0; j < nx; ++j) {
       norm += d[j] * d[j];
       for (int e = P::hess_p[j]; e < P::hess_p[j + 1]; ++e) {
@@ -814,17 +821,17 @@ class Solver {
   }
 
   /// The QP's P = triu(H) + reg I from v.hess.
-  static void assemble_P(double reg, WS& ws) {
+  static void assemble_P(real reg, WS& ws) {
     for (int e = 0; e < P::nnz_P; ++e) ws.v.Px[e] = 0.0;
     for (int e = 0; e < P::nnz_hess; ++e) ws.v.Px[P::hess_to_P[e]] = ws.v.hess[e];
     for (int j = 0; j < nx; ++j) ws.v.Px[P::diag_P[j]] += reg;
   }
 
   /// The QP's bounds: lbg - g <= J d <= ubg - g, lbx - x <= d <= ubx - x.
-  static void assemble_bounds(const double* x, const double* g, const double* lbx, const double* ubx,
-                              const double* lbg, const double* ubg, WS& ws) {
-    double* l = ws.v.l.data();
-    double* u = ws.v.u.data();
+  static void assemble_bounds(const real* x, const real* g, const real* lbx, const real* ubx,
+                              const real* lbg, const real* ubg, WS& ws) {
+    real* l = ws.v.l.data();
+    real* u = ws.v.u.data();
     for (int i = 0; i < ng; ++i) {
       l[i] = lbg[i] - g[i];
       u[i] = ubg[i] - g[i];
@@ -839,7 +846,7 @@ class Solver {
   /// direction of nonnegative curvature; infeasible as soon as it is infeasible; nonconvex past reg_max. After a
   /// failed solve the next starts cold: a failed solve's iterate is no start for the next, more regularized QP (warm
   /// from it, ADMM was seen to stall at every regularization up to reg_max on the cart-pole swing-up).
-  static int solve_regularized(double kkt_error, bool warm, double& reg, StatsT& stats, double& clock,
+  static int solve_regularized(real kkt_error, bool warm, real& reg, StatsT& stats, double& clock,
                                WS& ws) {
     auto& v = ws.v;
     for (;;) {
@@ -864,13 +871,13 @@ class Solver {
   /// regularized further (x10) while nonconvex. With elastic rows (P::elastic_rows: a Riccati interior point over the
   /// QP's patterns, whose stage rows and state bounds are elastic) the Elastic backend solves it with the QP's
   /// matrices; else with slacks v, w >= 0 on every constraint row (lbg - g <= J d + v - w <= ubg - g).
-  static int solve_elastic(const double* q, double weight, double& reg, StatsT& stats, double& clock,
+  static int solve_elastic(const real* q, real weight, real& reg, StatsT& stats, double& clock,
                            WS& ws) {
     auto& v = ws.v;
-    double* qe = v.qe.data();
-    double* le = v.le.data();
-    double* ue = v.ue.data();
-    double* Axe = v.Axe.data();
+    real* qe = v.qe.data();
+    real* le = v.le.data();
+    real* ue = v.ue.data();
+    real* Axe = v.Axe.data();
     if constexpr (!P::elastic_rows) {
       for (int j = 0; j < nx; ++j) qe[j] = q[j];
       for (int i = 0; i < 2 * ng; ++i) {
@@ -927,14 +934,14 @@ class Solver {
   }
 
   /// The elastic QP's step, multipliers (g's rows, then x's bounds) and iterations.
-  static const double* elastic_primal(const WS& ws) { return Elastic::primal(elastic_ws(ws)); }
-  static const double* elastic_dual(const WS& ws) { return Elastic::dual(elastic_ws(ws)); }
+  static const real* elastic_primal(const WS& ws) { return Elastic::primal(elastic_ws(ws)); }
+  static const real* elastic_dual(const WS& ws) { return Elastic::dual(elastic_ws(ws)); }
   static int elastic_iterations(const WS& ws) { return Elastic::iterations(elastic_ws(ws)); }
 
   /// Fills the end-of-solve diagnostics: the most violated constraint and its violation.
-  static void finish(const double* x, const double* g, const double* lbx, const double* ubx, const double* lbg,
-                     const double* ubg, int iterations, int status, StatsT& stats) {
-    double l1 = 0.0;
+  static void finish(const real* x, const real* g, const real* lbx, const real* ubx, const real* lbg,
+                     const real* ubg, int iterations, int status, StatsT& stats) {
+    real l1 = 0.0;
     int worst = -1;
     violation(x, g, lbx, ubx, lbg, ubg, &l1, &worst);
     stats.worst_constraint = worst;

@@ -11,9 +11,9 @@
 // The generated code therefore holds the ODE's rate, its sparse Jacobian and the sparse Hessian of mu'f only: one
 // small function each, whatever the number of integration steps; the steps are a loop here.
 //
-// O (the ODE and the method): real (the scalar type), nx, nu, stages, steps, h, a[stages][stages] (strictly lower), b[stages];
-// jac_nnz, jac_p[nz + 1], jac_i[jac_nnz] (the Jacobian's CSC pattern, nx x nz) and the same entries row by row:
-// jac_row_p[nx + 1], jac_row_u[nx] (where the row's input columns start), jac_row_j[jac_nnz] (column),
+// O (the ODE and the method): real (the scalar type), nx, nu, stages, steps, h, a[stages][stages] (strictly lower),
+// b[stages]; jac_nnz, jac_p[nz + 1], jac_i[jac_nnz] (the Jacobian's CSC pattern, nx x nz) and the same entries row
+// by row: jac_row_p[nx + 1], jac_row_u[nx] (where the row's input columns start), jac_row_j[jac_nnz] (column),
 // jac_row_e[jac_nnz] (position in the CSC values); hess_nnz,
 // hess_p[nz + 1], hess_i[hess_nnz] (the upper triangle of the Hessian of mu'f, nz x nz) and hess_rows[n_hess_rows],
 // the states among its rows and columns (the others enter f linearly). E (the evaluations, with their workspaces):
@@ -67,7 +67,7 @@ struct ExplicitRK {
                       E& eval) {
     for (int r = 0; r < nx; ++r) {
       w.x[r] = x0[r];
-      for (int c = 0; c < nz; ++c) w.S[r][c] = c == r ? 1.0 : 0.0;
+      for (int c = 0; c < nz; ++c) w.S[r][c] = c == r ? real(1) : real(0);
     }
     for (int n = 0; n < steps; ++n) {
       for (int i = 0; i < s; ++i) {
@@ -83,7 +83,7 @@ struct ExplicitRK {
           for (int c = 0; c < nz; ++c) row[c] = w.S[r][c];
           for (int j = 0; j < i; ++j) {
             const real f = O::h * O::a[i][j];
-            if (f == 0.0) continue;
+            if (f == real(0)) continue;
             for (int c = 0; c < nz; ++c) row[c] += f * w.dK[j][r][c];
           }
           for (int c = 0; c < nz; ++c) DX[r][c] = row[c];

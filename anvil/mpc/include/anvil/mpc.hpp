@@ -68,7 +68,8 @@ class Controller {
   using StatsT = Stats<typename SQP::StatsT>;
   static constexpr int nx = C::nx, nu = C::nu, nz = nx + nu, N = C::N, np = C::np, nh = C::nh, nhN = C::nhN;
   static constexpr int ns = C::ns, nw = C::nw, ng = C::ng, soft_rows = ng - 2 * ns;
-  static constexpr real defect_tol = anvil::by_precision<real>(1e-6, 1e-4f);  ///< the largest dynamics defect of a plan (see the failure policy)
+  /// the largest dynamics defect of a plan (see the failure policy)
+  static constexpr real defect_tol = anvil::by_precision<real>(1e-6, 1e-4f);
 
   static void reset(WS& ws) {
     ws.s.guess = 0;
@@ -158,7 +159,7 @@ class Controller {
  private:
   /// dst[i] = src[table[i]] (0 where table[i] < 0)
   static void gather(real* dst, const real* src, const int* table, int n) {
-    for (int i = 0; i < n; ++i) dst[i] = table[i] >= 0 ? src[table[i]] : 0.0;
+    for (int i = 0; i < n; ++i) dst[i] = table[i] >= 0 ? src[table[i]] : real(0);
   }
 
   /// The dynamics rows of g (x_0 - x0, then the defects) at the SQP's last iterate are all within defect_tol.
@@ -190,7 +191,8 @@ class Controller {
     for (int k = 0; k <= N; ++k)
       for (int i = 0; i < nx; ++i) s.w[k * nz + i] = x0[i];
     for (int k = 0; k < N; ++k)
-      for (int i = 0; i < nu; ++i) s.w[k * nz + nx + i] = std::fmin(std::fmax(0.0, lbu[k * nu + i]), ubu[k * nu + i]);
+      for (int i = 0; i < nu; ++i)
+        s.w[k * nz + nx + i] = std::fmin(std::fmax(real(0), lbu[k * nu + i]), ubu[k * nu + i]);
     for (int e = 0; e < ns; ++e) s.w[N * nz + nx + e] = 0.0;
     for (int i = 0; i < ng; ++i) s.lam_g[i] = 0.0;
     for (int i = 0; i < nw; ++i) s.lam_x[i] = 0.0;
@@ -200,7 +202,7 @@ class Controller {
   static void assemble(const real* x0, const real* p, const real* lbx, const real* ubx, const real* lbu,
                        const real* ubu, const real* lbh, const real* ubh, const real* lbhN,
                        const real* ubhN, WS& ws) {
-    constexpr real inf = HUGE_VAL;
+    constexpr real inf = real(HUGE_VAL);
     auto& s = ws.s;
     real* lbw = s.lbw.data();
     real* ubw = s.ubw.data();

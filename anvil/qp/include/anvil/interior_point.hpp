@@ -29,10 +29,10 @@ constexpr T equality_regularization = anvil::by_precision<T>(1e-8, 2e-4f);
 
 /// One side of an inequality row (v >= lo, or hi >= v): the slack t >= 0 and its multiplier l, and for an elastic row
 /// the allowed violation s >= 0 (penalized by z per unit in the objective) and its multiplier m; the steps and the
-/// residuals: r = distance - t + s (distance: v - lo, or hi - v) and rs = z - l - m.
+/// residual r = distance - t + s (distance: v - lo, or hi - v); the elastic one, z - l - m, is `elastic_residual`.
 template <class T>
 struct Side {
-  T t, l, dt, dl, r, s, m, ds, dm, rs;
+  T t, l, dt, dl, r, s, m, ds, dm;
   bool on;
 };
 
@@ -59,16 +59,16 @@ struct Norms {
 template <class T>
 inline void start_side(Side<T>& q, same_t<T> distance, same_t<T> z, bool warm, same_t<T> floor) {
   if (!warm) floor = 1.0;
-  q.s = z > 0.0 ? std::fmax(warm ? q.s : -distance + 1.0, floor) : 0.0;
+  q.s = z > T(0) ? std::fmax(warm ? q.s : -distance + T(1), floor) : T(0);
   q.t = std::fmax(distance + q.s, floor);
-  q.l = warm ? std::fmax(q.l, floor) : z > 0.0 ? 0.5 * z : 1.0 / q.t;
-  q.m = z > 0.0 ? (warm ? std::fmax(q.m, floor) : 0.5 * z) : 0.0;
+  q.l = warm ? std::fmax(q.l, floor) : z > T(0) ? T(0.5) * z : T(1) / q.t;
+  q.m = z > T(0) ? (warm ? std::fmax(q.m, floor) : T(0.5) * z) : T(0);
   q.dt = q.dl = q.ds = q.dm = 0.0;
 }
 
 /// Finite bounds with lo == hi: an equality row (a free multiplier and a fixed weight in the Newton system).
 template <class T>
-inline bool is_equality(T lo, same_t<T> hi) { return lo == hi && std::fabs(lo) < no_bound; }
+inline bool is_equality(T lo, same_t<T> hi) { return lo == hi && std::fabs(lo) < T(no_bound); }
 
 /// Which sides of the row are present and their starting slacks and multipliers (a warm start's floored at `floor`).
 /// Absent sides stay inert (t = 1, l = 0).
@@ -76,11 +76,11 @@ template <class T>
 inline void start_row(Row<T>& r, same_t<T> v, same_t<T> lo, same_t<T> hi, same_t<T> z, bool warm,
                       same_t<T> floor) {
   r.z = z;
-  r.eq = is_equality(lo, hi) && z == 0.0;
-  r.lo.on = !r.eq && lo > -no_bound;
-  r.hi.on = !r.eq && hi < no_bound;
+  r.eq = is_equality(lo, hi) && z == T(0);
+  r.lo.on = !r.eq && lo > -T(no_bound);
+  r.hi.on = !r.eq && hi < T(no_bound);
   if (r.eq) {
-    r.hi.l = warm ? r.hi.l - r.lo.l : 0.0;
+    r.hi.l = warm ? r.hi.l - r.lo.l : T(0);
     r.lo.l = 0.0;
     r.lo.t = r.hi.t = 1.0;
     r.lo.s = r.hi.s = r.lo.m = r.hi.m = r.lo.ds = r.hi.ds = r.lo.dm = r.hi.dm = 0.0;
@@ -96,6 +96,13 @@ inline void start_row(Row<T>& r, same_t<T> v, same_t<T> lo, same_t<T> hi, same_t
   }
 }
 
+/// An elastic side's stationarity residual in its violation, z - l - m (computed where needed: l and m change only
+/// when a step is taken, so every use between two steps sees the same value).
+template <class T>
+inline T elastic_residual(const Side<T>& q, same_t<T> z) {
+  return z - q.l - q.m;
+}
+
 /// A present side's residuals at the distance to its bound, accumulated into n.
 template <class T>
 inline void side_residuals(Side<T>& q, same_t<T> distance, same_t<T> z, Norms<T>& n) {
@@ -104,9 +111,8 @@ inline void side_residuals(Side<T>& q, same_t<T> distance, same_t<T> z, Norms<T>
   n.sum += q.l * q.t;
   n.complementarity = std::fmax(n.complementarity, q.l * q.t);
   ++n.count;
-  if (z > 0.0) {
-    q.rs = z - q.l - q.m;
-    n.inequality = std::fmax(n.inequality, std::fabs(q.rs));
+  if (z > T(0)) {
+    n.inequality = std::fmax(n.inequality, std::fabs(elastic_residual(q, z)));
     n.sum += q.m * q.s;
     n.complementarity = std::fmax(n.complementarity, q.m * q.s);
     ++n.count;
@@ -129,25 +135,26 @@ inline T row_residuals(Row<T>& r, same_t<T> v, same_t<T> lo, same_t<T> hi, Norms
 /// l t - target, plus the predictor's dl dt in the corrector.
 template <class T>
 inline T complementarity_residual(T l, same_t<T> t, same_t<T> dl, same_t<T> dt, same_t<T> target, bool corrector) {
-  return l * t - target + (corrector ? dl * dt : 0.0);
+  return l * t - target + (corrector ? dl * dt : T(0));
 }
 
 /// The side's slack as the Newton system sees it once the elastic variables are eliminated: t + l s / m.
 template <class T>
-inline T effective_slack(const Side<T>& q, same_t<T> z) { return z > 0.0 ? q.t + q.l * q.s / q.m : q.t; }
+inline T effective_slack(const Side<T>& q, same_t<T> z) { return z > T(0) ? q.t + q.l * q.s / q.m : q.t; }
 
 /// The side's primal residual once the elastic variables are eliminated (for the complementarity target).
 template <class T>
 inline T effective_residual(const Side<T>& q, same_t<T> z, same_t<T> target, bool corrector) {
-  if (z == 0.0) return q.r;
-  return q.r - (complementarity_residual(q.m, q.s, q.dm, q.ds, target, corrector) + q.s * q.rs) / q.m;
+  if (z == T(0)) return q.r;
+  return q.r - (complementarity_residual(q.m, q.s, q.dm, q.ds, target, corrector) + q.s * elastic_residual(q, z)) / q.m;
 }
 
 /// The weight the row adds to the Newton system's Hessian (as w a a' for its row a).
 template <class T>
 inline T row_weight(const Row<T>& r) {
   if (r.eq) return T(1) / equality_regularization<T>;
-  return (r.lo.on ? r.lo.l / effective_slack(r.lo, r.z) : 0.0) + (r.hi.on ? r.hi.l / effective_slack(r.hi, r.z) : 0.0);
+  return (r.lo.on ? r.lo.l / effective_slack(r.lo, r.z) : T(0)) +
+         (r.hi.on ? r.hi.l / effective_slack(r.hi, r.z) : T(0));
 }
 
 /// A side's part of the reduced gradient's coefficient (lower side: +, upper side: -).
@@ -161,8 +168,8 @@ inline T side_rhs(const Side<T>& q, same_t<T> z, same_t<T> target, bool correcto
 template <class T>
 inline T row_rhs(const Row<T>& r, same_t<T> target, bool corrector) {
   if (r.eq) return r.lo.r / equality_regularization<T>;
-  return (r.lo.on ? side_rhs(r.lo, r.z, target, corrector) : 0.0) -
-         (r.hi.on ? side_rhs(r.hi, r.z, target, corrector) : 0.0);
+  return (r.lo.on ? side_rhs(r.lo, r.z, target, corrector) : T(0)) -
+         (r.hi.on ? side_rhs(r.hi, r.z, target, corrector) : T(0));
 }
 
 /// A side's steps, given its distance's step gd (the corrector's products use the predictor's steps, read before
@@ -171,9 +178,9 @@ template <class T>
 inline void side_step(Side<T>& q, same_t<T> gd, same_t<T> z, same_t<T> target, bool corrector) {
   const T c = complementarity_residual(q.l, q.t, q.dl, q.dt, target, corrector);
   const T dl = -(c + q.l * (gd + effective_residual(q, z, target, corrector))) / effective_slack(q, z);
-  if (z > 0.0) {
+  if (z > T(0)) {
     const T cs = complementarity_residual(q.m, q.s, q.dm, q.ds, target, corrector);
-    q.dm = q.rs - dl;
+    q.dm = elastic_residual(q, z) - dl;
     q.ds = -(cs + q.s * q.dm) / q.m;
   }
   q.dt = gd + q.r + q.ds;
@@ -195,13 +202,13 @@ inline void row_step(Row<T>& r, same_t<T> gd, same_t<T> target, bool corrector) 
 template <class T>
 inline void row_limit(const Row<T>& r, T& alpha) {
   const auto limit = [&](T v, T dv) {
-    if (dv < 0.0) alpha = std::fmin(alpha, -v / dv);
+    if (dv < T(0)) alpha = std::fmin(alpha, -v / dv);
   };
   for (const Side<T>* q : {&r.lo, &r.hi}) {
     if (!q->on) continue;
     limit(q->t, q->dt);
     limit(q->l, q->dl);
-    if (r.z > 0.0) {
+    if (r.z > T(0)) {
       limit(q->s, q->ds);
       limit(q->m, q->dm);
     }
@@ -215,7 +222,7 @@ inline void row_products(const Row<T>& r, same_t<T> alpha, T& sum, int& count) {
     if (!q->on) continue;
     sum += (q->l + alpha * q->dl) * (q->t + alpha * q->dt);
     ++count;
-    if (r.z > 0.0) {
+    if (r.z > T(0)) {
       sum += (q->m + alpha * q->dm) * (q->s + alpha * q->ds);
       ++count;
     }
@@ -237,8 +244,8 @@ inline void row_take(Row<T>& r, same_t<T> alpha) {
 }
 
 /// The tightest tolerance a QP whose linear term is q (n entries) can meet: a residual is a sum of terms as large as
-/// q (and as the data, of order 1 at least), so it cannot fall below their rounding (a gradient of 1e9 leaves 1e-7, and an absolute 1e-6 asked of a QP of
-/// such data would never be met: it ran to its iteration limit).
+/// q (and as the data, of order 1 at least), so it cannot fall below their rounding (a gradient of 1e9 leaves 1e-7,
+/// and an absolute 1e-6 asked of a QP of such data would never be met: it ran to its iteration limit).
 template <class T>
 inline T attainable(same_t<T> tol, const T* q, int n) {
   T q_max = 0;
@@ -266,7 +273,7 @@ typename S::real mu_after(W& ws, typename S::real alpha) {
   typename S::real sum = 0;
   int count = 0;
   S::for_rows(ws, [&](const Row<typename S::real>& r) { row_products(r, alpha, sum, count); });
-  return count ? sum / count : 0.0;
+  return count ? sum / count : typename S::real(0);
 }
 
 /// Mehrotra's starting point for a cold start (Nocedal and Wright, 14.3): a full affine-scaling step from the naive
@@ -279,15 +286,15 @@ void mehrotra_start(const D& d, W& ws, Residuals<typename S::real>& res) {
   using T = typename S::real;
   S::residuals(d, ws, res);
   if (!S::factor(d, ws)) return;  // the loop's own factorization says so
-  S::newton_step(d, ws, 0.0, false);
-  S::take_step(ws, 1.0);
+  S::newton_step(d, ws, T(0), false);
+  S::take_step(ws, T(1));
   const auto each_side = [&](auto&& f) {
     S::for_rows(ws, [&](Row<T>& r) {
       for (Side<T>* q : {&r.lo, &r.hi})
         if (q->on) f(*q);
     });
   };
-  T t_min = HUGE_VAL, l_min = HUGE_VAL;
+  T t_min = T(HUGE_VAL), l_min = T(HUGE_VAL);
   each_side([&](Side<T>& q) {
     t_min = std::fmin(t_min, q.t);
     l_min = std::fmin(l_min, q.l);
@@ -299,11 +306,11 @@ void mehrotra_start(const D& d, W& ws, Residuals<typename S::real>& res) {
     t_sum += q.t + t_shift;
     l_sum += q.l + l_shift;
   });
-  const T t_center = l_sum > 0.0 ? 0.5 * products / l_sum : 0.0;
-  const T l_center = t_sum > 0.0 ? 0.5 * products / t_sum : 0.0;
+  const T t_center = l_sum > T(0) ? T(0.5) * products / l_sum : T(0);
+  const T l_center = t_sum > T(0) ? T(0.5) * products / t_sum : T(0);
   each_side([&](Side<T>& q) {
-    q.t = std::fmax(q.t + t_shift + t_center, 1e-8);
-    q.l = std::fmax(q.l + l_shift + l_center, 1e-8);
+    q.t = std::fmax(q.t + t_shift + t_center, T(1e-8));
+    q.l = std::fmax(q.l + l_shift + l_center, T(1e-8));
   });
 }
 
@@ -322,7 +329,7 @@ template <class S, class D, class W>
 int mehrotra(const D& d, typename S::real tol, int max_iter, bool warm, W& ws, Residuals<typename S::real>& res,
              int& iterations) {
   using T = typename S::real;
-  S::start_rows(d, warm, 0.0, ws);
+  S::start_rows(d, warm, T(0), ws);
   if constexpr (S::mehrotra_start) {
     if (!warm) ipm::mehrotra_start<S>(d, ws, res);
   }
@@ -333,7 +340,7 @@ int mehrotra(const D& d, typename S::real tol, int max_iter, bool warm, W& ws, R
     // fixed 1e-4 made a QP whose active set changed take 21 iterations instead of 8
     S::residuals(d, ws, res);
     const T change = std::fmax(res.stationarity, std::fmax(res.equality, res.inequality));
-    S::start_rows(d, warm, std::fmin(warm_floor, std::fmax(tol, change)), ws);
+    S::start_rows(d, warm, std::fmin(T(warm_floor), std::fmax(tol, change)), ws);
   }
   int status = max_iterations, it = 0, stalls = 0;
   T alpha = 0.0, equality_before = 0.0, mu_scale = 1.0;
@@ -341,7 +348,7 @@ int mehrotra(const D& d, typename S::real tol, int max_iter, bool warm, W& ws, R
     const T mu = S::residuals(d, ws, res);
     // NOTE: divergence is measured against the first iterate's complementarity (at least 1): the products of a QP
     // whose data are large start large (bounds at 6.4e6: 4e13), and a fixed 1e14 called a feasible one infeasible
-    if (it == 0) mu_scale = std::fmax(1.0, mu);
+    if (it == 0) mu_scale = std::fmax(T(1), mu);
     if (!std::isfinite(mu + res.stationarity + res.equality + res.inequality)) {
       status = numerical_error;
       break;
@@ -351,13 +358,14 @@ int mehrotra(const D& d, typename S::real tol, int max_iter, bool warm, W& ws, R
       break;
     }
     if (it == max_iter) break;
-    if (mu > 1e14 * mu_scale) {  // multipliers diverging: no feasible point
+    if (mu > T(1e14) * mu_scale) {  // multipliers diverging: no feasible point
       status = infeasible;
       break;
     }
     // a step of alpha removes a fraction alpha of the equality residual when the equalities are consistent (up to
     // delta times the multiplier step); five steps in a row that remove less than half of that: they are not
-    stalls = it > 0 && equality_before > tol && res.equality >= (1.0 - 0.5 * alpha) * equality_before ? stalls + 1 : 0;
+    const bool stalled = it > 0 && equality_before > tol && res.equality >= (T(1) - T(0.5) * alpha) * equality_before;
+    stalls = stalled ? stalls + 1 : 0;
     if (stalls == 5) {
       status = infeasible;
       break;
@@ -371,10 +379,10 @@ int mehrotra(const D& d, typename S::real tol, int max_iter, bool warm, W& ws, R
     // tol / 100: complementarity products far below the tolerance only make slacks vanish (1e-18 and less were
     // seen) and the weights l / t so large that the factorization loses the Hessian to rounding and a convex QP
     // looks nonconvex
-    S::newton_step(d, ws, 0.0, false);
-    const T sigma = std::pow(mu > 0.0 ? mu_after<S>(ws, max_step<S>(ws)) / mu : 0.0, 3.0);
-    S::newton_step(d, ws, std::fmax(sigma * mu, 0.01 * tol), true);
-    alpha = std::fmin(1.0, fraction_to_boundary * max_step<S>(ws));
+    S::newton_step(d, ws, T(0), false);
+    const T sigma = std::pow(mu > T(0) ? mu_after<S>(ws, max_step<S>(ws)) / mu : T(0), T(3));
+    S::newton_step(d, ws, std::fmax(sigma * mu, T(0.01) * tol), true);
+    alpha = std::fmin(T(1), T(fraction_to_boundary) * max_step<S>(ws));
     S::take_step(ws, alpha);
   }
   iterations = it;

@@ -14,6 +14,7 @@
 #ifndef ANVIL_RICCATI_HPP
 #define ANVIL_RICCATI_HPP
 #include <cmath>
+#include <type_traits>
 
 #include "anvil/interior_point.hpp"
 #include "anvil/support.hpp"
@@ -106,7 +107,7 @@ bool eliminate_inputs(const T (&Q)[nx + m][nx + m], T (&L)[m][m], T (&K)[m][nx],
   // V = L^-1 Q_ux and K = -L'^-1 V, triangular solves on whole rows of nx (vectorizable)
   T V[m][nx], W[m][nx];  // W = -V
   for (int i = 0; i < m; ++i) {
-    const T inverse = 1.0 / L[i][i];
+    const T inverse = T(1) / L[i][i];
     for (int j = 0; j < nx; ++j) V[i][j] = Q[nx + i][j];
     for (int k = 0; k < i; ++k)
       for (int j = 0; j < nx; ++j) V[i][j] -= L[i][k] * V[k][j];
@@ -116,7 +117,7 @@ bool eliminate_inputs(const T (&Q)[nx + m][nx + m], T (&L)[m][m], T (&K)[m][nx],
     }
   }
   for (int i = m - 1; i >= 0; --i) {
-    const T inverse = 1.0 / L[i][i];
+    const T inverse = T(1) / L[i][i];
     for (int j = 0; j < nx; ++j) K[i][j] = W[i][j];
     for (int k = i + 1; k < m; ++k)
       for (int j = 0; j < nx; ++j) K[i][j] -= L[k][i] * K[k][j];
@@ -139,21 +140,25 @@ void feedforward(const T* qx, T* qu, const T (&L)[m][m], const T (&K)[m][nx], T*
   for (int i = 0; i < m; ++i) kk[i] = -qu[i];
 }
 
+/// An index below n in the fewest bytes (most OCP stages have fewer than 256 variables and rows).
+template <int n>
+using index_t = std::conditional_t<(n <= 255), unsigned char, std::conditional_t<(n <= 65535), unsigned short, int>>;
+
 /// The nonzero columns of one row of G (of length n), in increasing order.
 template <int n>
 struct Pattern {
-  int count;
-  int index[n];
+  index_t<n> count;
+  index_t<n> index[n];
 
   /// Finds the nonzeros of a row with a bound; a row without one takes no part in the iterations (an empty pattern:
   /// most rows of an OCP, the state boxes without bounds, are scanned no further).
   template <class T>
   void find(const T* a, same_t<T> lo, same_t<T> hi) {
     count = 0;
-    if (!(lo > -ipm::no_bound || hi < ipm::no_bound)) return;
+    if (!(lo > -T(ipm::no_bound) || hi < T(ipm::no_bound))) return;
     for (int j = 0; j < n; ++j) {
-      index[count] = j;
-      count += a[j] != 0.0;
+      index[count] = static_cast<index_t<n>>(j);
+      count = static_cast<index_t<n>>(count + (a[j] != 0));
     }
   }
 
@@ -236,7 +241,9 @@ struct Riccati {
     ipm::Row<T> rows[N][mg], rowsN[mgN];
     riccati::Pattern<nz> pattern[N][mg];  ///< the nonzeros of G_k's rows
     riccati::Pattern<nzN> patternN[mgN];
-    int live[N][mg], liveN[mgN], n_live[N], n_liveN;  ///< the rows with a bound (the others are skipped)
+    riccati::index_t<mg> live[N][mg];  ///< the rows with a bound (the others are skipped)
+    riccati::index_t<mgN> liveN[mgN];
+    int n_live[N], n_liveN;
     T r_z[N][nz], r_N[nzN], r_dyn[N][nx], q[N][nz], qN[nzN];
     T P[N + 1][nx][nx], p[N + 1][nx], L[N][nu][nu], K[N][nu][nx], k[N][nu], LN[muN][muN], KN[muN][nx], kN[muN];
     bool warm;  ///< the iterates hold a solution a warm start can begin from
@@ -381,7 +388,7 @@ struct Riccati {
     for (int i = 0; i < nx; ++i) zN[i] = ws.x[N][i];
     for (int i = 0; i < nuN; ++i) zN[nx + i] = ws.uN[i];
     riccati::combine_rows<nzN, nzN>(zN, d.HN, ws.r_N);
-    for (int i = 0; i < nzN; ++i) ws.r_N[i] += d.gN[i] - (i < nx ? ws.pi[N - 1][i] : 0.0);
+    for (int i = 0; i < nzN; ++i) ws.r_N[i] += d.gN[i] - (i < nx ? ws.pi[N - 1][i] : T(0));
     for (int e = 0; e < ws.n_liveN; ++e) {
       const int m = ws.liveN[e];
       const T v = final_row_value(d, ws, m, ws.x[N], ws.uN);
@@ -392,7 +399,7 @@ struct Riccati {
     res.equality = n.equality;
     res.inequality = n.inequality;
     res.complementarity = n.complementarity;
-    return n.count ? n.sum / n.count : 0.0;
+    return n.count ? n.sum / n.count : T(0);
   }
 
   /// The lower triangle of the symmetric H plus regularization I, into Q.
@@ -413,7 +420,7 @@ struct Riccati {
     const auto stage = [&](int k, auto&& add) {
       for (int e = 0; e < ws.n_live[k]; ++e) add(ws.live[k][e], ipm::row_weight(ws.rows[k][ws.live[k][e]]));
     };
-    return factor_weighted(d, ws, 0.0, terminal, stage);
+    return factor_weighted(d, ws, T(0), terminal, stage);
   }
 
   /// The factorization with Hessians H + regularization I + G'WG, the rows' weights given by terminal(add) and
@@ -545,14 +552,14 @@ struct Riccati {
       for (int m = 0; m < ng; ++m) {
         ipm::start_row(ws.rows[k][m], row_value(d, ws, k, m, ws.x[k], ws.u[k]), d.lo[k][m], d.hi[k][m],
                            d.z[k][m], warm, floor);
-        if (live(ws.rows[k][m])) ws.live[k][ws.n_live[k]++] = m;
+        if (live(ws.rows[k][m])) ws.live[k][ws.n_live[k]++] = static_cast<riccati::index_t<mg>>(m);
       }
     }
     ws.n_liveN = 0;
     for (int m = 0; m < ngN; ++m) {
       ipm::start_row(ws.rowsN[m], final_row_value(d, ws, m, ws.x[N], ws.uN), d.loN[m], d.hiN[m], d.zN[m], warm,
                          floor);
-      if (live(ws.rowsN[m])) ws.liveN[ws.n_liveN++] = m;
+      if (live(ws.rowsN[m])) ws.liveN[ws.n_liveN++] = static_cast<riccati::index_t<mgN>>(m);
     }
   }
 };

@@ -1,11 +1,12 @@
 // anvil::qp::RiccatiBackend: the QP contract (anvil/qp.hpp) met by the stage-structured interior point
 // (anvil/riccati.hpp), for a QP whose variables and rows map onto the stages of an optimal control problem.
 //
-// The mapping is a set of tables into the solver's Data and Solution viewed as flat arrays of reals (the scalar type it computes in), generated for
-// the QP's patterns: load() scatters P (upper triangle, mirrored) and A into the stage blocks, solve() scatters q, l
-// and u, runs the interior point and gathers the step and the multipliers back. Rows of A are of three kinds: the
-// initial rows (x_0 = x0: J d = l with a coefficient c on x_0, scaled by 1/c), the dynamics rows (x_{k+1} - A_k x_k -
-// B_k u_k = c_k once scaled by the coefficient of x_{k+1}: the dynamics of the stage QP, their multipliers -pi_k / c)
+// The mapping is a set of tables into the solver's Data and Solution viewed as flat arrays of reals (the scalar type
+// it computes in), generated for the QP's patterns: load() scatters P (upper triangle, mirrored) and A into the stage
+// blocks, solve() scatters q, l and u, runs the interior point and gathers the step and the multipliers back. Rows of
+// A are of three kinds: the initial rows (x_0 = x0: J d = l with a coefficient c on x_0, scaled by 1/c), the dynamics
+// rows (x_{k+1} - A_k x_k - B_k u_k = c_k once scaled by the coefficient of x_{k+1}: the dynamics of the stage QP,
+// their multipliers -pi_k / c)
 // and stage rows (rows of G_k, their multipliers lam). The initial rows' multipliers close the stationarity of x_0,
 // which the stage QP eliminates. An initial or dynamics row is an equality: only its lower bound is read.
 //
@@ -76,12 +77,13 @@ struct RiccatiBackend {
     real* data = reinterpret_cast<real*>(&ws.data);
     for (int j = 0; j < L::n; ++j) data[L::q_to_data[j]] = q[j];
     scatter_bounds(l, u, ws);
-    const real tol_qp = ipm::attainable(std::fmax(L::tol_min, std::fmin(real(1e-6), tol)), q, L::n);
+    const real tol_qp = ipm::attainable(std::fmax(real(L::tol_min), std::fmin(real(1e-6), tol)), q, L::n);
     const int status = IPM::solve(ws.data, tol_qp, L::max_iter, ws.sol, ws.ipm, warm);
     ws.iterations = ws.sol.iterations;
     const real* solution = reinterpret_cast<const real*>(&ws.sol);
     for (int j = 0; j < L::n; ++j) ws.d[j] = solution[L::primal_from[j]];
-    for (int r = 0; r < L::m; ++r) ws.y[r] = L::dual_from[r] >= 0 ? L::dual_scale[r] * solution[L::dual_from[r]] : 0.0;
+    for (int r = 0; r < L::m; ++r)
+      ws.y[r] = L::dual_from[r] >= 0 ? L::dual_scale[r] * solution[L::dual_from[r]] : real(0);
     // the initial rows: their multipliers close the stationarity of x_0, which the stage QP eliminated
     constexpr int nx = IPM::nx, nz = IPM::nz;
     const typename IPM::Data& d = ws.data;

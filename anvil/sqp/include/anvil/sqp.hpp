@@ -74,8 +74,9 @@ enum Evaluated : int {
   lagrangian_hessian = 4
 };
 
-/// Per-iteration history (entry k is iteration k; iterations + 1 entries are filled) and diagnostics.
-template <int max_iter>
+/// Per-iteration history (entry k is iteration k; iterations + 1 entries are filled; in the solver's type T) and
+/// diagnostics.
+template <int max_iter, class T = double>
 struct Stats {
   int iterations = 0;
   int status = numerical_error;
@@ -89,12 +90,12 @@ struct Stats {
   double time_qp_update = 0.0;    ///< seconds loading the QPs' matrices (OSQP refactors its KKT matrix here)
   double time_qp_solve = 0.0;     ///< seconds in the QP solver's iterations
   double time_line_search = 0.0;  ///< seconds evaluating trial points
-  double objective[max_iter + 1] = {};
-  double primal_infeasibility[max_iter + 1] = {};
-  double dual_infeasibility[max_iter + 1] = {};
-  double complementarity[max_iter + 1] = {};
-  double step[max_iter + 1] = {};
-  double regularization[max_iter + 1] = {};
+  T objective[max_iter + 1] = {};
+  T primal_infeasibility[max_iter + 1] = {};
+  T dual_infeasibility[max_iter + 1] = {};
+  T complementarity[max_iter + 1] = {};
+  T step[max_iter + 1] = {};
+  T regularization[max_iter + 1] = {};
   int qp_iterations[max_iter + 1] = {};
   int qp_status[max_iter + 1] = {};     ///< anvil::qp::Status of the QP solved at each iteration
   bool restoration[max_iter + 1] = {};  ///< the iteration is a feasibility restoration step
@@ -105,8 +106,8 @@ struct Stats {
 /// iterations, status, failed function, failed index, worst constraint; worst: the worst violation and the violating
 /// value;
 /// times: evaluation, QP update, QP solve, line search.
-template <int max_iter>
-void export_stats(const Stats<max_iter>& stats, double* history, int* ihistory, int* info, double* worst,
+template <int max_iter, class T>
+void export_stats(const Stats<max_iter, T>& stats, double* history, int* ihistory, int* info, double* worst,
                   double* times) {
   for (int k = 0; k <= max_iter; ++k) {
     const double row[6] = {stats.objective[k], stats.primal_infeasibility[k], stats.dual_infeasibility[k],
@@ -156,7 +157,7 @@ class Solver {
   using WS = typename P::Workspace;
   using QP = typename P::QP;
   using Elastic = typename P::Elastic;
-  using StatsT = Stats<P::max_iter>;
+  using StatsT = Stats<P::max_iter, real>;
   static_assert(anvil::qp::implements_contract<QP>() && anvil::qp::implements_contract<Elastic>());
   static constexpr int nx = P::nx, ng = P::ng, nA = ng + nx, max_iter = P::max_iter;
   /// The tightest tolerance the arithmetic meets: none in double; in float, about 1e3 roundings of quantities of order
@@ -173,7 +174,7 @@ class Solver {
     real* g = v.g.data();
     const double start = anvil::now();
     limits.max_iter = limits.max_iter < 0 ? 0 : limits.max_iter > max_iter ? max_iter : limits.max_iter;
-    limits.tol = std::fmax(limits.tol, tol_floor);
+    const real tol = static_cast<real>(std::fmax(limits.tol, tol_floor));
     stats = StatsT{};
     // NOTE: no QP of this solve starts warm from an earlier call's (its result would depend on what ran before), unless
     // the caller shifted that call's solution into x0 (a receding horizon, whose result depends on it anyway)
@@ -215,7 +216,7 @@ class Solver {
       if (P::verbose)
         std::printf("%s %4d%s f %+.10e  pr %.3e  du %.3e  co %.3e  reg %.1e\n", P::name, k, restoration ? "r" : " ", fx,
                     kkt.primal, kkt.dual, kkt.complementarity, reg);
-      if (meets(kkt, limits.tol)) {
+      if (meets(kkt, tol)) {
         status = converged;
         break;
       }
@@ -241,11 +242,11 @@ class Solver {
       assemble_bounds(x, g, lbx, ubx, lbg, ubg, ws);
       // NOTE: from the least-violation point of an infeasible solve (restore_first) the restoration begins at once: it
       // spares the QP that would be inconsistent again (OSQP spent milliseconds telling so)
-      bool restore_now = k == 0 && limits.restore_first && kkt.primal > limits.tol;
+      bool restore_now = k == 0 && limits.restore_first && kkt.primal > tol;
       // *** optimality phase: the QP, then the filter line search ***
       if (!restoration && !restore_now) {
-        reg = reg > 0.0 ? std::fmax(reg * 0.1, P::reg_min) : 0.0;
-        if (line_search_failures > 0) reg = std::fmax(reg, 1e-4 * kkt.gradient_scale);
+        reg = reg > real(0) ? std::fmax(reg * real(0.1), P::reg_min) : real(0);
+        if (line_search_failures > 0) reg = std::fmax(reg, real(1e-4) * kkt.gradient_scale);
         // NOTE: QPs far from the solution need not be solved to the final accuracy: each asks for 1e-2 of the KKT
         // error. A nonconvex or failed QP is retried with more regularization (x10), only as much as needed; later
         // QPs of one solve start from the previous QP's solution (the first from an earlier call's only when shifted).
@@ -262,7 +263,7 @@ class Solver {
           const real alpha = search.optimality_step(x, p, lbx, ubx, lbg, ubg, fx, kkt.l1, d, ws);
           stats.step[k] = alpha;
           stats.time_line_search += lap(clock);
-          if (alpha > 0.0) {
+          if (alpha > real(0)) {
             line_search_failures = 0;
             take_step(search, alpha, y, x, &fx, lam_g, lam_x, ws);
             continue;
@@ -273,7 +274,7 @@ class Solver {
             status = acceptable;
             break;
           }
-          if (kkt.primal <= limits.tol) {
+          if (kkt.primal <= tol) {
             if (++line_search_failures > 1) {
               status = numerical_error;
               break;
@@ -317,25 +318,25 @@ class Solver {
       // the decrease of the penalty its linearization promises (the hard rows are met by the step's linearization)
       const real predicted = search.rho * ((kkt.l1 - kkt.l1_hard) - (step_l1 - step_hard)) - slope;
       const real penalty = search.penalty(fx, kkt.l1, kkt.l1_hard);
-      const bool stationary = kkt.l1_hard <= limits.tol &&
-                              !(predicted > restoration_stationarity * std::fmax(1.0, std::fabs(penalty)));
-      const real alpha = stationary ? 0.0 : search.restoration_step(x, p, lbx, ubx, lbg, ubg, kkt, penalty,
+      const bool stationary = kkt.l1_hard <= tol &&
+                              !(predicted > restoration_stationarity * std::fmax(real(1), std::fabs(penalty)));
+      const real alpha = stationary ? real(0) : search.restoration_step(x, p, lbx, ubx, lbg, ubg, kkt, penalty,
                                                                       predicted, d, ws);
       stats.step[k] = alpha;
       if (P::verbose)
         std::printf("%s      restoration: step %.3e  penalty %+.10e  predicted %.3e  rho %.1e  reg %.1e  hard %.3e\n",
                     P::name, alpha, penalty, predicted, search.rho, reg_r, kkt.l1_hard);
       stats.time_line_search += lap(clock);
-      if (alpha == 0.0 && !stationary && reg_r * 100.0 <= P::reg_max) {
+      if (alpha == real(0) && !stationary && reg_r * real(100) <= P::reg_max) {
         // NOTE: no step was acceptable although the model promised progress: shorter, more cautious steps
-        search.prox = reg_r * 100.0;
+        search.prox = reg_r * real(100);
         continue;
       }
-      if (alpha == 0.0) {
+      if (alpha == real(0)) {
         // a stationary point of the elastic NLP (or no step at the largest regularization): with violation left, the
         // constraints are locally infeasible, unless a higher price still buys less violation (f's share in the
         // penalty may keep x off the least-violation point: rho x10 until the violation stays put)
-        if (kkt.primal > limits.tol) {
+        if (kkt.primal > tol) {
           if (stationary && search.steer(kkt)) continue;
           status = infeasible;
           break;
@@ -346,9 +347,9 @@ class Solver {
       }
       // NOTE: the next restoration QP starts from a tenth of the regularization this one needed (as in the optimality
       // phase): restarting from the least one, a nonconvex stretch cost up to 8 QP solves per iteration
-      search.prox = std::fmax(restoration_prox, reg_r * 0.1);
+      search.prox = std::fmax(restoration_prox, reg_r * real(0.1));
       take_step(search, alpha, elastic_dual(ws), x, &fx, lam_g, lam_x, ws);
-      if (search.restored(limits.tol, ws)) {
+      if (search.restored(tol, ws)) {
         // NOTE: the restoration's multipliers price the penalty (up to rho), not the NLP's constraints: the optimality
         // phase starts from zero multipliers (f's own Hessian), as its first QP then estimates them (with them kept,
         // the bicycle's cold starts crawled at regularization 1-10 x I for 50 iterations)
@@ -397,7 +398,7 @@ class Solver {
       const int loaded = QP::load(v.Px.data(), v.Ax.data(), v.l.data(), v.u.data(), !P::convex_hessian, ws.qp);
       if (loaded == anvil::qp::solved) break;
       if (loaded != anvil::qp::nonconvex) return numerical_error;
-      reg = reg > 0.0 ? reg * 10.0 : P::reg_min;
+      reg = reg > real(0) ? reg * real(10) : P::reg_min;
       if (reg > P::reg_max) return numerical_error;
     }
     restart_qp(shifted, ws);
@@ -444,7 +445,8 @@ class Solver {
       // *** feedback: the prepared QP with the new vectors, solved; the full step ***
       assemble_bounds(x, g, lbx, ubx, lbg, ubg, ws);
       const int qp_status =
-          QP::solve(v.grad.data(), v.l.data(), v.u.data(), 1e-2 * std::fmax(kkt.primal, kkt.dual), v.rti_warm, ws.qp);
+          QP::solve(v.grad.data(), v.l.data(), v.u.data(), real(1e-2) * std::fmax(kkt.primal, kkt.dual), v.rti_warm,
+                    ws.qp);
       stats.time_qp_solve += lap(clock);
       stats.qp_status[0] = qp_status;
       stats.qp_iterations[0] = QP::iterations(ws.qp);
@@ -517,14 +519,14 @@ class Solver {
     /// An empty filter for a phase starting at violation theta: no point above 1e4 max(1, theta) is accepted, and
     /// below 1e-4 max(1, theta) steps that promise objective decrease must achieve it (the switching condition).
     void start(real theta) {
-      theta_max = 1e4 * std::fmax(1.0, theta);
-      theta_min = 1e-4 * std::fmax(1.0, theta);
+      theta_max = real(1e4) * std::fmax(real(1), theta);
+      theta_min = real(1e-4) * std::fmax(real(1), theta);
       size = 0;
     }
     void add(real theta, real phi, WS& ws) {
       if (size > max_iter) return;
-      ws.v.filter_theta[base + size] = (1.0 - 1e-5) * theta;
-      ws.v.filter_phi[base + size] = phi - 1e-5 * theta;
+      ws.v.filter_theta[base + size] = (real(1) - real(1e-5)) * theta;
+      ws.v.filter_phi[base + size] = phi - real(1e-5) * theta;
       ++size;
     }
     bool acceptable(real theta, real phi, const WS& ws) const {
@@ -539,13 +541,14 @@ class Solver {
     bool accepts(real theta, real phi, real predicted, real alpha, real theta_trial, real phi_trial,
                  WS& ws) {
       if (!acceptable(theta_trial, phi_trial, ws)) return false;
-      const bool phi_step = theta <= theta_min && predicted > 0.0 &&
-                            alpha * std::pow(predicted, 2.3) > std::pow(theta, 1.1);
+      const bool phi_step = theta <= theta_min && predicted > real(0) &&
+                            alpha * std::pow(predicted, real(2.3)) > std::pow(theta, real(1.1));
       // NOTE: decreases are compared up to the rounding of phi itself (IPOPT's 10 eps |phi|): near a solution the
       // promised decrease falls below it, and noise alone would reject full steps
-      const real noise = 10.0 * std::numeric_limits<real>::epsilon() * std::fabs(phi);
+      const real noise = real(10) * std::numeric_limits<real>::epsilon() * std::fabs(phi);
       if (phi_step) return phi_trial <= phi - P::armijo * alpha * predicted + noise;
-      if (!(theta_trial <= (1.0 - 1e-5) * theta || phi_trial <= phi - 1e-5 * theta + noise)) return false;
+      const real envelope = real(1) - real(1e-5);  // the filter's margin, as its entries'
+      if (!(theta_trial <= envelope * theta || phi_trial <= phi - real(1e-5) * theta + noise)) return false;
       add(theta, phi, ws);
       return true;
     }
@@ -557,7 +560,7 @@ class Solver {
     Filter optimality{0}, restoration{max_iter + 1};  ///< (L1 violation, f) and (hard rows' L1 violation, penalty)
     real theta_restoration = 0.0, rho = 0.0, f_trial = 0.0, l1_trial = 0.0;
     real rho_entry = 0.0;      ///< the price when the restoration began
-    real l1_stationary = -1.0;  ///< the elastic rows' violation at the last stationary point (-1: none yet)
+    real l1_stationary = -real(1);  ///< the elastic rows' violation at the last stationary point (-1: none yet)
     real hard_trial = 0.0;  ///< the trial point's violation of the hard rows
     real prox = 0.0;        ///< the regularization the next restoration QP starts from
 
@@ -565,7 +568,7 @@ class Solver {
     /// kept while the QPs stay elastic (their multipliers are the price itself: read back, it would grow x100 per
     /// iteration); a solved regular QP clears it.
     real price(const real* lam_g, const Residuals& kkt) {
-      if (rho == 0.0) rho = penalty_weight(lam_g, kkt);
+      if (rho == real(0)) rho = penalty_weight(lam_g, kkt);
       return rho;
     }
     /// Entering the restoration phase at the price rho (see price()): the point joins the optimality filter, so the
@@ -575,7 +578,7 @@ class Solver {
       restoration.start(kkt.l1_hard);
       theta_restoration = kkt.l1;
       rho_entry = price(lam_g, kkt);
-      l1_stationary = -1.0;
+      l1_stationary = -real(1);
       prox = restoration_prox;
     }
     /// At a stationary point of the elastic NLP with violation left: true (rho x10, the restoration filter emptied)
@@ -583,10 +586,10 @@ class Solver {
     /// restoration_steering x the entry price; false where the point is the least-violation one.
     bool steer(const Residuals& kkt) {
       const real l1 = kkt.l1 - kkt.l1_hard;
-      const bool moved = l1_stationary < 0.0 || l1 < l1_stationary - 1e-6 * std::fmax(1.0, l1);
+      const bool moved = l1_stationary < real(0) || l1 < l1_stationary - real(1e-6) * std::fmax(real(1), l1);
       l1_stationary = l1;
-      if (!moved || rho * 10.0 > restoration_steering * rho_entry) return false;
-      rho *= 10.0;
+      if (!moved || rho * real(10) > restoration_steering * rho_entry) return false;
+      rho *= real(10);
       restoration.start(kkt.l1_hard);
       return true;
     }
@@ -630,7 +633,7 @@ class Solver {
             optimality.accepts(l1, fx, -slope, alpha, l1_trial, f_trial, ws))
           return alpha;
       }
-      return 0.0;
+      return real(0);
     }
 
     /// The restoration phase's filter line search along the elastic QP's step d (the hard rows' L1 violation vs the
@@ -644,7 +647,7 @@ class Solver {
                                 penalty(f_trial, l1_trial, hard_trial), ws))
           return alpha;
       }
-      return 0.0;
+      return real(0);
     }
   };
 
@@ -661,7 +664,7 @@ class Solver {
       dmax = std::fmax(dmax, std::fabs(d[j]));
       xmax = std::fmax(xmax, std::fabs(x[j]));
     }
-    return dmax <= 1e-11 * xmax;
+    return dmax <= real(1e-11) * xmax;
   }
 
   /// Moves to the accepted trial point; with the QP's multipliers y (null in the restoration phase, whose multipliers
@@ -680,7 +683,7 @@ class Solver {
   static real penalty_weight(const real* lam_g, const Residuals& kkt) {
     real lam_max = 0.0;
     for (int i = 0; i < ng; ++i) lam_max = std::fmax(lam_max, std::fabs(lam_g[i]));
-    return 1e2 * std::fmax(1.0, std::fmax(lam_max, kkt.gradient_scale));
+    return real(1e2) * std::fmax(real(1), std::fmax(lam_max, kkt.gradient_scale));
   }
 
   /// The L1 violation of the linearization at x along d: g + J d against [lbg, ubg], x + d against [lbx, ubx] (and its
@@ -750,7 +753,7 @@ class Solver {
     for (int i = 0; i < nA; ++i) {
       const real value = i < ng ? g[i] : x[i - ng];
       const real lo = i < ng ? lbg[i] : lbx[i - ng], hi = i < ng ? ubg[i] : ubx[i - ng];
-      const real excess = value < lo ? lo - value : (value > hi ? value - hi : 0.0);
+      const real excess = value < lo ? lo - value : (value > hi ? value - hi : real(0));
       sum += excess;
       if (P::hard_rows[i]) hard += excess;
       if (excess > vmax) {
@@ -771,9 +774,9 @@ class Solver {
     for (int i = 0; i < nA; ++i) {
       const real lam = i < ng ? lam_g[i] : lam_x[i - ng], value = i < ng ? g[i] : x[i - ng];
       const real lo = i < ng ? lbg[i] : lbx[i - ng], hi = i < ng ? ubg[i] : ubx[i - ng];
-      if (lam == 0.0) continue;
-      const real distance = lam > 0.0 ? hi - value : value - lo;
-      worst = std::fmax(worst, std::isfinite(distance) ? std::fabs(lam * distance) : HUGE_VAL);
+      if (lam == real(0)) continue;
+      const real distance = lam > real(0) ? hi - value : value - lo;
+      worst = std::fmax(worst, std::isfinite(distance) ? std::fabs(lam * distance) : real(HUGE_VAL));
     }
     return worst;
   }
@@ -808,10 +811,10 @@ class Solver {
       norm += d[j] * d[j];
       for (int e = P::hess_p[j]; e < P::hess_p[j + 1]; ++e) {
         const int i = P::hess_i[e];
-        c += (i == j ? 1.0 : 2.0) * hess[e] * d[i] * d[j];
+        c += (i == j ? real(1) : real(2)) * hess[e] * d[i] * d[j];
       }
     }
-    return c + (reg - 1e-8) * norm;
+    return c + (reg - real(1e-8)) * norm;
   }
 
   /// The QP's constraint matrix A = [dg/dx; I] from v.jac.
@@ -854,15 +857,15 @@ class Solver {
       int status = QP::load(v.Px.data(), v.Ax.data(), v.l.data(), v.u.data(), false, ws.qp);
       stats.time_qp_update += lap(clock);
       if (status == anvil::qp::solved) {
-        status = QP::solve(v.grad.data(), v.l.data(), v.u.data(), 1e-2 * kkt_error, warm, ws.qp);
+        status = QP::solve(v.grad.data(), v.l.data(), v.u.data(), real(1e-2) * kkt_error, warm, ws.qp);
         warm = warm && status == anvil::qp::solved;
       }
       stats.time_qp_solve += lap(clock);
       if (status == anvil::qp::infeasible) return status;
       // NOTE: inertia-free curvature test: a step along which the regularized Hessian is not positive is no descent
       // direction, so it counts as nonconvex too
-      if (status == anvil::qp::solved && curvature(v.hess.data(), QP::primal(ws.qp), reg) >= 0.0) return status;
-      reg = reg > 0.0 ? reg * 10.0 : P::reg_min;
+      if (status == anvil::qp::solved && curvature(v.hess.data(), QP::primal(ws.qp), reg) >= real(0)) return status;
+      reg = reg > real(0) ? reg * real(10) : P::reg_min;
       if (reg > P::reg_max) return anvil::qp::nonconvex;
     }
   }
@@ -883,7 +886,7 @@ class Solver {
       for (int i = 0; i < 2 * ng; ++i) {
         qe[nx + i] = weight;
         le[nA + i] = 0.0;
-        ue[nA + i] = HUGE_VAL;
+        ue[nA + i] = real(HUGE_VAL);
       }
       for (int i = 0; i < nA; ++i) {
         le[i] = v.l[i];
@@ -894,7 +897,7 @@ class Solver {
       for (int i = 0; i < ng; ++i) {
         Axe[P::slack_to_Ae[2 * i]] = 1.0;
         Axe[P::slack_to_Ae[2 * i + 1]] = 1.0;
-        Axe[P::slack_to_Ae[2 * ng + 2 * i]] = -1.0;
+        Axe[P::slack_to_Ae[2 * ng + 2 * i]] = -real(1);
         Axe[P::slack_to_Ae[2 * ng + 2 * i + 1]] = 1.0;
       }
       Elastic::reset(elastic_ws(ws));
@@ -911,18 +914,18 @@ class Solver {
           // NOTE: warm from this solve's last solved QP's iterate: started cold each time, the P2 cart-pole from xc = 3
           // (|xc| <= 2) crawled to a local least-violation point 2.7x worse (max_iterations); warm, it ends
           // infeasible at the global one in 41 iterations
-          status = Elastic::solve(q, v.l.data(), v.u.data(), 1e-8, true, e);
-          if (status == anvil::qp::solved && curvature(v.hess.data(), Elastic::primal(e), reg) < 0.0)
+          status = Elastic::solve(q, v.l.data(), v.u.data(), real(1e-8), true, e);
+          if (status == anvil::qp::solved && curvature(v.hess.data(), Elastic::primal(e), reg) < real(0))
             status = anvil::qp::nonconvex;
         }
       } else {
         status = Elastic::load(v.Px.data(), Axe, le, ue, false, e);
         stats.time_qp_update += lap(clock);
-        if (status == anvil::qp::solved) status = Elastic::solve(qe, le, ue, 0.0, false, e);
+        if (status == anvil::qp::solved) status = Elastic::solve(qe, le, ue, real(0), false, e);
       }
       stats.time_qp_solve += lap(clock);
-      if (status != anvil::qp::nonconvex || reg * 10.0 > P::reg_max) return status;
-      reg = reg > 0.0 ? reg * 10.0 : P::reg_min;
+      if (status != anvil::qp::nonconvex || reg * real(10) > P::reg_max) return status;
+      reg = reg > real(0) ? reg * real(10) : P::reg_min;
     }
   }
 
@@ -945,9 +948,9 @@ class Solver {
     int worst = -1;
     violation(x, g, lbx, ubx, lbg, ubg, &l1, &worst);
     stats.worst_constraint = worst;
-    stats.worst_value = worst < 0 ? 0.0 : worst < ng ? g[worst] : x[worst - ng];
+    stats.worst_value = worst < 0 ? real(0) : worst < ng ? g[worst] : x[worst - ng];
     stats.worst_violation =
-        worst < 0 ? 0.0
+        worst < 0 ? real(0)
         : worst < ng
             ? std::fmax(lbg[worst] - g[worst], g[worst] - ubg[worst])
             : std::fmax(lbx[worst - ng] - x[worst - ng], x[worst - ng] - ubx[worst - ng]);

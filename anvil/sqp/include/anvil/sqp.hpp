@@ -469,7 +469,7 @@ class Solver {
         for (int i = 0; i < ng; ++i) lam_g[i] = y[i];
         for (int j = 0; j < nx; ++j) lam_x[j] = y[ng + j];
         stats.step[0] = 1.0;
-        if (status != infeasible) status = meets(kkt, P::tol) ? converged : max_iterations;
+        if (status != infeasible) status = meets(kkt, std::fmax(P::tol, tol_floor)) ? converged : max_iterations;
         fx = P::cost(x, p, ws);
         P::constraints(x, p, g, ws);
         real l1 = 0.0;

@@ -27,6 +27,7 @@ from anvil.mpc.options import MPCOptions
 from anvil.mpc.result import FALLBACKS, MPCSolution
 from anvil.mpc.soft import Soft
 from anvil.mpc.transcription import Cost, Fn, Transcription
+from anvil.mpc.tuning import tuning_vector
 from anvil.sqp import SQPFunction, SQPStatus
 from anvil.validation import check_bounds, float_array
 
@@ -53,6 +54,8 @@ class _ControllerContext:
   warm_start: bool
   tables: tuple[tuple[str, tuple[int, ...]], ...]
   real: str
+  tuning: tuple[float, ...]
+  tuning_doc: str
 
 
 class MPCFunction(TemplatedFunction):
@@ -209,6 +212,9 @@ class MPCFunction(TemplatedFunction):
       name=self.name, sqp=self.sqp.name, nx=ocp.nx, nu=ocp.nu, N=ocp.N, np=ocp.np, nh=ocp.nh, nhN=ocp.nhN,
       ns=ocp.ns, nw=ocp.nw, ng=ocp.ng, rti=self.options.mode == "rti", warm_start=self.options.warm_start,
       tables=tuple(tables.items()), real=cpp_real(self.options.scalar),
+      tuning=tuple(float(v) for v in ocp.default_tuning),
+      tuning_doc=", ".join(f"{key} ({' x '.join(map(str, shape))})" for key, (_, shape, _) in ocp.tuning_layout.items())
+      or "none",
     )  # fmt: skip
 
   # *** bounds ***
@@ -273,7 +279,8 @@ class MPCFunction(TemplatedFunction):
 
   @cached_property
   def _entry(self) -> _Entry:
-    entry = _Entry(self.handle, self.sqp.stats_buffers(), self.N, self.nx, self.nu, self.np, self.options.scalar)
+    sizes = (self.nx, self.nu, self.np, self.ocp.default_tuning.size)
+    entry = _Entry(self.handle, self.sqp.stats_buffers(), self.N, sizes, self.options.scalar)
     entry.default_inputs = entry.inputs(self.defaults)
     entry.default_staged = entry.keep  # NOTE: alive as long as the pointers to them
     entry.default_limits = self.sqp.limits(None, None, None)
@@ -321,11 +328,14 @@ class MPCFunction(TemplatedFunction):
     max_iter: int | None = None,
     tol: float | None = None,
     max_time: float | None = None,
+    weights: Mapping[str, Any] | None = None,
+    soft_penalties: Mapping[str, Any] | None = None,
   ) -> MPCSolution:
     """Solve from the state x0; p is the parameter ((np,) shared by all stages, or (N + 1, np) per stage); bounds
     given here replace the defaults for this call only, and so do the SQP's limits max_iter (at most the options'),
-    tol and max_time (seconds). In real-time-iteration mode this is the feedback phase (it prepares first unless
-    `prepare()` was called since the last call).
+    tol and max_time (seconds), the weights of LeastSquares costs ({"stage_cost": W, "terminal_cost": W_N}) and the
+    penalties of softened bounds ({group: (l1, l2)}), without a rebuild (`anvil.mpc.tuning`). In real-time-iteration
+    mode this is the feedback phase (it prepares first unless `prepare()` was called since the last call).
 
     A full-SQP call whose warm start (the previous plan shifted) ends "max_iterations" or "numerical_error" runs the
     SQP again from the cold guess within the time left (`stats["restarted_cold"]`; `iterations` counts both solves,
@@ -339,8 +349,10 @@ class MPCFunction(TemplatedFunction):
     limits = self.sqp.limits(max_iter, tol, max_time) if given else None
     state = self._state(x0)
     params = self._params(p) if p is not None or self.np else None
+    tuned = weights is not None or soft_penalties is not None
+    tuning = tuning_vector(self.name, self.ocp, weights, soft_penalties) if tuned else self.ocp.default_tuning
     with self._lock:
-      return self._solve(state, params, bounds, limits)
+      return self._solve(state, params, bounds, limits, tuning)
 
   def _state(self, x0: ArrayLike) -> F64:
     """x0, checked (a finite float64 array of the right shape is taken as it is: the common case costs one test)."""
@@ -348,10 +360,11 @@ class MPCFunction(TemplatedFunction):
       return x0
     return float_array(self.name, "x0", x0, (self.nx,), finite=True)
 
-  def _solve(self, x0: F64, params: F64 | None, bounds: dict[str, F64], limits: F64 | None) -> MPCSolution:
+  def _solve(self, x0: F64, params: F64 | None, bounds: dict[str, F64], limits: F64 | None, tuning: F64) -> MPCSolution:
     """One call of the controller's C++ on checked inputs: stages them, calls, unpacks (under the lock)."""
     e = self._entry
     np.copyto(e.x0, x0)
+    np.copyto(e.tuning[: tuning.size], tuning)
     if params is not None:
       np.copyto(e.p, params)
     inputs = e.default_inputs if bounds is self.defaults else e.inputs(bounds)
@@ -390,13 +403,14 @@ def _with_bounds(name: str, what: str, fn: Any, bounds: Bounds | None) -> tuple[
 
 class _Entry:
   """The loaded controller: its entry points, workspace, and the buffers and pointers one call passes (allocated once,
-  so a call converts nothing but x0 and p)."""
+  so a call converts nothing but x0, p and the tuning)."""
 
   BOUNDS = ("lbx", "ubx", "lbu", "ubu", "lbh", "ubh", "lbhN", "ubhN")
 
   def __init__(
-    self, handle: NativeHandle, stats: tuple[Any, ...], N: int, nx: int, nu: int, np_: int, scalar: str
+    self, handle: NativeHandle, stats: tuple[Any, ...], N: int, sizes: tuple[int, int, int, int], scalar: str
   ) -> None:
+    nx, nu, np_, n_tuning = sizes
     pointer = ctypes.c_void_p
     self.dtype = np.dtype(scalar)  # NOTE: the controller's own type: x0, p, bounds and the plan are staged in it
     self.call = handle.entry("call", ctypes.c_int, *[pointer] * 8)
@@ -405,6 +419,7 @@ class _Entry:
     self.prepare = handle.entry("prepare", ctypes.c_int, pointer)
     self.ws, self.stats = handle.pointer, stats
     self.x0, self.p = np.zeros(nx, self.dtype), np.zeros((N + 1, np_), self.dtype)
+    self.tuning = np.zeros(max(n_tuning, 1), self.dtype)
     self.x, self.u, self.scalars = np.zeros((N + 1, nx), self.dtype), np.zeros((N, nu), self.dtype), np.zeros(11)
     self.outputs = (ctypes.c_void_p * 2)(self.x.ctypes.data, self.u.ctypes.data)
     self.pointers = tuple(a.ctypes.data for a in (*stats, self.scalars))
@@ -417,8 +432,8 @@ class _Entry:
     """The pointer array of one call's inputs: x0, p and the bounds (kept alive while in use)."""
     staged = {k: bounds[k].astype(self.dtype, copy=False) for k in self.BOUNDS}
     self.keep = [staged]
-    return (ctypes.c_void_p * 10)(
-      self.x0.ctypes.data, self.p.ctypes.data, *(staged[k].ctypes.data for k in self.BOUNDS)
+    return (ctypes.c_void_p * 11)(
+      self.x0.ctypes.data, self.p.ctypes.data, *(staged[k].ctypes.data for k in self.BOUNDS), self.tuning.ctypes.data
     )
 
 

@@ -37,15 +37,10 @@ class LeastSquares:
       raise TypeError("LeastSquares: residual must be a NumericalFunction returning one vector")
     if len(residual.outputs[0].shape) != 1:
       raise ValueError(f"LeastSquares({residual.name}): the residual must be a vector, got {residual.outputs[0].shape}")
-    nr = residual.outputs[0].shape[0]
-    w = float_array(f"LeastSquares({residual.name})", "weight", weight, None, finite=True)
-    w = np.diag(w) if w.ndim == 1 else w
-    if w.shape != (nr, nr):
-      raise ValueError(f"LeastSquares({residual.name}): weight must be {nr}x{nr} (or a length-{nr} diagonal)")
-    if not np.all(np.isfinite(w)) or not np.allclose(w, w.T) or np.linalg.eigvalsh((w + w.T) / 2).min() < -1e-12:
-      raise ValueError(f"LeastSquares({residual.name}): weight must be finite, symmetric and positive semidefinite")
     object.__setattr__(self, "residual", residual)
-    object.__setattr__(self, "weight", (w + w.T) / 2)
+    object.__setattr__(
+      self, "weight", checked_weight(f"LeastSquares({residual.name})", weight, residual.outputs[0].size)
+    )
 
   @property
   def inputs(self) -> tuple[Any, ...]:
@@ -62,3 +57,15 @@ class LeastSquares:
     r = self.residual.fn(*xs)
     weight = Tensor(self.weight.astype(np.float32 if r.dtype == dtypes.float32 else np.float64))  # in r's type
     return (r * (weight @ r)).sum()
+
+
+def checked_weight(owner: str, weight: ArrayLike, nr: int) -> NDArray[np.float64]:
+  """`weight` as the nr x nr symmetric matrix of a least-squares cost (a length-nr vector is its diagonal); a
+  ValueError naming `owner` unless it is finite, symmetric and positive semidefinite."""
+  w = float_array(owner, "weight", weight, None, finite=True)
+  w = np.diag(w) if w.ndim == 1 else w
+  if w.shape != (nr, nr):
+    raise ValueError(f"{owner}: weight must be {nr}x{nr} (or a length-{nr} diagonal), got shape {w.shape}")
+  if not np.allclose(w, w.T) or np.linalg.eigvalsh((w + w.T) / 2).min() < -1e-12:
+    raise ValueError(f"{owner}: weight must be finite, symmetric and positive semidefinite")
+  return (w + w.T) / 2

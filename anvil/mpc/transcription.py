@@ -145,11 +145,6 @@ class Transcription:
     return self.nx + self.nu
 
   @cached_property
-  def slack_curvature(self) -> np.ndarray:
-    """The cost's second derivative in each slack (2 l2, soft_entries order): the Hessian's slack diagonal."""
-    return np.array([2 * e.l2 for e in self.soft_entries])
-
-  @cached_property
   def soft_entries(self) -> tuple[SoftEntry, ...]:
     """Every softened bound, group by group, stage-major; entry e owns slack w[n_states_inputs + e]."""
     N, nx, nu, nz, nh = self.N, self.nx, self.nu, self.nz, self.nh
@@ -187,8 +182,41 @@ class Transcription:
 
   @property
   def n_params(self) -> int:
-    """Length of the NLP parameter [x_init; p_0 ... p_N]."""
-    return self.nx + (self.N + 1) * self.np
+    """Length of the NLP parameter [x_init; p_0 ... p_N; tuning] (`tuning_layout`)."""
+    return self.nx + (self.N + 1) * self.np + sum(size for _, _, size in self.tuning_layout.values())
+
+  @cached_property
+  def tuning_layout(self) -> dict[str, tuple[int, tuple[int, ...], int]]:
+    """The run-time weights and penalties in the NLP parameter, by name: (offset in the tuning vector, shape, size).
+    "stage_weight" and "terminal_weight": the W of a LeastSquares stage or terminal cost (nr x nr, row-major); "l1"
+    and "l2": each softened bound's penalties (soft_entries order). Absent where there is none."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for key, fn in (("stage_weight", self.stage_cost), ("terminal_weight", self.terminal_cost)):
+      if isinstance(fn, LeastSquares):
+        shapes[key] = fn.weight.shape
+    if self.ns:
+      shapes |= {"l1": (self.ns,), "l2": (self.ns,)}
+    layout, at = {}, 0
+    for key, shape in shapes.items():
+      size = int(np.prod(shape))
+      layout[key] = (at, shape, size)
+      at += size
+    return layout
+
+  @cached_property
+  def default_tuning(self) -> np.ndarray:
+    """The tuning vector of the build-time weights and penalties (`tuning_layout`)."""
+    values = {"stage_weight": getattr(self.stage_cost, "weight", None),
+              "terminal_weight": getattr(self.terminal_cost, "weight", None),
+              "l1": [e.l1 for e in self.soft_entries], "l2": [e.l2 for e in self.soft_entries]}  # fmt: skip
+    parts = [np.asarray(values[key], dtype=np.float64).ravel() for key in self.tuning_layout]
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+  def parameter(self, x_init: np.ndarray, p: np.ndarray | None = None, tuning: np.ndarray | None = None) -> np.ndarray:
+    """The NLP parameter [x_init; p_0 ... p_N; tuning] (p: (N + 1, np); tuning: the build-time one when None)."""
+    p = np.zeros((self.N + 1, self.np)) if p is None else p
+    tuning = self.default_tuning if tuning is None else tuning
+    return np.concatenate([np.ravel(x_init), np.ravel(p), np.ravel(tuning)]).astype(np.float64)
 
   def stage_layout(self) -> StageLayout:
     """Where w's entries and g's rows sit in the stages (for the Riccati QP solver), see `shooting_layout`."""
@@ -198,10 +226,16 @@ class Transcription:
 
   def split(self, w: Tensor, params: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """X (N, nx), U (N, nu), x_N, slacks, x_init and P (N + 1, np) from the NLP's variables and parameter."""
-    N, nx, nz = self.N, self.nx, self.nz
+    N, nx, nz, n_p = self.N, self.nx, self.nz, (self.N + 1) * self.np
     stages = w[: N * nz].reshape(N, nz)
-    P = params[nx:].reshape(N + 1, self.np) if self.np else params[:0].reshape(N + 1, 0)
+    P = params[nx : nx + n_p].reshape(N + 1, self.np) if self.np else params[:0].reshape(N + 1, 0)
     return stages[:, :nx], stages[:, nx:], w[N * nz : N * nz + nx], w[N * nz + nx :], params[:nx], P
+
+  def tuning(self, params: Tensor, key: str) -> Tensor:
+    """A run-time weight or penalty (`tuning_layout`) from the NLP parameter."""
+    at, shape, size = self.tuning_layout[key]
+    start = self.nx + (self.N + 1) * self.np + at
+    return params[start : start + size].reshape(*shape)
 
   def _stage(self, fn: Cost, key: str, X: Tensor, U: Tensor, P: Tensor) -> Tensor:
     f = _as_function(fn)
@@ -213,14 +247,21 @@ class Transcription:
     return _as_function(fn).fn(*args)
 
   def cost(self, w: Tensor, params: Tensor) -> Tensor:
-    """Σ_k l(x_k, u_k, p_k) + l_N(x_N, p_N) + Σ_e l1_e s_e + l2_e s_e²."""
+    """Σ_k l(x_k, u_k, p_k) + l_N(x_N, p_N) + Σ_e l1_e s_e + l2_e s_e², the weights and penalties from params."""
     X, U, xN, S, _, P = self.split(w, params)
-    total = self._stage(self.stage_cost, "stage_cost", X, U, P).sum()
-    if self.terminal_cost is not None:
-      total = total + self._final(self.terminal_cost, "terminal_cost", xN, P).reshape(())
+    stage, final = self.stage_cost, self.terminal_cost
+    if isinstance(stage, LeastSquares):  # NOTE: Σ_k r_kᵀ W r_k with W symmetric, the run-time one
+      R = self._stage(stage.residual, "stage_cost", X, U, P)
+      total = (R * (R @ self.tuning(params, "stage_weight"))).sum()
+    else:
+      total = self._stage(stage, "stage_cost", X, U, P).sum()
+    if isinstance(final, LeastSquares):
+      rN = self._final(final.residual, "terminal_cost", xN, P)
+      total = total + (rN * (self.tuning(params, "terminal_weight") @ rN)).sum()
+    elif final is not None:
+      total = total + self._final(final, "terminal_cost", xN, P).reshape(())
     if self.ns:
-      l1 = precision.constant([e.l1 for e in self.soft_entries], self.scalar)
-      l2 = precision.constant([e.l2 for e in self.soft_entries], self.scalar)
+      l1, l2 = self.tuning(params, "l1"), self.tuning(params, "l2")
       total = total + (S * l1 + S * S * l2).sum()
     return total
 
@@ -326,47 +367,48 @@ class Transcription:
     stage_ls, final_ls = self.stage_cost, self.terminal_cost
     assert isinstance(stage_ls, LeastSquares)
 
-    constant = self._constant_gauss_newton()
+    constant = self._constant_jacobians()
 
     def values(w: Tensor, params: Tensor, sigma: Tensor, lam: Tensor) -> Tensor:
-      if constant is not None:  # NOTE: affine residuals: the blocks are the same at every point, computed here once
-        return precision.constant(constant, self.scalar) * sigma[0]
       X, U, xN, _, _, P = self.split(w, params)
-      stage_args = (X, U, P[:N]) if self.takes_p["stage_cost"] else (X, U)
-      J = (
-        vmap(jacobian(stage_ls.residual, 0), size=N)
-        .fn(*stage_args)
-        .cat(vmap(jacobian(stage_ls.residual, 1), size=N).fn(*stage_args), dim=2)
-      )
-      W = precision.constant(stage_ls.weight, self.scalar)
-      pieces = [(J.permute(0, 2, 1) @ (W @ J) * 2).flatten()]
+      W, JN = self.tuning(params, "stage_weight"), None
+      if constant is not None:  # NOTE: affine residuals: the same Jacobians at every point, one block for all stages
+        J = precision.constant(constant[0], self.scalar)
+        JN = None if constant[1] is None else precision.constant(constant[1], self.scalar)
+        pieces = [(J.T @ (W @ J) * 2).flatten().reshape(1, -1).expand(N, -1).flatten()]
+      else:
+        stage_args = (X, U, P[:N]) if self.takes_p["stage_cost"] else (X, U)
+        J = (
+          vmap(jacobian(stage_ls.residual, 0), size=N)
+          .fn(*stage_args)
+          .cat(vmap(jacobian(stage_ls.residual, 1), size=N).fn(*stage_args), dim=2)
+        )
+        pieces = [(J.permute(0, 2, 1) @ (W @ J) * 2).flatten()]
+        if isinstance(final_ls, LeastSquares):
+          JN = jacobian(final_ls.residual, 0).fn(*((xN, P[N]) if self.takes_p["terminal_cost"] else (xN,)))
       if isinstance(final_ls, LeastSquares):
-        JN = jacobian(final_ls.residual, 0).fn(*((xN, P[N]) if self.takes_p["terminal_cost"] else (xN,)))
-        pieces.append((JN.T @ (precision.constant(final_ls.weight, self.scalar) @ JN) * 2).flatten())
+        assert JN is not None
+        pieces.append((JN.T @ (self.tuning(params, "terminal_weight") @ JN) * 2).flatten())
       if self.ns:
-        pieces.append(precision.constant(self.slack_curvature, self.scalar))
+        pieces.append(self.tuning(params, "l2") * 2)
       return pieces[0].cat(*pieces[1:]) * sigma[0]
 
     args = self._args((self.nw, "w"), (self.n_params, "params"), (1, "sigma"), (self.ng, "lam"))
     return SparseNumericalFunction(f"{self.name}_gauss_newton", in_scalar(values, self.scalar), args, pattern,
                                    gather=np.asarray(gather)[order])  # fmt: skip
 
-  def _constant_gauss_newton(self) -> np.ndarray | None:
-    """The Gauss-Newton Hessian's blocks (and slack terms), flattened as `gauss_newton_hessian` computes them, when
-    every residual is affine in the states and inputs (its Jacobian is the same at every point); else None."""
+  def _constant_jacobians(self) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """The residuals' Jacobians d r/d[x; u] and d r_N/d x (None without a terminal LeastSquares) when every residual
+    is affine in the states and inputs (the same Jacobian at every point); else None."""
     stage_ls, final_ls = self.stage_cost, self.terminal_cost
     assert isinstance(stage_ls, LeastSquares)
     Jx, Ju = constant_jacobian(stage_ls.residual, 0), constant_jacobian(stage_ls.residual, 1)
     if Jx is None or Ju is None:
       return None
-    J = np.hstack([Jx, Ju])
-    pieces = [np.tile((2 * J.T @ stage_ls.weight @ J).ravel(), self.N)]
-    if isinstance(final_ls, LeastSquares):
-      if (JN := constant_jacobian(final_ls.residual, 0)) is None:
-        return None
-      pieces.append((2 * JN.T @ final_ls.weight @ JN).ravel())
-    pieces.append(self.slack_curvature)
-    return np.concatenate(pieces)
+    JN = None
+    if isinstance(final_ls, LeastSquares) and (JN := constant_jacobian(final_ls.residual, 0)) is None:
+      return None
+    return np.hstack([Jx, Ju]), JN
 
 
 def shooting_layout(

@@ -170,7 +170,7 @@ def test_gauss_newton_hessian_and_closed_loop() -> None:
                     options=MPCOptions(hessian="gauss_newton"))  # fmt: skip
   # the Gauss-Newton Hessian of these linear residuals is exactly 2 blockdiag(W, ..., W, W_N)
   w = np.random.default_rng(0).normal(size=mpc.ocp.nw)
-  H = mpc.sqp.hessian(w, np.zeros(mpc.ocp.n_params), np.ones(1), np.zeros(mpc.ocp.ng)).toarray()
+  H = mpc.sqp.hessian(w, mpc.ocp.parameter(np.zeros(4)), np.ones(1), np.zeros(mpc.ocp.ng)).toarray()
   expected = 2 * np.diag(np.concatenate([np.tile(weight, 30), 10 * np.diag(cartpole.Q)]))
   np.testing.assert_allclose(H, np.triu(expected), atol=1e-14)
   cl = simulate(mpc, cartpole.step_numpy, cm.X0_STABILIZE, cm.STEPS_STABILIZE)
@@ -193,7 +193,7 @@ def test_gauss_newton_hessian_of_curved_residuals_follows_the_point() -> None:
   mpc = MPCFunction("test_mpc_gn_sin", cm.dynamics("test_mpc_gn_F"), LeastSquares(r, weight), horizon=5,
                     options=MPCOptions(hessian="gauss_newton"))  # fmt: skip
   w = np.random.default_rng(1).normal(size=mpc.ocp.nw)
-  H = mpc.sqp.hessian(w, np.zeros(mpc.ocp.n_params), np.ones(1), np.zeros(mpc.ocp.ng)).toarray()
+  H = mpc.sqp.hessian(w, mpc.ocp.parameter(np.zeros(4)), np.ones(1), np.zeros(mpc.ocp.ng)).toarray()
   stages = w[: 5 * 5].reshape(5, 5)
   scale = np.concatenate([np.cos(stages[:, :4]) ** 2, np.ones((5, 1))], axis=1).ravel()
   expected = np.diag(np.concatenate([2 * np.tile(weight, 5) * scale, np.zeros(4)]))

@@ -3,9 +3,11 @@
 // convergence or as a real-time iteration (preparation and feedback).
 //
 // NLP layout: w = [x_0, u_0, ..., x_{N-1}, u_{N-1}, x_N, s] (s: the slacks of softened bounds); g = [x_0 - x_init;
-// defects x_{k+1} - F_k; h_k (k < N); h_N; v_e + s_e; v_e - s_e]; the parameter [x_init; p_0 ... p_N].
+// defects x_{k+1} - F_k; h_k (k < N); h_N; v_e + s_e; v_e - s_e]; the parameter [x_init; p_0 ... p_N; tuning] (the
+// run-time weights and penalties: a call's, or tuning_default).
 //
-// The controller C (generated per OCP) provides: sizes nx, nu, N, np, nh, nhN, ns, nw, ng; real_time_iteration and
+// The controller C (generated per OCP) provides: sizes nx, nu, N, np, nh, nhN, ns, nw, ng, n_tuning;
+// tuning_default[n_tuning] (the build-time weights and penalties); real_time_iteration and
 // warm_start (bools); tables soft_in_g[ns], soft_index[ns] (where each softened bound lives, in w's bounds or g's),
 // shift_w[nw], shift_g[ng], shift_lam_x[nw] (the source of each entry when the solution is shifted by one stage; -1:
 // zero); SQP (anvil::sqp::Solver of the NLP) and Workspace (members sqp: the SQP's workspace, and s: a State<C>).
@@ -52,7 +54,7 @@ struct State {
   using real = typename S::real;
   anvil::Array<real, S::nw> w, w_out, lbw, ubw, lam_x, lam_x_out;
   anvil::Array<real, S::ng> lbg, ubg, lam_g, lam_g_out;
-  anvil::Array<real, S::nx + (S::N + 1) * S::np> params;
+  anvil::Array<real, S::nx + (S::N + 1) * S::np + S::n_tuning> params;
   int guess = 0;  ///< 0: cold start, 1: shift the previous solution, 2: w and the multipliers hold the guess, 3: shift
                   ///< the previous (least-violation) solution, its multipliers zero
   bool assembled = false;  ///< the NLP's bounds and parameter of a call are in place
@@ -104,10 +106,10 @@ class Controller {
   /// Real-time iteration: the feedback phase (preparing first unless prepare() ran since the last call).
   static int feedback(const real* x0, const real* p, const real* lbx, const real* ubx, const real* lbu,
                       const real* ubu, const real* lbh, const real* ubh, const real* lbhN,
-                      const real* ubhN, real* x, real* u, StatsT& stats, WS& ws) {
+                      const real* ubhN, const real* tuning, real* x, real* u, StatsT& stats, WS& ws) {
     auto& s = ws.s;
     const double start = anvil::now();
-    assemble(x0, p, lbx, ubx, lbu, ubu, lbh, ubh, lbhN, ubhN, ws);
+    assemble(x0, p, lbx, ubx, lbu, ubu, lbh, ubh, lbhN, ubhN, tuning, ws);
     if (!s.prepared) {
       const bool warm_qp = shifted_qp(ws);
       initial_guess(x0, lbu, ubu, ws);
@@ -127,10 +129,10 @@ class Controller {
   /// is retried from the cold guess (see the top of this file).
   static int solve(const real* x0, const real* p, const real* lbx, const real* ubx, const real* lbu,
                    const real* ubu, const real* lbh, const real* ubh, const real* lbhN, const real* ubhN,
-                   real* x, real* u, StatsT& stats, WS& ws, anvil::sqp::Limits limits) {
+                   const real* tuning, real* x, real* u, StatsT& stats, WS& ws, anvil::sqp::Limits limits) {
     auto& s = ws.s;
     const double start = anvil::now();
-    assemble(x0, p, lbx, ubx, lbu, ubu, lbh, ubh, lbhN, ubhN, ws);
+    assemble(x0, p, lbx, ubx, lbu, ubu, lbh, ubh, lbhN, ubhN, tuning, ws);
     const bool shifted = (s.guess == 1 || s.guess == 3) && C::warm_start;
     const bool after_infeasible = s.guess == 3;
     const bool warm_qp = shifted_qp(ws);
@@ -198,10 +200,11 @@ class Controller {
     for (int i = 0; i < nw; ++i) s.lam_x[i] = 0.0;
   }
 
-  /// The NLP's parameter [x_init; p_0 ... p_N] and bounds on w and g from the per-stage bounds.
+  /// The NLP's parameter [x_init; p_0 ... p_N; tuning] (nullptr: tuning_default) and bounds on w and g from the
+  /// per-stage bounds.
   static void assemble(const real* x0, const real* p, const real* lbx, const real* ubx, const real* lbu,
                        const real* ubu, const real* lbh, const real* ubh, const real* lbhN,
-                       const real* ubhN, WS& ws) {
+                       const real* ubhN, const real* tuning, WS& ws) {
     constexpr real inf = real(HUGE_VAL);
     auto& s = ws.s;
     real* lbw = s.lbw.data();
@@ -210,6 +213,7 @@ class Controller {
     real* ubg = s.ubg.data();
     for (int i = 0; i < nx; ++i) s.params[i] = x0[i];
     for (int i = 0; i < (N + 1) * np; ++i) s.params[nx + i] = p[i];
+    for (int i = 0; i < C::n_tuning; ++i) s.params[nx + (N + 1) * np + i] = tuning ? tuning[i] : C::tuning_default[i];
     for (int k = 0; k <= N; ++k) {
       for (int i = 0; i < nx; ++i) {
         lbw[k * nz + i] = k == 0 ? -inf : lbx[k * nx + i];

@@ -1,0 +1,116 @@
+"""Run-time weights and soft penalties (issue 19): a controller called with other weights or penalties runs the closed
+loop of a controller built with them, in Python and in the generated C++, without a rebuild; bad tuning is refused."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import anvil as av
+from anvil import Arg, NumericalFunction
+from anvil.codegen.jit import find_compiler
+from anvil.mpc import LeastSquares, MPCFunction, MPCOptions, Soft
+from anvil.mpc.tuning import tuning_vector
+from anvil.problems import cartpole
+from anvil.problems import cartpole_mpc as cm
+
+Q = np.diag(cartpole.Q)
+W_BUILD = np.concatenate([Q, [cartpole.R]])
+W_CALL = np.concatenate([3 * Q, [0.5 * cartpole.R]])
+X0 = np.array([1.2, 0.3, 0.0, 0.0])
+
+
+def controller(name: str, weight: np.ndarray, terminal: np.ndarray, soft: Soft, options: MPCOptions) -> MPCFunction:
+  """The cart-pole MPC with LeastSquares costs and |xc| <= 1 m softened (active from X0: the cart starts at 1.2 m)."""
+  r = NumericalFunction(f"{name}_r", lambda x, u: x.cat(u), (Arg(4), Arg(1)))
+  rN = NumericalFunction(f"{name}_rN", lambda x: x * 1.0, (Arg(4),))
+  x_hi = np.array([1.0, np.inf, np.inf, np.inf])
+  return MPCFunction(name, cm.dynamics(f"{name}_F"), LeastSquares(r, weight), LeastSquares(rN, terminal), horizon=20,
+                     x_bounds=(-x_hi, x_hi), u_bounds=(np.array([-20.0]), np.array([20.0])), soft={"x": soft},
+                     options=options)  # fmt: skip
+
+
+def closed_loop(mpc: MPCFunction, steps: int, **tuning: object) -> tuple[np.ndarray, list[str]]:
+  """The applied inputs and statuses of a closed loop on the controller's own model, every call with `tuning`."""
+  mpc.reset()
+  x, us, statuses = X0.copy(), [], []
+  for _ in range(steps):
+    sol = mpc(x, **tuning)  # type: ignore[arg-type]
+    us.append(sol.u0)
+    statuses.append(str(sol.status))
+    x = np.asarray(mpc.ocp.dynamics(x, sol.u0))
+  return np.array(us), statuses
+
+
+@pytest.mark.parametrize("hessian", ["exact", "gauss_newton"])
+def test_weights_and_penalties_at_call_time_equal_a_rebuilt_controller(hessian: str) -> None:
+  options = MPCOptions(hessian=hessian)
+  built = controller(f"tune_a_{hessian}", W_BUILD, 10 * Q, Soft(l1=100.0, l2=10.0), options)
+  rebuilt = controller(f"tune_b_{hessian}", W_CALL, 5 * Q, Soft(l1=40.0, l2=2.0), options)
+  reference, _ = closed_loop(rebuilt, 60)
+  u, statuses = closed_loop(built, 60, weights={"stage_cost": W_CALL, "terminal_cost": 5 * Q},
+                            soft_penalties={"x": (40.0, 2.0)})  # fmt: skip
+  assert all(s == "converged" for s in statuses)
+  np.testing.assert_allclose(u, reference, rtol=1e-10, atol=1e-10)
+  # a call without them is the build-time controller again
+  default, _ = closed_loop(built, 60)
+  assert np.abs(default - reference).max() > 1e-3
+
+
+def test_bad_tuning_is_refused_by_name() -> None:
+  mpc = controller("tune_bad", W_BUILD, 10 * Q, Soft(l1=100.0), MPCOptions())
+  with pytest.raises(ValueError, match="positive semidefinite"):
+    mpc(X0, weights={"stage_cost": -np.ones(5)})
+  with pytest.raises(ValueError, match="5x5"):
+    mpc(X0, weights={"stage_cost": np.ones(4)})
+  with pytest.raises(ValueError, match="keys"):
+    mpc(X0, weights={"stage": W_BUILD})
+  with pytest.raises(ValueError, match="no softened bound"):
+    mpc(X0, soft_penalties={"u": (1.0, 0.0)})
+  with pytest.raises(ValueError, match="l1"):
+    mpc(X0, soft_penalties={"x": (-1.0, 0.0)})
+  with pytest.raises(ValueError, match="fixed at build time"):
+    mpc(X0, soft_penalties={"x": Soft(indices=(1,), l1=5.0)})
+  plain = cm.stabilizing("tune_plain")  # its costs are plain NumericalFunctions: no weight to change
+  with pytest.raises(ValueError, match="not a LeastSquares"):
+    plain(cm.X0_STABILIZE, weights={"stage_cost": W_BUILD})
+
+
+def test_the_cpp_call_takes_the_tuning(tmp_path: Path) -> None:
+  """The generated call() with a tuning vector equals the Python call with the same weights (and nullptr: defaults)."""
+  mpc = controller("tune_cpp", W_BUILD, 10 * Q, Soft(l1=100.0, l2=10.0), MPCOptions())
+  weights = {"stage_cost": W_CALL}
+  tuning = tuning_vector(mpc.name, mpc.ocp, weights, None)
+  x0 = np.array([0.2, 0.05, 0.0, 0.0])  # NOTE: the input unsaturated, so it tells the weights apart
+  mpc.reset()
+  expected = mpc(x0, weights=weights).u0
+  mpc.reset()
+  default = mpc(x0).u0
+  av.generate_module("tune_module", [mpc], out_dir=tmp_path)
+  bounds = {k: ", ".join("-HUGE_VAL" if v == -np.inf else "HUGE_VAL" if v == np.inf else repr(float(v))
+                         for v in np.ravel(b)) or "0" for k, b in mpc.defaults.items()}  # fmt: skip
+  main = tmp_path / "main.cpp"
+  main.write_text(
+    '#include <cmath>\n#include <cstdio>\n#include "tune_module.hpp"\nnamespace c = tune_cpp;\n'
+    + "".join(f"static double {k}[] = {{{v}}};\n" for k, v in bounds.items())
+    + f"static double tuning[] = {{{', '.join(repr(float(v)) for v in tuning)}}};\n"
+    + "static c::WS_t ws;\nint main() {\n  c::init(ws);\n  static c::Stats stats;\n"
+    + f"  double x0[] = {{{', '.join(map(repr, x0.tolist()))}}}, x[(c::N + 1) * c::nx], u[c::N * c::nu];\n"
+    + "  static_assert(c::n_tuning == sizeof(tuning) / sizeof(tuning[0]));\n"
+    + "  const double* b[] = {lbx, ubx, lbu, ubu, lbh, ubh, lbhN, ubhN};\n"
+    + "  for (const double* t : {static_cast<const double*>(tuning), static_cast<const double*>(nullptr)}) {\n"
+    + "    c::reset(ws);\n"
+    + "    c::call(x0, nullptr, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], x, u, stats, ws, c::N > 0 ? 50 : 0,"
+    + " 1e-8, HUGE_VAL, t);\n"
+    + '    std::printf("%.17g\\n", u[0]);\n  }\n}\n'
+  )
+  exe = tmp_path / "tune"
+  subprocess.run([find_compiler(), "-O1", "-std=c++17", f"-I{tmp_path}", str(main), str(tmp_path / "tune_module.cpp"),
+                  "-o", str(exe)], check=True, capture_output=True)  # fmt: skip
+  tuned, untuned = (float(v) for v in subprocess.run([str(exe)], capture_output=True, text=True).stdout.split())
+  assert tuned == pytest.approx(float(expected[0]), rel=1e-9, abs=1e-12)
+  assert untuned == pytest.approx(float(default[0]), rel=1e-9, abs=1e-12)
+  assert abs(tuned - untuned) > 1e-6

@@ -8,8 +8,8 @@ import pytest
 from tinygrad import Tensor, dtypes
 
 from anvil import Arg, NumericalFunction
-from anvil.mpc import LeastSquares, MPCFunction, MPCOptions, simulate
-from anvil.problems import cartpole
+from anvil.mpc import LeastSquares, MPCFunction, MPCOptions, shooting_layout, simulate
+from anvil.problems import cartpole, shooting
 from anvil.problems import cartpole_mpc as cm
 from anvil.problems.ocp_qp import random_qp
 from anvil.qp import OSQPOptions, RiccatiQP
@@ -96,3 +96,19 @@ def test_float32_tracing_keeps_captured_constants_in_float32() -> None:
   fn = NumericalFunction("f32_captured", lambda x: (x * Tensor(weights)).sum(), (Arg(3, dtype=dtypes.float32),))
   assert fn.outputs[0].dtype == dtypes.float32
   assert float(fn(np.ones(3, dtype=np.float32))) == pytest.approx(6.0)
+
+
+def test_float32_sqp_solves_the_shooting_swing_up() -> None:
+  """An SQPFunction given float64 functions and a stage layout, in float32: the swing-up NLP's local optimum (IPOPT's
+  and CasADi's, 173.28254) to float32's tolerance, its defects within it."""
+  n = 50
+  size = shooting.size(n)
+  f = NumericalFunction("f32_swing_cost", lambda w, x0: shooting.stage_cost(w, n), (Arg(size), Arg(4)))
+  g = NumericalFunction("f32_swing_defects", lambda w, x0: shooting.defects(w, x0, n), (Arg(size), Arg(4)))
+  solver = SQPFunction("f32_swing_up", f, g, SQPOptions(scalar="float32"), stages=shooting_layout(n, 4, 1))
+  assert all(a.dtype == dtypes.float32 for a in solver.cost.inputs)
+  x_init, lbx, ubx, w0 = shooting.swing_up(n)
+  res = solver(w0, x_init, lbx, ubx, np.zeros(4 * n + 4), np.zeros(4 * n + 4))
+  assert res.status in ("converged", "acceptable") and res.x.dtype == np.float64
+  assert res.f == pytest.approx(173.28254, rel=1e-4)
+  assert np.abs(shooting.defects_numpy(res.x, x_init, n)).max() < 1e-3

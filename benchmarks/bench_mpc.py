@@ -11,7 +11,8 @@ terminal cost 10 x'Qx, |u| <= 20, |xc| <= 2, multiple shooting, warm start from 
 one stage. Every controller runs the same closed loop: u_t = u_0 of the solution from x_t, x_{t+1} = F(x_t, u_t).
 
   anvil C++:    examples/cpp/closed_loop (the generated module, -O3), wall clock around call() (steady_clock); once
-                with each QP solver: "riccati" (the default, the generated interior point) and "osqp".
+                with each QP solver: "riccati" (the default, the generated interior point) and "osqp", and the
+                float32 controller (MPCOptions(scalar="float32"), Riccati).
   anvil Python: mpc(x) from Python, wall clock (time.perf_counter); Python overhead = wall - the C++ solve_time.
   CasADi:       the same NLP in SX unrolled over the stages, nlpsol('ipopt') (exact Hessian) and nlpsol('sqpmethod')
                 with qpsol 'qrqp' (exact Hessian, eigen-clip convexification); primal (IPOPT) and primal-dual
@@ -86,7 +87,8 @@ def run_cpp(mpc: Any, steps: int, folder: Path) -> Loop:
   run = run_harness(exe, cartpole_mpc.X0_STABILIZE, steps)
   cost = sum(stage_cost(x, u) for x, u in zip(run.x[:-1], run.u, strict=True))
   fails = sum(s != "converged" for s in run.statuses)
-  label = f"anvil C++ harness ({mpc.options.qp_solver})"
+  scalar = "" if mpc.options.scalar == "float64" else f", {mpc.options.scalar}"
+  label = f"anvil C++ harness ({mpc.options.qp_solver}{scalar})"
   return Loop(label, run.solve_times, run.iterations, fails, cost, {"harness_cost": run.cost})
 
 
@@ -229,9 +231,11 @@ def main() -> int:
   setup = None if args.quick else setup_times()
   mpc = cartpole_mpc.stabilizing("cartpole_mpc")  # the default QP solver: the Riccati interior point
   mpc_osqp = cartpole_mpc.stabilizing("cartpole_mpc_osqp", MPCOptions(qp_solver="osqp"))
+  mpc_f32 = cartpole_mpc.stabilizing("cartpole_mpc_f32", MPCOptions(scalar="float32"))
   with tempfile.TemporaryDirectory(prefix="bench_mpc_") as tmp:
     loops = [run_cpp(mpc, steps, Path(tmp) / "riccati"), run_python(mpc, steps)]
     loops += [run_cpp(mpc_osqp, steps, Path(tmp) / "osqp"), run_python(mpc_osqp, steps)]
+    loops += [run_cpp(mpc_f32, steps, Path(tmp) / "float32")]
   ca = load_casadi()
   if ca is None:
     notes.append("casadi not installed: CasADi rows skipped")

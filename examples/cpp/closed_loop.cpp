@@ -87,7 +87,8 @@ int main(int argc, char** argv) {
   mpc::init(ws);
   plant::init(plant_ws);
   stage_cost::init(cost_ws);
-  std::vector<double> xs((mpc::N + 1) * nx), us(mpc::N * nu);  // the controller's predicted trajectory
+  // the controller's own type (mpc::real: float for a float32 controller) for its state and predicted trajectory
+  std::vector<mpc::real> x_now(nx), xs((mpc::N + 1) * nx), us(mpc::N * nu);
   std::vector<double> u(nu, 0.0), x_next(nx);
   std::vector<double> trajectory((steps + 1) * nx), inputs(steps * nu), solve_times(steps), internal_times(steps);
   std::vector<int> statuses(steps), iterations(steps);
@@ -97,7 +98,8 @@ int main(int argc, char** argv) {
   // *** the loop ***
   for (int t = 0; t < steps; ++t) {
     const auto start = std::chrono::steady_clock::now();
-    const int status = mpc::call(x.data(), cfg::p.data(), cfg::lbx.data(), cfg::ubx.data(), cfg::lbu.data(),
+    std::copy(x.begin(), x.end(), x_now.begin());
+    const int status = mpc::call(x_now.data(), cfg::p.data(), cfg::lbx.data(), cfg::ubx.data(), cfg::lbu.data(),
                                  cfg::ubu.data(), cfg::lbh.data(), cfg::ubh.data(), cfg::lbhN.data(), cfg::ubhN.data(),
                                  xs.data(), us.data(), stats, ws);
     solve_times[t] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -105,7 +107,7 @@ int main(int argc, char** argv) {
     statuses[t] = status;
     iterations[t] = stats.iterations;
     // apply u[0]; a non-finite input is not applied: the last one is held (as anvil.mpc.simulate does)
-    if (std::all_of(us.begin(), us.begin() + nu, [](double v) { return std::isfinite(v); }))
+    if (std::all_of(us.begin(), us.begin() + nu, [](mpc::real v) { return std::isfinite(v); }))
       std::copy(us.begin(), us.begin() + nu, u.begin());
     double l = 0.0;
     stage_cost::OUT0_t l_out(&l);

@@ -432,18 +432,21 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
   def compose(self, *args: Any) -> Any:
     """This function's computation on Tensors, inlined into the graph being traced: a Tensor, or a tuple for several
     outputs (a sparse function's nonzeros). Each input is a Tensor (or array data, captured as a constant) of its
-    Arg's shape; one of another dtype is cast to a float Arg's (an integer Arg takes its own dtype only)."""
+    Arg's shape; one of another dtype is cast to a float Arg's (an integer Arg takes its own dtype only). A float64
+    Arg takes the default float: float32 inside the trace of a float32 function (a float32 solver's), whose math
+    then stays float32."""
     if len(args) != len(self.inputs):
       raise TypeError(f"{self.name}: takes {len(self.inputs)} inputs, got {len(args)}")
     tensors = []
     for i, (value, arg) in enumerate(zip(args, self.inputs, strict=True)):
-      what, numpy = f"input {i} ({arg.name})", numpy_dtype(arg.dtype)
+      dtype = dtypes.default_float if arg.dtype == dtypes.float64 else arg.dtype
+      what, numpy = f"input {i} ({arg.name})", numpy_dtype(dtype)
       tensor = value if isinstance(value, Tensor) else Tensor(as_array(self.name, what, value, numpy).astype(numpy))
       check_shape(self.name, what, tensor, arg.shape)
-      if tensor.dtype != arg.dtype:
-        if not dtypes.is_float(arg.dtype):
-          raise TypeError(f"{self.name}: {what}: expected {arg.dtype.name}, got {tensor.dtype.name}")
-        tensor = tensor.cast(arg.dtype)
+      if tensor.dtype != dtype:
+        if not dtypes.is_float(dtype):
+          raise TypeError(f"{self.name}: {what}: expected {dtype.name}, got {tensor.dtype.name}")
+        tensor = tensor.cast(dtype)
       tensors.append(tensor)
     return self.fn(*tensors)
 

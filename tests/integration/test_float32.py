@@ -8,9 +8,11 @@ import pytest
 from tinygrad import Tensor, dtypes
 
 from anvil import Arg, NumericalFunction
-from anvil.mpc import LeastSquares, MPCFunction, MPCOptions, shooting_layout, simulate
+from anvil.mpc import LeastSquares, MPCFunction, MPCOptions, rk4, shooting_layout, simulate
+from anvil.mpc.stagewise import StageConstraints
 from anvil.problems import cartpole, shooting
 from anvil.problems import cartpole_mpc as cm
+from anvil.problems.backend import TINYGRAD
 from anvil.problems.ocp_qp import random_qp
 from anvil.qp import OSQPOptions, RiccatiQP
 from anvil.sqp import SQPFunction, SQPOptions
@@ -112,3 +114,17 @@ def test_float32_sqp_solves_the_shooting_swing_up() -> None:
   assert res.status in ("converged", "acceptable") and res.x.dtype == np.float64
   assert res.f == pytest.approx(173.28254, rel=1e-4)
   assert np.abs(shooting.defects_numpy(res.x, x_init, n)).max() < 1e-3
+
+
+def test_float32_keeps_composed_functions_in_float32() -> None:
+  """Dynamics that call another NumericalFunction (a composition) stay float32 in a float32 controller."""
+  ode = NumericalFunction("f32_ode", lambda x, u: cartpole.ode(x, u, TINYGRAD), (Arg(4), Arg(1)))
+  F = rk4("f32_composed_F", lambda x, u: ode(x, u), cartpole.H, nx=4, nu=1)
+  x_bounds, u_bounds = cm.bounds()
+  mpc = MPCFunction("f32_composed", F, cm.stage_cost("f32_composed_l"), cm.terminal_cost("f32_composed_lN"),
+                    horizon=30, x_bounds=x_bounds, u_bounds=u_bounds, options=MPCOptions(scalar="float32"))  # fmt: skip
+  code = mpc.sqp.constraints_code
+  assert isinstance(code, StageConstraints) and "double" not in code.ode.rate.source_code
+  run = simulate(mpc, cm.dynamics("f32_composed_plant"), X0, 100)
+  reference = simulate(cm.stabilizing("f32_composed_ref"), cm.dynamics("f32_composed_plant"), X0, 100)
+  assert run.cost == pytest.approx(reference.cost, rel=1e-3)

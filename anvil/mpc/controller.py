@@ -306,6 +306,11 @@ class MPCFunction(TemplatedFunction):
       entry = self._entry
       return SQPStatus.from_code(entry.prepare(entry.ws))
 
+  def tuning(self, weights: Mapping[str, Any] | None = None, soft_penalties: Mapping[str, Any] | None = None) -> F64:
+    """The tuning vector a C++ `call(..., tuning)` takes for these weights and penalties (the build-time ones where
+    not given; arguments as `__call__`'s), checked: the values to put in the robot's code to retune it."""
+    return tuning_vector(self.name, self.ocp, weights, soft_penalties)
+
   def set_guess(self, x: ArrayLike, u: ArrayLike) -> None:
     """Start the next call from the trajectory x (N + 1, nx) and inputs u (N, nu)."""
     xs = float_array(self.name, "x guess", x, (self.N + 1, self.nx), finite=True)

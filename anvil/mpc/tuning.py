@@ -69,10 +69,11 @@ def _penalties(name: str, group: str, value: Any, built: Soft) -> tuple[float, f
       raise ValueError(f"{name}: soft_penalties[{group!r}]: the softened components are fixed at build time "
                        f"({built.indices}), got indices {value.indices}")  # fmt: skip
     return value.l1, value.l2
-  if not isinstance(value, (tuple, list)) or len(value) != 2:
+  pair = list(np.ravel(value).tolist()) if isinstance(value, (tuple, list, np.ndarray)) else []  # numpy: plain numbers
+  if len(pair) != 2:
     raise TypeError(f"{name}: soft_penalties[{group!r}] must be (l1, l2) or a Soft, got {value!r}")
   try:
-    spec = Soft(l1=value[0], l2=value[1])
+    spec = Soft(l1=pair[0], l2=pair[1])
   except ValueError as e:
     raise ValueError(f"{name}: soft_penalties[{group!r}]: {e}") from e
   return spec.l1, spec.l2

@@ -13,7 +13,6 @@ import anvil as av
 from anvil import Arg, NumericalFunction
 from anvil.codegen.jit import find_compiler
 from anvil.mpc import LeastSquares, MPCFunction, MPCOptions, Soft
-from anvil.mpc.tuning import tuning_vector
 from anvil.problems import cartpole
 from anvil.problems import cartpole_mpc as cm
 
@@ -87,6 +86,10 @@ def test_bad_tuning_is_refused_by_name() -> None:
     mpc(X0, soft_penalties={"u": (1.0, 0.0)})
   with pytest.raises(ValueError, match="l1"):
     mpc(X0, soft_penalties={"x": (-1.0, 0.0)})
+  with pytest.raises(TypeError, match=r"\(l1, l2\)"):
+    mpc(X0, soft_penalties={"x": (1.0, 2.0, 3.0)})
+  np.testing.assert_array_equal(mpc.tuning(soft_penalties={"x": np.array([5.0, 1.0])}),
+                                mpc.tuning(soft_penalties={"x": (5.0, 1.0)}))  # fmt: skip
   with pytest.raises(ValueError, match="fixed at build time"):
     mpc(X0, soft_penalties={"x": Soft(indices=(1,), l1=5.0)})
   plain = cm.stabilizing("tune_plain")  # its costs are plain NumericalFunctions: no weight to change
@@ -98,7 +101,8 @@ def test_the_cpp_call_takes_the_tuning(tmp_path: Path) -> None:
   """The generated call() with a tuning vector equals the Python call with the same weights (and nullptr: defaults)."""
   mpc = controller("tune_cpp", W_BUILD, 10 * Q, Soft(l1=100.0, l2=10.0), MPCOptions())
   weights = {"stage_cost": W_CALL}
-  tuning = tuning_vector(mpc.name, mpc.ocp, weights, None)
+  tuning = mpc.tuning(weights)
+  np.testing.assert_array_equal(mpc.tuning(), mpc.ocp.default_tuning)
   x0 = np.array([0.2, 0.05, 0.0, 0.0])  # NOTE: the input unsaturated, so it tells the weights apart
   mpc.reset()
   expected = mpc(x0, weights=weights).u0

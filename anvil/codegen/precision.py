@@ -3,8 +3,9 @@ unit is single precision: a Cortex-M4F does a double operation in software, tens
 
 A float32 solver is generated from the same float64 user functions: its functions take float32 inputs, on which the
 user's math runs in float32 (`trace` makes float32 the default float of a function whose float inputs are all float32,
-so `Tensor([1.0, 2.0])` inside it is float32 too), and `in_scalar` casts what they return to the solver's type (a
-float64 array the math captured, `Tensor(np_array)`, keeps its part of the math in double).
+so `Tensor([1.0, 2.0])` and a captured `Tensor(np_array)` inside it are float32 too), and `in_scalar` casts what they
+return to the solver's type (math that asks for float64 explicitly, `.cast(dtypes.float64)`, keeps that part in
+double).
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-from numpy.typing import ArrayLike
 from tinygrad import Tensor, dtypes
 from tinygrad.dtype import DType
 
@@ -36,11 +35,6 @@ def check_scalar(owner: str, scalar: object) -> str:
 def cpp_real(scalar: str) -> str:
   """The C++ type of the scalar type `scalar` ("double" or "float")."""
   return CPP_REALS[scalar]
-
-
-def constant(values: ArrayLike, scalar: str) -> Tensor:
-  """A captured constant in the scalar type (a float64 one would turn the float32 math it enters into double)."""
-  return Tensor(np.asarray(values, dtype=np.dtype(scalar)))
 
 
 def in_scalar(fn: Callable[..., Any], scalar: str) -> Callable[..., Any]:

@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from tinygrad import Tensor, dtypes
 
 from anvil.codegen import NumericalFunction
 from anvil.validation import float_array
@@ -51,12 +50,6 @@ class LeastSquares:
   def name(self) -> str:
     """The residual's name."""
     return self.residual.name
-
-  def value(self, *xs: Tensor) -> Tensor:
-    """rᵀ W r as a Tensor expression."""
-    r = self.residual.fn(*xs)
-    weight = Tensor(self.weight.astype(np.float32 if r.dtype == dtypes.float32 else np.float64))  # in r's type
-    return (r * (weight @ r)).sum()
 
 
 def checked_weight(owner: str, weight: ArrayLike, nr: int) -> NDArray[np.float64]:

@@ -18,7 +18,7 @@ import scipy.sparse as sp
 from tinygrad import Tensor
 
 from anvil.ad import constant_jacobian, jacobian, sphessian, spjacobian, vmap
-from anvil.codegen import Arg, NumericalFunction, SparseNumericalFunction, precision
+from anvil.codegen import Arg, NumericalFunction, SparseNumericalFunction
 from anvil.codegen.precision import SCALARS, in_scalar
 from anvil.mpc.costs import LeastSquares
 from anvil.mpc.integrators import ExplicitIntegrator
@@ -183,7 +183,12 @@ class Transcription:
   @property
   def n_params(self) -> int:
     """Length of the NLP parameter [x_init; p_0 ... p_N; tuning] (`tuning_layout`)."""
-    return self.nx + (self.N + 1) * self.np + sum(size for _, _, size in self.tuning_layout.values())
+    return self._tuning_start + sum(size for _, _, size in self.tuning_layout.values())
+
+  @property
+  def _tuning_start(self) -> int:
+    """Where the tuning block begins in the NLP parameter: after x_init and p_0 ... p_N."""
+    return self.nx + (self.N + 1) * self.np
 
   @cached_property
   def tuning_layout(self) -> dict[str, tuple[int, tuple[int, ...], int]]:
@@ -234,17 +239,16 @@ class Transcription:
   def tuning(self, params: Tensor, key: str) -> Tensor:
     """A run-time weight or penalty (`tuning_layout`) from the NLP parameter."""
     at, shape, size = self.tuning_layout[key]
-    start = self.nx + (self.N + 1) * self.np + at
+    start = self._tuning_start + at
     return params[start : start + size].reshape(*shape)
 
-  def _stage(self, fn: Cost, key: str, X: Tensor, U: Tensor, P: Tensor) -> Tensor:
-    f = _as_function(fn)
+  def _stage(self, fn: Fn, key: str, X: Tensor, U: Tensor, P: Tensor) -> Tensor:
     args = (X, U, P[: self.N]) if self.takes_p[key] else (X, U)
-    return vmap(f, size=self.N).fn(*args)
+    return vmap(fn, size=self.N).fn(*args)
 
-  def _final(self, fn: Cost, key: str, xN: Tensor, P: Tensor) -> Tensor:
+  def _final(self, fn: Fn, key: str, xN: Tensor, P: Tensor) -> Tensor:
     args = (xN, P[self.N]) if self.takes_p[key] else (xN,)
-    return _as_function(fn).fn(*args)
+    return fn.fn(*args)
 
   def cost(self, w: Tensor, params: Tensor) -> Tensor:
     """Σ_k l(x_k, u_k, p_k) + l_N(x_N, p_N) + Σ_e l1_e s_e + l2_e s_e², the weights and penalties from params."""
@@ -373,8 +377,8 @@ class Transcription:
       X, U, xN, _, _, P = self.split(w, params)
       W, JN = self.tuning(params, "stage_weight"), None
       if constant is not None:  # NOTE: affine residuals: the same Jacobians at every point, one block for all stages
-        J = precision.constant(constant[0], self.scalar)
-        JN = None if constant[1] is None else precision.constant(constant[1], self.scalar)
+        J = Tensor(constant[0])  # NOTE: captured in the trace's float type (anvil.codegen.trace.tracing_in)
+        JN = None if constant[1] is None else Tensor(constant[1])
         pieces = [(J.T @ (W @ J) * 2).flatten().reshape(1, -1).expand(N, -1).flatten()]
       else:
         stage_args = (X, U, P[:N]) if self.takes_p["stage_cost"] else (X, U)
@@ -435,9 +439,3 @@ def shooting_layout(
     rows += [("stage", k, (nh if k < N else nhN) + 2 * slot[e] + minus) for e, k in enumerate(slack_stages)]
   return StageLayout(N=N, nx=nx, nu=nu + max(counts[:N]), nuN=counts[N], variables=tuple(variables),
                      rows=tuple(rows))  # fmt: skip
-
-
-def _as_function(fn: Cost) -> Fn:
-  if isinstance(fn, LeastSquares):
-    return NumericalFunction(f"{fn.name}_cost", fn.value, fn.inputs)
-  return fn

@@ -22,6 +22,7 @@ from anvil.codegen.native import NativeHandle
 from anvil.codegen.precision import cpp_real
 from anvil.codegen.templated import TemplatedFunction
 from anvil.mpc.costs import LeastSquares
+from anvil.mpc.implicit import ImplicitIntegrator
 from anvil.mpc.labels import OCPLabels
 from anvil.mpc.options import MPCOptions
 from anvil.mpc.result import FALLBACKS, MPCSolution
@@ -103,7 +104,7 @@ class MPCFunction(TemplatedFunction):
   def __init__(
     self,
     name: str,
-    dynamics: Fn,
+    dynamics: Fn | ImplicitIntegrator,
     stage_cost: Cost,
     terminal_cost: Cost | None = None,
     horizon: int = 20,
@@ -136,6 +137,9 @@ class MPCFunction(TemplatedFunction):
       _soft_with_terminal(soft, x_terminal_bounds),
       scalar=self.options.scalar,
     )
+    if isinstance(dynamics, ImplicitIntegrator) and (not self.options.integrator_derivatives or self.nu == 0):
+      raise ValueError(f"{name}: dynamics made by irk (an implicit step: Newton's method, no traced graph) need "
+                       "MPCOptions(integrator_derivatives=True) and at least one input")  # fmt: skip
     if constraints is None and constraint_bounds is not None:
       raise ValueError(f"{name}: constraint_bounds given without constraints")
     if terminal_constraints is None and terminal_constraint_bounds is not None:
@@ -185,7 +189,7 @@ class MPCFunction(TemplatedFunction):
                        stages=self.ocp.stage_layout(), convex_hessian=gauss_newton, constraints_code=code)  # fmt: skip
 
   @property
-  def model_functions(self) -> tuple[Fn, Fn]:
+  def model_functions(self) -> tuple[FunctionBase, Fn]:
     """The dynamics and the stage cost (its residual for a LeastSquares cost): emitted in the module too, for robot
     code (and the C++ harness) that simulates or scores with the same model."""
     cost = self.ocp.stage_cost

@@ -31,17 +31,11 @@ def rk4(
   Example:
     >>> F = rk4("cartpole_F", ode, 0.05, nx=4, nu=1)      # F(x, u) -> x_next
   """
-  check_identifier(name, "rk4: name")
-  if not callable(ode):
-    raise TypeError(f"rk4({name}): ode must be callable (x, u[, p]) -> xdot, got {type(ode).__name__}")
-  if isinstance(dt, bool) or not isinstance(dt, (int, float)) or not dt > 0:
-    raise ValueError(f"rk4({name}): dt must be a positive number, got {dt!r}")
-  for what, value, least in (("nx", nx, 1), ("nu", nu, 0), ("np", np, 0), ("steps", steps, 1)):
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-      raise ValueError(f"rk4({name}): {what} must be an int >= {least}, got {value!r}")
+  check_model(f"rk4({name})", name, ode, "(x, u[, p]) -> xdot", dt, nx=(nx, 1), nu=(nu, 0), np=(np, 0),
+              steps=(steps, 1))  # fmt: skip
   h = float(dt) / steps
-  inputs = (Arg(nx, name="x"), Arg(nu, name="u")) + ((Arg(np, name="p"),) if np else ())
-  rate = NumericalFunction(f"{name}_ode", lambda x, u, *p: _rate(ode, name, nx, x, u, *p), inputs)
+  inputs = model_inputs(nx, nu, np)
+  rate = NumericalFunction(f"{name}_ode", lambda x, u, *p: checked_rate(ode, f"rk4({name})", nx, x, u, *p), inputs)
 
   def step(x: Tensor, u: Tensor, *p: Tensor) -> Tensor:
     f = lambda x_: rate.fn(x_, u, *p)
@@ -66,6 +60,9 @@ class ExplicitIntegrator(NumericalFunction[..., Any]):
   strictly lower, and b) on the ODE `rate`, a NumericalFunction of (x, u[, p]) -> xdot, with the input held constant.
   Made by `rk4`; traced as the unrolled steps, and differentiated stage by stage by an MPC (anvil/explicit_rk.hpp)."""
 
+  #: No algebraic states (an ODE); not implicit (anvil.mpc.ode.Integrator).
+  algebraic, implicit = 0, False
+
   def __init__(
     self,
     name: str,
@@ -80,9 +77,28 @@ class ExplicitIntegrator(NumericalFunction[..., Any]):
     self.rate, self.h, self.steps, self.a, self.b = rate, h, steps, a, b
 
 
-def _rate(ode: Callable[..., Tensor], name: str, nx: int, x: Tensor, u: Tensor, *p: Tensor) -> Tensor:
-  xdot = ode(x, u, *p)
+def check_model(where: str, name: str, ode: object, signature: str, dt: object, **sizes: tuple[object, int]) -> None:
+  """The checks of an integrator's arguments: a C++ identifier, a callable ODE, dt > 0, each size an int >= its
+  least."""
+  check_identifier(name, f"{where}: name")
+  if not callable(ode):
+    raise TypeError(f"{where}: ode must be callable {signature}, got {type(ode).__name__}")
+  if isinstance(dt, bool) or not isinstance(dt, (int, float)) or not dt > 0:
+    raise ValueError(f"{where}: dt must be a positive number, got {dt!r}")
+  for what, (value, least) in sizes.items():
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+      raise ValueError(f"{where}: {what} must be an int >= {least}, got {value!r}")
+
+
+def model_inputs(nx: int, nu: int, np: int) -> tuple[Arg, ...]:
+  """The inputs of a discrete-time model: x, u and (np > 0) p."""
+  return (Arg(nx, name="x"), Arg(nu, name="u")) + ((Arg(np, name="p"),) if np else ())
+
+
+def checked_rate(ode: Callable[..., Tensor], where: str, nx: int, *args: Tensor) -> Tensor:
+  """ode(*args), checked to be a Tensor of shape (nx,)."""
+  xdot = ode(*args)
   if not isinstance(xdot, Tensor) or xdot.shape != (nx,):
     got = getattr(xdot, "shape", type(xdot).__name__)
-    raise ValueError(f"rk4({name}): ode must return a Tensor of shape ({nx},), got {got}")
+    raise ValueError(f"{where}: ode must return a Tensor of shape ({nx},), got {got}")
   return xdot

@@ -52,7 +52,10 @@ class OCPLabels(NLPLabels):
     """(function, place) of NLP row i: ("dynamics F", "stage 12, output 2") (F's evaluation at stage 12)."""
     group, name, stage, index = self._row_place(i)
     if group == "dynamics":
-      return f"dynamics {name}", f"stage {stage - 1}, output {index}"
+      place = f"stage {stage - 1}, output {index}"
+      if getattr(self.ocp.dynamics, "implicit", False):
+        place += " (an implicit step is NaN where Newton's method fails on it: more steps or newton_iter may help)"
+      return f"dynamics {name}", place
     return f"{group} {name}", f"stage {stage}, row {index}"
 
   def _variable_place(self, j: int) -> tuple[str, str, int, int]:

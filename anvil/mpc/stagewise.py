@@ -1,12 +1,13 @@
-"""Stage-wise derivatives of a multiple-shooting NLP whose dynamics are an explicit Runge-Kutta integrator.
+"""Stage-wise derivatives of a multiple-shooting NLP whose dynamics are a Runge-Kutta integrator (`rk4`, `irk`).
 
 Differentiating the NLP as one traced graph unrolls every integration step of every stage into the derivative's code
 (an RK4 step of 4 substeps is 16 ODE evaluations, each differentiated in place): the code, its build and its
 evaluation then grow with the steps and with the model far faster than the ODE does. With dynamics made by `rk4`
 (an `ExplicitIntegrator`), an MPC instead generates three small functions of the ODE alone, its rate, its sparse
-Jacobian and the sparse Hessian of mu'f, and the C++ runtime anvil/explicit_rk.hpp computes the exact derivatives of
-the discrete step from them, stage point by stage point, in a loop (forward sensitivities for dF/d[x; u], the
-second-order adjoint for the Hessian of lam'F).
+Jacobian and the sparse Hessian of mu'f (anvil.mpc.ode), and the C++ runtime anvil/explicit_rk.hpp computes the exact
+derivatives of the discrete step from them, stage point by stage point, in a loop (forward sensitivities for
+dF/d[x; u], the second-order adjoint for the Hessian of lam'F). Dynamics made by `irk` (an `ImplicitIntegrator`, which
+no traced graph can hold: its step is Newton's method) go the same way through anvil/implicit_rk.hpp.
 
 `StageDerivative` is the NLP's constraint Jacobian or Lagrangian Hessian built that way: every term but the dynamics
 from a sparse derivative of the NLP with the dynamics left out (`rest`, derived as any function is), the dynamics'
@@ -30,47 +31,14 @@ import scipy.sparse as sp
 from numpy.typing import NDArray
 from tinygrad import dtypes
 
-from anvil.ad import sphessian, spjacobian
-from anvil.codegen import Arg, NumericalFunction, SparseNumericalFunction
+from anvil.codegen import NumericalFunction, SparseNumericalFunction
 from anvil.codegen.base import FunctionBase
-from anvil.codegen.precision import SCALARS, cpp_real, in_precision, in_scalar
+from anvil.codegen.precision import cpp_real
+from anvil.codegen.runtime import runtime_include
 from anvil.codegen.templated import TemplatedFunction
-from anvil.mpc.integrators import ExplicitIntegrator
+from anvil.mpc.ode import OdeContext, OdeDerivatives, coordinates
 
 KINDS = ("jacobian", "hessian")
-
-
-@dataclass(frozen=True)
-class OdeDerivatives:
-  """The ODE-level functions the run-time integrator derivatives call: the rate f(x, u[, p]), its Jacobian in z =
-  [x; u] (CSC, nx x nz) and, for exact Hessians, the upper triangle of the Hessian of mu'f in z (CSC, nz x nz) as a
-  function of (z, mu[, p])."""
-
-  integrator: ExplicitIntegrator
-  rate: NumericalFunction[..., Any]
-  jacobian: SparseNumericalFunction
-  hessian: SparseNumericalFunction | None
-
-  @staticmethod
-  def of(F: ExplicitIntegrator, hessian: bool, scalar: str = "float64") -> OdeDerivatives:
-    """The functions of F's ODE (the Hessian with `hessian`), computing in `scalar` (their names end in "_f32" in
-    float32: a module may hold both)."""
-    nx, nu = F.inputs[0].size, F.inputs[1].size
-    dtype, suffix = SCALARS[scalar], "" if scalar == "float64" else "_f32"
-    p_args = tuple(Arg(a.size, dtype=dtype, name="p") for a in F.inputs[2:])
-    rate = in_precision(F.rate, scalar)
-    at = in_scalar(lambda z, *p: rate.fn(z[:nx], z[nx:], *p), scalar)
-    on_z = NumericalFunction(f"{F.name}_ode_z{suffix}", at, (Arg(nx + nu, dtype=dtype, name="z"), *p_args))
-    # NOTE: derived on the scalar expressions: straight-line code, called at every stage point (tinygrad's kernels
-    # of the same Jacobian took a quarter of the chain's stage-wise Jacobian)
-    jac = spjacobian(on_z, 0, name=f"{F.name}_ode_jacobian{suffix}", scalar=True)
-    hess = None
-    if hessian:
-      lagrangian = lambda z, mu, *p: (at(z, *p) * mu).sum()
-      args = (Arg(nx + nu, dtype=dtype, name="z"), Arg(nx, dtype=dtype, name="mu"), *p_args)
-      lag = NumericalFunction(f"{F.name}_ode_mu_f{suffix}", lagrangian, args)
-      hess = sphessian(lag, 0, name=f"{F.name}_ode_hessian{suffix}", scalar=True)
-    return OdeDerivatives(F, rate, jac, hess)
 
 
 @dataclass(frozen=True)
@@ -83,9 +51,6 @@ class _Context:
   size: int
   rest: str
   rest_size: int
-  rate: str
-  jacobian: str
-  hessian: str
   nx: int
   nu: int
   np: int
@@ -93,16 +58,9 @@ class _Context:
   stride: int
   p_offset: int
   lam_offset: int
-  steps: int
-  h: float
-  a: tuple[tuple[float, ...], ...]
-  b: tuple[float, ...]
-  jac_nnz: int
-  hess_nnz: int
-  n_hess_rows: int
-  ode_tables: tuple[tuple[str, tuple[int, ...]], ...]
   tables: tuple[tuple[str, tuple[int, ...]], ...]
   real: str
+  ode: OdeContext
 
 
 class _StageWise(TemplatedFunction):
@@ -115,7 +73,6 @@ class _StageWise(TemplatedFunction):
   """
 
   template = "stagewise"
-  header_runtime = ("explicit_rk",)
   kind: str
 
   def __init__(
@@ -135,11 +92,21 @@ class _StageWise(TemplatedFunction):
     """The output's length."""
     return self.rest.outputs[0].size
 
+  @property
+  def header_includes(self) -> tuple[str, ...]:
+    """The runtime of the dynamics' integrator (explicit or implicit Runge-Kutta)."""
+    return (runtime_include("implicit_rk" if self.ode.integrator.implicit else "explicit_rk"),)
+
   def dependencies(self) -> tuple[FunctionBase, ...]:
     """The rest and the ODE's functions this part calls."""
     ode = self.ode
-    called = {"values": (), "jacobian": (ode.jacobian,), "hessian": (ode.jacobian, ode.hessian)}[self.kind]
-    return (self.rest, ode.rate, *(f for f in called if f is not None))
+    called = (ode.jacobian,) if self._calls_jacobian else ()
+    return (self.rest, ode.rate, *called, *((ode.hessian,) if self.kind == "hessian" and ode.hessian else ()))
+
+  @property
+  def _calls_jacobian(self) -> bool:
+    """Whether this part calls the ODE's Jacobian: for derivatives, and in every part of an implicit step (Newton)."""
+    return self.kind != "values" or self.ode.integrator.implicit
 
   @property
   def tables(self) -> dict[str, tuple[int, ...]]:
@@ -148,31 +115,13 @@ class _StageWise(TemplatedFunction):
 
   @cached_property
   def context(self) -> _Context:
-    """Names, sizes, the method and the tables."""
-    ode, F = self.ode, self.ode.integrator
-    ints = lambda a: tuple(int(v) for v in a)
-    jac = ode.jacobian if self.kind != "values" else None
-    hess = ode.hessian if self.kind == "hessian" else None
-    ode_tables: dict[str, tuple[int, ...]] = {k: () for k in ODE_TABLES}
-    if jac is not None:
-      positions = np.arange(1, jac.nnz + 1)  # NOTE: from 1, so no stored entry is a zero to drop
-      rows = sp.csc_array((positions, jac.indices, jac.indptr), shape=jac.shape).tocsr()
-      rows.sort_indices()
-      states = np.concatenate([[0], np.cumsum(rows.indices < self.nx)])  # state entries before each position
-      ode_tables |= {"jac_p": ints(jac.indptr), "jac_i": ints(jac.indices), "jac_row_p": ints(rows.indptr),
-                     "jac_row_u": ints(rows.indptr[:-1] + states[rows.indptr[1:]] - states[rows.indptr[:-1]]),
-                     "jac_row_j": ints(rows.indices), "jac_row_e": ints(rows.data - 1)}  # fmt: skip
-    if hess is not None:
-      hess_rows = tuple(sorted({int(v) for v in np.concatenate(_coordinates(hess)) if v < self.nx}))
-      ode_tables |= {"hess_p": ints(hess.indptr), "hess_i": ints(hess.indices), "hess_rows": hess_rows}
+    """Names, sizes, where the stages sit, the ODE and the method, and the tables."""
+    ode = OdeContext.of(self.ode, self._calls_jacobian, self.kind == "hessian", self.scalar)
     return _Context(
       name=self.name, kind=self.kind, inputs=tuple(a.size for a in self.inputs), size=self.size, rest=self.rest.name,
-      rest_size=self.rest.outputs[0].size, rate=ode.rate.name, jacobian="" if jac is None else jac.name,
-      hessian="" if hess is None else hess.name, nx=self.nx, nu=self.nu, np=self.np, N=self.N,
-      stride=self.stride, p_offset=self.p_offset, lam_offset=self.lam_offset, steps=F.steps, h=F.h, a=F.a, b=F.b,
-      jac_nnz=0 if jac is None else jac.nnz, hess_nnz=0 if hess is None else hess.nnz,
-      n_hess_rows=len(ode_tables["hess_rows"]), ode_tables=tuple(ode_tables.items()),
-      tables=tuple(self.tables.items()), real=cpp_real(self.scalar),
+      rest_size=self.rest.outputs[0].size, nx=self.nx, nu=self.nu, np=self.np, N=self.N, stride=self.stride,
+      p_offset=self.p_offset, lam_offset=self.lam_offset, tables=tuple(self.tables.items()),
+      real=cpp_real(self.scalar), ode=ode,
     )  # fmt: skip
 
   def _native(self, args: tuple[Any, ...]) -> NDArray[np.float64]:
@@ -192,15 +141,11 @@ class _StageWise(TemplatedFunction):
     return out
 
 
-#: The ODE's tables the runtime reads (empty where a part does not use them).
-ODE_TABLES = ("jac_p", "jac_i", "jac_row_p", "jac_row_u", "jac_row_j", "jac_row_e", "hess_p", "hess_i", "hess_rows")
-
-
 class StageConstraints(_StageWise):
   """The constraints g(w, params) of a multiple-shooting NLP: `rest` (g without its dynamics: the defects x_{k+1})
-  minus F(x_k, u_k, p_k) on each stage's defect rows, F stepped by the run-time integrator (anvil/explicit_rk.hpp)
-  from the ODE's rate: the code of the NLP's constraints without the integration steps unrolled. It has the C++
-  interface of a NumericalFunction of (w, params) -> g; calling it returns g."""
+  minus F(x_k, u_k, p_k) on each stage's defect rows, F stepped by the run-time integrator (anvil/explicit_rk.hpp or
+  implicit_rk.hpp) from the ODE's functions: the code of the NLP's constraints without the integration steps
+  unrolled. It has the C++ interface of a NumericalFunction of (w, params) -> g; calling it returns g."""
 
   kind = "values"
 
@@ -234,7 +179,7 @@ class StageDerivative(_StageWise):
     self.shape: tuple[int, int] = rest.shape
     self.indices, self.indptr = union.indices.astype(np.int64), union.indptr.astype(np.int64)
     position = sp.csc_array((np.arange(1, union.nnz + 1), union.indices, union.indptr), shape=rest.shape)
-    self.rest_to_out = np.asarray(position[_coordinates(rest)]).astype(np.int64) - 1
+    self.rest_to_out = np.asarray(position[coordinates(rest)]).astype(np.int64) - 1
     self.block_to_out = np.asarray(position[rows, cols]).astype(np.int64) - 1
     if kind == "jacobian" and np.intersect1d(self.rest_to_out, self.block_to_out).size:
       raise ValueError(f"{name}: the NLP without its dynamics has entries where the dynamics' Jacobian has its own")
@@ -277,8 +222,3 @@ class StageDerivative(_StageWise):
   def __call__(self, *args: Any) -> sp.csc_array:
     """Evaluate in this process at numpy inputs shaped as `inputs` (a csc_array); thread-safe."""
     return sp.csc_array((self._native(args), self.indices, self.indptr), shape=self.shape)
-
-
-def _coordinates(fn: SparseNumericalFunction) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-  """The rows and columns of `fn`'s stored entries."""
-  return np.asarray(fn.indices, dtype=np.int64), np.repeat(np.arange(fn.shape[1]), np.diff(fn.indptr))

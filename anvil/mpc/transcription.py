@@ -21,9 +21,11 @@ from anvil.ad import constant_jacobian, jacobian, sphessian, spjacobian, vmap
 from anvil.codegen import Arg, NumericalFunction, SparseNumericalFunction
 from anvil.codegen.precision import SCALARS, in_scalar
 from anvil.mpc.costs import LeastSquares
+from anvil.mpc.implicit import ImplicitIntegrator
 from anvil.mpc.integrators import ExplicitIntegrator
+from anvil.mpc.ode import OdeDerivatives
 from anvil.mpc.soft import SOFT_GROUPS, Soft
-from anvil.mpc.stagewise import OdeDerivatives, StageConstraints, StageDerivative
+from anvil.mpc.stagewise import StageConstraints, StageDerivative
 from anvil.qp import StageLayout
 from anvil.validation import require_cpu_float64, require_type
 
@@ -50,12 +52,14 @@ def _check_function(name: str, what: str, fn: object, outputs: bool) -> None:
   where = f"MPCFunction({name})"
   if what.endswith("cost"):
     require_type(where, what, fn, (NumericalFunction, LeastSquares), "a NumericalFunction or LeastSquares")
+  elif what == "dynamics":
+    require_type(where, what, fn, (NumericalFunction, ImplicitIntegrator), "a NumericalFunction (or made by irk)")
   else:
     require_type(where, what, fn, (NumericalFunction,), "a NumericalFunction")
   require_cpu_float64(where, what, fn.residual if isinstance(fn, LeastSquares) else fn, outputs=outputs)
 
 
-def _stage_inputs(fn: Cost, what: str, sizes: tuple[int, ...], np_: int) -> bool:
+def _stage_inputs(fn: Cost | ImplicitIntegrator, what: str, sizes: tuple[int, ...], np_: int) -> bool:
   """Check `fn` takes inputs of `sizes` (plus p of np_ when np_ > 0, optionally); True when it takes p."""
   shapes = tuple(a.shape for a in fn.inputs)
   plain = tuple((s,) for s in sizes)
@@ -82,7 +86,7 @@ class Transcription:
   def __init__(
     self,
     name: str,
-    dynamics: Fn,
+    dynamics: Fn | ImplicitIntegrator,
     stage_cost: Cost,
     terminal_cost: Cost | None,
     horizon: int,
@@ -274,7 +278,11 @@ class Transcription:
     g that `StageDerivative` takes from the NLP, whose dynamics' derivatives it computes stage by stage)."""
     X, U, xN, S, x_init, P = self.split(w, params)
     following = X[1:].cat(xN.reshape(1, self.nx)) if self.N > 1 else xN.reshape(1, self.nx)
-    defects = following - self._stage(self.dynamics, "dynamics", X, U, P) if dynamics else following
+    defects = following
+    if dynamics:
+      if isinstance(self.dynamics, ImplicitIntegrator):
+        raise TypeError(f"MPCFunction({self.name}): dynamics made by irk are stepped at run time, never traced")
+      defects = following - self._stage(self.dynamics, "dynamics", X, U, P)
     parts = [X[0] - x_init, defects.flatten()]
     tables = {"x": X[1:], "u": U, "x_terminal": xN.reshape(1, self.nx)}
     if self.constraints is not None:
@@ -320,10 +328,10 @@ class Transcription:
     self, name: str, hessian: bool
   ) -> tuple[StageConstraints, StageDerivative, StageDerivative | None] | None:
     """The NLP's constraints, constraint Jacobian and (with `hessian`) Lagrangian Hessian with the dynamics' part
-    computed stage by stage from their ODE (anvil.mpc.stagewise), when the dynamics are an ExplicitIntegrator (made
-    by `rk4`); else None. `name` prefixes the functions' names (the SQP solver's)."""
+    computed stage by stage from their ODE (anvil.mpc.stagewise), when the dynamics are made by `rk4` or `irk`; else
+    None. `name` prefixes the functions' names (the SQP solver's)."""
     F = self.dynamics
-    if not isinstance(F, ExplicitIntegrator) or self.nu == 0:
+    if not isinstance(F, (ExplicitIntegrator, ImplicitIntegrator)) or self.nu == 0:
       return None
     args = self._args((self.nw, "w"), (self.n_params, "params"))
     rest = self._function(f"{name}_constraints_without_dynamics",

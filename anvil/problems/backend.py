@@ -13,8 +13,8 @@ from tinygrad import Tensor
 
 @dataclass(frozen=True)
 class Backend:
-  """The few operations the models use: elementwise sin, cos and sqrt, stacking scalars into a vector, concatenating
-  vectors, and the sum of a vector's entries."""
+  """The few operations the models use: elementwise sin, cos, sqrt and exp, stacking scalars into a vector,
+  concatenating vectors, and the sum of a vector's entries."""
 
   sin: Callable[[Any], Any]
   cos: Callable[[Any], Any]
@@ -22,22 +22,23 @@ class Backend:
   sqrt: Callable[[Any], Any]
   cat: Callable[..., Any]
   sum: Callable[[Any], Any]
+  exp: Callable[[Any], Any]
 
 
 NUMPY = Backend(
   sin=np.sin, cos=np.cos, stack=lambda *xs: np.array(xs, dtype=np.float64), sqrt=np.sqrt,
-  cat=lambda *vs: np.concatenate(vs), sum=np.sum,
+  cat=lambda *vs: np.concatenate(vs), sum=np.sum, exp=np.exp,
 )  # fmt: skip
 TINYGRAD = Backend(
   sin=Tensor.sin, cos=Tensor.cos, stack=lambda *xs: Tensor.stack(*xs), sqrt=Tensor.sqrt,
-  cat=lambda *vs: Tensor.cat(*vs), sum=Tensor.sum,
+  cat=lambda *vs: Tensor.cat(*vs), sum=Tensor.sum, exp=Tensor.exp,
 )  # fmt: skip
 
 
 def casadi_backend(ca: Any) -> Backend:
   """The backend on CasADi symbols (SX or MX); `ca` is the casadi module (a development dependency, imported by the
   caller)."""
-  return Backend(sin=ca.sin, cos=ca.cos, stack=ca.vertcat, sqrt=ca.sqrt, cat=ca.vertcat, sum=ca.sum1)
+  return Backend(sin=ca.sin, cos=ca.cos, stack=ca.vertcat, sqrt=ca.sqrt, cat=ca.vertcat, sum=ca.sum1, exp=ca.exp)
 
 
 def rk4(ode: Callable[[Any, Any], Any], x: Any, u: Any, h: float) -> Any:

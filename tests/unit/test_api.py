@@ -51,7 +51,7 @@ SUBPACKAGES = {
                "RiccatiQP", "SparseIPMOptions", "StageLayout", "detect_stages"},
   "anvil.sqp": {"SQPFunction", "SQPOptions", "SQPResult", "SQPStatus"},
   "anvil.mpc": {"ClosedLoop", "LeastSquares", "MPCFunction", "MPCOptions", "MPCSolution", "Soft", "plot_closed_loop",
-                "rk4", "shooting_layout", "simulate"},
+                "irk", "rk4", "shooting_layout", "simulate"},
 }  # fmt: skip
 
 

@@ -45,9 +45,10 @@ struct ExplicitRK {
     real kappa[s][nx], xi[s][nx], lam[nx], hf[hess_nnz], T[nz][nz];
   };
 
-  /// x_next = F(x, u, p) alone (the ODE's rate at every stage point, no sensitivities).
+  /// x_next = F(x, u, p) alone (the ODE's rate at every stage point, no sensitivities); true (an explicit step does
+  /// not fail: a non-finite rate gives a non-finite x_next).
   template <class E>
-  static void step(const real* x0, const real* u, const real* p, real* x_next, Workspace& w, E& eval) {
+  static bool step(const real* x0, const real* u, const real* p, real* x_next, Workspace& w, E& eval) {
     for (int r = 0; r < nx; ++r) w.x[r] = x0[r];
     real* z = w.z[0];
     for (int c = 0; c < nu; ++c) z[nx + c] = u[c];
@@ -59,11 +60,12 @@ struct ExplicitRK {
       advance(w);
     }
     for (int r = 0; r < nx; ++r) x_next[r] = w.x[r];
+    return true;
   }
 
-  /// x_next = F(x, u, p) and jac = dx_next/d[x; u] (row-major, nx x nz); keeps what hessian() needs.
+  /// x_next = F(x, u, p) and jac = dx_next/d[x; u] (row-major, nx x nz); keeps what hessian() needs; true.
   template <class E>
-  static void forward(const real* x0, const real* u, const real* p, real* x_next, real* jac, Workspace& w,
+  static bool forward(const real* x0, const real* u, const real* p, real* x_next, real* jac, Workspace& w,
                       E& eval) {
     for (int r = 0; r < nx; ++r) {
       w.x[r] = x0[r];
@@ -108,6 +110,7 @@ struct ExplicitRK {
       x_next[r] = w.x[r];
       for (int c = 0; c < nz; ++c) jac[r * nz + c] = w.S[r][c];
     }
+    return true;
   }
 
   /// H (row-major nz x nz, upper triangle) += the Hessian of lam'F in [x; u] at the point of the last forward().

@@ -214,6 +214,7 @@ def test_mpc_says_its_functions_must_be_numerical_functions(mpc: MPCFunction, wh
   functions: dict[str, Any] = {"dynamics": mpc.ocp.dynamics, "stage_cost": mpc.stage_cost}
   functions[what] = lambda x, u: x
   kind = "a NumericalFunction or LeastSquares" if what.endswith("cost") else "a NumericalFunction"
+  kind += r" \(or made by irk\)" if what == "dynamics" else ""
   with pytest.raises(TypeError, match=f"MPCFunction\\(v_plain\\): {what} must be {kind}, got function"):
     MPCFunction("v_plain", horizon=5, **functions)
 

@@ -48,7 +48,8 @@ class MPCOptions:
   """With dynamics made by `rk4`: the derivatives of each stage's step computed at run time from the ODE's own
   (forward sensitivities and the second-order adjoint over the integration steps, anvil/explicit_rk.hpp), so the
   generated code holds the ODE's derivatives once instead of the unrolled steps'. False: the NLP differentiated as
-  one graph (the only way for dynamics given as a plain NumericalFunction)."""
+  one graph (the only way for dynamics given as a plain NumericalFunction; not possible for dynamics made by `irk`,
+  whose implicit steps always run in the run-time integrator, anvil/implicit_rk.hpp)."""
   scalar: str = "float64"
   """The type the controller computes in: "float64", or "float32" (the derivative functions, the integrator, the
   SQP and the Riccati QP all in float32, for targets whose floating-point unit is single precision; tolerances as

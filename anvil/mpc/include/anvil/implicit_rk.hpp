@@ -11,17 +11,21 @@
 //             stage point adds DV_i' (d^2 mu_i'e) DV_i with DV_i = dv_i/d[x; u] (R is linear in y but for e), then
 //             lam += J_x' mu carries the adjoint to the step before.
 //
-// Newton starts each step from K = 0 and the algebraic states of the step before (O::z_guess for the first), damps
-// its steps until the residual decreases (far from the solution of a stiff step, a full one overshoots into regions
-// where the ODE overflows), and stops when a full update moves the states by at most newton_tol (1 + |x|) (h |dK|;
-// |dZ| for the algebraic states) within newton_iter iterations; else, or when M is singular or e returns NaN/inf at
-// the start, the step fails: its outputs are NaN and the status says why (ImplicitStatus below). The method's tables are the ODE struct's as for ExplicitRK (a full, not
+// Newton starts each step from K = 0 and the algebraic states of the step before (O::z_guess for the first), keeps
+// its matrix while the iterates contract fast (one factorization for most steps, as RADAU5 does), damps its steps
+// until the residual decreases (far from the solution of a stiff step, a full one overshoots into regions where the
+// ODE overflows), and stops when an update moves the states by at most newton_tol (1 + |x|) (h |dK|; |dZ| for the
+// algebraic states) within newton_iter iterations; else, or when M is singular or e returns NaN/inf at the start,
+// the step fails: its outputs are NaN and the status says why (ImplicitStatus below). The derivatives use M
+// refactorized at the converged stages: exact there, whatever matrix the iterations used. The method's tables are the ODE struct's as for ExplicitRK (a full, not
 // strictly lower), with na (algebraic states), newton_tol, newton_iter and z_guess[na]; e's Jacobian is CSC (ne x nv,
 // ne = nx + na, nv = ne + nu), the Hessian of mu'e its upper triangle (nv x nv). E: rate(v, p, e), jacobian(v, p,
 // values), hessian(v, mu, p, values).
 #ifndef ANVIL_IMPLICIT_RK_HPP
 #define ANVIL_IMPLICIT_RK_HPP
+#include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace anvil {
 namespace integrators {
@@ -40,6 +44,9 @@ struct ImplicitRK {
   static constexpr int nx = O::nx, nu = O::nu, na = O::na, ne = nx + na, nv = ne + nu, nz = nx + nu;
   static constexpr int s = O::stages, steps = O::steps, m = s * ne;  ///< m: the unknowns of one step
   static constexpr int kept = second_order ? steps : 1;  ///< steps whose stage points and factorization are kept
+  /// Where component r (a state, then an algebraic state) of stage i sits among the unknowns y: state-major, so a
+  /// model whose Jacobian is banded gives a banded Newton matrix, whose factorization keeps to the band.
+  static constexpr int unknown(int i, int r) { return r * s + i; }
   static constexpr int jac_nnz = O::jac_nnz > 0 ? O::jac_nnz : 1;
   static constexpr int hess_nnz = O::hess_nnz > 0 ? O::hess_nnz : 1;
 
@@ -50,9 +57,12 @@ struct ImplicitRK {
     real J[kept][s][jac_nnz];  ///< de/dv there (CSC values)
     real LU[kept][m][m];       ///< Newton's matrix at the converged stages, factorized in place
     int piv[kept][m];          ///< its row interchanges
+    int last[kept][m];         ///< the last column of each row of U with a nonzero
+    int first[kept][m];        ///< the first column of each row of L with a nonzero (the row's own: none)
+    int bottom[m];             ///< the factorization's scratch: the last row of each column with a nonzero
     real DV[kept][s][nv][nz];  ///< dv_i/d[x; u] (second_order only)
     real y[m], r[m], y0[m], dy[m], e[ne], dY[m][nz], x[nx], S[nx][nz], z[na > 0 ? na : 1];
-    real mu[m], lam[nx], hf[hess_nnz], T[nv][nz];
+    real mu[m], mu_i[ne], lam[nx], hf[hess_nnz], T[nv][nz];
     int status;  ///< of the last step(): an ImplicitStatus
   };
 
@@ -84,7 +94,7 @@ struct ImplicitRK {
       // S += h sum_i b_i dK_i
       for (int i = 0; i < s; ++i)
         for (int r = 0; r < nx; ++r)
-          for (int c = 0; c < nz; ++c) w.S[r][c] += O::h * O::b[i] * w.dY[i * ne + r][c];
+          for (int c = 0; c < nz; ++c) w.S[r][c] += O::h * O::b[i] * w.dY[unknown(i, r)][c];
       advance(w);
     }
     for (int r = 0; r < nx; ++r) {
@@ -102,14 +112,15 @@ struct ImplicitRK {
     for (int r = 0; r < nx; ++r) w.lam[r] = lam[r];
     for (int n = steps - 1; n >= 0; --n) {
       for (int i = 0; i < s; ++i)
-        for (int r = 0; r < ne; ++r) w.mu[i * ne + r] = r < nx ? O::h * O::b[i] * w.lam[r] : real(0);
+        for (int r = 0; r < ne; ++r) w.mu[unknown(i, r)] = r < nx ? O::h * O::b[i] * w.lam[r] : real(0);
       solve_transposed(w.LU[n], w.piv[n], w.mu);
       for (int i = 0; i < s; ++i) {
-        eval.hessian(w.v[n][i], w.mu + i * ne, p, w.hf);
+        for (int r = 0; r < ne; ++r) w.mu_i[r] = w.mu[unknown(i, r)];
+        eval.hessian(w.v[n][i], w.mu_i, p, w.hf);
         add_second_order(w.hf, w.DV[n][i], w.T, H);
         // lam += J_x' mu_i: the adjoint of the step's start
         for (int c = 0; c < nx; ++c)
-          for (int e = O::jac_p[c]; e < O::jac_p[c + 1]; ++e) w.lam[c] += w.J[n][i][e] * w.mu[i * ne + O::jac_i[e]];
+          for (int e = O::jac_p[c]; e < O::jac_p[c + 1]; ++e) w.lam[c] += w.J[n][i][e] * w.mu[unknown(i, O::jac_i[e])];
       }
     }
   }
@@ -128,94 +139,136 @@ struct ImplicitRK {
   }
 
   /// Newton's method on the stages of the step from w.x: y converged (and with `factorized`, e's Jacobian and
-  /// Newton's matrix factorized at it, in slot `at`). Each Newton step is damped (halved up to max_halvings times)
-  /// until the scaled residual's squared norm decreases (Armijo); a full step that moves the states by at most
+  /// Newton's matrix factorized at it, in slot `at`). Newton's matrix is kept while the iterates contract fast
+  /// (an update at most `contraction` of the one before: one factorization for most steps) and refreshed at the
+  /// iterate otherwise; each step is damped (halved up to max_halvings times, after a refresh if the matrix was
+  /// kept) until the scaled residual's squared norm decreases (Armijo); a step that moves the states by at most
   /// newton_tol (1 + |x|) ends the iterations.
   template <class E>
   static int solve_stages(const real* u, const real* p, int at, bool factorized, Workspace& w, E& eval) {
     for (int i = 0; i < s; ++i)
-      for (int r = 0; r < ne; ++r) w.y[i * ne + r] = r < nx ? real(0) : w.z[r - nx];
+      for (int r = 0; r < ne; ++r) w.y[unknown(i, r)] = r < nx ? real(0) : w.z[r - nx];
     real scale = 0;
     for (int r = 0; r < nx; ++r) scale = std::fmax(scale, std::fabs(w.x[r]));
-    if (!linearize(u, p, at, w, eval)) return kOdeNotFinite;
-    real merit = residual_merit(w);
-    bool small = false;
-    for (int iteration = 0;; ++iteration) {
-      if (small && !factorized) return kStepSolved;
-      if (!factorize(w.LU[at], w.piv[at])) return kNewtonSingular;
-      if (small) return kStepSolved;
-      if (iteration == O::newton_iter) return kNewtonNotConverged;
+    if (!residual(u, p, at, w, eval)) return kOdeNotFinite;
+    if (const int status = newton_matrix(p, at, w, eval)) return status;
+    real merit = residual_merit(w), last = static_cast<real>(HUGE_VAL);
+    bool fresh = true;  // Newton's matrix is the one at y
+    for (int iteration = 0; iteration < O::newton_iter; ++iteration) {
       for (int k = 0; k < m; ++k) w.y0[k] = w.y[k], w.dy[k] = w.r[k];
-      solve<1>(w.LU[at], w.piv[at], w.dy);
+      solve<1>(w.LU[at], w.piv[at], w.first[at], w.last[at], w.dy);
       real moved = 0, size = scale;
       for (int k = 0; k < m; ++k) {
-        const bool state = k % ne < nx;
+        const bool state = k / s < nx;
         moved = std::fmax(moved, (state ? O::h : real(1)) * std::fabs(w.dy[k]));
         if (!state) size = std::fmax(size, std::fabs(w.y[k]));
       }
       // NOTE: a step within the tolerance is taken whole: at convergence the residual is rounding, which no step
       // decreases reliably
-      small = moved <= O::newton_tol * (1 + size);
-      for (int halving = 0;; ++halving) {
-        if (halving > max_halvings) return kNewtonNotConverged;
-        const real t = std::ldexp(real(1), -halving);
-        for (int k = 0; k < m; ++k) w.y[k] = w.y0[k] - t * w.dy[k];
-        if (!linearize(u, p, at, w, eval)) continue;
-        const real trial = residual_merit(w);
-        if (small || trial <= (1 - real(1e-4) * t) * merit) {
-          merit = trial;
-          break;
-        }
+      const bool small = moved <= O::newton_tol * (1 + size);
+      const int halvings = damped_step(u, p, at, small, merit, w, eval);
+      if (halvings > max_halvings) {
+        if (fresh) return kNewtonNotConverged;
+        for (int k = 0; k < m; ++k) w.y[k] = w.y0[k];
+        if (!residual(u, p, at, w, eval)) return kOdeNotFinite;
+        if (const int status = newton_matrix(p, at, w, eval)) return status;
+        fresh = true;
+        continue;
       }
+      if (small) return factorized ? newton_matrix(p, at, w, eval) : kStepSolved;
+      fresh = halvings > 0 || moved > contraction * last;
+      if (fresh)
+        if (const int status = newton_matrix(p, at, w, eval)) return status;
+      last = moved;
     }
+    return kNewtonNotConverged;
   }
 
   /// The most halvings of a Newton step (a step shorter than 2^-max_halvings of Newton's fails).
   static constexpr int max_halvings = 20;
+  /// Newton's matrix is kept while each update is at most this fraction of the one before.
+  static constexpr real contraction = real(0.1);
+
+  /// y = y0 - t dy, t = 1, 1/2, ... the first with a finite residual whose merit decreases enough (any with `small`):
+  /// the halvings it took (merit updated), or more than max_halvings.
+  template <class E>
+  static int damped_step(const real* u, const real* p, int at, bool small, real& merit, Workspace& w, E& eval) {
+    for (int halving = 0; halving <= max_halvings; ++halving) {
+      const real t = std::ldexp(real(1), -halving);
+      for (int k = 0; k < m; ++k) w.y[k] = w.y0[k] - t * w.dy[k];
+      if (!residual(u, p, at, w, eval)) continue;
+      const real trial = residual_merit(w);
+      if (small || trial <= (1 - real(1e-4) * t) * merit) {
+        merit = trial;
+        return halving;
+      }
+    }
+    return max_halvings + 1;
+  }
 
   /// ||D R||^2, D scaling the stage derivatives' rows by h (to the states' units) and the algebraic rows by 1.
   static real residual_merit(const Workspace& w) {
     real sum = 0;
     for (int k = 0; k < m; ++k) {
-      const real v = (k % ne < nx ? O::h : real(1)) * w.r[k];
+      const real v = (k / s < nx ? O::h : real(1)) * w.r[k];
       sum += v * v;
     }
     return sum;
   }
 
-  /// The stage points, e and its Jacobian there, the residual R (in w.r) and Newton's matrix (in w.LU[at]).
+  /// The stage points of y (in slot `at`), e there and the residual R (in w.r); false where it is not finite.
   template <class E>
-  static bool linearize(const real* u, const real* p, int at, Workspace& w, E& eval) {
-    real(&M)[m][m] = w.LU[at];
-    for (int k = 0; k < m; ++k)
-      for (int l = 0; l < m; ++l) M[k][l] = k == l && k % ne < nx ? real(1) : real(0);
+  static bool residual(const real* u, const real* p, int at, Workspace& w, E& eval) {
     for (int i = 0; i < s; ++i) {
       real* v = w.v[at][i];
-      real* J = w.J[at][i];
       for (int r = 0; r < nx; ++r) {
         real value = w.x[r];
-        for (int j = 0; j < s; ++j) value += O::h * O::a[i][j] * w.y[j * ne + r];
+        for (int j = 0; j < s; ++j) value += O::h * O::a[i][j] * w.y[unknown(j, r)];
         v[r] = value;
       }
-      for (int q = 0; q < na; ++q) v[nx + q] = w.y[i * ne + nx + q];
+      for (int q = 0; q < na; ++q) v[nx + q] = w.y[unknown(i, nx + q)];
       for (int c = 0; c < nu; ++c) v[ne + c] = u[c];
       eval.rate(v, p, w.e);
-      eval.jacobian(v, p, J);
       for (int r = 0; r < ne; ++r) {
-        w.r[i * ne + r] = (r < nx ? w.y[i * ne + r] : real(0)) - w.e[r];
-        if (!std::isfinite(w.r[i * ne + r])) return false;
+        w.r[unknown(i, r)] = (r < nx ? w.y[unknown(i, r)] : real(0)) - w.e[r];
+        if (!std::isfinite(w.r[unknown(i, r)])) return false;
       }
+    }
+    return true;
+  }
+
+  /// e's Jacobian at the stage points of slot `at` and Newton's matrix M = dR/dy there, factorized (in w.LU[at]);
+  /// the extents of M's rows and columns are noted as its entries are written, for factorize().
+  template <class E>
+  static int newton_matrix(const real* p, int at, Workspace& w, E& eval) {
+    real(&M)[m][m] = w.LU[at];
+    int(&last)[m] = w.last[at];
+    for (int k = 0; k < m; ++k) {
+      const bool state = k / s < nx;
+      for (int l = 0; l < m; ++l) M[k][l] = real(0);
+      if (state) M[k][k] = real(1);
+      last[k] = w.bottom[k] = state ? k : -1;
+    }
+    auto add = [&](int row, int col, real value) {
+      M[row][col] += value;
+      last[row] = std::max(last[row], col);
+      w.bottom[col] = std::max(w.bottom[col], row);
+    };
+    for (int i = 0; i < s; ++i) {
+      real* J = w.J[at][i];
+      eval.jacobian(w.v[at][i], p, J);
       for (int c = 0; c < ne; ++c)
         for (int e = O::jac_p[c]; e < O::jac_p[c + 1]; ++e) {
-          const int row = i * ne + O::jac_i[e];
+          if (!std::isfinite(J[e])) return kOdeNotFinite;
+          const int row = unknown(i, O::jac_i[e]);
           if (c >= nx) {
-            M[row][i * ne + c] -= J[e];
+            add(row, unknown(i, c), -J[e]);
           } else {
-            for (int j = 0; j < s; ++j) M[row][j * ne + c] -= O::h * O::a[i][j] * J[e];
+            for (int j = 0; j < s; ++j) add(row, unknown(j, c), -O::h * O::a[i][j] * J[e]);
           }
         }
     }
-    return true;
+    return factorize(M, w.piv[at], w.first[at], last, w.bottom) ? kStepSolved : kNewtonSingular;
   }
 
   /// dY = dy/d[x; u] = M^-1 (J_x S + J_u [0 I]) at the converged stages of slot `at`.
@@ -226,11 +279,11 @@ struct ImplicitRK {
       const real* J = w.J[at][i];
       for (int c = 0; c < nx; ++c)
         for (int e = O::jac_p[c]; e < O::jac_p[c + 1]; ++e)
-          for (int q = 0; q < nz; ++q) w.dY[i * ne + O::jac_i[e]][q] += J[e] * w.S[c][q];
+          for (int q = 0; q < nz; ++q) w.dY[unknown(i, O::jac_i[e])][q] += J[e] * w.S[c][q];
       for (int c = 0; c < nu; ++c)
-        for (int e = O::jac_p[ne + c]; e < O::jac_p[ne + c + 1]; ++e) w.dY[i * ne + O::jac_i[e]][nx + c] += J[e];
+        for (int e = O::jac_p[ne + c]; e < O::jac_p[ne + c + 1]; ++e) w.dY[unknown(i, O::jac_i[e])][nx + c] += J[e];
     }
-    solve<nz>(w.LU[at], w.piv[at], &w.dY[0][0]);
+    solve<nz>(w.LU[at], w.piv[at], w.first[at], w.last[at], &w.dY[0][0]);
   }
 
   /// DV_i = [S + h sum_j a_ij dK_j; dZ_i; 0 I] for the stage points of slot `at`.
@@ -240,11 +293,11 @@ struct ImplicitRK {
       for (int r = 0; r < nx; ++r)
         for (int c = 0; c < nz; ++c) {
           real value = w.S[r][c];
-          for (int j = 0; j < s; ++j) value += O::h * O::a[i][j] * w.dY[j * ne + r][c];
+          for (int j = 0; j < s; ++j) value += O::h * O::a[i][j] * w.dY[unknown(j, r)][c];
           DV[r][c] = value;
         }
       for (int q = 0; q < na; ++q)
-        for (int c = 0; c < nz; ++c) DV[nx + q][c] = w.dY[i * ne + nx + q][c];
+        for (int c = 0; c < nz; ++c) DV[nx + q][c] = w.dY[unknown(i, nx + q)][c];
       for (int q = 0; q < nu; ++q)
         for (int c = 0; c < nz; ++c) DV[ne + q][c] = c == nx + q ? real(1) : real(0);
     }
@@ -253,36 +306,50 @@ struct ImplicitRK {
   /// The step's end: x += h sum_i b_i K_i; the algebraic states' guess for the next step: the last stage's.
   static void advance(Workspace& w) {
     for (int r = 0; r < nx; ++r)
-      for (int i = 0; i < s; ++i) w.x[r] += O::h * O::b[i] * w.y[i * ne + r];
-    for (int q = 0; q < na; ++q) w.z[q] = w.y[(s - 1) * ne + nx + q];
+      for (int i = 0; i < s; ++i) w.x[r] += O::h * O::b[i] * w.y[unknown(i, r)];
+    for (int q = 0; q < na; ++q) w.z[q] = w.y[unknown(s - 1, nx + q)];
   }
 
-  /// A = P'LU in place (partial pivoting: row k swapped with piv[k]); false when a pivot is zero or not finite.
-  static bool factorize(real (&A)[m][m], int (&piv)[m]) {
+  /// A = P'LU in place (partial pivoting: row k swapped with piv[k]), given the last column with a nonzero of each
+  /// row (last) and the last row of each column (bottom), and with the extents of the rows of L (first) and U (last)
+  /// after: the elimination and the solves skip the zeros outside them and below each column's last nonzero (a
+  /// banded matrix's factors keep to its band, twice as wide above the diagonal); false when a pivot is zero or not
+  /// finite.
+  static bool factorize(real (&A)[m][m], int (&piv)[m], int (&first)[m], int (&last)[m], int (&bottom)[m]) {
+    for (int i = 0; i < m; ++i) first[i] = i;
     for (int k = 0; k < m; ++k) {
       int best = k;
-      for (int i = k + 1; i < m; ++i)
+      for (int i = k + 1; i <= bottom[k]; ++i)
         if (std::fabs(A[i][k]) > std::fabs(A[best][k])) best = i;
       piv[k] = best;
       if (!(std::fabs(A[best][k]) > 0) || !std::isfinite(A[best][k])) return false;
-      if (best != k)
+      if (best != k) {
         for (int j = 0; j < m; ++j) {
           const real t = A[k][j];
           A[k][j] = A[best][j];
           A[best][j] = t;
         }
-      for (int i = k + 1; i < m; ++i) {
-        const real l = A[i][k] /= A[k][k];
-        if (l == real(0)) continue;
-        for (int j = k + 1; j < m; ++j) A[i][j] -= l * A[k][j];
+        for (int j = k + 1; j <= last[k]; ++j) bottom[j] = std::max(bottom[j], best);  // row k's nonzeros move down
+        std::swap(first[k], first[best]);
+        std::swap(last[k], last[best]);
       }
+      const int end = last[k];
+      for (int i = k + 1; i <= bottom[k]; ++i) {
+        if (A[i][k] == real(0)) continue;
+        const real l = A[i][k] /= A[k][k];
+        first[i] = std::min(first[i], k);
+        for (int j = k + 1; j <= end; ++j) A[i][j] -= l * A[k][j];
+        last[i] = std::max(last[i], end);
+      }
+      for (int j = k + 1; j <= end; ++j) bottom[j] = std::max(bottom[j], bottom[k]);  // the fill
     }
     return true;
   }
 
   /// B = A^-1 B for B row-major m x W, with A factorized.
   template <int W>
-  static void solve(const real (&A)[m][m], const int (&piv)[m], real* B) {
+  static void solve(const real (&A)[m][m], const int (&piv)[m], const int (&first)[m], const int (&last)[m],
+                    real* B) {
     for (int k = 0; k < m; ++k)
       if (piv[k] != k)
         for (int c = 0; c < W; ++c) {
@@ -291,11 +358,11 @@ struct ImplicitRK {
           B[piv[k] * W + c] = t;
         }
     for (int i = 1; i < m; ++i)
-      for (int j = 0; j < i; ++j)
+      for (int j = first[i]; j < i; ++j)
         if (A[i][j] != real(0))
           for (int c = 0; c < W; ++c) B[i * W + c] -= A[i][j] * B[j * W + c];
     for (int i = m - 1; i >= 0; --i) {
-      for (int j = i + 1; j < m; ++j)
+      for (int j = i + 1; j <= last[i]; ++j)
         if (A[i][j] != real(0))
           for (int c = 0; c < W; ++c) B[i * W + c] -= A[i][j] * B[j * W + c];
       for (int c = 0; c < W; ++c) B[i * W + c] /= A[i][i];
@@ -306,11 +373,13 @@ struct ImplicitRK {
   static void solve_transposed(const real (&A)[m][m], const int (&piv)[m], real* b) {
     for (int i = 0; i < m; ++i) {
       real value = b[i];
-      for (int j = 0; j < i; ++j) value -= A[j][i] * b[j];
+      for (int j = 0; j < i; ++j)
+        if (A[j][i] != real(0)) value -= A[j][i] * b[j];
       b[i] = value / A[i][i];
     }
     for (int i = m - 1; i >= 0; --i)
-      for (int j = i + 1; j < m; ++j) b[i] -= A[j][i] * b[j];
+      for (int j = i + 1; j < m; ++j)
+        if (A[j][i] != real(0)) b[i] -= A[j][i] * b[j];
     for (int k = m - 1; k >= 0; --k)
       if (piv[k] != k) {
         const real t = b[k];

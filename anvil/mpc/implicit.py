@@ -205,6 +205,9 @@ class ImplicitIntegrator(TemplatedFunction):
     if len(args) != len(self.inputs):
       raise count_error(self.name, self.inputs, len(args))
     arrays = [convert_input(self.name, i, spec, a) for i, (spec, a) in enumerate(zip(self.inputs, args, strict=True))]
+    for i, (spec, array) in enumerate(zip(self.inputs, arrays, strict=True)):
+      if not np.all(np.isfinite(array)):
+        raise ValueError(f"{self.name}: input {i} ({spec.name}) has NaN/inf; a step needs finite x, u and p")
     outs = [np.empty(o.shape) for o in self.outputs]
     pointers = (ctypes.c_void_p * (len(arrays) + len(outs)))(*(a.ctypes.data for a in (*arrays, *outs)))
     with self._lock:

@@ -4,11 +4,16 @@ step's derivatives against finite differences, failures reported, and bad argume
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+from pathlib import Path
+
 import numpy as np
 import pytest
 from scipy.integrate import solve_ivp
 from tinygrad import Tensor
 
+import anvil as av
 from anvil.mpc import irk
 from anvil.mpc.implicit import collocation_tableau
 
@@ -183,3 +188,57 @@ def test_bad_arguments_are_refused() -> None:
     F(np.zeros(3), np.zeros(1))
   with pytest.raises(TypeError, match="cannot be traced into another function"):
     F(Tensor.zeros(2), Tensor.zeros(1))
+  with pytest.raises(ValueError, match=r"irk_called: input 0 \(x\) has NaN/inf"):
+    F(np.array([np.nan, 0.0]), np.zeros(1))
+
+
+# *** the generated C++ ***
+
+MAIN = r"""
+#include <cmath>
+#include <cstdio>
+#include "irk_cpp_mod.hpp"
+static irk_cpp_jacobian::WS_t ws;
+static irk_cpp_few::WS_t few_ws;
+int main() {
+  irk_cpp_jacobian::init(ws);
+  irk_cpp_few::init(few_ws);
+  double x[2] = {0.7, -0.4}, u[1] = {0.5}, p[1] = {3.0}, x_next[2], J[6];
+  irk_cpp_jacobian::OUT0_t out0(x_next);
+  irk_cpp_jacobian::OUT1_t out1(J);
+  const bool ok = irk_cpp_jacobian::call(irk_cpp_jacobian::IN0_t(x), irk_cpp_jacobian::IN1_t(u),
+                                         irk_cpp_jacobian::IN2_t(p), out0, out1, ws);
+  std::printf("%d", ok);
+  for (double v : x_next) std::printf(" %.17g", v);
+  for (double v : J) std::printf(" %.17g", v);
+  double y[2] = {2.0, 0.0}, v[1] = {0.0}, y_next[2];
+  irk_cpp_few::OUT0_t out(y_next);
+  const bool failed = !irk_cpp_few::call(irk_cpp_few::IN0_t(y), irk_cpp_few::IN1_t(v), out, few_ws);
+  std::printf("\n%d %d %d\n", failed, few_ws.rk.status, std::isnan(y_next[0]) ? 1 : 0);
+  return 0;
+}
+"""
+
+
+def test_generated_module_equals_python_and_reports_failures(tmp_path: Path) -> None:
+  cxx = shutil.which("g++") or shutil.which("clang++")
+  if cxx is None:
+    pytest.skip("no C++ compiler")
+  F = irk("irk_cpp", pendulum, 0.4, nx=2, nu=1, np=1, stages=2, steps=2)
+  few = irk("irk_cpp_few", van_der_pol, 0.5, nx=2, nu=1, newton_iter=1)
+  av.generate_module("irk_cpp_mod", [F.jacobian, few], out_dir=tmp_path)
+  (tmp_path / "main.cpp").write_text(MAIN)
+  flags = ["-std=c++17", "-O1", "-g", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-fsanitize=address,undefined",
+           "-fno-sanitize-recover=all"]  # fmt: skip
+  build = subprocess.run([cxx, *flags, "main.cpp", "irk_cpp_mod.cpp", "-o", "main"], cwd=tmp_path, capture_output=True,
+                         text=True)  # fmt: skip
+  assert build.returncode == 0 and not build.stderr, build.stderr
+  run = subprocess.run([str(tmp_path / "main")], capture_output=True, text=True)
+  assert run.returncode == 0 and "runtime error" not in run.stderr, run.stderr
+  first, second = run.stdout.splitlines()
+  values = [float(v) for v in first.split()]
+  x_next, J = F.jacobian(np.array([0.7, -0.4]), np.array([0.5]), np.array([3.0]))
+  assert values[0] == 1.0
+  np.testing.assert_array_equal(values[1:3], x_next)
+  np.testing.assert_array_equal(np.reshape(values[3:], (2, 3)), J)
+  assert second.split() == ["1", "1", "1"], "a step that fails returns false, status 1 (no convergence), NaN"

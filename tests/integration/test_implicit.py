@@ -151,6 +151,29 @@ def test_index1_dae_matches_the_equivalent_ode() -> None:
   np.testing.assert_allclose(F.jacobian(x0, u)[1], central_differences(F, x0, u), atol=2e-7)
 
 
+def with_algebraic_state(x: Tensor, z: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:
+  """A pendulum-like DAE: x = [angle, rate], its restoring torque z solved from 0 = z (1 + angle^2) - 4 sin(angle)."""
+  return Tensor.stack(x[1], -z[0] + u[0]), (z[0] * (1 + x[0] * x[0]) - 4 * x[0].sin()).reshape(1)
+
+
+def with_torque_eliminated(x: Tensor, u: Tensor) -> Tensor:
+  """The same with z substituted: the equivalent ODE."""
+  return Tensor.stack(x[1], -4 * x[0].sin() / (1 + x[0] * x[0]) + u[0])
+
+
+def test_a_dae_steps_as_its_ode_over_the_state_space() -> None:
+  # NOTE: Radau IIA on a semi-explicit index-1 DAE is Radau IIA on its ODE (z = z(x) substituted): Newton must find
+  # the same step everywhere, from the same start (K = 0, z = z_guess), within newton_iter
+  dae = irk("irk_sweep_dae", with_algebraic_state, 0.1, nx=2, nu=1, nz=1, stages=2)
+  ode = irk("irk_sweep_ode", with_torque_eliminated, 0.1, nx=2, nu=1, stages=2)
+  rng = np.random.default_rng(1)
+  for _ in range(300):
+    x, u = rng.uniform(-3, 3, 2), rng.uniform(-3, 3, 1)
+    (a, Ja), (b, Jb) = dae.jacobian(x, u), ode.jacobian(x, u)
+    np.testing.assert_allclose(a, b, atol=1e-11)
+    np.testing.assert_allclose(Ja, Jb, atol=1e-10)
+
+
 # *** failures and bad arguments ***
 
 

@@ -20,7 +20,7 @@ from anvil.problems import cstr
 from anvil.problems.backend import NUMPY, TINYGRAD
 from anvil.sqp import SQPOptions
 from examples.cpp.harness import INCLUDES, SOURCE, build_harness, run_harness
-from tests.integration.test_implicit import cartesian_pendulum, pendulum
+from tests.integration.test_implicit import cartesian_pendulum, pendulum, with_algebraic_state, with_torque_eliminated
 
 CLOSED_LOOP_STEPS = 15
 
@@ -118,6 +118,34 @@ def test_stiff_cstr_float32_controller_tracks_the_float64_one() -> None:
   # NOTE: float32's tolerance (1e-4 of the cost's gradient, ~2e3 at the start) leaves u0 1% off in a flat direction
   np.testing.assert_allclose(single.x, double.x, atol=3e-3)
   assert closed_loop_cost(single.x, single.u) == pytest.approx(closed_loop_cost(double.x, double.u), rel=1e-6)
+
+
+def test_mpc_on_a_dae_equals_the_mpc_on_its_ode() -> None:
+  # NOTE: Radau IIA on a semi-explicit index-1 DAE is Radau IIA on the ODE with z = z(x) substituted: the same
+  # discrete model, so the two controllers' closed loops agree to Newton's and the SQP's tolerances
+  dae = irk("irk_dae_mpc_F", with_algebraic_state, 0.1, nx=2, nu=1, nz=1, stages=2)
+  ode = irk("irk_ode_mpc_F", with_torque_eliminated, 0.1, nx=2, nu=1, stages=2)
+  options = MPCOptions(sqp=SQPOptions(max_iter=50, tol=1e-10))
+  bounds = (np.array([-3.0]), np.array([3.0]))
+  loops = []
+  for name, F in (("irk_dae_mpc", dae), ("irk_ode_mpc", ode)):
+    mpc = MPCFunction(name, F, tracking(f"{name}_r", 2, 1), horizon=15, u_bounds=bounds, options=options)
+    loops.append(simulate(mpc, F, np.array([1.2, 0.0]), 12, progress=False))
+  assert all(s == "converged" for loop in loops for s in loop.statuses)
+  np.testing.assert_allclose(loops[0].u, loops[1].u, atol=1e-8)
+  np.testing.assert_allclose(loops[0].x, loops[1].x, atol=1e-8)
+  assert loops[0].x[-1, 0] < 0.4 and np.abs(loops[0].u).max() == pytest.approx(3.0), "saturated, swinging back"
+
+
+def test_a_failing_implicit_step_ends_the_solve_with_a_message() -> None:
+  F = irk("irk_failing_F", lambda x, u: cstr.ode(x, u, TINYGRAD), cstr.DT, nx=cstr.NX, nu=cstr.NU, newton_iter=1)
+  residual = NumericalFunction(
+    "irk_failing_r", lambda x, u: cstr.residual(x, u, TINYGRAD), (Arg(cstr.NX), Arg(cstr.NU))
+  )
+  sol = MPCFunction("irk_failing", F, LeastSquares(residual, cstr.WEIGHTS), horizon=5)(cstr.X0)
+  assert sol.status == "numerical_error"
+  assert "dynamics irk_failing_F returned NaN/inf at stage 0" in sol.message
+  assert "Newton's method fails" in sol.message
 
 
 def test_irk_dynamics_need_the_run_time_integrator() -> None:

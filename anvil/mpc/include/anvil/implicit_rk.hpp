@@ -140,8 +140,8 @@ struct ImplicitRK {
 
   /// Newton's method on the stages of the step from w.x: y converged (and with `factorized`, e's Jacobian and
   /// Newton's matrix factorized at it, in slot `at`). Newton's matrix is kept while the iterates contract fast
-  /// (an update at most `contraction` of the one before: one factorization for most steps) and refreshed at the
-  /// iterate otherwise; each step is damped (halved up to max_halvings times, after a refresh if the matrix was
+  /// (an update at most `contraction` of the one before, at a rate that reaches the tolerance within newton_iter:
+  /// one factorization for most steps) and refreshed at the iterate otherwise; each step is damped (halved up to max_halvings times, after a refresh if the matrix was
   /// kept) until the scaled residual's squared norm decreases (Armijo); a step that moves the states by at most
   /// newton_tol (1 + |x|) ends the iterations.
   template <class E>
@@ -176,7 +176,11 @@ struct ImplicitRK {
         continue;
       }
       if (small) return factorized ? newton_matrix(p, at, w, eval) : kStepSolved;
-      fresh = halvings > 0 || moved > contraction * last;
+      // keep the matrix while the updates contract fast enough to reach the tolerance within newton_iter
+      const real theta = moved / last;
+      real predicted = moved / (1 - std::fmin(theta, real(0.5)));
+      for (int left = O::newton_iter - iteration - 1; left > 0; --left) predicted *= theta;
+      fresh = halvings > 0 || theta > contraction || !(predicted <= O::newton_tol * (1 + size));
       if (fresh)
         if (const int status = newton_matrix(p, at, w, eval)) return status;
       last = moved;
@@ -186,7 +190,8 @@ struct ImplicitRK {
 
   /// The most halvings of a Newton step (a step shorter than 2^-max_halvings of Newton's fails).
   static constexpr int max_halvings = 20;
-  /// Newton's matrix is kept while each update is at most this fraction of the one before.
+  /// Newton's matrix is kept while each update is at most this fraction of the one before (and the rate reaches the
+  /// tolerance within newton_iter).
   static constexpr real contraction = real(0.1);
 
   /// y = y0 - t dy, t = 1, 1/2, ... the first with a finite residual whose merit decreases enough (any with `small`):

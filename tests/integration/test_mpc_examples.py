@@ -57,3 +57,13 @@ def test_learned_model_controls_the_true_plant(tmp_path: Path) -> None:
   cost = float(re.search(r"closed-loop cost on the true plant ([0-9.]+)", out).group(1))  # type: ignore[union-attr]
   assert cost == pytest.approx(5.478384, rel=0.05), out  # close to the true-model MPC's, not equal: a fitted model
   assert metric(out, "status_counts") == "{'converged': 200}"
+
+
+@pytest.mark.slow
+def test_cstr_stiff_reaches_the_steady_state(tmp_path: Path) -> None:
+  out = run_example("cstr_stiff", tmp_path, 30)
+  error = lambda method: float(re.search(rf"{method}: ([0-9.e+-]+)", out).group(1))  # type: ignore[union-attr]
+  assert error(r"RK4, 1 step\(s\)") > 1e3 and error(r"Radau IIA \(3 stages\), 1 step\(s\)") < 0.1, out
+  assert error(r"Radau IIA \(3 stages\), 2 step\(s\)") < 0.05 * error(r"Radau IIA \(3 stages\), 1 step\(s\)"), out
+  assert metric(out, "status_counts") == "{'converged': 30}"
+  assert float(metric(out, "final distance to the steady state")) < 1e-6, out

@@ -8,8 +8,10 @@ Run from the repository root:
   .venv/bin/python -m benchmarks.bench_integrators --reps 20000 --cells 40
 
 Models: the CSTR of anvil.problems.cstr (nx = 2; Arrhenius kinetics 100x faster than the sampling time DT = 0.1),
-at its feed state with full cooling, and a reaction-diffusion line (nx = --cells: diffusion over the cells, the input
-the inflow's concentration, a quadratic reaction; its stiffest mode is ~ -4 D / dx^2 = -1600 at 20 cells, DT = 0.1).
+at its feed state with full cooling; a reaction-diffusion line (nx = --cells: diffusion over the cells, the input
+the inflow's concentration, a quadratic reaction; its stiffest mode is ~ -4 D / dx^2 = -1600 at 20 cells, DT = 0.1:
+a banded Newton matrix); the chain of masses of anvil.problems.chain with 5 masses (nx = 21, nu = 3: not stiff, a
+dense Newton matrix), at rest.
 The step: Radau IIA with 3 stages, one step of DT. anvil: `irk(..., newton_tol=1e-10)`, damped Newton from K = 0,
 its Jacobian by the implicit function theorem (`F.jacobian`). CasADi: the same collocation equations as an SX
 function, solved by `rootfinder("fast_newton")` from K = 0 (abstol 1e-10 on the residual, abstolStep 1e-10), the
@@ -35,13 +37,14 @@ import anvil
 from anvil.codegen import find_c_compiler, find_compiler
 from anvil.mpc import irk
 from anvil.mpc.implicit import collocation_tableau
-from anvil.problems import cstr
+from anvil.problems import chain, cstr
 from anvil.problems.backend import TINYGRAD, casadi_backend
 from benchmarks.common import anvil_cache, load_casadi, sh
 
 STAGES, DT, NEWTON_TOL = 3, 0.1, 1e-10
 FLAGS = ("-O3", "-fno-math-errno")
 DIFFUSION, REACTION = 1.0, 1.0
+CHAIN_MASSES = 5
 
 
 @dataclass(frozen=True)
@@ -73,8 +76,12 @@ def reaction_diffusion(cells: int) -> Model:
 
 
 def models(cells: int) -> list[Model]:
-  """The CSTR and the reaction-diffusion line."""
-  return [Model("cstr", cstr.ode, cstr.NX, cstr.NU, cstr.X0, np.array([cstr.Q_MAX])), reaction_diffusion(cells)]
+  """The CSTR, the reaction-diffusion line and the chain of masses (P4 with 5 masses: not stiff, but its Jacobian
+  couples every mass to its neighbours' positions through the springs' lengths: a dense Newton matrix)."""
+  chain_ode = lambda x, u, b: chain.ode(x, u, CHAIN_MASSES, b)
+  rest = chain.rest_state(CHAIN_MASSES)
+  return [Model("cstr", cstr.ode, cstr.NX, cstr.NU, cstr.X0, np.array([cstr.Q_MAX])), reaction_diffusion(cells),
+          Model("chain5", chain_ode, rest.size, chain.NU, rest, np.array([0.1, -0.2, 0.3]))]  # fmt: skip
 
 
 HARNESS_HEAD = r"""

@@ -19,6 +19,11 @@ step's Jacobian `ca.jacobian` of its MX graph (CasADi differentiates a rootfinde
 too). Both compiled at -O3 -fno-math-errno (CasADi's C as C) into one harness; each time is the best of 5 means of
 --reps calls. Build: anvil = trace, derive and render the module, then compile it; CasADi = build the graphs and
 generate C, then compile it.
+
+Then the CSTR's MPC (anvil.problems.cstr: N = 20 Radau IIA steps) in closed loop for --mpc-steps steps from the feed
+state: anvil's controller (`cstr_mpc`, its C++ Stats solve time) against CasADi's IPOPT on the same NLP with the
+collocation equations as constraints (`cstr.solve_ipopt`, warm started from the shifted solution, t_wall_total), with
+the largest difference between their inputs.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import numpy as np
 
 import anvil
 from anvil.codegen import find_c_compiler, find_compiler
-from anvil.mpc import irk
+from anvil.mpc import irk, simulate
 from anvil.mpc.implicit import collocation_tableau
 from anvil.problems import chain, cstr
 from anvil.problems.backend import TINYGRAD, casadi_backend
@@ -172,6 +177,7 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--reps", type=int, default=2000, help="calls per timing round")
   parser.add_argument("--cells", type=int, default=20, help="cells of the reaction-diffusion line (its nx)")
+  parser.add_argument("--mpc-steps", type=int, default=30, help="closed-loop steps of the CSTR's MPC (0: none)")
   args = parser.parse_args()
   ca = load_casadi()
   chosen = models(args.cells)
@@ -213,6 +219,29 @@ def main() -> None:
     f"build, all models [s]: anvil generate {anvil_generate:.2f} + compile {anvil_compile:.2f}; "
     f"CasADi generate {casadi_generate:.2f} + compile {casadi_compile:.2f}"
   )
+  if args.mpc_steps:
+    closed_loops(args.mpc_steps)
+
+
+def closed_loops(steps: int) -> None:
+  """The CSTR's MPC against IPOPT on the same NLP, in closed loop with the same plant; per-step milliseconds."""
+  plant = cstr.dynamics("bench_cstr_plant")
+  loop = simulate(cstr.cstr_mpc("bench_cstr"), plant, cstr.X0, steps, progress=False)
+  x, guess, seconds, iterations, us = cstr.X0, None, [], [], []
+  for _ in range(steps):
+    sol = cstr.solve_ipopt(x, guess)
+    seconds.append(sol.seconds)
+    iterations.append(sol.iterations)
+    us.append(sol.u[0])
+    guess = (np.vstack([sol.x[1:], sol.x[-1:]]), np.vstack([sol.u[1:], sol.u[-1:]]))
+    x = plant(x, sol.u[0])
+  anvil_ms, ipopt_ms = 1e3 * np.asarray(loop.solve_times), 1e3 * np.asarray(seconds)
+  print(f"\nCSTR MPC (N = {cstr.HORIZON}, one Radau IIA step per stage), {steps} closed-loop steps from the feed state")
+  print(f"{'controller':<16}{'median ms':>10}{'p95 ms':>9}{'max ms':>9}{'iterations':>11}")
+  for name, ms, its in (("anvil SQP", anvil_ms, loop.iterations), ("CasADi IPOPT", ipopt_ms, iterations)):
+    print(f"{name:<16}{np.median(ms):>10.3f}{np.percentile(ms, 95):>9.3f}{ms.max():>9.3f}{np.mean(its):>11.2f}")
+  print(f"median ratio anvil / IPOPT: {np.median(anvil_ms) / np.median(ipopt_ms):.3f}; "
+        f"max |u_anvil - u_ipopt| over the loop: {np.abs(loop.u - np.array(us)).max():.1e}")  # fmt: skip
 
 
 if __name__ == "__main__":

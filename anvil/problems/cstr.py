@@ -78,12 +78,15 @@ def cstr_mpc(name: str, options: MPCOptions | None = None) -> MPCFunction:
 
 @dataclass(frozen=True)
 class IpoptSolution:
-  """The CSTR OCP solved by CasADi's IPOPT: the optimal cost, states (N + 1, nx), inputs (N, nu), IPOPT's verdict."""
+  """The CSTR OCP solved by CasADi's IPOPT: the optimal cost, states (N + 1, nx), inputs (N, nu), IPOPT's verdict,
+  its iterations and its solve's wall time (s, CasADi's t_wall_total)."""
 
   cost: float
   x: F64
   u: F64
   success: bool
+  iterations: int
+  seconds: float
 
 
 def solve_ipopt(x0: F64, guess: tuple[F64, F64] | None = None, tol: float = 1e-12) -> IpoptSolution:
@@ -112,10 +115,13 @@ def solve_ipopt(x0: F64, guess: tuple[F64, F64] | None = None, tol: float = 1e-1
   lbw = np.concatenate([np.tile([-np.inf, -np.inf], N + 1), np.zeros(N), np.full(K.numel(), -np.inf)])
   ubw = np.concatenate([np.tile([np.inf, T_MAX], N + 1), np.full(N, Q_MAX), np.full(K.numel(), np.inf)])
   w0 = np.concatenate([np.asarray(x_guess).ravel(), np.asarray(u_guess).ravel(), np.zeros(K.numel())])
-  settings = {"ipopt.tol": tol, "ipopt.print_level": 0, "print_time": False, "ipopt.bound_relax_factor": 0.0}
+  settings = {"ipopt.tol": tol, "ipopt.print_level": 0, "print_time": False, "record_time": True,
+              "ipopt.bound_relax_factor": 0.0}  # fmt: skip
   solver = ca.nlpsol("cstr", "ipopt", {"x": w, "f": J, "g": ca.vertcat(*g)}, settings)
   sol = solver(x0=w0, lbx=lbw, ubx=ubw, lbg=0.0, ubg=0.0)
   values = np.asarray(sol["x"]).ravel()
   x = values[: NX * (N + 1)].reshape(N + 1, NX)
   u = values[NX * (N + 1) : NX * (N + 1) + NU * N].reshape(N, NU)
-  return IpoptSolution(float(sol["f"]), x, u, bool(solver.stats()["success"]))
+  stats = solver.stats()
+  seconds = float(stats["t_wall_total"])
+  return IpoptSolution(float(sol["f"]), x, u, bool(stats["success"]), int(stats["iter_count"]), seconds)

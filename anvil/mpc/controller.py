@@ -25,6 +25,7 @@ from anvil.mpc.costs import LeastSquares
 from anvil.mpc.implicit import ImplicitIntegrator
 from anvil.mpc.labels import OCPLabels
 from anvil.mpc.options import MPCOptions
+from anvil.mpc.rate import InputRate
 from anvil.mpc.result import FALLBACKS, MPCSolution
 from anvil.mpc.soft import Soft
 from anvil.mpc.transcription import Cost, Fn, Transcription
@@ -57,6 +58,12 @@ class _ControllerContext:
   real: str
   tuning: tuple[float, ...]
   tuning_doc: str
+  nx_model: int
+  nh_model: int
+  rate: bool
+  rate_bounded: bool
+  rate_lb: tuple[float, ...]
+  rate_ub: tuple[float, ...]
 
 
 class MPCFunction(TemplatedFunction):
@@ -99,7 +106,7 @@ class MPCFunction(TemplatedFunction):
   """
 
   template = "mpc"
-  header_runtime = ("mpc",)
+  header_runtime = ("mpc", "input_rate")
 
   def __init__(
     self,
@@ -117,6 +124,8 @@ class MPCFunction(TemplatedFunction):
     x_terminal_bounds: Bounds | None = None,
     soft: Mapping[str, Soft] | None = None,
     options: MPCOptions | None = None,
+    u_rate_bounds: Bounds | None = None,
+    u_rate_weight: ArrayLike | None = None,
   ) -> None:
     self.name = check_identifier(name, "MPCFunction name")
     if options is not None and not isinstance(options, MPCOptions):
@@ -136,6 +145,7 @@ class MPCFunction(TemplatedFunction):
       terminal_constraints,
       _soft_with_terminal(soft, x_terminal_bounds),
       scalar=self.options.scalar,
+      u_rate=(u_rate_bounds, u_rate_weight),
     )
     if isinstance(dynamics, ImplicitIntegrator) and (not self.options.integrator_derivatives or self.nu == 0):
       raise ValueError(f"{name}: dynamics made by irk (an implicit step: Newton's method, no traced graph) need "
@@ -151,8 +161,8 @@ class MPCFunction(TemplatedFunction):
 
   @property
   def nx(self) -> int:
-    """States."""
-    return self.ocp.nx
+    """States (the model's: the previous inputs an input rate adds are the NLP's alone)."""
+    return self.ocp.nx_model
 
   @property
   def nu(self) -> int:
@@ -218,7 +228,10 @@ class MPCFunction(TemplatedFunction):
       tables=tuple(tables.items()), real=cpp_real(self.options.scalar),
       tuning=tuple(float(v) for v in ocp.default_tuning),
       tuning_doc=", ".join(f"{key} ({' x '.join(map(str, shape))})" for key, (_, shape, _) in ocp.tuning_layout.items())
-      or "none",
+      or "none", nx_model=ocp.nx_model, nh_model=ocp.nh_model, rate=ocp.rate is not None,
+      rate_bounded=ocp.rate is not None and ocp.rate.bounded,
+      rate_lb=() if ocp.rate is None else tuple(float(v) for v in ocp.rate.lower),
+      rate_ub=() if ocp.rate is None else tuple(float(v) for v in ocp.rate.upper),
     )  # fmt: skip
 
   # *** bounds ***
@@ -233,7 +246,7 @@ class MPCFunction(TemplatedFunction):
     defaults: dict[str, F64] | None = None,
   ) -> dict[str, F64]:
     """Per-stage bound arrays (lbx, ubx, lbu, ubu, lbh, ubh, lbhN, ubhN), checked, from what the user gave."""
-    N, nx, nu, nh, nhN = self.N, self.nx, self.nu, self.ocp.nh, self.ocp.nhN
+    N, nx, nu, nh, nhN = self.N, self.nx, self.nu, self.ocp.nh_model, self.ocp.nhN
     out: dict[str, F64] = {}
     spec = (("x", x_bounds, N + 1, nx), ("u", u_bounds, N, nu), ("h", constraint_bounds, N, nh))
     for key, given, rows, size in spec:
@@ -273,7 +286,7 @@ class MPCFunction(TemplatedFunction):
     ocp = self.ocp
     anvil_sources = sources_fingerprint(Path(__file__).parent.parent)
     parts = [self.name, anvil_sources, osqp.__version__, repr(self.options), repr(ocp.soft_entries),
-             f"{ocp.N}|{ocp.nx}|{ocp.nu}|{ocp.np}|{ocp.nh}|{ocp.nhN}"]  # fmt: skip
+             _rate_key(ocp.rate), f"{ocp.N}|{ocp.nx}|{ocp.nu}|{ocp.np}|{ocp.nh}|{ocp.nhN}"]  # fmt: skip
     for fn in (ocp.dynamics, ocp.stage_cost, ocp.terminal_cost, ocp.constraints, ocp.terminal_constraints):
       if isinstance(fn, LeastSquares):
         parts.append(f"{fn.residual.key}|{fn.weight.tobytes().hex()}")
@@ -339,12 +352,15 @@ class MPCFunction(TemplatedFunction):
     max_time: float | None = None,
     weights: Mapping[str, Any] | None = None,
     soft_penalties: Mapping[str, Any] | None = None,
+    u_prev: ArrayLike | None = None,
   ) -> MPCSolution:
     """Solve from the state x0; p is the parameter ((np,) shared by all stages, or (N + 1, np) per stage); bounds
     given here replace the defaults for this call only, and so do the SQP's limits max_iter (at most the options'),
     tol and max_time (seconds), the weights of LeastSquares costs ({"stage_cost": W, "terminal_cost": W_N}) and the
-    penalties of softened bounds ({group: (l1, l2)}), without a rebuild (`anvil.mpc.tuning`). In real-time-iteration
-    mode this is the feedback phase (it prepares first unless `prepare()` was called since the last call).
+    penalties of softened bounds ({group: (l1, l2)}), without a rebuild (`anvil.mpc.tuning`). With input-rate terms,
+    u_prev is the input applied before (nu,) (default: the last u0 this controller returned, zeros at first). In
+    real-time-iteration mode this is the feedback phase (it prepares first unless `prepare()` was called since the
+    last call).
 
     A full-SQP call whose warm start (the previous plan shifted) ends "max_iterations" or "numerical_error" runs the
     SQP again from the cold guess within the time left (`stats["restarted_cold"]`; `iterations` counts both solves,
@@ -360,8 +376,12 @@ class MPCFunction(TemplatedFunction):
     params = self._params(p) if p is not None or self.np else None
     tuned = weights is not None or soft_penalties is not None
     tuning = tuning_vector(self.name, self.ocp, weights, soft_penalties) if tuned else self.ocp.default_tuning
+    if u_prev is not None:
+      if self.ocp.rate is None:
+        raise ValueError(f"{self.name}: u_prev is the previous input of input-rate terms; this MPC has none")
+      u_prev = float_array(self.name, "u_prev", u_prev, (self.nu,), finite=True)
     with self._lock:
-      return self._solve(state, params, bounds, limits, tuning)
+      return self._solve(state, params, bounds, limits, tuning, u_prev)
 
   def _state(self, x0: ArrayLike) -> F64:
     """x0, checked (a finite float64 array of the right shape is taken as it is: the common case costs one test)."""
@@ -369,14 +389,18 @@ class MPCFunction(TemplatedFunction):
       return x0
     return float_array(self.name, "x0", x0, (self.nx,), finite=True)
 
-  def _solve(self, x0: F64, params: F64 | None, bounds: dict[str, F64], limits: F64 | None, tuning: F64) -> MPCSolution:
+  def _solve(
+    self, x0: F64, params: F64 | None, bounds: dict[str, F64], limits: F64 | None, tuning: F64, u_prev: F64 | None
+  ) -> MPCSolution:
     """One call of the controller's C++ on checked inputs: stages them, calls, unpacks (under the lock)."""
     e = self._entry
     np.copyto(e.x0, x0)
     np.copyto(e.tuning[: tuning.size], tuning)
     if params is not None:
       np.copyto(e.p, params)
-    inputs = e.default_inputs if bounds is self.defaults else e.inputs(bounds)
+    if u_prev is not None:
+      np.copyto(e.u_prev, u_prev)
+    inputs = e.with_u_prev(e.default_inputs if bounds is self.defaults else e.inputs(bounds), u_prev is not None)
     limits = e.default_limits if limits is None else limits
     e.call(inputs, e.outputs, limits.ctypes.data, e.pointers[0], e.pointers[1], e.pointers[2], e.pointers[3], e.ws)
     history, ihistory, info = e.stats
@@ -423,6 +447,7 @@ class _Entry:
     pointer = ctypes.c_void_p
     self.dtype = np.dtype(scalar)  # NOTE: the controller's own type: x0, p, bounds and the plan are staged in it
     self.call = handle.entry("call", ctypes.c_int, *[pointer] * 8)
+    self.u_prev = np.zeros(nu, self.dtype)
     self.reset = handle.entry("reset", None, pointer)
     self.set_guess = handle.entry("set_guess", None, pointer, pointer, pointer)
     self.prepare = handle.entry("prepare", ctypes.c_int, pointer)
@@ -438,12 +463,27 @@ class _Entry:
     self.default_limits: F64 = np.zeros(3)
 
   def inputs(self, bounds: dict[str, F64]) -> Any:
-    """The pointer array of one call's inputs: x0, p and the bounds (kept alive while in use)."""
+    """The pointer array of one call's inputs: x0, p, the bounds, the tuning and u_prev (null: the controller's last
+    input; `with_u_prev` points it at the staged one), kept alive while in use."""
     staged = {k: bounds[k].astype(self.dtype, copy=False) for k in self.BOUNDS}
     self.keep = [staged]
-    return (ctypes.c_void_p * 11)(
-      self.x0.ctypes.data, self.p.ctypes.data, *(staged[k].ctypes.data for k in self.BOUNDS), self.tuning.ctypes.data
+    return (ctypes.c_void_p * 12)(
+      self.x0.ctypes.data,
+      self.p.ctypes.data,
+      *(staged[k].ctypes.data for k in self.BOUNDS),
+      self.tuning.ctypes.data,
+      None,
     )
+
+  def with_u_prev(self, inputs: Any, given: bool) -> Any:
+    """`inputs` pointing at the staged u_prev (given) or at none (the controller's last input)."""
+    inputs[11] = self.u_prev.ctypes.data if given else None
+    return inputs
+
+
+def _rate_key(rate: InputRate | None) -> str:
+  """The exact values of an input rate's terms, for the cache key."""
+  return "-" if rate is None else "|".join(a.tobytes().hex() for a in (rate.weight, rate.lower, rate.upper))
 
 
 def _stage_bounds(name: str, what: str, given: Bounds | None, rows: int, size: int) -> tuple[F64, F64]:

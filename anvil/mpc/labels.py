@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from anvil.sqp.labels import NLPLabels
 
 if TYPE_CHECKING:
@@ -26,9 +28,13 @@ class OCPLabels(NLPLabels):
       return "initial state", "x0", 0, i
     i -= nx
     if i < N * nx:
+      if i % nx >= ocp.nx_model:  # NOTE: an input rate's previous inputs, v_{k+1} = u_k
+        return "previous input", "u", i // nx + 1, i % nx - ocp.nx_model
       return "dynamics", ocp.dynamics.name, i // nx + 1, i % nx
     i -= N * nx
     if i < N * nh:
+      if i % nh >= ocp.nh_model:
+        return "u_rate_bounds", "u - u_prev", i // nh, i % nh - ocp.nh_model
       assert ocp.constraints is not None
       return "constraints", ocp.constraints.name, i // nh, i % nh
     i -= N * nh
@@ -43,7 +49,11 @@ class OCPLabels(NLPLabels):
     at stage k + 1."""
     group, name, stage, index = self._row_place(i)
     if group == "initial state":
-      return group, f"x[{index}]"
+      return group, f"x[{index}]" if index < self.ocp.nx_model else f"u_prev[{index - self.ocp.nx_model}]"
+    if group == "u_rate_bounds":
+      return group, f"u[{index}] - u_prev[{index}] at stage {stage}"
+    if group == "previous input":
+      return group, f"u_prev[{index}] at stage {stage} - u[{index}] of stage {stage - 1}"
     if group == "dynamics":
       return group, f"x[{index}] at stage {stage} - {name} of stage {stage - 1}"
     return group, f"row {index} of {name} at stage {stage}"
@@ -63,6 +73,8 @@ class OCPLabels(NLPLabels):
     ocp = self.ocp
     N, nx, nz = ocp.N, ocp.nx, ocp.nz
     k, i = divmod(j, nz)
+    if k <= N and i < nx and i >= ocp.nx_model:  # NOTE: an input rate's previous inputs, unbounded
+      return "previous input", "u_prev", k, i - ocp.nx_model
     if k < N:
       return ("x_bounds", "x", k, i) if i < nx else ("u_bounds", "u", k, i - nx)
     if j < N * nz + nx:
@@ -80,6 +92,8 @@ class OCPLabels(NLPLabels):
     group, _, stage, index = self._variable_place(j)
     if group == "slack":
       return "lower", 0.0
+    if group == "previous input":
+      return "lower", -np.inf
     key = "x" if group == "x_bounds" else "u"
     lo, hi = float(bounds[f"lb{key}"][stage][index]), float(bounds[f"ub{key}"][stage][index])
     return ("upper", hi) if value > hi else ("lower", lo)

@@ -58,6 +58,7 @@ class _Context:
   stride: int
   p_offset: int
   lam_offset: int
+  states: int
   tables: tuple[tuple[str, tuple[int, ...]], ...]
   real: str
   ode: OdeContext
@@ -69,7 +70,8 @@ class _StageWise(TemplatedFunction):
   thread-safe native call.
 
   The NLP's w holds stage k's [x_k; u_k] at k * stride, its params p_k at p_offset + k * np, its g the defects
-  x_{k+1} - F(x_k, u_k, p_k) of stage k at rows lam_offset + k * nx.
+  x_{k+1} - F(x_k, u_k, p_k) of stage k at rows lam_offset + k * states. `states` is the NLP's states per stage: the
+  model's nx first, then any the dynamics do not step (an input rate's previous inputs, whose rows are the rest's).
   """
 
   template = "stagewise"
@@ -77,10 +79,10 @@ class _StageWise(TemplatedFunction):
 
   def __init__(
     self, name: str, rest: NumericalFunction[..., Any], ode: OdeDerivatives, N: int, stride: int, p_offset: int,
-    lam_offset: int,
+    lam_offset: int, states: int,
   ) -> None:  # fmt: skip
     self.name, self.rest, self.ode = name, rest, ode
-    self.N, self.stride, self.p_offset, self.lam_offset = N, stride, p_offset, lam_offset
+    self.N, self.stride, self.p_offset, self.lam_offset, self.states = N, stride, p_offset, lam_offset, states
     self.inputs = rest.inputs
     self.scalar = "float32" if rest.inputs[0].dtype == dtypes.float32 else "float64"  # NOTE: the rest's, the NLP's
     self.nx, self.nu = ode.integrator.inputs[0].size, ode.integrator.inputs[1].size
@@ -120,7 +122,7 @@ class _StageWise(TemplatedFunction):
     return _Context(
       name=self.name, kind=self.kind, inputs=tuple(a.size for a in self.inputs), size=self.size, rest=self.rest.name,
       rest_size=self.rest.outputs[0].size, nx=self.nx, nu=self.nu, np=self.np, N=self.N, stride=self.stride,
-      p_offset=self.p_offset, lam_offset=self.lam_offset, tables=tuple(self.tables.items()),
+      p_offset=self.p_offset, lam_offset=self.lam_offset, states=self.states, tables=tuple(self.tables.items()),
       real=cpp_real(self.scalar), ode=ode,
     )  # fmt: skip
 
@@ -165,12 +167,12 @@ class StageDerivative(_StageWise):
 
   def __init__(
     self, name: str, kind: str, rest: SparseNumericalFunction, ode: OdeDerivatives, N: int, stride: int,
-    p_offset: int, lam_offset: int,
+    p_offset: int, lam_offset: int, states: int,
   ) -> None:  # fmt: skip
     if kind not in KINDS or (kind == "hessian" and ode.hessian is None):
       raise ValueError(f"{name}: kind must be one of {KINDS} (a hessian needs the ODE's Hessian), got {kind!r}")
     self.kind = kind
-    super().__init__(name, rest, ode, N, stride, p_offset, lam_offset)
+    super().__init__(name, rest, ode, N, stride, p_offset, lam_offset, states)
     rows, cols = self._block_entries()
     rest_pattern = sp.csc_array((np.ones(rest.nnz), rest.indices, rest.indptr), shape=rest.shape)
     block = sp.csc_array((np.ones(rows.size), (rows, cols)), shape=rest.shape)
@@ -209,12 +211,13 @@ class StageDerivative(_StageWise):
     """Rows and columns of the dynamics' entries, stage-major, in the order the C++ writes them: the Jacobian's block
     row-major (defect rows x [x_k; u_k]); the Hessian's upper triangle of [x_k; u_k] row-major."""
     nx, nz, N = self.nx, self.nx + self.nu, self.N
+    place = lambda i: np.where(i < nx, i, i + self.states - nx)  # NOTE: [x; u] of the model within the stage's w
     if self.kind == "jacobian":
       r, c = np.meshgrid(np.arange(nx), np.arange(nz), indexing="ij")
-      local_rows, local_cols = r.ravel(), c.ravel()
-      rows = (self.lam_offset + nx * np.arange(N))[:, None] + local_rows[None, :]
+      local_rows, local_cols = r.ravel(), place(c.ravel())
+      rows = (self.lam_offset + self.states * np.arange(N))[:, None] + local_rows[None, :]
     else:
-      local_rows, local_cols = np.triu_indices(nz)
+      local_rows, local_cols = (place(i) for i in np.triu_indices(nz))
       rows = (self.stride * np.arange(N))[:, None] + local_rows[None, :]
     cols = (self.stride * np.arange(N))[:, None] + local_cols[None, :]
     return rows.ravel().astype(np.int64), cols.ravel().astype(np.int64)

@@ -24,6 +24,7 @@ from anvil.mpc.costs import LeastSquares
 from anvil.mpc.implicit import ImplicitIntegrator
 from anvil.mpc.integrators import ExplicitIntegrator
 from anvil.mpc.ode import OdeDerivatives
+from anvil.mpc.rate import InputRate
 from anvil.mpc.soft import SOFT_GROUPS, Soft
 from anvil.mpc.stagewise import StageConstraints, StageDerivative
 from anvil.qp import StageLayout
@@ -94,6 +95,7 @@ class Transcription:
     terminal_constraints: Fn | None,
     soft: Mapping[str, Soft] | None,
     scalar: str = "float64",
+    u_rate: tuple[Any, Any] = (None, None),
   ) -> None:
     if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
       raise ValueError(f"MPCFunction({name}): horizon must be an int >= 1, got {horizon!r}")
@@ -129,7 +131,11 @@ class Transcription:
     _output_size(stage_cost, "stage_cost", True)
     if terminal_cost is not None:
       _output_size(terminal_cost, "terminal_cost", True)
-    self.nh = 0 if constraints is None else _output_size(constraints, "constraints", False)
+    self.nh_model = 0 if constraints is None else _output_size(constraints, "constraints", False)
+    # NOTE: input-rate terms carry the previous input as extra states (anvil.mpc.rate); nx and nh are the NLP's
+    self.rate, self.nx_model = InputRate.of(f"MPCFunction({name})", self.nu, *u_rate), self.nx
+    self.nx += self.nu if self.rate is not None else 0
+    self.nh = self.nh_model + (self.nu if self.rate is not None and self.rate.bounded else 0)
     self.nhN = 0 if terminal_constraints is None else _output_size(terminal_constraints, "terminal_constraints", False)
     for what, fn in functions.items():
       if fn is not None:
@@ -154,10 +160,10 @@ class Transcription:
     N, nx, nu, nz, nh = self.N, self.nx, self.nu, self.nz, self.nh
     heads = {"h": nx * (N + 1), "hN": nx * (N + 1) + N * nh}
     groups = {
-      "x": (nx, range(1, N), False, lambda k, c: k * nz + c),
+      "x": (self.nx_model, range(1, N), False, lambda k, c: k * nz + c),
       "u": (nu, range(N), False, lambda k, c: k * nz + nx + c),
-      "constraints": (nh, range(N), True, lambda k, c: heads["h"] + k * nh + c),
-      "x_terminal": (nx, range(N, N + 1), False, lambda k, c: N * nz + c),
+      "constraints": (self.nh_model, range(N), True, lambda k, c: heads["h"] + k * nh + c),
+      "x_terminal": (self.nx_model, range(N, N + 1), False, lambda k, c: N * nz + c),
       "terminal_constraints": (self.nhN, range(N, N + 1), True, lambda k, c: heads["hN"] + c),
     }
     entries = []
@@ -247,10 +253,14 @@ class Transcription:
     return params[start : start + size].reshape(*shape)
 
   def _stage(self, fn: Fn, key: str, X: Tensor, U: Tensor, P: Tensor) -> Tensor:
+    """fn at every stage, on the model's states (without the previous inputs an input rate adds)."""
+    X = X[:, : self.nx_model] if self.rate is not None else X
     args = (X, U, P[: self.N]) if self.takes_p[key] else (X, U)
     return vmap(fn, size=self.N).fn(*args)
 
   def _final(self, fn: Fn, key: str, xN: Tensor, P: Tensor) -> Tensor:
+    """fn at x_N (its model states) and p_N."""
+    xN = xN[: self.nx_model] if self.rate is not None else xN
     args = (xN, P[self.N]) if self.takes_p[key] else (xN,)
     return fn.fn(*args)
 
@@ -271,6 +281,9 @@ class Transcription:
     if self.ns:
       l1, l2 = self.tuning(params, "l1"), self.tuning(params, "l2")
       total = total + (S * l1 + S * S * l2).sum()
+    if self.rate is not None and np.any(self.rate.weight):
+      rates = U - X[:, self.nx_model :]
+      total = total + (rates * (rates @ Tensor(self.rate.weight))).sum()
     return total
 
   def constraint_values(self, w: Tensor, params: Tensor, dynamics: bool = True) -> Tensor:
@@ -278,16 +291,24 @@ class Transcription:
     g that `StageDerivative` takes from the NLP, whose dynamics' derivatives it computes stage by stage)."""
     X, U, xN, S, x_init, P = self.split(w, params)
     following = X[1:].cat(xN.reshape(1, self.nx)) if self.N > 1 else xN.reshape(1, self.nx)
-    defects = following
+    nxm = self.nx_model
+    defects = following[:, :nxm]
     if dynamics:
       if isinstance(self.dynamics, ImplicitIntegrator):
         raise TypeError(f"MPCFunction({self.name}): dynamics made by irk are stepped at run time, never traced")
-      defects = following - self._stage(self.dynamics, "dynamics", X, U, P)
+      defects = defects - self._stage(self.dynamics, "dynamics", X, U, P)
+    if self.rate is not None:  # NOTE: the previous inputs' dynamics, v_{k+1} = u_k
+      defects = defects.cat(following[:, nxm:] - U, dim=1)
     parts = [X[0] - x_init, defects.flatten()]
-    tables = {"x": X[1:], "u": U, "x_terminal": xN.reshape(1, self.nx)}
+    tables = {"x": X[1:, :nxm], "u": U, "x_terminal": xN[:nxm].reshape(1, nxm)}
+    path = []
     if self.constraints is not None:
-      tables["constraints"] = self._stage(self.constraints, "constraints", X, U, P).reshape(self.N, self.nh)
-      parts.append(tables["constraints"].flatten())
+      tables["constraints"] = self._stage(self.constraints, "constraints", X, U, P).reshape(self.N, self.nh_model)
+      path.append(tables["constraints"])
+    if self.rate is not None and self.rate.bounded:
+      path.append(U - X[:, nxm:])
+    if path:
+      parts.append(path[0].cat(*path[1:], dim=1).flatten())
     if self.terminal_constraints is not None:
       hN = self._final(self.terminal_constraints, "terminal_constraints", xN, P).reshape(1, self.nhN)
       parts.append(hN.flatten())
@@ -337,7 +358,7 @@ class Transcription:
     rest = self._function(f"{name}_constraints_without_dynamics",
                           lambda w, params: self.constraint_values(w, params, dynamics=False), args)  # fmt: skip
     ode = OdeDerivatives.of(F, hessian, self.scalar)
-    place = {"N": self.N, "stride": self.nz, "p_offset": self.nx, "lam_offset": self.nx}
+    place = {"N": self.N, "stride": self.nz, "p_offset": self.nx, "lam_offset": self.nx, "states": self.nx}
     constraints = StageConstraints(f"{name}_constraints", rest, ode, **place)
     jacobian = StageDerivative(f"{name}_constraint_jacobian", "jacobian",
                                spjacobian(rest, 0, name=f"{name}_rest_jacobian"), ode, **place)  # fmt: skip
@@ -380,24 +401,29 @@ class Transcription:
     assert isinstance(stage_ls, LeastSquares)
 
     constant = self._constant_jacobians()
+    nxm, extra = self.nx_model, self.nx - self.nx_model  # NOTE: the previous inputs of an input rate: no residual
+    rate = self._rate_hessian()
 
     def values(w: Tensor, params: Tensor, sigma: Tensor, lam: Tensor) -> Tensor:
       X, U, xN, _, _, P = self.split(w, params)
       W, JN = self.tuning(params, "stage_weight"), None
       if constant is not None:  # NOTE: affine residuals: the same Jacobians at every point, one block for all stages
-        J = Tensor(constant[0])  # NOTE: captured in the trace's float type (anvil.codegen.trace.tracing_in)
-        JN = None if constant[1] is None else Tensor(constant[1])
-        pieces = [(J.T @ (W @ J) * 2).flatten().reshape(1, -1).expand(N, -1).flatten()]
+        Jc = np.insert(constant[0], [nxm] * extra, 0.0, axis=1)
+        J = Tensor(Jc)  # NOTE: captured in the trace's float type (anvil.codegen.trace.tracing_in)
+        JN = None if constant[1] is None else Tensor(np.hstack([constant[1], np.zeros((constant[1].shape[0], extra))]))
+        block = J.T @ (W @ J) * 2 + (Tensor(rate) if rate is not None else 0)
+        pieces = [block.flatten().reshape(1, -1).expand(N, -1).flatten()]
       else:
-        stage_args = (X, U, P[:N]) if self.takes_p["stage_cost"] else (X, U)
-        J = (
-          vmap(jacobian(stage_ls.residual, 0), size=N)
-          .fn(*stage_args)
-          .cat(vmap(jacobian(stage_ls.residual, 1), size=N).fn(*stage_args), dim=2)
-        )
-        pieces = [(J.permute(0, 2, 1) @ (W @ J) * 2).flatten()]
+        Xm, xNm = X[:, :nxm], xN[:nxm]
+        stage_args = (Xm, U, P[:N]) if self.takes_p["stage_cost"] else (Xm, U)
+        Jx = vmap(jacobian(stage_ls.residual, 0), size=N).fn(*stage_args)
+        Ju = vmap(jacobian(stage_ls.residual, 1), size=N).fn(*stage_args)
+        J = Jx.cat(Tensor.zeros(N, Jx.shape[1], extra), Ju, dim=2) if extra else Jx.cat(Ju, dim=2)
+        block = J.permute(0, 2, 1) @ (W @ J) * 2 + (Tensor(rate) if rate is not None else 0)
+        pieces = [block.flatten()]
         if isinstance(final_ls, LeastSquares):
-          JN = jacobian(final_ls.residual, 0).fn(*((xN, P[N]) if self.takes_p["terminal_cost"] else (xN,)))
+          JN = jacobian(final_ls.residual, 0).fn(*((xNm, P[N]) if self.takes_p["terminal_cost"] else (xNm,)))
+          JN = JN.cat(Tensor.zeros(JN.shape[0], extra), dim=1) if extra else JN
       if isinstance(final_ls, LeastSquares):
         assert JN is not None
         pieces.append((JN.T @ (self.tuning(params, "terminal_weight") @ JN) * 2).flatten())
@@ -408,6 +434,16 @@ class Transcription:
     args = self._args((self.nw, "w"), (self.n_params, "params"), (1, "sigma"), (self.ng, "lam"))
     return SparseNumericalFunction(f"{self.name}_gauss_newton", in_scalar(values, self.scalar), args, pattern,
                                    gather=np.asarray(gather)[order])  # fmt: skip
+
+  def _rate_hessian(self) -> np.ndarray | None:
+    """The Hessian of an input rate's cost (u - v)' W_r (u - v) in a stage's [x; v; u]: 2 D' W_r D, D = [0 -I I]; None
+    without a rate weight."""
+    if self.rate is None or not np.any(self.rate.weight):
+      return None
+    D = np.zeros((self.nu, self.nz))
+    D[:, self.nx_model : self.nx] -= np.eye(self.nu)
+    D[:, self.nx :] += np.eye(self.nu)
+    return 2 * D.T @ self.rate.weight @ D
 
   def _constant_jacobians(self) -> tuple[np.ndarray, np.ndarray | None] | None:
     """The residuals' Jacobians d r/d[x; u] and d r_N/d x (None without a terminal LeastSquares) when every residual

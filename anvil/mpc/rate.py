@@ -49,6 +49,11 @@ class InputRate:
     return InputRate(w, lower, upper)
 
   @property
+  def weighted(self) -> bool:
+    """Whether the rates have a cost (a nonzero weight)."""
+    return bool(np.any(self.weight))
+
+  @property
   def bounded(self) -> bool:
     """Whether any rate bound is finite (the rate rows of g exist)."""
     return bool(np.isfinite(self.lower).any() or np.isfinite(self.upper).any())

@@ -281,7 +281,7 @@ class Transcription:
     if self.ns:
       l1, l2 = self.tuning(params, "l1"), self.tuning(params, "l2")
       total = total + (S * l1 + S * S * l2).sum()
-    if self.rate is not None and np.any(self.rate.weight):
+    if self.rate is not None and self.rate.weighted:
       rates = U - X[:, self.nx_model :]
       total = total + (rates * (rates @ Tensor(self.rate.weight))).sum()
     return total
@@ -438,7 +438,7 @@ class Transcription:
   def _rate_hessian(self) -> np.ndarray | None:
     """The Hessian of an input rate's cost (u - v)' W_r (u - v) in a stage's [x; v; u]: 2 D' W_r D, D = [0 -I I]; None
     without a rate weight."""
-    if self.rate is None or not np.any(self.rate.weight):
+    if self.rate is None or not self.rate.weighted:
       return None
     D = np.zeros((self.nu, self.nz))
     D[:, self.nx_model : self.nx] -= np.eye(self.nu)

@@ -16,6 +16,7 @@ x_N, the cooling within 0 <= q <= Q_MAX and the temperature below T_MAX. (C_REF,
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,12 +95,30 @@ def solve_ipopt(x0: F64, guess: tuple[F64, F64] | None = None, tol: float = 1e-1
   written as its collocation equations K_i = f(x + DT sum_j a_ij K_j, u) with the stage derivatives K as decision
   variables (the same discretization `irk` solves by Newton's method), from `guess` (x (N + 1, nx), u (N, nu);
   default x0 everywhere and u = 0: anvil's cold start). Needs casadi."""
+  N, x0 = HORIZON, np.asarray(x0, dtype=np.float64)
+  solver, lbw, ubw = _ipopt(tol)
+  x_guess, u_guess = guess if guess is not None else (np.tile(x0, (N + 1, 1)), np.zeros((N, NU)))
+  w0 = np.concatenate([np.asarray(x_guess).ravel(), np.asarray(u_guess).ravel(), np.zeros(NX * STAGES * N)])
+  sol = solver(x0=w0, p=x0, lbx=lbw, ubx=ubw, lbg=0.0, ubg=0.0)
+  values = np.asarray(sol["x"]).ravel()
+  x = values[: NX * (N + 1)].reshape(N + 1, NX)
+  u = values[NX * (N + 1) : NX * (N + 1) + NU * N].reshape(N, NU)
+  stats = solver.stats()
+  seconds = float(stats["t_wall_total"])
+  return IpoptSolution(float(sol["f"]), x, u, bool(stats["success"]), int(stats["iter_count"]), seconds)
+
+
+@functools.cache
+def _ipopt(tol: float) -> tuple[Any, F64, F64]:
+  """IPOPT on the OCP with the initial state as its parameter (built once per tolerance: a closed loop reuses it),
+  and the bounds on its variables [X; U; K]."""
   import casadi as ca
 
   b, N = casadi_backend(ca), HORIZON
   a, weights = collocation_tableau("radau", STAGES)
   X, U, K = ca.SX.sym("X", NX, N + 1), ca.SX.sym("U", NU, N), ca.SX.sym("K", NX * STAGES, N)
-  J, g = ca.SX(0.0), [X[:, 0] - np.asarray(x0, dtype=np.float64)]
+  x_init = ca.SX.sym("x_init", NX)
+  J, g = ca.SX(0.0), [X[:, 0] - x_init]
   for k in range(N):
     r = residual(X[:, k], U[:, k], b)
     J += ca.dot(r, ca.DM(WEIGHTS) * r)
@@ -111,17 +130,8 @@ def solve_ipopt(x0: F64, guess: tuple[F64, F64] | None = None, tol: float = 1e-1
   rN = state_residual(X[:, N], b)
   J += ca.dot(rN, ca.DM(WEIGHTS[:NX]) * rN)
   w = ca.vertcat(ca.vec(X), ca.vec(U), ca.vec(K))
-  x_guess, u_guess = guess if guess is not None else (np.tile(x0, (N + 1, 1)), np.zeros((N, NU)))
   lbw = np.concatenate([np.tile([-np.inf, -np.inf], N + 1), np.zeros(N), np.full(K.numel(), -np.inf)])
   ubw = np.concatenate([np.tile([np.inf, T_MAX], N + 1), np.full(N, Q_MAX), np.full(K.numel(), np.inf)])
-  w0 = np.concatenate([np.asarray(x_guess).ravel(), np.asarray(u_guess).ravel(), np.zeros(K.numel())])
   settings = {"ipopt.tol": tol, "ipopt.print_level": 0, "print_time": False, "record_time": True,
               "ipopt.bound_relax_factor": 0.0}  # fmt: skip
-  solver = ca.nlpsol("cstr", "ipopt", {"x": w, "f": J, "g": ca.vertcat(*g)}, settings)
-  sol = solver(x0=w0, lbx=lbw, ubx=ubw, lbg=0.0, ubg=0.0)
-  values = np.asarray(sol["x"]).ravel()
-  x = values[: NX * (N + 1)].reshape(N + 1, NX)
-  u = values[NX * (N + 1) : NX * (N + 1) + NU * N].reshape(N, NU)
-  stats = solver.stats()
-  seconds = float(stats["t_wall_total"])
-  return IpoptSolution(float(sol["f"]), x, u, bool(stats["success"]), int(stats["iter_count"]), seconds)
+  return ca.nlpsol("cstr", "ipopt", {"x": w, "p": x_init, "f": J, "g": ca.vertcat(*g)}, settings), lbw, ubw

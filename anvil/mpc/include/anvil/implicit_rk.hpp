@@ -17,10 +17,11 @@
 // ODE overflows), and stops when an update moves the states by at most newton_tol (1 + |x|) (h |dK|; |dZ| for the
 // algebraic states) within newton_iter iterations; else, or when M is singular or e returns NaN/inf at the start,
 // the step fails: its outputs are NaN and the status says why (ImplicitStatus below). The derivatives use M
-// refactorized at the converged stages: exact there, whatever matrix the iterations used. The method's tables are the ODE struct's as for ExplicitRK (a full, not
-// strictly lower), with na (algebraic states), newton_tol, newton_iter and z_guess[na]; e's Jacobian is CSC (ne x nv,
-// ne = nx + na, nv = ne + nu), the Hessian of mu'e its upper triangle (nv x nv). E: rate(v, p, e), jacobian(v, p,
-// values), hessian(v, mu, p, values).
+// refactorized at the converged stages: exact there, whatever matrix the iterations used.
+//
+// The method's tables are the ODE struct's as for ExplicitRK (a full, not strictly lower), with na (algebraic
+// states), newton_tol, newton_iter and z_guess[na]; e's Jacobian is CSC (ne x nv, ne = nx + na, nv = ne + nu), the
+// Hessian of mu'e its upper triangle (nv x nv). E: rate(v, p, e), jacobian(v, p, values), hessian(v, mu, p, values).
 #ifndef ANVIL_IMPLICIT_RK_HPP
 #define ANVIL_IMPLICIT_RK_HPP
 #include <algorithm>
@@ -141,9 +142,9 @@ struct ImplicitRK {
   /// Newton's method on the stages of the step from w.x: y converged (and with `factorized`, e's Jacobian and
   /// Newton's matrix factorized at it, in slot `at`). Newton's matrix is kept while the iterates contract fast
   /// (an update at most `contraction` of the one before, at a rate that reaches the tolerance within newton_iter:
-  /// one factorization for most steps) and refreshed at the iterate otherwise; each step is damped (halved up to max_halvings times, after a refresh if the matrix was
-  /// kept) until the scaled residual's squared norm decreases (Armijo); a step that moves the states by at most
-  /// newton_tol (1 + |x|) ends the iterations.
+  /// one factorization for most steps) and refreshed at the iterate otherwise; each step is damped (halved up to
+  /// max_halvings times, after a refresh if the matrix was kept) until the scaled residual's squared norm decreases
+  /// (Armijo); a step that moves the states by at most newton_tol (1 + |x|) ends the iterations.
   template <class E>
   static int solve_stages(const real* u, const real* p, int at, bool factorized, Workspace& w, E& eval) {
     for (int i = 0; i < s; ++i)
@@ -159,9 +160,8 @@ struct ImplicitRK {
       solve<1>(w.LU[at], w.piv[at], w.first[at], w.last[at], w.dy);
       real moved = 0, size = scale;
       for (int k = 0; k < m; ++k) {
-        const bool state = k / s < nx;
-        moved = std::fmax(moved, (state ? O::h : real(1)) * std::fabs(w.dy[k]));
-        if (!state) size = std::fmax(size, std::fabs(w.y[k]));
+        moved = std::fmax(moved, scale_of(k) * std::fabs(w.dy[k]));
+        if (k / s >= nx) size = std::fmax(size, std::fabs(w.y[k]));
       }
       // NOTE: a step within the tolerance is taken whole: at convergence the residual is rounding, which no step
       // decreases reliably
@@ -211,11 +211,15 @@ struct ImplicitRK {
     return max_halvings + 1;
   }
 
-  /// ||D R||^2, D scaling the stage derivatives' rows by h (to the states' units) and the algebraic rows by 1.
+  /// The scale of unknown k in the states' units: h for a stage derivative (h K moves the states), 1 for an
+  /// algebraic state.
+  static constexpr real scale_of(int k) { return k / s < nx ? O::h : real(1); }
+
+  /// ||D R||^2, D scaling each row by its unknown's scale_of().
   static real residual_merit(const Workspace& w) {
     real sum = 0;
     for (int k = 0; k < m; ++k) {
-      const real v = (k / s < nx ? O::h : real(1)) * w.r[k];
+      const real v = scale_of(k) * w.r[k];
       sum += v * v;
     }
     return sum;

@@ -49,25 +49,36 @@ def star_color(pattern: sp.csc_array) -> NDArray[np.int64]:
   path on four vertices uses at least three colours, so each Hessian entry is recovered directly from H·S (see
   `star_recovery`) with fewer colours than a column colouring needs.
 
+  Vertex v, largest degree first, takes the smallest colour not forbidden: its neighbours' colours, and the colour of
+  every coloured x two steps away through w unless w is coloured and x has no other neighbour of w's colour (a
+  neighbour count per colour answers that; each vertex's two-step paths are one vectorized pass).
+
   Args:
     pattern: a symmetric sparsity pattern (values ignored; the diagonal does not matter).
   """
   adj = sp.csr_array(pattern, dtype=bool)
   adj.setdiag(False)
   adj.eliminate_zeros()
-  neighbours = [adj.indices[adj.indptr[v] : adj.indptr[v + 1]] for v in range(adj.shape[0])]
-  colors = np.full(adj.shape[0], -1, dtype=np.int64)
-  forbidden = np.full(adj.shape[0] + 1, -1, dtype=np.int64)
-  for v in np.argsort(-np.diff(adj.indptr), kind="stable"):
-    for w in neighbours[v]:
-      if colors[w] >= 0:
-        forbidden[colors[w]] = v
-      for x in neighbours[w]:
-        if x == v or colors[x] < 0:
-          continue
-        if colors[w] < 0 or any(colors[y] == colors[w] for y in neighbours[x] if y != w):
-          forbidden[colors[x]] = v
-    colors[v] = int(np.argmax(forbidden != v))
+  n, indptr, indices = adj.shape[0], adj.indptr, adj.indices
+  degree = np.diff(indptr)
+  colors = np.full(n, -1, dtype=np.int64)
+  counts = np.zeros((n, 8), dtype=np.int32)  # counts[x, c]: x's neighbours of colour c (widened as colours appear)
+  forbidden = np.full(n + 1, -1, dtype=np.int64)
+  for v in np.argsort(-degree, kind="stable"):
+    ws = indices[indptr[v] : indptr[v + 1]]
+    w_colors = colors[ws]
+    forbidden[w_colors[w_colors >= 0]] = v
+    # the paths v - w - x: x over w's neighbours, for every neighbour w at once
+    lengths = degree[ws]
+    w_of = np.repeat(np.arange(ws.size), lengths)
+    xs = indices[np.repeat(indptr[ws] - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())]
+    c_w, c_x = w_colors[w_of], colors[xs]
+    shares = counts[xs, np.maximum(c_w, 0)] >= 2  # x has a neighbour other than w of w's colour
+    forbidden[c_x[(xs != v) & (c_x >= 0) & ((c_w < 0) | shares)]] = v
+    colors[v] = color = int(np.argmax(forbidden != v))
+    if color >= counts.shape[1]:
+      counts = np.concatenate([counts, np.zeros_like(counts)], axis=1)
+    counts[ws, color] += 1
   return colors
 
 

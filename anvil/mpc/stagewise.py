@@ -59,6 +59,7 @@ class _Context:
   p_offset: int
   lam_offset: int
   states: int
+  terms: tuple[tuple[str, int], ...]
   tables: tuple[tuple[str, tuple[int, ...]], ...]
   real: str
   ode: OdeContext
@@ -76,6 +77,7 @@ class _StageWise(TemplatedFunction):
 
   template = "stagewise"
   kind: str
+  terms: tuple[SparseNumericalFunction, ...] = ()
 
   def __init__(
     self, name: str, rest: NumericalFunction[..., Any], ode: OdeDerivatives, N: int, stride: int, p_offset: int,
@@ -103,7 +105,8 @@ class _StageWise(TemplatedFunction):
     """The rest and the ODE's functions this part calls."""
     ode = self.ode
     called = (ode.jacobian,) if self._calls_jacobian else ()
-    return (self.rest, ode.rate, *called, *((ode.hessian,) if self.kind == "hessian" and ode.hessian else ()))
+    second = (ode.hessian,) if self.kind == "hessian" and ode.hessian else ()
+    return (self.rest, *self.terms, ode.rate, *called, *second)
 
   @property
   def _calls_jacobian(self) -> bool:
@@ -122,7 +125,8 @@ class _StageWise(TemplatedFunction):
     return _Context(
       name=self.name, kind=self.kind, inputs=tuple(a.size for a in self.inputs), size=self.size, rest=self.rest.name,
       rest_size=self.rest.outputs[0].size, nx=self.nx, nu=self.nu, np=self.np, N=self.N, stride=self.stride,
-      p_offset=self.p_offset, lam_offset=self.lam_offset, states=self.states, tables=tuple(self.tables.items()),
+      p_offset=self.p_offset, lam_offset=self.lam_offset, states=self.states,
+      terms=tuple((t.name, t.outputs[0].size) for t in self.terms), tables=tuple(self.tables.items()),
       real=cpp_real(self.scalar), ode=ode,
     )  # fmt: skip
 
@@ -161,33 +165,41 @@ class StageDerivative(_StageWise):
   triangle ("hessian": of (w, params, sigma, lam)) of a multiple-shooting NLP, `rest` (the same derivative of the NLP
   without its dynamics) plus the dynamics' blocks from the integrator's run-time derivatives (module docstring).
 
+  `terms` (a Hessian's only) are further sparse functions of the same inputs whose entries are added to the rest's,
+  e.g. the Gauss-Newton blocks of least-squares costs with affine residuals (their exact Hessian, without the colored
+  Hessian-vector products a derivative of the whole cost would evaluate).
+
   Attributes (those of a SparseNumericalFunction the SQP solver reads): shape, indices, indptr, nnz, inputs,
-  constant_entries (the rest's constant entries, NaN on the dynamics' blocks; None where the rest's are unknown).
+  constant_entries (the rest's constant entries, NaN on the dynamics' blocks; None where the rest's are unknown, or
+  with `terms`).
   """
 
   def __init__(
     self, name: str, kind: str, rest: SparseNumericalFunction, ode: OdeDerivatives, N: int, stride: int,
-    p_offset: int, lam_offset: int, states: int,
+    p_offset: int, lam_offset: int, states: int, terms: tuple[SparseNumericalFunction, ...] = (),
   ) -> None:  # fmt: skip
     if kind not in KINDS or (kind == "hessian" and ode.hessian is None):
       raise ValueError(f"{name}: kind must be one of {KINDS} (a hessian needs the ODE's Hessian), got {kind!r}")
-    self.kind = kind
+    if terms and kind != "hessian":
+      raise ValueError(f"{name}: only a Lagrangian Hessian adds further terms to its rest")
+    self.kind, self.terms = kind, terms
     super().__init__(name, rest, ode, N, stride, p_offset, lam_offset, states)
     rows, cols = self._block_entries()
-    rest_pattern = sp.csc_array((np.ones(rest.nnz), rest.indices, rest.indptr), shape=rest.shape)
-    block = sp.csc_array((np.ones(rows.size), (rows, cols)), shape=rest.shape)
-    union = sp.csc_array(rest_pattern + block)
+    union = sp.csc_array((np.ones(rows.size), (rows, cols)), shape=rest.shape)
+    for part in (rest, *terms):
+      union = sp.csc_array(union + sp.csc_array((np.ones(part.nnz), part.indices, part.indptr), shape=rest.shape))
     union.sort_indices()
     self.shape: tuple[int, int] = rest.shape
     self.indices, self.indptr = union.indices.astype(np.int64), union.indptr.astype(np.int64)
     position = sp.csc_array((np.arange(1, union.nnz + 1), union.indices, union.indptr), shape=rest.shape)
-    self.rest_to_out = np.asarray(position[coordinates(rest)]).astype(np.int64) - 1
+    self.rest_to_out = _positions(position, rest)
+    self.terms_to_out = [_positions(position, t) for t in terms]
     self.block_to_out = np.asarray(position[rows, cols]).astype(np.int64) - 1
     if kind == "jacobian" and np.intersect1d(self.rest_to_out, self.block_to_out).size:
       raise ValueError(f"{name}: the NLP without its dynamics has entries where the dynamics' Jacobian has its own")
     constants = rest.constant_entries
     self.constant_entries: NDArray[np.float64] | None = None
-    if constants is not None:
+    if constants is not None and not terms:
       self.constant_entries = np.full(self.nnz, np.nan)
       self.constant_entries[self.rest_to_out] = constants
 
@@ -203,9 +215,10 @@ class StageDerivative(_StageWise):
 
   @property
   def tables(self) -> dict[str, tuple[int, ...]]:
-    """Where the rest's entries and the dynamics' blocks go."""
+    """Where the rest's entries, the terms' and the dynamics' blocks go."""
     ints = lambda a: tuple(int(v) for v in a)
-    return {"rest_to_out": ints(self.rest_to_out), "block_to_out": ints(self.block_to_out)}
+    terms = {f"term{i}_to_out": ints(to) for i, to in enumerate(self.terms_to_out)}
+    return {"rest_to_out": ints(self.rest_to_out), **terms, "block_to_out": ints(self.block_to_out)}
 
   def _block_entries(self) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """Rows and columns of the dynamics' entries, stage-major, in the order the C++ writes them: the Jacobian's block
@@ -225,3 +238,10 @@ class StageDerivative(_StageWise):
   def __call__(self, *args: Any) -> sp.csc_array:
     """Evaluate in this process at numpy inputs shaped as `inputs` (a csc_array); thread-safe."""
     return sp.csc_array((self._native(args), self.indices, self.indptr), shape=self.shape)
+
+
+def _positions(position: sp.csc_array, part: SparseNumericalFunction) -> NDArray[np.int64]:
+  """Where each stored entry of `part` sits among the stored entries of `position` (a pattern numbered from 1)."""
+  if part.nnz == 0:
+    return np.zeros(0, np.int64)
+  return np.asarray(position[coordinates(part)]).astype(np.int64) - 1

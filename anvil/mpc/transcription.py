@@ -364,18 +364,25 @@ class Transcription:
                                spjacobian(rest, 0, name=f"{name}_rest_jacobian"), ode, **place)  # fmt: skip
     if not hessian:
       return constraints, jacobian, None
+    # NOTE: least-squares costs with affine residuals have their Gauss-Newton blocks as exact Hessian: one small
+    # product per stage, where the Hessian of the whole cost would be colored Hessian-vector products of it
+    cost_hessian = self.gauss_newton_hessian() if self._affine_least_squares() else None
     cost = self.cost
 
     def lagrangian(w: Tensor, params: Tensor, sigma: Tensor, lam: Tensor) -> Tensor:
-      return sigma[0] * cost(w, params) + (self.constraint_values(w, params, dynamics=False) * lam).sum()
+      g = (self.constraint_values(w, params, dynamics=False) * lam).sum()
+      return g if cost_hessian is not None else sigma[0] * cost(w, params) + g
 
     lag_args = (*args, *self._args((1, "sigma"), (self.ng, "lam")))
     rest_hessian = sphessian(self._function(f"{name}_lagrangian_without_dynamics", lagrangian, lag_args), 0,
                              name=f"{name}_rest_hessian")  # fmt: skip
-    return constraints, jacobian, StageDerivative(f"{name}_lagrangian_hessian", "hessian", rest_hessian, ode, **place)
+    terms = (cost_hessian,) if cost_hessian is not None else ()
+    hessian_fn = StageDerivative(f"{name}_lagrangian_hessian", "hessian", rest_hessian, ode, **place, terms=terms)
+    return constraints, jacobian, hessian_fn
 
   def gauss_newton_hessian(self) -> SparseNumericalFunction:
-    """Upper triangle of sigma·(blockdiag(2 J_kᵀ W J_k, 2 J_Nᵀ W_N J_N) + diag(2 l2)): the Gauss-Newton Hessian."""
+    """Upper triangle of sigma·(blockdiag(J_kᵀ (W + Wᵀ) J_k, J_Nᵀ (W_N + W_Nᵀ) J_N) + diag(2 l2)): the Gauss-Newton
+    Hessian (2 JᵀWJ for the symmetric weights of every real use)."""
     costs = [c for c in (self.stage_cost, self.terminal_cost) if c is not None]
     if not all(isinstance(c, LeastSquares) for c in costs):
       raise ValueError(f"MPCFunction({self.name}): hessian='gauss_newton' needs costs given as LeastSquares")
@@ -406,12 +413,14 @@ class Transcription:
 
     def values(w: Tensor, params: Tensor, sigma: Tensor, lam: Tensor) -> Tensor:
       X, U, xN, _, _, P = self.split(w, params)
-      W, JN = self.tuning(params, "stage_weight"), None
+      # NOTE: W + Wᵀ, the Hessian of rᵀWr whatever W holds (the weights are run-time parameters)
+      stage_weight, JN = self.tuning(params, "stage_weight"), None
+      W = stage_weight + stage_weight.T
       if constant is not None:  # NOTE: affine residuals: the same Jacobians at every point, one block for all stages
         Jc = np.insert(constant[0], [nxm] * extra, 0.0, axis=1)
         J = Tensor(Jc)  # NOTE: captured in the trace's float type (anvil.codegen.trace.tracing_in)
         JN = None if constant[1] is None else Tensor(np.hstack([constant[1], np.zeros((constant[1].shape[0], extra))]))
-        block = J.T @ (W @ J) * 2 + (Tensor(rate) if rate is not None else 0)
+        block = J.T @ (W @ J) + (Tensor(rate) if rate is not None else 0)
         pieces = [block.flatten().reshape(1, -1).expand(N, -1).flatten()]
       else:
         Xm, xNm = X[:, :nxm], xN[:nxm]
@@ -419,14 +428,15 @@ class Transcription:
         Jx = vmap(jacobian(stage_ls.residual, 0), size=N).fn(*stage_args)
         Ju = vmap(jacobian(stage_ls.residual, 1), size=N).fn(*stage_args)
         J = Jx.cat(Tensor.zeros(N, Jx.shape[1], extra), Ju, dim=2) if extra else Jx.cat(Ju, dim=2)
-        block = J.permute(0, 2, 1) @ (W @ J) * 2 + (Tensor(rate) if rate is not None else 0)
+        block = J.permute(0, 2, 1) @ (W @ J) + (Tensor(rate) if rate is not None else 0)
         pieces = [block.flatten()]
         if isinstance(final_ls, LeastSquares):
           JN = jacobian(final_ls.residual, 0).fn(*((xNm, P[N]) if self.takes_p["terminal_cost"] else (xNm,)))
           JN = JN.cat(Tensor.zeros(JN.shape[0], extra), dim=1) if extra else JN
       if isinstance(final_ls, LeastSquares):
         assert JN is not None
-        pieces.append((JN.T @ (self.tuning(params, "terminal_weight") @ JN) * 2).flatten())
+        WN = self.tuning(params, "terminal_weight")
+        pieces.append((JN.T @ ((WN + WN.T) @ JN)).flatten())
       if self.ns:
         pieces.append(self.tuning(params, "l2") * 2)
       return pieces[0].cat(*pieces[1:]) * sigma[0]
@@ -444,6 +454,12 @@ class Transcription:
     D[:, self.nx_model : self.nx] -= np.eye(self.nu)
     D[:, self.nx :] += np.eye(self.nu)
     return 2 * D.T @ self.rate.weight @ D
+
+  def _affine_least_squares(self) -> bool:
+    """Whether every cost is a LeastSquares of residuals affine in the states and inputs (the terminal one may be
+    absent): the Gauss-Newton Hessian is then the cost's exact Hessian."""
+    costs = [c for c in (self.stage_cost, self.terminal_cost) if c is not None]
+    return all(isinstance(c, LeastSquares) for c in costs) and self._constant_jacobians() is not None
 
   def _constant_jacobians(self) -> tuple[np.ndarray, np.ndarray | None] | None:
     """The residuals' Jacobians d r/d[x; u] and d r_N/d x (None without a terminal LeastSquares) when every residual

@@ -26,14 +26,20 @@ def ode(x: Tensor, u: Tensor, p: Tensor) -> Tensor:
   )
 
 
-def ocp(name: str, options: MPCOptions) -> MPCFunction:
+def ocp(name: str, options: MPCOptions, affine: bool = False) -> MPCFunction:
+  """The test OCP; `affine` makes its stage residual affine in (x, u) and adds an affine terminal residual."""
   F = rk4(f"{name}_F", ode, 0.1, nx=NX, nu=NU, np=NP, steps=2)
-  residual = NumericalFunction(f"{name}_r", lambda x, u, p: (x - p[0]).cat(u * x[0:1].exp()), (Arg(NX), Arg(NU),
-                               Arg(NP)))  # fmt: skip
+  stage = (
+    (lambda x, u, p: (x - p[0]).cat(u * 2.0 - x[0:1])) if affine else (lambda x, u, p: (x - p[0]).cat(u * x[0:1].exp()))
+  )
+  residual = NumericalFunction(f"{name}_r", stage, (Arg(NX), Arg(NU), Arg(NP)))
+  terminal = (
+    LeastSquares(NumericalFunction(f"{name}_rN", lambda x: x * 3.0, (Arg(NX),)), np.ones(NX)) if affine else None
+  )
   path = NumericalFunction(f"{name}_h", lambda x, u, p: (x[0:1] * u[0:1] + p[1]).cat(x[2:3] ** 2), (Arg(NX), Arg(NU),
                            Arg(NP)))  # fmt: skip
   return MPCFunction(
-    name, F, LeastSquares(residual, np.ones(NX + NU)), None, horizon=N, constraints=path,
+    name, F, LeastSquares(residual, np.ones(NX + NU)), terminal, horizon=N, constraints=path,
     constraint_bounds=(np.array([-5.0, 0.0]), np.array([5.0, 4.0])), x_bounds=(np.full(NX, -3.0), np.full(NX, 3.0)),
     soft={"x": Soft(l1=1.0, l2=10.0)}, options=options,
   )  # fmt: skip
@@ -60,9 +66,13 @@ def _stages(F: ExplicitIntegrator, x: np.ndarray, u: np.ndarray, p: np.ndarray) 
   return ks
 
 
-def test_stage_functions_equal_the_nlp_functions(mpc: MPCFunction) -> None:
+@pytest.mark.parametrize("affine", [False, True], ids=["nonlinear_residual", "affine_residuals"])
+def test_stage_functions_equal_the_nlp_functions(mpc: MPCFunction, affine: bool) -> None:
+  if affine:  # NOTE: affine least squares: the cost's exact Hessian comes from its Gauss-Newton blocks (a term)
+    mpc = ocp("test_stagewise_affine", MPCOptions(), affine=True)
   ocp_, sqp = mpc.ocp, mpc.sqp
   assert isinstance(sqp.jacobian, StageDerivative) and isinstance(sqp.hessian, StageDerivative)
+  assert len(sqp.hessian.terms) == int(affine)
   assert isinstance(sqp.constraints_code, StageConstraints)
   _, constraints = ocp_.functions()
   rng = np.random.default_rng(3)

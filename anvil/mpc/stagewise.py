@@ -176,7 +176,7 @@ class StageDerivative(_StageWise):
 
   def __init__(
     self, name: str, kind: str, rest: SparseNumericalFunction, ode: OdeDerivatives, N: int, stride: int,
-    p_offset: int, lam_offset: int, states: int, terms: tuple[SparseNumericalFunction, ...] = (),
+    p_offset: int, lam_offset: int, states: int, *, terms: tuple[SparseNumericalFunction, ...] = (),
   ) -> None:  # fmt: skip
     if kind not in KINDS or (kind == "hessian" and ode.hessian is None):
       raise ValueError(f"{name}: kind must be one of {KINDS} (a hessian needs the ODE's Hessian), got {kind!r}")

@@ -358,7 +358,8 @@ class Transcription:
     rest = self._function(f"{name}_constraints_without_dynamics",
                           lambda w, params: self.constraint_values(w, params, dynamics=False), args)  # fmt: skip
     ode = OdeDerivatives.of(F, hessian, self.scalar)
-    place = {"N": self.N, "stride": self.nz, "p_offset": self.nx, "lam_offset": self.nx, "states": self.nx}
+    place: dict[str, Any] = {"N": self.N, "stride": self.nz, "p_offset": self.nx, "lam_offset": self.nx}
+    place["states"] = self.nx
     constraints = StageConstraints(f"{name}_constraints", rest, ode, **place)
     jacobian = StageDerivative(f"{name}_constraint_jacobian", "jacobian",
                                spjacobian(rest, 0, name=f"{name}_rest_jacobian"), ode, **place)  # fmt: skip

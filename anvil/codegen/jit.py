@@ -6,6 +6,7 @@ import ctypes
 import functools
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import threading
@@ -21,6 +22,16 @@ from anvil.version import __version__
 
 #: Flags of every JIT build; extra flags may be appended through the ANVIL_CXXFLAGS environment variable.
 CXXFLAGS = ("-O3", "-std=c++17", "-fPIC", "-shared", "-fno-math-errno")
+#: Flags that fit a JIT build to the CPU it is built on, where it also runs, the first set the compiler takes: the
+#: vector units the baseline ISA leaves idle (AVX2 on x86-64) run the dense stage kernels and sensitivities 1.2-1.5x
+#: faster. Vectors of at most 256 bits (x86): 512-bit ones were no faster on those kernels, and GCC 12's SLP vectorizer
+#: at 512 bits changed the Riccati QP's results (convex QPs reported nonconvex). No fused multiply-adds
+#: (-ffp-contract=off): results stay the baseline build's. None with ANVIL_PORTABLE=1 (a cache shared by machines with
+#: other CPUs).
+HOST_FLAGS = (
+  ("-march=native", "-mprefer-vector-width=256", "-ffp-contract=off"),
+  ("-march=native", "-ffp-contract=off"),
+)
 COMPILERS = ("c++", "g++", "clang++")
 #: Flags of every CUDA module build: nvcc drives the host C++ compiler; the module loads the CUDA driver and NVRTC at
 #: run time, so it links neither the CUDA runtime nor the driver. ANVIL_CXXFLAGS does not apply to it.
@@ -104,8 +115,51 @@ def compiler_identity(cxx: str) -> str:
 
 
 def cxxflags() -> tuple[str, ...]:
-  """The JIT's compiler flags, with ANVIL_CXXFLAGS appended."""
-  return CXXFLAGS + tuple(os.environ.get("ANVIL_CXXFLAGS", "").split())
+  """The JIT's compiler flags: CXXFLAGS, the host's (`host_flags`), then ANVIL_CXXFLAGS."""
+  return CXXFLAGS + host_flags(find_compiler()) + tuple(os.environ.get("ANVIL_CXXFLAGS", "").split())
+
+
+def portable_builds() -> bool:
+  """Whether JIT builds are for the baseline ISA (ANVIL_PORTABLE set to anything but 0) instead of this CPU."""
+  return os.environ.get("ANVIL_PORTABLE", "0") not in ("", "0")
+
+
+def _accepts(cxx: str, flags: tuple[str, ...]) -> bool:
+  try:
+    cmd = [cxx, *flags, "-x", "c++", "-fsyntax-only", "-"]
+    return subprocess.run(cmd, input="int anvil_probe;\n", capture_output=True, text=True, timeout=60).returncode == 0
+  except (OSError, subprocess.TimeoutExpired):
+    return False
+
+
+@functools.cache
+def _host_flags(cxx: str) -> tuple[str, ...]:
+  return next((flags for flags in HOST_FLAGS if _accepts(cxx, flags)), ())
+
+
+def host_flags(cxx: str) -> tuple[str, ...]:
+  """The first of HOST_FLAGS that `cxx` takes, unless builds are `portable_builds()`; else none."""
+  return () if portable_builds() else _host_flags(cxx)
+
+
+@functools.cache
+def _cpu_identity() -> str:
+  """This machine's architecture and CPU (model and feature flags where the OS lists them)."""
+  described = platform.processor()
+  try:
+    lines = Path("/proc/cpuinfo").read_text(errors="replace").splitlines()
+  except OSError:
+    lines = []
+  keys = ("model name", "flags", "Features", "CPU implementer", "CPU part")
+  fields = (line.partition(":") for line in lines)
+  listed = {k.strip(): v.strip() for k, colon, v in fields if colon and k.strip() in keys}
+  return f"{platform.machine()}|{described}|{sorted(listed.items())}"
+
+
+def host_tag() -> str:
+  """What a library built here for this CPU is keyed on (its architecture and CPU; empty when builds are portable):
+  a cache shared with another CPU never hands it a library built for this one."""
+  return "" if portable_builds() else hashlib.sha256(_cpu_identity().encode()).hexdigest()[:16]
 
 
 @functools.cache
@@ -128,14 +182,14 @@ def library_key(source_key: str, device: str = "CPU") -> str:
 
   Without a compiler (a deployment machine with a warm cache) it is the key of the library last built for the same
   code on `device`, by whichever compiler and flags built it; CompilerNotFoundError when there is none."""
-  portable = hashlib.sha256(f"{source_key}|{device}|{codegen_fingerprint()}".encode()).hexdigest()[:32]
+  portable = hashlib.sha256(f"{source_key}|{device}|{codegen_fingerprint()}|{host_tag()}".encode()).hexdigest()[:32]
   try:
     tc = Toolchain.for_device(device)
   except CompilerNotFoundError as e:
     if (key := _last_built(portable)) is not None:
       return key
     raise CompilerNotFoundError(f"{e}; the cache ({cache_dir()}) has no library built for this code either") from None
-  ident = f"{source_key}|{compiler_identity(tc.compiler)}|{' '.join(tc.flags)}|{codegen_fingerprint()}"
+  ident = f"{source_key}|{compiler_identity(tc.compiler)}|{' '.join(tc.flags)}|{codegen_fingerprint()}|{host_tag()}"
   key = hashlib.sha256(ident.encode()).hexdigest()[:32]
   _PORTABLE_KEYS[key] = portable
   return key

@@ -72,6 +72,32 @@ def test_cache_key_follows_constant_data(fresh_cache: Path) -> None:
   np.testing.assert_array_equal(b(np.ones(2)), [3.0, 4.0])
 
 
+def test_libraries_are_built_for_this_cpu_unless_portable(fresh_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+  """A JIT library is built for the CPU it runs on (the host's flags, keyed on the CPU, no fused multiply-adds);
+  ANVIL_PORTABLE=1 builds for the baseline ISA under a key of its own, with results equal to the bit."""
+  import numpy as np
+
+  import anvil as av
+  from anvil.codegen import jit
+  from anvil.problems import cartpole
+
+  monkeypatch.delenv("ANVIL_PORTABLE", raising=False)
+  monkeypatch.delenv("ANVIL_CXXFLAGS", raising=False)
+  flags, tag = jit.cxxflags(), jit.host_tag()
+  assert len(tag) == 16 and "-ffp-contract=off" in flags and "-march=native" in flags  # g++ and clang++ take them
+  make = lambda: av.NumericalFunction("cache_host", cartpole.step, (av.Arg(4), av.Arg(1)))
+  x, u = np.array([0.3, -0.2, 2.0, 1.0]), np.array([4.0])
+  host = make()
+  y_host, library = host(x, u), host.library
+  monkeypatch.setenv("ANVIL_PORTABLE", "1")
+  assert jit.host_tag() == "" and not set(jit.cxxflags()) - set(jit.CXXFLAGS)
+  baseline = make()
+  y_baseline = baseline(x, u)
+  assert baseline.library != library and sorted(p.suffix for p in (fresh_cache / "lib").iterdir()).count(".so") == 2
+  np.testing.assert_array_equal(y_host, y_baseline)
+  np.testing.assert_allclose(y_host, cartpole.step_numpy(x, u), rtol=1e-14)
+
+
 def test_cache_dir_defaults_to_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
   from anvil.codegen.jit import cache_dir
 

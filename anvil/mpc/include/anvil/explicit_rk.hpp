@@ -21,6 +21,7 @@
 // point's sensitivities for hessian() (else one is reused, which keeps a Jacobian-only pass in the L1 cache).
 #ifndef ANVIL_EXPLICIT_RK_HPP
 #define ANVIL_EXPLICIT_RK_HPP
+#include "anvil/dense.hpp"
 
 namespace anvil {
 namespace integrators {
@@ -33,6 +34,19 @@ struct ExplicitRK {
   static constexpr int kept = second_order ? points : 1;  ///< stage points whose sensitivities are kept
   static constexpr int jac_nnz = O::jac_nnz > 0 ? O::jac_nnz : 1;
   static constexpr int hess_nnz = O::hess_nnz > 0 ? O::hess_nnz : 1;
+  /// The rows of DZ = d(X_i, u)/d(x, u) = [DX_i; 0 I] that the Hessian of mu'f touches: its states, every input.
+  static constexpr int touched = O::n_hess_rows + nu;
+
+  /// Where each coordinate of [x; u] sits among the touched rows (-1: a state f is linear in).
+  struct Compact {
+    int of[nz];
+    constexpr Compact() : of() {
+      for (int i = 0; i < nz; ++i) of[i] = -1;
+      for (int e = 0; e < O::n_hess_rows; ++e) of[O::hess_rows[e]] = e;
+      for (int q = 0; q < nu; ++q) of[nx + q] = O::n_hess_rows + q;
+    }
+  };
+  static constexpr Compact compact{};
 
   /// The stage points, their sensitivities and the ODE's Jacobian there (kept for every point by forward() for
   /// hessian() with second_order, else one of each is reused), and the scratch of the passes. Plain arrays: no
@@ -42,7 +56,8 @@ struct ExplicitRK {
     real DX[kept][nx][nz];       ///< dX_i/d[x; u]
     real J[kept][jac_nnz];       ///< df/d[x; u] at the stage point (CSC values)
     real K[s][nx], dK[s][nx][nz], x[nx], S[nx][nz];
-    real kappa[s][nx], xi[s][nx], lam[nx], hf[hess_nnz], T[nz][nz];
+    real kappa[s][nx], xi[s][nx], lam[nx], hf[hess_nnz];
+    real D[touched][nz], T[touched][nz], Q[nz][nz];  ///< DZ's touched rows, Hf times them, the sum of DZ' Hf DZ
   };
 
   /// x_next = F(x, u, p) alone (the ODE's rate at every stage point, no sensitivities); true (an explicit step does
@@ -118,6 +133,8 @@ struct ExplicitRK {
   static void hessian(const real* lam, const real* p, real* H, Workspace& w, E& eval) {
     static_assert(second_order, "hessian() needs the sensitivities of every stage point: ExplicitRK<O, true>");
     for (int r = 0; r < nx; ++r) w.lam[r] = lam[r];
+    for (int r = 0; r < nz; ++r)
+      for (int c = 0; c < nz; ++c) w.Q[r][c] = real(0);
     for (int n = steps - 1; n >= 0; --n) {
       for (int i = s - 1; i >= 0; --i) {
         const int at = n * s + i;
@@ -133,11 +150,13 @@ struct ExplicitRK {
           w.xi[i][q] = v;
         }
         eval.hessian(w.z[at], w.kappa[i], p, w.hf);
-        add_second_order(w.hf, w.DX[at], w.T, H);
+        add_second_order(w.DX[at], w);
       }
       for (int i = 0; i < s; ++i)
         for (int r = 0; r < nx; ++r) w.lam[r] += w.xi[i][r];
     }
+    for (int r = 0; r < nz; ++r)  // Q's lower triangle is H's upper one
+      for (int c = r; c < nz; ++c) H[r * nz + c] += w.Q[c][r];
   }
 
  private:
@@ -182,38 +201,23 @@ struct ExplicitRK {
     }
   }
 
-  /// Row q of DZ = [DX; 0 I] times v, added to out.
-  static void add_row(const real (&DX)[nx][nz], int q, real v, real* out) {
-    if (q < nx) {
-      for (int c = 0; c < nz; ++c) out[c] += v * DX[q][c];
-    } else {
-      out[q] += v;
-    }
-  }
-
-  /// H += DZ' Hf DZ (upper triangle), Hf symmetric given by its upper triangle (CSC): T = Hf DZ on the rows Hf has
-  /// (the states in hess_rows, every input), then H's rows c1 += sum_q DZ[q][c1] T[q] over those rows only.
-  static void add_second_order(const real* hf, const real (&DX)[nx][nz], real (&T)[nz][nz], real* H) {
+  /// Q += DZ' Hf DZ (lower triangle), Hf symmetric given by its upper triangle (CSC) in w.hf: on DZ's rows that Hf
+  /// touches alone (D, the states in hess_rows and the inputs), T = Hf D entry by entry, then D'T as one product of
+  /// compile-time sizes (anvil::dense).
+  static void add_second_order(const real (&DX)[nx][nz], Workspace& w) {
     for (int e = 0; e < O::n_hess_rows; ++e)
-      for (int c = 0; c < nz; ++c) T[O::hess_rows[e]][c] = 0.0;
-    for (int q = nx; q < nz; ++q)
-      for (int c = 0; c < nz; ++c) T[q][c] = 0.0;
+      for (int c = 0; c < nz; ++c) w.D[e][c] = DX[O::hess_rows[e]][c];
+    for (int q = 0; q < nu; ++q)
+      for (int c = 0; c < nz; ++c) w.D[O::n_hess_rows + q][c] = c == nx + q ? real(1) : real(0);
+    for (int r = 0; r < touched; ++r)
+      for (int c = 0; c < nz; ++c) w.T[r][c] = real(0);
     for (int b = 0; b < nz; ++b)
       for (int e = O::hess_p[b]; e < O::hess_p[b + 1]; ++e) {
-        const int a = O::hess_i[e];
-        add_row(DX, b, hf[e], T[a]);
-        if (a != b) add_row(DX, a, hf[e], T[b]);
+        const int a = compact.of[O::hess_i[e]], col = compact.of[b];
+        axpy<nz>(w.hf[e], w.D[col], w.T[a]);
+        if (a != col) axpy<nz>(w.hf[e], w.D[a], w.T[col]);
       }
-    for (int c1 = 0; c1 < nz; ++c1) {
-      real* row = H + c1 * nz;
-      for (int e = 0; e < O::n_hess_rows; ++e) {
-        const int q = O::hess_rows[e];
-        const real v = DX[q][c1];
-        for (int c2 = c1; c2 < nz; ++c2) row[c2] += v * T[q][c2];
-      }
-      if (c1 >= nx)
-        for (int c2 = c1; c2 < nz; ++c2) row[c2] += T[c1][c2];
-    }
+    dense::add_lower_product<0>(w.D, w.T, w.Q);
   }
 };
 

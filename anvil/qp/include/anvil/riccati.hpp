@@ -16,6 +16,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "anvil/dense.hpp"
 #include "anvil/interior_point.hpp"
 #include "anvil/support.hpp"
 
@@ -53,48 +54,6 @@ void cholesky_solve(const T (&L)[m][m], T* v) {
   }
 }
 
-/// out = sum_l a[l] M[l][:len], a combination of M's rows (their first len entries) accumulated in a local array of
-/// compile-time length, which compilers keep in vector registers: 1.4x (SSE2) to 3x (AVX2) the speed of updating
-/// `out` in memory term by term.
-template <int rows, int n, int len = n, class T>
-void combine_rows(const T* a, const T (&M)[rows][n], T* out) {
-  T acc[len];
-  for (int j = 0; j < len; ++j) acc[j] = a[0] * M[0][j];
-  for (int l = 1; l < rows; ++l) {
-    const T c = a[l];
-    for (int j = 0; j < len; ++j) acc[j] += c * M[l][j];
-  }
-  for (int j = 0; j < len; ++j) out[j] = acc[j];
-}
-
-/// out = M x (the first len columns of M): the products accumulated column by column in a local array, so the rows'
-/// sums are independent chains (a dot product per row is one chain of dependent additions, which runs at the adder's
-/// latency).
-template <int rows, int n, int len = n, class T>
-void multiply(const T (&M)[rows][n], const T* x, T* out) {
-  T acc[rows];
-  for (int i = 0; i < rows; ++i) acc[i] = M[i][0] * x[0];
-  for (int j = 1; j < len; ++j) {
-    const T c = x[j];
-    for (int i = 0; i < rows; ++i) acc[i] += M[i][j] * c;
-  }
-  for (int i = 0; i < rows; ++i) out[i] = acc[i];
-}
-
-/// Q[i][:i+1] += (M'N)[i][:i+1] for i >= first: the lower triangle of M'N added to Q's, four rows at a time, each
-/// row computed up to the block's last column (compile-time lengths, so the rows stay in registers).
-template <int first, int rows, int n, int s, class T>
-void add_lower_product(const T (&M)[rows][n], const T (&N)[rows][n], T (&Q)[s][s]) {
-  constexpr int end = first + 4 < n ? first + 4 : n;
-  for (int i = first; i < end; ++i) {
-    T a[rows], row[end];
-    for (int l = 0; l < rows; ++l) a[l] = M[l][i];
-    combine_rows<rows, n, end>(a, N, row);
-    for (int j = 0; j <= i; ++j) Q[i][j] += row[j];
-  }
-  if constexpr (end < n) add_lower_product<end, rows, n, s>(M, N, Q);
-}
-
 /// Minimizes the quadratic of Hessian Q (in [x; u] order, m inputs; only its lower triangle is read) over u: the
 /// Cholesky factor L of Q_uu, the feedback K = -Q_uu^-1 Q_ux and the value function's Hessian P = Q_xx + Q_ux'K =
 /// Q_xx - V'V with V = L^-1 Q_ux (a symmetric update, computed on the lower triangle and mirrored). False if Q_uu is
@@ -125,7 +84,7 @@ bool eliminate_inputs(const T (&Q)[nx + m][nx + m], T (&L)[m][m], T (&K)[m][nx],
   }
   for (int i = 0; i < nx; ++i)
     for (int j = 0; j <= i; ++j) P[i][j] = Q[i][j];
-  add_lower_product<0>(V, W, P);
+  dense::add_lower_product<0>(V, W, P);
   for (int i = 0; i < nx; ++i)
     for (int j = 0; j < i; ++j) P[j][i] = P[i][j];
   return true;
@@ -134,7 +93,7 @@ bool eliminate_inputs(const T (&Q)[nx + m][nx + m], T (&L)[m][m], T (&K)[m][nx],
 /// The value function's gradient p = qx + K'qu and the feedforward kk = -Q_uu^-1 qu (qu is overwritten).
 template <int nx, int m, class T>
 void feedforward(const T* qx, T* qu, const T (&L)[m][m], const T (&K)[m][nx], T* p, T* kk) {
-  combine_rows<m, nx>(qu, K, p);
+  dense::combine_rows<m, nx>(qu, K, p);
   for (int i = 0; i < nx; ++i) p[i] += qx[i];
   cholesky_solve(L, qu);
   for (int i = 0; i < m; ++i) kk[i] = -qu[i];
@@ -339,10 +298,10 @@ struct Riccati {
   /// r += [A_k B_k]'v
   static void add_dynamics_transposed(const Data& d, int k, const T* v, T* r) {
     T a[nx], b[nud > 0 ? nud : 1];
-    riccati::combine_rows<nx, nx>(v, d.A[k], a);
+    dense::combine_rows<nx, nx>(v, d.A[k], a);
     for (int i = 0; i < nx; ++i) r[i] += a[i];
     if constexpr (nud > 0) {
-      riccati::combine_rows<nx, nu, nud>(v, d.B[k], b);
+      dense::combine_rows<nx, nu, nud>(v, d.B[k], b);
       for (int i = 0; i < nud; ++i) r[nx + i] += b[i];
     }
   }
@@ -350,9 +309,9 @@ struct Riccati {
   /// b + A_k x + B_k u (the inputs that enter the dynamics), into v.
   static void dynamics(const Data& d, int k, const T* x, const T* u, const T* b, T* v) {
     T bu[nx];
-    riccati::multiply<nx, nx>(d.A[k], x, v);
+    dense::multiply<nx, nx>(d.A[k], x, v);
     if constexpr (nud > 0) {
-      riccati::multiply<nx, nu, nud>(d.B[k], u, bu);
+      dense::multiply<nx, nu, nud>(d.B[k], u, bu);
       for (int i = 0; i < nx; ++i) v[i] += bu[i];
     }
     for (int i = 0; i < nx; ++i) v[i] += b[i];
@@ -367,7 +326,7 @@ struct Riccati {
       T z[nz];  // H is symmetric: H z is a combination of its rows
       for (int i = 0; i < nx; ++i) z[i] = ws.x[k][i];
       for (int i = 0; i < nu; ++i) z[nx + i] = ws.u[k][i];
-      riccati::combine_rows<nz, nz>(z, d.H[k], r);
+      dense::combine_rows<nz, nz>(z, d.H[k], r);
       for (int i = 0; i < nz; ++i) r[i] += d.g[k][i];
       add_dynamics_transposed(d, k, ws.pi[k], r);
       if (k > 0)
@@ -387,7 +346,7 @@ struct Riccati {
     T zN[nzN];
     for (int i = 0; i < nx; ++i) zN[i] = ws.x[N][i];
     for (int i = 0; i < nuN; ++i) zN[nx + i] = ws.uN[i];
-    riccati::combine_rows<nzN, nzN>(zN, d.HN, ws.r_N);
+    dense::combine_rows<nzN, nzN>(zN, d.HN, ws.r_N);
     for (int i = 0; i < nzN; ++i) ws.r_N[i] += d.gN[i] - (i < nx ? ws.pi[N - 1][i] : T(0));
     for (int e = 0; e < ws.n_liveN; ++e) {
       const int m = ws.liveN[e];
@@ -444,10 +403,10 @@ struct Riccati {
         for (int j = 0; j < nud; ++j) AB[l][nx + j] = d.B[k][l][j];
       }
       T PAB[nx][nd];  // P [A B]
-      for (int i = 0; i < nx; ++i) riccati::combine_rows<nx, nd>(P[i], AB, PAB[i]);
+      for (int i = 0; i < nx; ++i) dense::combine_rows<nx, nd>(P[i], AB, PAB[i]);
       T Q[nz][nz];  // H + G'WG + [A B]'P[A B], lower triangle
       lower_triangle(d.H[k], Q, regularization);
-      riccati::add_lower_product<0>(AB, PAB, Q);
+      dense::add_lower_product<0>(AB, PAB, Q);
       stage(k, [&](int m, T w) { ws.pattern[k][m].add_outer(d.G[k][m], w, Q); });
       if (!riccati::eliminate_inputs<nx, nu>(Q, ws.L[k], ws.K[k], ws.P[k])) return false;
     }
@@ -479,7 +438,7 @@ struct Riccati {
     }
     for (int k = N - 1; k >= 0; --k) {
       T s[nx];  // P_{k+1} b_k + p_{k+1}, with b_k = r_dyn_k (P symmetric: a combination of its rows)
-      riccati::combine_rows<nx, nx>(ws.r_dyn[k], ws.P[k + 1], s);
+      dense::combine_rows<nx, nx>(ws.r_dyn[k], ws.P[k + 1], s);
       for (int i = 0; i < nx; ++i) s[i] += ws.p[k + 1][i];
       T qz[nz];
       for (int i = 0; i < nz; ++i) qz[i] = ws.q[k][i];
@@ -489,10 +448,10 @@ struct Riccati {
     // forward rollout from dx_0 = 0
     for (int i = 0; i < nx; ++i) ws.dx[0][i] = 0.0;
     for (int k = 0; k < N; ++k) {
-      riccati::multiply<nu, nx>(ws.K[k], ws.dx[k], ws.du[k]);
+      dense::multiply<nu, nx>(ws.K[k], ws.dx[k], ws.du[k]);
       for (int i = 0; i < nu; ++i) ws.du[k][i] += ws.k[k][i];
       dynamics(d, k, ws.dx[k], ws.du[k], ws.r_dyn[k], ws.dx[k + 1]);
-      riccati::combine_rows<nx, nx>(ws.dx[k + 1], ws.P[k + 1], ws.dpi[k]);
+      dense::combine_rows<nx, nx>(ws.dx[k + 1], ws.P[k + 1], ws.dpi[k]);
       for (int i = 0; i < nx; ++i) ws.dpi[k][i] += ws.p[k + 1][i];
     }
     for (int i = 0; i < nuN; ++i) {

@@ -24,13 +24,13 @@ from anvil.version import __version__
 CXXFLAGS = ("-O3", "-std=c++17", "-fPIC", "-shared", "-fno-math-errno")
 #: Flags that fit a JIT build to the CPU it is built on, where it also runs, the first set the compiler takes: the
 #: vector units the baseline ISA leaves idle (AVX2 on x86-64) run the dense stage kernels and sensitivities 1.2-1.5x
-#: faster. Vectors of at most 256 bits (x86): 512-bit ones were no faster on those kernels, and GCC 12's SLP vectorizer
-#: at 512 bits changed the Riccati QP's results (convex QPs reported nonconvex). No fused multiply-adds
-#: (-ffp-contract=off): results stay the baseline build's. None with ANVIL_PORTABLE=1 (a cache shared by machines with
-#: other CPUs).
+#: faster. No fused multiply-adds (-ffp-contract=off): results stay the baseline build's. Two vectorizer paths stay off,
+#: each of which GCC 12 miscompiled here: 512-bit vectors (its SLP vectorizer changed the Riccati QP's results; they
+#: were no faster) and loops if-converted into masked loads (a guarded load at a negative offset, as rendered kernels
+#: have, read zeros). None with ANVIL_PORTABLE=1 (a cache shared by machines with other CPUs).
 HOST_FLAGS = (
-  ("-march=native", "-mprefer-vector-width=256", "-ffp-contract=off"),
-  ("-march=native", "-ffp-contract=off"),
+  ("-march=native", "-mprefer-vector-width=256", "-ffp-contract=off", "-fno-tree-loop-if-convert"),
+  ("-march=native", "-ffp-contract=off", "-fno-tree-loop-if-convert"),
 )
 COMPILERS = ("c++", "g++", "clang++")
 #: Flags of every CUDA module build: nvcc drives the host C++ compiler; the module loads the CUDA driver and NVRTC at

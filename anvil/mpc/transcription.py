@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+from numpy.typing import NDArray
 from tinygrad import Tensor
 
 from anvil.ad import constant_jacobian, jacobian, sphessian, spjacobian, vmap
@@ -388,12 +389,20 @@ class Transcription:
     if not all(isinstance(c, LeastSquares) for c in costs):
       raise ValueError(f"MPCFunction({self.name}): hessian='gauss_newton' needs costs given as LeastSquares")
     N, nx, nz = self.N, self.nx, self.nz
-    blocks = [(nz, k * nz) for k in range(N)] + ([(nx, N * nz)] if self.terminal_cost is not None else [])
-    rows, cols, gather = [], [], []
+    constant = self._constant_jacobians()
+    nxm, extra = self.nx_model, self.nx - self.nx_model  # NOTE: the previous inputs of an input rate: no residual
+    rate = self._rate_hessian()
+    stage_used, final_used = self._gauss_newton_coordinates(constant, rate)
+    blocks = [(stage_used, k * nz) for k in range(N)]
+    blocks += [(final_used, N * nz)] if self.terminal_cost is not None else []
+    rows: list[int] = []
+    cols: list[int] = []
+    gather: list[int] = []
     offset = 0
-    for size, start in blocks:
-      for j in range(size):
-        for i in range(j + 1):
+    for used, start in blocks:
+      size = used.size
+      for j in map(int, np.flatnonzero(used)):
+        for i in map(int, np.flatnonzero(used[: j + 1])):
           rows.append(start + i)
           cols.append(start + j)
           gather.append(offset + i * size + j)
@@ -407,10 +416,6 @@ class Transcription:
     order = np.lexsort((rows, cols))
     stage_ls, final_ls = self.stage_cost, self.terminal_cost
     assert isinstance(stage_ls, LeastSquares)
-
-    constant = self._constant_jacobians()
-    nxm, extra = self.nx_model, self.nx - self.nx_model  # NOTE: the previous inputs of an input rate: no residual
-    rate = self._rate_hessian()
 
     def values(w: Tensor, params: Tensor, sigma: Tensor, lam: Tensor) -> Tensor:
       X, U, xN, _, _, P = self.split(w, params)
@@ -445,6 +450,23 @@ class Transcription:
     args = self._args((self.nw, "w"), (self.n_params, "params"), (1, "sigma"), (self.ng, "lam"))
     return SparseNumericalFunction(f"{self.name}_gauss_newton", in_scalar(values, self.scalar), args, pattern,
                                    gather=np.asarray(gather)[order])  # fmt: skip
+
+  def _gauss_newton_coordinates(
+    self, constant: tuple[np.ndarray, np.ndarray | None] | None, rate: np.ndarray | None
+  ) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
+    """The coordinates of a stage's [x; u] and of x_N that the Gauss-Newton blocks can be nonzero on: every one,
+    unless the residuals are affine (`constant` Jacobians): then the columns their Jacobians use (and the input
+    rate's), so the blocks hold no structural zeros (for OSQP, entries of P it factorizes)."""
+    stage, final = np.ones(self.nz, bool), np.ones(self.nx, bool)
+    if constant is None:
+      return stage, final
+    extra = self.nx - self.nx_model
+    stage = np.insert(constant[0] != 0, [self.nx_model] * extra, False, axis=1).any(axis=0)
+    if rate is not None:
+      stage |= (rate != 0).any(axis=0)
+    if constant[1] is not None:
+      final = np.concatenate([(constant[1] != 0).any(axis=0), np.zeros(extra, bool)])
+    return stage, final
 
   def _rate_hessian(self) -> np.ndarray | None:
     """The Hessian of an input rate's cost (u - v)' W_r (u - v) in a stage's [x; v; u]: 2 D' W_r D, D = [0 -I I]; None

@@ -48,33 +48,6 @@ struct ExplicitRK {
   };
   static constexpr Compact compact{};
 
-  /// Hf's entries row by row over the touched rows, both triangles (Hf is symmetric, stored as its upper triangle):
-  /// row a's entries k in [p[a], p[a + 1]) are at column col[k], their value at hf[at[k]].
-  struct ByRow {
-    int p[touched + 1], col[2 * hess_nnz], at[2 * hess_nnz];
-    constexpr ByRow() : p(), col(), at() {
-      const Compact m{};
-      for (int b = 0; b < nz; ++b)
-        for (int e = O::hess_p[b]; e < O::hess_p[b + 1]; ++e) {
-          const int a = m.of[O::hess_i[e]], c = m.of[b];
-          ++p[a + 1];
-          if (a != c) ++p[c + 1];
-        }
-      int next[touched + 1] = {};
-      for (int a = 0; a < touched; ++a) next[a + 1] = p[a + 1] += p[a];
-      for (int b = 0; b < nz; ++b)
-        for (int e = O::hess_p[b]; e < O::hess_p[b + 1]; ++e) {
-          const int a = m.of[O::hess_i[e]], c = m.of[b];
-          col[next[a]] = c;
-          at[next[a]++] = e;
-          if (a == c) continue;
-          col[next[c]] = a;
-          at[next[c]++] = e;
-        }
-    }
-  };
-  static constexpr ByRow by_row{};
-
   /// The stage points, their sensitivities and the ODE's Jacobian there (kept for every point by forward() for
   /// hessian() with second_order, else one of each is reused), and the scratch of the passes. Plain arrays: no
   /// allocation.
@@ -202,43 +175,48 @@ struct ExplicitRK {
       for (int i = 0; i < s; ++i) w.x[r] += O::h * O::b[i] * w.K[i][r];
   }
 
+  /// y += v x, over n entries.
+  template <int n>
+  static void axpy(real v, const real* x, real* y) {
+    for (int c = 0; c < n; ++c) y[c] += v * x[c];
+  }
+
   /// dK = J [DX; 0 I] with J sparse, row by row: a combination of DX's rows (the row's state entries, listed first),
   /// then its input entries added where they sit.
   static void stage_sensitivity(const real* J, const real (&DX)[nx][nz], real (&dK)[nx][nz]) {
     for (int r = 0; r < nx; ++r) {
-      // NOTE: the row accumulates in a local array of compile-time length (vector registers), DX's rows the only
-      // loads: updating dK's row in memory per entry doubled the pass's loads and stores
-      real acc[nz];
-      for (int c = 0; c < nz; ++c) acc[c] = real(0);
-      const int inputs = O::jac_row_u[r];
-      for (int e = O::jac_row_p[r]; e < inputs; ++e) {
-        const real v = J[O::jac_row_e[e]];
-        const real* x = DX[O::jac_row_j[e]];
-        for (int c = 0; c < nz; ++c) acc[c] += v * x[c];
+      real* out = dK[r];
+      const int first = O::jac_row_p[r], inputs = O::jac_row_u[r];
+      // NOTE: the first entry's product initializes the row: zeroing it first compiled to a memset (rep stos) that
+      // took a fifth of the pass
+      if (first < inputs) {
+        const real v = J[O::jac_row_e[first]];
+        const real* x = DX[O::jac_row_j[first]];
+        for (int c = 0; c < nz; ++c) out[c] = v * x[c];
+      } else {
+        for (int c = 0; c < nz; ++c) out[c] = 0.0;
       }
-      for (int e = inputs; e < O::jac_row_p[r + 1]; ++e) acc[O::jac_row_j[e]] += J[O::jac_row_e[e]];
-      for (int c = 0; c < nz; ++c) dK[r][c] = acc[c];
+      for (int e = first + 1; e < inputs; ++e) axpy<nz>(J[O::jac_row_e[e]], DX[O::jac_row_j[e]], out);
+      for (int e = inputs; e < O::jac_row_p[r + 1]; ++e) out[O::jac_row_j[e]] += J[O::jac_row_e[e]];
     }
   }
 
-  /// Q += DZ' Hf DZ (lower triangle), Hf symmetric in w.hf (its upper triangle, CSC): on DZ's rows that Hf touches
-  /// alone (D, the states in hess_rows and the inputs), T = Hf D row by row (each accumulated in a local array), then
-  /// D'T as one product of compile-time sizes (anvil::dense).
+  /// Q += DZ' Hf DZ (lower triangle), Hf symmetric given by its upper triangle (CSC) in w.hf: on DZ's rows that Hf
+  /// touches alone (D, the states in hess_rows and the inputs), T = Hf D entry by entry, then D'T as one product of
+  /// compile-time sizes (anvil::dense).
   static void add_second_order(const real (&DX)[nx][nz], Workspace& w) {
     for (int e = 0; e < O::n_hess_rows; ++e)
       for (int c = 0; c < nz; ++c) w.D[e][c] = DX[O::hess_rows[e]][c];
     for (int q = 0; q < nu; ++q)
       for (int c = 0; c < nz; ++c) w.D[O::n_hess_rows + q][c] = c == nx + q ? real(1) : real(0);
-    for (int a = 0; a < touched; ++a) {
-      real acc[nz];
-      for (int c = 0; c < nz; ++c) acc[c] = real(0);
-      for (int k = by_row.p[a]; k < by_row.p[a + 1]; ++k) {
-        const real v = w.hf[by_row.at[k]];
-        const real* x = w.D[by_row.col[k]];
-        for (int c = 0; c < nz; ++c) acc[c] += v * x[c];
+    for (int r = 0; r < touched; ++r)
+      for (int c = 0; c < nz; ++c) w.T[r][c] = real(0);
+    for (int b = 0; b < nz; ++b)
+      for (int e = O::hess_p[b]; e < O::hess_p[b + 1]; ++e) {
+        const int a = compact.of[O::hess_i[e]], col = compact.of[b];
+        axpy<nz>(w.hf[e], w.D[col], w.T[a]);
+        if (a != col) axpy<nz>(w.hf[e], w.D[a], w.T[col]);
       }
-      for (int c = 0; c < nz; ++c) w.T[a][c] = acc[c];
-    }
     dense::add_lower_product<0>(w.D, w.T, w.Q);
   }
 };

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from anvil import Arg, NumericalFunction, Tensor
 from anvil.ad import sphessian, spjacobian
@@ -34,7 +35,7 @@ def ocp(name: str, options: MPCOptions, affine: bool = False) -> MPCFunction:
   )
   residual = NumericalFunction(f"{name}_r", stage, (Arg(NX), Arg(NU), Arg(NP)))
   terminal = (
-    LeastSquares(NumericalFunction(f"{name}_rN", lambda x: x * 3.0, (Arg(NX),)), np.ones(NX)) if affine else None
+    LeastSquares(NumericalFunction(f"{name}_rN", lambda x: x[0:2] * 3.0, (Arg(NX),)), np.ones(2)) if affine else None
   )
   path = NumericalFunction(f"{name}_h", lambda x, u, p: (x[0:1] * u[0:1] + p[1]).cat(x[2:3] ** 2), (Arg(NX), Arg(NU),
                            Arg(NP)))  # fmt: skip
@@ -94,6 +95,10 @@ def test_stage_functions_equal_the_nlp_functions(mpc: MPCFunction, affine: bool)
     H, H_ref = sqp.hessian(w, params, sigma, lam).toarray(), reference_hessian(w, params, sigma, lam).toarray()
     np.testing.assert_allclose(H, H_ref, rtol=1e-12, atol=1e-12 * np.abs(H_ref).max())
     assert np.abs(H_ref).max() > 1.0 and np.count_nonzero(np.triu(H_ref, 1)) > 0  # curved, coupled: a real check
+  # x_N's block holds the reference's entries only: no structural zeros where the terminal residual ignores x_N[2]
+  last = slice(N * (NX + NU), N * (NX + NU) + NX)
+  pattern = lambda f: sp.csc_array((np.ones(f.nnz), f.indices, f.indptr), shape=f.shape).toarray()[last, last] != 0
+  np.testing.assert_array_equal(pattern(sqp.hessian), pattern(reference_hessian))
   # the dynamics' entries vary; the rest keeps its constants (the defects' identity blocks)
   constants = sqp.jacobian.constant_entries
   assert constants is not None and np.isnan(constants[sqp.jacobian.block_to_out]).all()

@@ -125,7 +125,7 @@ class OdeContext:
     if jac is not None:
       tables |= _jacobian_tables(jac, nx)
     if hess is not None:
-      hess_rows = tuple(sorted({int(v) for v in np.concatenate(coordinates(hess)) if v < nx}))
+      hess_rows = tuple(sorted({int(v) for v in np.concatenate(coordinates(hess))}))
       tables |= {"hess_p": _ints(hess.indptr), "hess_i": _ints(hess.indices), "hess_rows": hess_rows}
     tol = float(getattr(F, "newton_tol", 0.0))
     inputs = ("v", "v + Ode::nx", "v + Ode::nx + Ode::na") if na else ("v", "v + Ode::nx")

@@ -16,7 +16,7 @@
 // by row: jac_row_p[nx + 1], jac_row_u[nx] (where the row's input columns start), jac_row_j[jac_nnz] (column),
 // jac_row_e[jac_nnz] (position in the CSC values); hess_nnz,
 // hess_p[nz + 1], hess_i[hess_nnz] (the upper triangle of the Hessian of mu'f, nz x nz) and hess_rows[n_hess_rows],
-// the states among its rows and columns (the others enter f linearly). E (the evaluations, with their workspaces):
+// the coordinates of [x; u] among its rows and columns (the others enter f linearly). E (the evaluations, with their workspaces):
 // rate(z, p, xdot), jacobian(z, p, values), hessian(z, mu, p, values) at z = [x; u]. second_order: keep every stage
 // point's sensitivities for hessian() (else one is reused, which keeps a Jacobian-only pass in the L1 cache).
 #ifndef ANVIL_EXPLICIT_RK_HPP
@@ -34,16 +34,15 @@ struct ExplicitRK {
   static constexpr int kept = second_order ? points : 1;  ///< stage points whose sensitivities are kept
   static constexpr int jac_nnz = O::jac_nnz > 0 ? O::jac_nnz : 1;
   static constexpr int hess_nnz = O::hess_nnz > 0 ? O::hess_nnz : 1;
-  /// The rows of DZ = d(X_i, u)/d(x, u) = [DX_i; 0 I] that the Hessian of mu'f touches: its states, every input.
-  static constexpr int touched = O::n_hess_rows + nu;
+  /// The rows of DZ = d(X_i, u)/d(x, u) = [DX_i; 0 I] that the Hessian of mu'f touches (at least one stored).
+  static constexpr int touched = O::n_hess_rows > 0 ? O::n_hess_rows : 1;
 
-  /// Where each coordinate of [x; u] sits among the touched rows (-1: a state f is linear in).
+  /// Where each coordinate of [x; u] sits among the touched rows (-1: one f is linear in).
   struct Compact {
     int of[nz];
     constexpr Compact() : of() {
       for (int i = 0; i < nz; ++i) of[i] = -1;
       for (int e = 0; e < O::n_hess_rows; ++e) of[O::hess_rows[e]] = e;
-      for (int q = 0; q < nu; ++q) of[nx + q] = O::n_hess_rows + q;
     }
   };
   static constexpr Compact compact{};
@@ -202,13 +201,14 @@ struct ExplicitRK {
   }
 
   /// Q += DZ' Hf DZ (lower triangle), Hf symmetric given by its upper triangle (CSC) in w.hf: on DZ's rows that Hf
-  /// touches alone (D, the states in hess_rows and the inputs), T = Hf D entry by entry, then D'T as one product of
-  /// compile-time sizes (anvil::dense).
+  /// touches alone (D, DZ's rows of the coordinates in hess_rows), T = Hf D entry by entry, then D'T as one product
+  /// of compile-time sizes (anvil::dense). Nothing where f is linear.
   static void add_second_order(const real (&DX)[nx][nz], Workspace& w) {
-    for (int e = 0; e < O::n_hess_rows; ++e)
-      for (int c = 0; c < nz; ++c) w.D[e][c] = DX[O::hess_rows[e]][c];
-    for (int q = 0; q < nu; ++q)
-      for (int c = 0; c < nz; ++c) w.D[O::n_hess_rows + q][c] = c == nx + q ? real(1) : real(0);
+    if constexpr (O::n_hess_rows == 0) return;
+    for (int e = 0; e < O::n_hess_rows; ++e) {
+      const int q = O::hess_rows[e];
+      for (int c = 0; c < nz; ++c) w.D[e][c] = q < nx ? DX[q][c] : real(c == q);
+    }
     for (int r = 0; r < touched; ++r)
       for (int c = 0; c < nz; ++c) w.T[r][c] = real(0);
     for (int b = 0; b < nz; ++b)

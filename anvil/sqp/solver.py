@@ -541,11 +541,18 @@ def _sorted(m: Any) -> sp.csc_array:
 
 
 def _positions(pattern: sp.csc_array, part: Any) -> tuple[int, ...]:
-  """For each stored entry of `part` (CSC order), its position among the stored entries of `pattern`."""
-  index = {}
-  for c in range(pattern.shape[1]):
-    for k in range(pattern.indptr[c], pattern.indptr[c + 1]):
-      index[(int(pattern.indices[k]), c)] = k
+  """For each stored entry of `part` (CSC order), its position among the stored entries of `pattern` (KeyError when
+  `pattern` has no such entry)."""
   part = sp.csc_array(part)
-  cols = np.repeat(np.arange(part.shape[1]), np.diff(part.indptr))
-  return tuple(index[(int(r), int(c))] for r, c in zip(part.indices, cols, strict=True))
+  keys, wanted = _entry_keys(pattern), _entry_keys(part)
+  order = np.argsort(keys, kind="stable")
+  found = np.searchsorted(keys[order], wanted)
+  if wanted.size and (found.max() >= keys.size or not np.array_equal(keys[order[found]], wanted)):
+    raise KeyError(f"{part.shape} entries missing from a pattern of {pattern.nnz} entries")
+  return tuple(int(k) for k in order[found])
+
+
+def _entry_keys(m: sp.csc_array) -> NDArray[np.int64]:
+  """column * rows + row of every stored entry of m, in CSC order."""
+  cols = np.repeat(np.arange(m.shape[1], dtype=np.int64), np.diff(m.indptr))
+  return cols * m.shape[0] + m.indices.astype(np.int64)

@@ -399,14 +399,15 @@ class Transcription:
     cols: list[int] = []
     gather: list[int] = []
     offset = 0
-    for used, start in blocks:
+    for k, (used, start) in enumerate(blocks):
       size = used.size
       for j in map(int, np.flatnonzero(used)):
         for i in map(int, np.flatnonzero(used[: j + 1])):
           rows.append(start + i)
           cols.append(start + j)
           gather.append(offset + i * size + j)
-      offset += size * size
+      # NOTE: affine residuals: every stage's block is the same one, computed once (the values hold it once)
+      offset += 0 if constant is not None and k < N - 1 else size * size
     for e in range(self.ns):
       rows.append(N * nz + nx + e)
       cols.append(N * nz + nx + e)
@@ -427,7 +428,7 @@ class Transcription:
         J = Tensor(Jc)  # NOTE: captured in the trace's float type (anvil.codegen.trace.tracing_in)
         JN = None if constant[1] is None else Tensor(np.hstack([constant[1], np.zeros((constant[1].shape[0], extra))]))
         block = J.T @ (W @ J) + (Tensor(rate) if rate is not None else 0)
-        pieces = [block.flatten().reshape(1, -1).expand(N, -1).flatten()]
+        pieces = [block.flatten()]
       else:
         Xm, xNm = X[:, :nxm], xN[:nxm]
         stage_args = (Xm, U, P[:N]) if self.takes_p["stage_cost"] else (Xm, U)

@@ -28,6 +28,7 @@ from anvil.ad.transforms import (
 from anvil.codegen import Arg, SparseNumericalFunction
 from anvil.codegen.build import stage
 from anvil.codegen.renderer import UNROLL_LANES
+from anvil.codegen.sparse import stored_coordinates
 
 SeedGraph = Callable[[Fn, Sequence[Tensor], int, Tensor, str], Tensor]
 Index = NDArray[np.int64]
@@ -149,7 +150,7 @@ def _on_scalars(fn: Fn, name: str, wrt: int, what: str, scalar: bool | None) -> 
   if found is None:
     return None
   pattern, code, constants = found
-  rows, cols = _csc_coordinates(pattern)
+  rows, cols = stored_coordinates(pattern)
   index = Tensor((rows * pattern.shape[1] + cols).astype(np.int32))
   dense = hessian_graph if what == "sphessian" else jacobian_graph
   derivative = SparseNumericalFunction(name, lambda *xs: dense(fn, xs, wrt, what).flatten()[index], fn.inputs,
@@ -181,7 +182,7 @@ def spjacobian(fn: Fn, wrt: int = 0, *, name: str | None = None, scalar: bool | 
   with stage(new_name, "derive"):
     probe, out = _probe_output(fn, "spjacobian")
     pattern = jacobian_sparsity([out.uop], [p.uop for p in probe], wrt)
-    rows, cols = _csc_coordinates(pattern)
+    rows, cols = stored_coordinates(pattern)
     constant = _constant_entries(probe, out, wrt, pattern, rows, cols)
   # NOTE: entries that are the same at every point (identity blocks of defects, linear constraints) are constants of
   # the generated code; only the others are coloured and evaluated.
@@ -279,9 +280,3 @@ def sphessian(fn: Fn, wrt: int = 0, *, name: str | None = None, scalar: bool | N
 def _or_identity(colors: NDArray[np.int64]) -> NDArray[np.int64]:
   """The colouring, or one colour per column when compression saves no pass (identity seeds fold to constants)."""
   return np.arange(colors.size) if colors.size and colors.max() + 1 >= colors.size else colors
-
-
-def _csc_coordinates(pattern: sp.csc_array) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-  """Row and column of every stored entry, in CSC order."""
-  cols = np.repeat(np.arange(pattern.shape[1]), np.diff(pattern.indptr))
-  return pattern.indices.astype(np.int64), cols

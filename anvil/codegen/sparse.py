@@ -286,3 +286,24 @@ def _reference_positional(rest: tuple[Any, ...]) -> bool:
 
 def _shifted(values: Tensor, shift: Tensor | None) -> Tensor:
   return values if shift is None else values + shift.cast(values.dtype)
+
+
+def stored_coordinates(pattern: Any) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+  """The rows and columns of the stored entries of a CSC pattern (a csc_array, a SparseNumericalFunction: anything
+  with indices, indptr and shape), in storage order."""
+  cols = np.repeat(np.arange(pattern.shape[1], dtype=np.int64), np.diff(pattern.indptr))
+  return np.asarray(pattern.indices, dtype=np.int64), cols
+
+
+def entry_positions(pattern: Any, rows: ArrayLike, cols: ArrayLike) -> NDArray[np.int64]:
+  """Where each entry (rows[e], cols[e]) sits among the stored entries of the CSC `pattern` (its position in
+  `pattern.indices`); KeyError when the pattern does not store one of them."""
+  stored_rows, stored_cols = stored_coordinates(pattern)
+  height = int(pattern.shape[0])
+  keys = stored_cols * height + stored_rows
+  wanted = np.asarray(cols, dtype=np.int64) * height + np.asarray(rows, dtype=np.int64)
+  order = np.argsort(keys, kind="stable")
+  found = np.searchsorted(keys[order], wanted)
+  if wanted.size and (found.max() >= keys.size or not np.array_equal(keys[order[found]], wanted)):
+    raise KeyError(f"entries missing from a pattern of {keys.size} stored entries")
+  return order[found]

@@ -14,6 +14,7 @@ import scipy.sparse as sp
 from anvil.ad import sphessian, spjacobian
 from anvil.codegen import Arg, NumericalFunction, SparseNumericalFunction
 from anvil.codegen.precision import SCALARS, cpp_real, in_precision, in_scalar
+from anvil.codegen.sparse import stored_coordinates
 
 #: The tightest Newton tolerance a float32 implicit step asks for (an update of 1e-5 leaves ~1e-10: float32's rounding
 #: is ~1e-7 of the states).
@@ -125,7 +126,7 @@ class OdeContext:
     if jac is not None:
       tables |= _jacobian_tables(jac, nx)
     if hess is not None:
-      hess_rows = tuple(sorted({int(v) for v in np.concatenate(coordinates(hess))}))
+      hess_rows = tuple(sorted({int(v) for v in np.concatenate(stored_coordinates(hess))}))
       tables |= {"hess_p": _ints(hess.indptr), "hess_i": _ints(hess.indices), "hess_rows": hess_rows}
     tol = float(getattr(F, "newton_tol", 0.0))
     inputs = ("v", "v + Ode::nx", "v + Ode::nx + Ode::na") if na else ("v", "v + Ode::nx")
@@ -152,8 +153,3 @@ def _jacobian_tables(jac: SparseNumericalFunction, nx: int) -> dict[str, tuple[i
   return {"jac_p": _ints(jac.indptr), "jac_i": _ints(jac.indices), "jac_row_p": _ints(rows.indptr),
           "jac_row_u": _ints(rows.indptr[:-1] + states[rows.indptr[1:]] - states[rows.indptr[:-1]]),
           "jac_row_j": _ints(rows.indices), "jac_row_e": _ints(rows.data - 1)}  # fmt: skip
-
-
-def coordinates(fn: SparseNumericalFunction) -> tuple[np.ndarray[Any, np.dtype[np.int64]], ...]:
-  """The rows and columns of `fn`'s stored entries."""
-  return np.asarray(fn.indices, dtype=np.int64), np.repeat(np.arange(fn.shape[1]), np.diff(fn.indptr))

@@ -35,8 +35,9 @@ from anvil.codegen import NumericalFunction, SparseNumericalFunction
 from anvil.codegen.base import FunctionBase
 from anvil.codegen.precision import cpp_real
 from anvil.codegen.runtime import runtime_include
+from anvil.codegen.sparse import entry_positions, stored_coordinates
 from anvil.codegen.templated import TemplatedFunction
-from anvil.mpc.ode import OdeContext, OdeDerivatives, coordinates
+from anvil.mpc.ode import OdeContext, OdeDerivatives
 
 KINDS = ("jacobian", "hessian")
 
@@ -191,10 +192,9 @@ class StageDerivative(_StageWise):
     union.sort_indices()
     self.shape: tuple[int, int] = rest.shape
     self.indices, self.indptr = union.indices.astype(np.int64), union.indptr.astype(np.int64)
-    position = sp.csc_array((np.arange(1, union.nnz + 1), union.indices, union.indptr), shape=rest.shape)
-    self.rest_to_out = _positions(position, rest)
-    self.terms_to_out = [_positions(position, t) for t in terms]
-    self.block_to_out = np.asarray(position[rows, cols]).astype(np.int64) - 1
+    self.rest_to_out = entry_positions(union, *stored_coordinates(rest))
+    self.terms_to_out = [entry_positions(union, *stored_coordinates(t)) for t in terms]
+    self.block_to_out = entry_positions(union, rows, cols)
     if kind == "jacobian" and np.intersect1d(self.rest_to_out, self.block_to_out).size:
       raise ValueError(f"{name}: the NLP without its dynamics has entries where the dynamics' Jacobian has its own")
     constants = rest.constant_entries
@@ -238,10 +238,3 @@ class StageDerivative(_StageWise):
   def __call__(self, *args: Any) -> sp.csc_array:
     """Evaluate in this process at numpy inputs shaped as `inputs` (a csc_array); thread-safe."""
     return sp.csc_array((self._native(args), self.indices, self.indptr), shape=self.shape)
-
-
-def _positions(position: sp.csc_array, part: SparseNumericalFunction) -> NDArray[np.int64]:
-  """Where each stored entry of `part` sits among the stored entries of `position` (a pattern numbered from 1)."""
-  if part.nnz == 0:
-    return np.zeros(0, np.int64)
-  return np.asarray(position[coordinates(part)]).astype(np.int64) - 1

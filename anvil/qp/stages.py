@@ -18,6 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from anvil.codegen.precision import cpp_real
+from anvil.codegen.sparse import stored_coordinates
 from anvil.qp.backend import QPBackend, QPProblem
 from anvil.qp.options import RiccatiOptions
 from anvil.qp.riccati import RiccatiQP, flat_offsets
@@ -302,5 +303,5 @@ class _StageTables:
 
 def _entries(matrix: sp.csc_array) -> list[tuple[int, int]]:
   """(row, column) of every stored entry of a CSC matrix, in storage order."""
-  cols = np.repeat(np.arange(matrix.shape[1]), np.diff(matrix.indptr))
-  return [(int(r), int(c)) for r, c in zip(matrix.indices, cols, strict=True)]
+  rows, cols = stored_coordinates(matrix)
+  return list(zip(rows.tolist(), cols.tolist(), strict=True))

@@ -19,6 +19,7 @@ from anvil.ad import gradient, sphessian, spjacobian
 from anvil.codegen import Arg, FunctionBase, NumericalFunction
 from anvil.codegen.base import check_identifier
 from anvil.codegen.precision import SCALARS, cpp_real, in_precision
+from anvil.codegen.sparse import entry_positions, stored_coordinates
 from anvil.codegen.templated import TemplatedFunction
 from anvil.qp import (
   QPBackend,
@@ -543,16 +544,4 @@ def _sorted(m: Any) -> sp.csc_array:
 def _positions(pattern: sp.csc_array, part: Any) -> tuple[int, ...]:
   """For each stored entry of `part` (CSC order), its position among the stored entries of `pattern` (KeyError when
   `pattern` has no such entry)."""
-  part = sp.csc_array(part)
-  keys, wanted = _entry_keys(pattern), _entry_keys(part)
-  order = np.argsort(keys, kind="stable")
-  found = np.searchsorted(keys[order], wanted)
-  if wanted.size and (found.max() >= keys.size or not np.array_equal(keys[order[found]], wanted)):
-    raise KeyError(f"{part.shape} entries missing from a pattern of {pattern.nnz} entries")
-  return tuple(int(k) for k in order[found])
-
-
-def _entry_keys(m: sp.csc_array) -> NDArray[np.int64]:
-  """column * rows + row of every stored entry of m, in CSC order."""
-  cols = np.repeat(np.arange(m.shape[1], dtype=np.int64), np.diff(m.indptr))
-  return cols * m.shape[0] + m.indices.astype(np.int64)
+  return tuple(int(k) for k in entry_positions(pattern, *stored_coordinates(sp.csc_array(part))))

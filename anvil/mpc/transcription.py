@@ -359,8 +359,7 @@ class Transcription:
     rest = self._function(f"{name}_constraints_without_dynamics",
                           lambda w, params: self.constraint_values(w, params, dynamics=False), args)  # fmt: skip
     ode = OdeDerivatives.of(F, hessian, self.scalar)
-    place: dict[str, Any] = {"N": self.N, "stride": self.nz, "p_offset": self.nx, "lam_offset": self.nx}
-    place["states"] = self.nx
+    place: dict[str, Any] = dict(N=self.N, stride=self.nz, p_offset=self.nx, lam_offset=self.nx, states=self.nx)
     constraints = StageConstraints(f"{name}_constraints", rest, ode, **place)
     jacobian = StageDerivative(f"{name}_constraint_jacobian", "jacobian",
                                spjacobian(rest, 0, name=f"{name}_rest_jacobian"), ode, **place)  # fmt: skip
@@ -385,29 +384,29 @@ class Transcription:
   def gauss_newton_hessian(self) -> SparseNumericalFunction:
     """Upper triangle of sigma·(blockdiag(J_kᵀ (W + Wᵀ) J_k, J_Nᵀ (W_N + W_Nᵀ) J_N) + diag(2 l2)): the Gauss-Newton
     Hessian (2 JᵀWJ for the symmetric weights of every real use)."""
-    costs = [c for c in (self.stage_cost, self.terminal_cost) if c is not None]
-    if not all(isinstance(c, LeastSquares) for c in costs):
+    if not self._least_squares():
       raise ValueError(f"MPCFunction({self.name}): hessian='gauss_newton' needs costs given as LeastSquares")
     N, nx, nz = self.N, self.nx, self.nz
-    constant = self._constant_jacobians()
+    constant = self._constant_jacobians
     nxm, extra = self.nx_model, self.nx - self.nx_model  # NOTE: the previous inputs of an input rate: no residual
     rate = self._rate_hessian()
     stage_used, final_used = self._gauss_newton_coordinates(constant, rate)
     blocks = [(stage_used, k * nz) for k in range(N)]
     blocks += [(final_used, N * nz)] if self.terminal_cost is not None else []
+    # NOTE: where each block's values start: affine residuals have one stage block, computed once, for every stage
+    stage_values = [0] * N if constant is not None else [k * nz * nz for k in range(N)]
+    offsets = [*stage_values, stage_values[-1] + nz * nz]
     rows: list[int] = []
     cols: list[int] = []
     gather: list[int] = []
-    offset = 0
-    for k, (used, start) in enumerate(blocks):
+    for (used, start), offset in zip(blocks, offsets, strict=False):
       size = used.size
       for j in map(int, np.flatnonzero(used)):
         for i in map(int, np.flatnonzero(used[: j + 1])):
           rows.append(start + i)
           cols.append(start + j)
           gather.append(offset + i * size + j)
-      # NOTE: affine residuals: every stage's block is the same one, computed once (the values hold it once)
-      offset += 0 if constant is not None and k < N - 1 else size * size
+    offset = offsets[-1] + (nx * nx if self.terminal_cost is not None else 0)  # the slacks' l2 after the blocks
     for e in range(self.ns):
       rows.append(N * nz + nx + e)
       cols.append(N * nz + nx + e)
@@ -479,12 +478,16 @@ class Transcription:
     D[:, self.nx :] += np.eye(self.nu)
     return 2 * D.T @ self.rate.weight @ D
 
-  def _affine_least_squares(self) -> bool:
-    """Whether every cost is a LeastSquares of residuals affine in the states and inputs (the terminal one may be
-    absent): the Gauss-Newton Hessian is then the cost's exact Hessian."""
-    costs = [c for c in (self.stage_cost, self.terminal_cost) if c is not None]
-    return all(isinstance(c, LeastSquares) for c in costs) and self._constant_jacobians() is not None
+  def _least_squares(self) -> bool:
+    """Whether every cost is a LeastSquares (the terminal one may be absent)."""
+    return all(isinstance(c, LeastSquares) for c in (self.stage_cost, self.terminal_cost) if c is not None)
 
+  def _affine_least_squares(self) -> bool:
+    """Whether every cost is a LeastSquares of residuals affine in the states and inputs: the Gauss-Newton Hessian is
+    then the cost's exact Hessian."""
+    return self._least_squares() and self._constant_jacobians is not None
+
+  @cached_property
   def _constant_jacobians(self) -> tuple[np.ndarray, np.ndarray | None] | None:
     """The residuals' Jacobians d r/d[x; u] and d r_N/d x (None without a terminal LeastSquares) when every residual
     is affine in the states and inputs (the same Jacobian at every point); else None."""

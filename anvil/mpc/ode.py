@@ -85,7 +85,18 @@ def _on_v(F: Integrator, scalar: str) -> tuple[NumericalFunction[..., Any], Nume
 
 
 #: The ODE's tables the runtimes read (empty where a part does not use them).
-ODE_TABLES = ("jac_p", "jac_i", "jac_row_p", "jac_row_u", "jac_row_j", "jac_row_e", "hess_p", "hess_i", "hess_rows")
+ODE_TABLES = (
+  "jac_p",
+  "jac_i",
+  "jac_row_p",
+  "jac_row_u",
+  "jac_row_j",
+  "jac_row_e",
+  "hess_p",
+  "hess_i",
+  "hess_rows",
+  "hess_of",
+)
 
 
 @dataclass(frozen=True)
@@ -127,7 +138,8 @@ class OdeContext:
       tables |= _jacobian_tables(jac, nx)
     if hess is not None:
       hess_rows = tuple(sorted({int(v) for v in np.concatenate(stored_coordinates(hess))}))
-      tables |= {"hess_p": _ints(hess.indptr), "hess_i": _ints(hess.indices), "hess_rows": hess_rows}
+      of = tuple(hess_rows.index(i) if i in hess_rows else -1 for i in range(hess.shape[0]))
+      tables |= {"hess_p": _ints(hess.indptr), "hess_i": _ints(hess.indices), "hess_rows": hess_rows, "hess_of": of}
     tol = float(getattr(F, "newton_tol", 0.0))
     inputs = ("v", "v + Ode::nx", "v + Ode::nx + Ode::na") if na else ("v", "v + Ode::nx")
     return OdeContext(

@@ -15,10 +15,11 @@
 // b[stages]; jac_nnz, jac_p[nz + 1], jac_i[jac_nnz] (the Jacobian's CSC pattern, nx x nz) and the same entries row
 // by row: jac_row_p[nx + 1], jac_row_u[nx] (where the row's input columns start), jac_row_j[jac_nnz] (column),
 // jac_row_e[jac_nnz] (position in the CSC values); hess_nnz,
-// hess_p[nz + 1], hess_i[hess_nnz] (the upper triangle of the Hessian of mu'f, nz x nz) and hess_rows[n_hess_rows],
-// the coordinates of [x; u] among its rows and columns (the others enter f linearly). E (the evaluations, with their workspaces):
-// rate(z, p, xdot), jacobian(z, p, values), hessian(z, mu, p, values) at z = [x; u]. second_order: keep every stage
-// point's sensitivities for hessian() (else one is reused, which keeps a Jacobian-only pass in the L1 cache).
+// hess_p[nz + 1], hess_i[hess_nnz] (the upper triangle of the Hessian of mu'f, nz x nz), hess_rows[n_hess_rows] (the
+// coordinates of [x; u] among its rows and columns: the others enter f linearly) and hess_of[nz] (each coordinate's
+// position in hess_rows, -1 where f is linear in it). E (the evaluations, with their workspaces): rate(z, p, xdot),
+// jacobian(z, p, values), hessian(z, mu, p, values) at z = [x; u]. second_order: keep every stage point's
+// sensitivities for hessian() (else one is reused, which keeps a Jacobian-only pass in the L1 cache).
 #ifndef ANVIL_EXPLICIT_RK_HPP
 #define ANVIL_EXPLICIT_RK_HPP
 #include "anvil/dense.hpp"
@@ -36,16 +37,6 @@ struct ExplicitRK {
   static constexpr int hess_nnz = O::hess_nnz > 0 ? O::hess_nnz : 1;
   /// The rows of DZ = d(X_i, u)/d(x, u) = [DX_i; 0 I] that the Hessian of mu'f touches (at least one stored).
   static constexpr int touched = O::n_hess_rows > 0 ? O::n_hess_rows : 1;
-
-  /// Where each coordinate of [x; u] sits among the touched rows (-1: one f is linear in).
-  struct Compact {
-    int of[nz];
-    constexpr Compact() : of() {
-      for (int i = 0; i < nz; ++i) of[i] = -1;
-      for (int e = 0; e < O::n_hess_rows; ++e) of[O::hess_rows[e]] = e;
-    }
-  };
-  static constexpr Compact compact{};
 
   /// The stage points, their sensitivities and the ODE's Jacobian there (kept for every point by forward() for
   /// hessian() with second_order, else one of each is reused), and the scratch of the passes. Plain arrays: no
@@ -213,7 +204,7 @@ struct ExplicitRK {
       for (int c = 0; c < nz; ++c) w.T[r][c] = real(0);
     for (int b = 0; b < nz; ++b)
       for (int e = O::hess_p[b]; e < O::hess_p[b + 1]; ++e) {
-        const int a = compact.of[O::hess_i[e]], col = compact.of[b];
+        const int a = O::hess_of[O::hess_i[e]], col = O::hess_of[b];
         axpy<nz>(w.hf[e], w.D[col], w.T[a]);
         if (a != col) axpy<nz>(w.hf[e], w.D[a], w.T[col]);
       }

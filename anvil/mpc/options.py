@@ -25,7 +25,8 @@ class MPCOptions:
 
   mode: str = "sqp"
   """"sqp": iterate to convergence every call (robust; the default, since one iteration per step can diverge on hard
-  swing-ups). "rti": real-time iteration, one SQP iteration per call from the shifted previous solution."""
+  swing-ups). "rti": real-time iteration, one SQP iteration per call from the shifted previous solution (none where
+  that already meets the tolerance)."""
   hessian: str = "exact"
   """"exact": the Lagrangian Hessian (regularized only when a QP is nonconvex). "gauss_newton": 2 JᵀWJ of the
   LeastSquares costs (needs every cost given as LeastSquares; other costs keep their exact Hessian)."""

@@ -28,7 +28,7 @@ class MPCSolution:
     cost: the OCP's optimal cost (slack penalties included).
     solve_time: seconds spent in the generated C++ call.
     real_time_iteration: True when the controller runs one SQP iteration per call (then "max_iterations" is the
-      normal outcome).
+      normal outcome; "converged", 0 iterations: the shifted guess already solved the problem, no QP was needed).
     stats: the SQP's per-iteration history and diagnostics (see `SQPResult.stats`; of the cold solve when the call
       restarted cold, `stats["restarted_cold"]`).
     fallback: what x and u are when the SQP did not succeed: "none" (the SQP's solution), "least_violation" (status

@@ -220,6 +220,27 @@ def test_real_time_iteration() -> None:
   np.testing.assert_allclose(np.array(xs), cl.x[1:], atol=1e-10)
 
 
+def test_real_time_iteration_at_a_solution_solves_no_qp() -> None:
+  """Where the linearization point already solves the new problem to the tolerance (the equilibrium; a plant that
+  came to rest along the plan), the feedback returns it as a full SQP would at its first iterate: converged, no QP
+  and no step, the plan that solution (the tolerance: the call's)."""
+  mpc = cm.stabilizing("test_mpc_rti", MPCOptions(mode="rti"))
+  sol = mpc(np.zeros(4))
+  assert (sol.status, sol.iterations, int(np.sum(sol.stats["qp_iterations"]))) == ("converged", 0, 0)
+  np.testing.assert_array_equal(sol.u, 0.0)
+  mpc.reset()
+  cl = simulate(mpc, cartpole.step_numpy, cm.X0_STABILIZE, 200)
+  resting = np.flatnonzero(cl.iterations == 0)
+  assert resting.size > 20 and resting.min() > 100  # the swing's steps all take their QP step
+  assert all(cl.statuses[t] == "converged" for t in resting)
+  full = cm.stabilizing("test_mpc_stab_riccati")
+  for t in resting[::10]:
+    np.testing.assert_allclose(cl.u[t], full(cl.x[t]).u0, atol=1e-6)
+  # the call's tolerance decides: held to a tighter one, the same resting guess takes its QP step
+  x = cartpole.step_numpy(cl.x[-1], cl.u[-1])
+  assert mpc(x, tol=1e-15).iterations == 1
+
+
 @pytest.mark.parametrize("mode", ["sqp", "rti"])
 def test_a_receding_horizon_starts_its_first_qp_warm(mode: str) -> None:
   """A call from the previous solution shifted starts its first QP from the previous call's last QP solution, shifted

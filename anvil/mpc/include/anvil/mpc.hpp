@@ -103,10 +103,12 @@ class Controller {
     return prepare_at_guess(warm_qp, ws);
   }
 
-  /// Real-time iteration: the feedback phase (preparing first unless prepare() ran since the last call).
+  /// Real-time iteration: the feedback phase (preparing first unless prepare() ran since the last call); no QP where
+  /// the linearization point already meets tol.
   static int feedback(const real* x0, const real* p, const real* lbx, const real* ubx, const real* lbu,
                       const real* ubu, const real* lbh, const real* ubh, const real* lbhN,
-                      const real* ubhN, const real* tuning, real* x, real* u, StatsT& stats, WS& ws) {
+                      const real* ubhN, const real* tuning, real* x, real* u, StatsT& stats, WS& ws,
+                      double tol) {
     auto& s = ws.s;
     const double start = anvil::now();
     assemble(x0, p, lbx, ubx, lbu, ubu, lbh, ubh, lbhN, ubhN, tuning, ws);
@@ -120,7 +122,7 @@ class Controller {
     for (int i = 0; i < nw; ++i) s.lam_x_out[i] = s.lam_x[i];
     real f = 0.0;
     stats.status = SQP::rti_feedback(s.params.data(), s.lbw.data(), s.ubw.data(), s.lbg.data(), s.ubg.data(),
-                                     s.w_out.data(), &f, s.lam_g_out.data(), s.lam_x_out.data(), stats.sqp, ws.sqp);
+                                     s.w_out.data(), &f, s.lam_g_out.data(), s.lam_x_out.data(), stats.sqp, ws.sqp, tol);
     finish(f, x0, lbu, ubu, x, u, stats, ws, start);
     return stats.status;
   }

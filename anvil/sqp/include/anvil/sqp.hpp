@@ -410,11 +410,11 @@ class Solver {
   }
 
   /// Real-time iteration, feedback phase: with the (new) parameter p and bounds, evaluate f, the gradient and g at x,
-  /// solve the prepared QP and take the full step; x, lam_g and lam_x are updated in place. Returns max_iterations
-  /// after a step (converged when x already met the tolerance), infeasible (the QP was inconsistent: the step of the
-  /// elastic QP was taken) or numerical_error (no step).
+  /// solve the prepared QP and take the full step; x, lam_g and lam_x are updated in place. Returns converged when x
+  /// already meets the tolerance tol (as call() at its first iterate: no QP, no step, 0 iterations), max_iterations after
+  /// a step, infeasible (the QP was inconsistent: the step of the elastic QP was taken) or numerical_error (no step).
   static int rti_feedback(const real* p, const real* lbx, const real* ubx, const real* lbg, const real* ubg,
-                          real* x, real* f, real* lam_g, real* lam_x, StatsT& stats, WS& ws) {
+                          real* x, real* f, real* lam_g, real* lam_x, StatsT& stats, WS& ws, double tol = P::tol) {
     auto& v = ws.v;
     stats = StatsT{};
     stats.time_evaluation = v.rti_times[0];
@@ -442,6 +442,13 @@ class Solver {
       stats.complementarity[0] = kkt.complementarity;
       stats.regularization[0] = v.rti_regularization;
       stats.time_evaluation += lap(clock);
+      if (meets(kkt, std::fmax(real(tol), tol_floor))) {
+        // NOTE: the linearization point is already a solution for the new parameter (a plant that followed the
+        // prediction): its QP step would be below the tolerance; the QP kept for the next warm start is the last one
+        finish(x, g, lbx, ubx, lbg, ubg, 0, converged, stats);
+        *f = fx;
+        return converged;
+      }
       // *** feedback: the prepared QP with the new vectors, solved; the full step ***
       assemble_bounds(x, g, lbx, ubx, lbg, ubg, ws);
       const int qp_status =
@@ -469,7 +476,6 @@ class Solver {
         for (int i = 0; i < ng; ++i) lam_g[i] = y[i];
         for (int j = 0; j < nx; ++j) lam_x[j] = y[ng + j];
         stats.step[0] = 1.0;
-        if (status != infeasible) status = meets(kkt, std::fmax(P::tol, tol_floor)) ? converged : max_iterations;
         fx = P::cost(x, p, ws);
         P::constraints(x, p, g, ws);
         real l1 = 0.0;

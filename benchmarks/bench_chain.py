@@ -41,7 +41,9 @@ from typing import Any
 import numpy as np
 
 from anvil.mpc import MPCFunction, MPCOptions
+from anvil.mpc.ode import OdeDerivatives
 from anvil.problems import chain
+from anvil.qp.riccati import RiccatiQP
 from anvil.sqp import SQPOptions
 from benchmarks.common import (
   STAGES,
@@ -118,6 +120,66 @@ def anvil_loop(mpc: MPCFunction, n_mass: int, kind: str, steps: int, tol: float)
     x = plant(x, sol.u0)
   return Loop(f"anvil {kind}", mpc.nx, np.array(times), np.array(its), cost, np.array(evaluation), np.array(qp),
               dict(statuses), np.array(qp_its))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FlopModel:
+  """Floating-point operations (a multiply-add counts 2) of the kernels a step runs, per OCP stage, from the sizes
+  of the generated code: the Riccati QP's (nx states, nu inputs of which nud enter the dynamics) per interior-point
+  iteration (one factorization, two Newton passes: predictor and corrector, the KKT residuals), and the integrator's
+  derivatives per evaluation (ExplicitRK: the forward sensitivities; the exact Hessian's adjoint and second-order
+  terms, after its own forward pass). Bounds' and rows' scalar work is left out: the counts are the dense algebra."""
+
+  riccati: float
+  jacobian: float
+  hessian: float
+
+  @staticmethod
+  def of(mpc: MPCFunction) -> FlopModel:
+    qp = next(f for f in _functions(mpc) if isinstance(f, RiccatiQP))
+    nx, nu, nd = qp.nx, qp.nu, qp.nx + qp.nud
+    factor = nx * nx * nd + nx * nd * (nd + 1) / 2 + nu**3 / 6 + nu * nu * nx + nx * (nx + 1) / 2 * nu
+    newton = 2 * nx * nx + 2 * nx * nd + 2 * nu * nx + nu * nu
+    residuals = (nx + nu) ** 2 + 2 * nx * nd
+    F = mpc.ocp.dynamics
+    ode = OdeDerivatives.of(F, hessian=True)
+    nx_ode, a_terms = F.inputs[0].size, sum(1 for row in F.a for v in row if v)
+    s, nz = len(F.b), nx_ode + F.inputs[1].size
+    jac_x = int(ode.jacobian.indptr[nx_ode])  # the entries in state columns: combinations of DX's rows
+    forward = F.steps * (a_terms * nx_ode * nz + s * jac_x * nz + s * nx_ode * nz)
+    assert ode.hessian is not None
+    touched = len({int(i) for i in ode.hessian.indices} | {j for j in range(nz) if ode.hessian.indptr[j + 1] > 0})
+    backward = F.steps * s * (jac_x + 2 * ode.hessian.nnz * nz + touched * nz * (nz + 1) / 2)
+    return FlopModel(2 * (factor + 2 * newton + residuals), 2 * forward, 2 * (forward + backward))
+
+
+def _functions(f: Any, seen: dict[int, Any] | None = None) -> list[Any]:
+  """f and every function it depends on, once each."""
+  seen = {} if seen is None else seen
+  if id(f) not in seen:
+    seen[id(f)] = f
+    for d in f.dependencies():
+      _functions(d, seen)
+  return list(seen.values())
+
+
+def print_flops(loops: list[Loop], models: dict[str, FlopModel]) -> None:
+  """Model flops per stage against the measured time: the QP per interior-point iteration, the derivatives per step
+  (sqp: its + 1 Jacobians and its Hessians, gn: its + 1 Jacobians, rti: one; the evaluation time also holds the cost,
+  the constraints, the gradient and the Gauss-Newton blocks, so the rate is a lower bound)."""
+  print(f"  {'controller':<18} {'QP kflop/stage/it':>17} {'ns/stage/it':>11} {'GFlop/s':>7}   "
+        f"{'eval kflop/stage/step':>21} {'ns/stage/step':>13} {'GFlop/s':>7}")  # fmt: skip
+  for lp in loops:
+    model = models.get(lp.name)
+    if model is None or not lp.qp_iterations.sum():
+      continue
+    qp_ns = lp.qp.sum() / lp.qp_iterations.sum() / chain.HORIZON * 1e9
+    kind, its = lp.name.removeprefix("anvil "), lp.iterations.mean()
+    jacobians = 1.0 if kind == "rti" else its + 1  # the real-time iteration prepares at every step
+    derivatives = jacobians * model.jacobian + (its * model.hessian if kind == "sqp" else 0.0)
+    eval_ns = lp.evaluation.mean() / chain.HORIZON * 1e9
+    print(f"  {lp.name:<18} {model.riccati / 1e3:17.1f} {qp_ns:11.0f} {model.riccati / qp_ns:7.1f}   "
+          f"{derivatives / 1e3:21.1f} {eval_ns:13.0f} {derivatives / eval_ns:7.1f}")  # fmt: skip
 
 
 def shifted(nlp: chain.CasadiChain, sol: chain.CasadiSolution) -> dict[str, np.ndarray]:
@@ -199,11 +261,13 @@ def main() -> None:
   args = parser.parse_args()
   ca, notes, targets, recorder = load_casadi(), [], [], StageRecorder()
   for n_mass in args.sizes:
-    loops = []
+    loops, models = [], {}
     for kind in args.controllers:
       with tempfile.TemporaryDirectory(prefix="bench_chain_") as cache:
         mpc, seconds = build(n_mass, kind, Path(cache), recorder)
         loop = anvil_loop(mpc, n_mass, kind, args.steps, args.tol)
+        if not kind.endswith("_unrolled"):
+          models[loop.name] = FlopModel.of(mpc)
       loop.build = seconds
       loops.append(loop)
     reference = None
@@ -223,6 +287,8 @@ def main() -> None:
       f"SQP tolerance {args.tol:g}"
     )
     print_loops(loops, reference)
+    print("\n  where the time goes (FlopModel: the dense algebra per OCP stage, against the measured time)")
+    print_flops(loops, models)
   if ca is None:
     print("\ncasadi is not installed: no IPOPT or sqpmethod rows, no targets")
   for note in notes:

@@ -15,6 +15,7 @@ from numpy.typing import ArrayLike, NDArray
 from anvil.mpc.controller import MPCFunction
 from anvil.mpc.costs import LeastSquares
 from anvil.sqp import SQPStatus
+from anvil.sqp.result import SUCCESS
 from anvil.validation import float_array
 
 F64 = NDArray[np.float64]
@@ -37,6 +38,7 @@ class ClosedLoop:
     failure: why the run stopped early (the plant raised, or returned NaN/inf or a wrong shape), or None; the
       trajectories then hold the steps completed before it.
     failed_step: the step t at which the plant failed (x has t + 1 states), or None.
+    real_time_iteration: the controller ran one SQP iteration per call ("max_iterations" is then its normal outcome).
   """
 
   x: F64
@@ -50,6 +52,7 @@ class ClosedLoop:
   u_bounds: tuple[F64, F64] = field(repr=False)
   failure: str | None = None
   failed_step: int | None = None
+  real_time_iteration: bool = False
 
   @property
   def cost(self) -> float:
@@ -63,8 +66,10 @@ class ClosedLoop:
 
   @property
   def failures(self) -> int:
-    """Steps whose controller call did not succeed."""
-    return sum(1 for s in self.statuses if s not in (SQPStatus.converged, SQPStatus.max_iterations))
+    """Steps whose controller call did not succeed (`MPCSolution.success`: converged or acceptable, and for a
+    real-time iteration also max_iterations)."""
+    normal = SUCCESS | ({SQPStatus.max_iterations} if self.real_time_iteration else set())
+    return sum(1 for s in self.statuses if s not in normal)
 
   @property
   def metrics(self) -> dict[str, Any]:
@@ -157,7 +162,8 @@ def simulate(
   violation = np.maximum(np.maximum(x_lo - X[1:], X[1:] - x_hi).max(axis=1, initial=0.0),
                          np.maximum(u_lo - U, U - u_hi).max(axis=1, initial=0.0)) if us else np.zeros(0)  # fmt: skip
   return ClosedLoop(X, U, np.array(costs), np.array(times), np.array(its, dtype=np.int64), tuple(statuses),
-                    np.maximum(violation, 0.0), (x_lo, x_hi), (u_lo, u_hi), failed[1], failed[0])  # fmt: skip
+                    np.maximum(violation, 0.0), (x_lo, x_hi), (u_lo, u_hi), failed[1], failed[0],
+                    mpc.options.mode == "rti")  # fmt: skip
 
 
 def _plant_step(plant: Plant, x: F64, u: F64) -> tuple[F64, str | None]:

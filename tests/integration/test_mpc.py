@@ -11,10 +11,11 @@ import pytest
 import anvil as av
 from anvil import Arg, Tensor
 from anvil.ad import constant_jacobian
-from anvil.mpc import LeastSquares, MPCFunction, MPCOptions, Soft, rk4, simulate
+from anvil.mpc import ClosedLoop, LeastSquares, MPCFunction, MPCOptions, Soft, rk4, simulate
 from anvil.problems import cartpole
 from anvil.problems import cartpole_mpc as cm
 from anvil.problems.backend import TINYGRAD
+from anvil.sqp import SQPStatus
 
 N_SMALL = 10
 INF = np.inf
@@ -380,6 +381,16 @@ def test_failures_inside_simulate_are_reported(narrow: dict[str, MPCFunction]) -
   cl = simulate(narrow["hard"], cartpole.step_numpy, np.array([0.0, 0.0, 4.0, 0.0]), 3)
   assert cl.failures >= 1 and sum(cl.status_counts.values()) == 3
   assert np.all(np.isfinite(cl.u)) and cl.violations.max() > 0
+
+
+def test_closed_loop_failures_follow_the_solutions_success() -> None:
+  """`failures` counts the steps whose MPCSolution.success is False: acceptable succeeds; max_iterations fails a full
+  SQP and is a real-time iteration's normal outcome (it counted acceptable as a failure, max_iterations never)."""
+  statuses = (SQPStatus.converged, SQPStatus.acceptable, SQPStatus.max_iterations, SQPStatus.infeasible)
+  x, u, t = np.zeros((5, 1)), np.zeros((4, 1)), np.zeros(4)
+  run = lambda rti: ClosedLoop(x, u, t, t, np.zeros(4, np.int64), statuses, t, (x[0], x[0]), (u[0], u[0]),
+                               real_time_iteration=rti)  # fmt: skip
+  assert (run(False).failures, run(True).failures) == (2, 1)
 
 
 def test_rk4_matches_the_reference_model() -> None:

@@ -40,11 +40,14 @@ from typing import Any
 
 import numpy as np
 
+from anvil.codegen.module import toposort
+from anvil.codegen.sparse import stored_coordinates
 from anvil.mpc import MPCFunction, MPCOptions
 from anvil.mpc.ode import OdeDerivatives
 from anvil.problems import chain
 from anvil.qp.riccati import RiccatiQP
 from anvil.sqp import SQPOptions
+from benchmarks.bench_riccati import iteration_flops
 from benchmarks.common import (
   STAGES,
   StageRecorder,
@@ -125,10 +128,9 @@ def anvil_loop(mpc: MPCFunction, n_mass: int, kind: str, steps: int, tol: float)
 @dataclass(frozen=True)
 class FlopModel:
   """Floating-point operations (a multiply-add counts 2) of the kernels a step runs, per OCP stage, from the sizes
-  of the generated code: the Riccati QP's (nx states, nu inputs of which nud enter the dynamics) per interior-point
-  iteration (one factorization, two Newton passes: predictor and corrector, the KKT residuals), and the integrator's
-  derivatives per evaluation (ExplicitRK: the forward sensitivities; the exact Hessian's adjoint and second-order
-  terms, after its own forward pass). Bounds' and rows' scalar work is left out: the counts are the dense algebra."""
+  of the generated code: the Riccati QP's per interior-point iteration (`bench_riccati.iteration_flops`), and the
+  integrator's derivatives per evaluation (ExplicitRK: the forward sensitivities; the exact Hessian's adjoint and
+  second-order terms, after its own forward pass). Bounds' and rows' scalar work is left out: the dense algebra."""
 
   riccati: float
   jacobian: float
@@ -136,11 +138,8 @@ class FlopModel:
 
   @staticmethod
   def of(mpc: MPCFunction) -> FlopModel:
-    qp = next(f for f in _functions(mpc) if isinstance(f, RiccatiQP))
-    nx, nu, nd = qp.nx, qp.nu, qp.nx + qp.nud
-    factor = nx * nx * nd + nx * nd * (nd + 1) / 2 + nu**3 / 6 + nu * nu * nx + nx * (nx + 1) / 2 * nu
-    newton = 2 * nx * nx + 2 * nx * nd + 2 * nu * nx + nu * nu
-    residuals = (nx + nu) ** 2 + 2 * nx * nd
+    """The counts of `mpc`'s generated code (its Riccati QP, its ODE's derivatives)."""
+    qp = next(f for f in toposort([mpc]) if isinstance(f, RiccatiQP))
     F = mpc.ocp.dynamics
     ode = OdeDerivatives.of(F, hessian=True)
     nx_ode, a_terms = F.inputs[0].size, sum(1 for row in F.a for v in row if v)
@@ -148,19 +147,9 @@ class FlopModel:
     jac_x = int(ode.jacobian.indptr[nx_ode])  # the entries in state columns: combinations of DX's rows
     forward = F.steps * (a_terms * nx_ode * nz + s * jac_x * nz + s * nx_ode * nz)
     assert ode.hessian is not None
-    touched = len({int(i) for i in ode.hessian.indices} | {j for j in range(nz) if ode.hessian.indptr[j + 1] > 0})
+    touched = np.unique(np.concatenate(stored_coordinates(ode.hessian))).size  # the coordinates f is nonlinear in
     backward = F.steps * s * (jac_x + 2 * ode.hessian.nnz * nz + touched * nz * (nz + 1) / 2)
-    return FlopModel(2 * (factor + 2 * newton + residuals), 2 * forward, 2 * (forward + backward))
-
-
-def _functions(f: Any, seen: dict[int, Any] | None = None) -> list[Any]:
-  """f and every function it depends on, once each."""
-  seen = {} if seen is None else seen
-  if id(f) not in seen:
-    seen[id(f)] = f
-    for d in f.dependencies():
-      _functions(d, seen)
-  return list(seen.values())
+    return FlopModel(iteration_flops(qp.nx, qp.nu, qp.nud), 2 * forward, 2 * (forward + backward))
 
 
 def print_flops(loops: list[Loop], models: dict[str, FlopModel]) -> None:

@@ -26,7 +26,9 @@ class MPCOptions:
   mode: str = "sqp"
   """"sqp": iterate to convergence every call (robust; the default, since one iteration per step can diverge on hard
   swing-ups). "rti": real-time iteration, one SQP iteration per call from the shifted previous solution (none where
-  that already meets the tolerance)."""
+  that already meets the tolerance); start it from a converged plan (`set_guess`, `simulate(guess=...)`): from the cold
+  guess a nonconvex constraint's linearization may be inconsistent for many steps (the bicycle's obstacle from a
+  straight line through it: "infeasible", the elastic step taken, the car through the obstacle)."""
   hessian: str = "exact"
   """"exact": the Lagrangian Hessian (regularized only when a QP is nonconvex). "gauss_newton": 2 JᵀWJ of the
   LeastSquares costs (needs every cost given as LeastSquares; other costs keep their exact Hessian)."""

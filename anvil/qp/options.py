@@ -73,8 +73,8 @@ class InteriorPointOptions:
   max_iter: int = 60
   """Interior-point iteration limit per QP."""
   tol_min: float = 1e-10
-  """The tightest tolerance a QP is solved to (each asks for 1e-2 of the SQP's KKT error, kept within [tol_min,
-  1e-6])."""
+  """The tightest tolerance a QP is solved to (each asks for e min(1e-2, e) of the SQP's KKT error e, at least a tenth
+  of the SQP's tolerance, kept within [tol_min, 1e-6])."""
 
   def __post_init__(self) -> None:
     check_int(type(self).__name__, "max_iter", self.max_iter)

@@ -42,7 +42,7 @@ class MPCOptions:
   riccati_max_iter: int | None = None
   """Alias of `RiccatiOptions.max_iter` (60 by default)."""
   riccati_tol: float | None = None
-  """Alias of `RiccatiOptions.tol_min` (1e-10 by default)."""
+  """Alias of `RiccatiOptions.tol_min` (1e-12 by default)."""
   sqp: SQPOptions = field(default_factory=lambda: SQPOptions(max_iter=50))
   """Settings of the underlying SQP solver (iteration limit, tolerances, verbosity...)."""
   warm_start: bool = True

@@ -72,7 +72,7 @@ class InteriorPointOptions:
 
   max_iter: int = 60
   """Interior-point iteration limit per QP."""
-  tol_min: float = 1e-10
+  tol_min: float = 1e-12
   """The tightest tolerance a QP is solved to (each asks for e min(1e-2, e) of the SQP's KKT error e, at least a tenth
   of the SQP's tolerance, kept within [tol_min, 1e-6])."""
 

@@ -57,7 +57,7 @@ def test_mpc_options_take_the_qp_solver_and_the_former_names() -> None:
   osqp = MPCOptions(qp_solver="osqp", sqp=SQPOptions(qp_eps_abs=1e-7))
   assert osqp.qp == OSQPOptions(eps_abs=1e-7) and osqp.sqp_options.qp == osqp.qp
   given = MPCOptions(qp=RiccatiOptions(max_iter=30))
-  assert (given.qp_solver, given.riccati_max_iter, given.riccati_tol) == ("riccati", 30, 1e-10)
+  assert (given.qp_solver, given.riccati_max_iter, given.riccati_tol) == ("riccati", 30, 1e-12)
   assert dataclasses.replace(given, mode="rti").sqp_options.max_iter == 1
   assert given.sqp_options.qp == RiccatiOptions(max_iter=30)
   with pytest.raises(ValueError, match=r"qp_solver='osqp' disagrees"):

@@ -174,22 +174,35 @@ struct ExplicitRK {
   }
 
   /// dK = J [DX; 0 I] with J sparse, row by row: a combination of DX's rows (the row's state entries, listed first),
-  /// then its input entries added where they sit.
+  /// then its input entries added where they sit. Rows of up to 16 entries accumulate in a local array (4 AVX2
+  /// registers: the chain's eval 16% faster at nz = 12); longer ones in dK's row (GCC vectorized a local array of 24
+  /// across the row's entries instead, with gathers: 1.4x slower).
   static void stage_sensitivity(const real* J, const real (&DX)[nx][nz], real (&dK)[nx][nz]) {
     for (int r = 0; r < nx; ++r) {
-      real* ANVIL_RESTRICT out = dK[r];
-      const int first = O::jac_row_p[r], inputs = O::jac_row_u[r];
-      // NOTE: the first entry's product initializes the row: zeroing it first compiled to a memset (rep stos) that
-      // took a fifth of the pass
-      if (first < inputs) {
-        const real v = J[O::jac_row_e[first]];
-        const real* ANVIL_RESTRICT x = DX[O::jac_row_j[first]];
-        for (int c = 0; c < nz; ++c) out[c] = v * x[c];
+      if constexpr (nz <= 16) {
+        real acc[nz];
+        for (int c = 0; c < nz; ++c) acc[c] = real(0);
+        for (int e = O::jac_row_p[r]; e < O::jac_row_u[r]; ++e) {
+          const real v = J[O::jac_row_e[e]];
+          const real* x = DX[O::jac_row_j[e]];
+          for (int c = 0; c < nz; ++c) acc[c] += v * x[c];
+        }
+        for (int c = 0; c < nz; ++c) dK[r][c] = acc[c];
       } else {
-        for (int c = 0; c < nz; ++c) out[c] = 0.0;
+        real* ANVIL_RESTRICT out = dK[r];
+        const int first = O::jac_row_p[r], inputs = O::jac_row_u[r];
+        // NOTE: the first entry's product initializes the row: zeroing it first compiled to a memset (rep stos) that
+        // took a fifth of the pass
+        if (first < inputs) {
+          const real v = J[O::jac_row_e[first]];
+          const real* ANVIL_RESTRICT x = DX[O::jac_row_j[first]];
+          for (int c = 0; c < nz; ++c) out[c] = v * x[c];
+        } else {
+          for (int c = 0; c < nz; ++c) out[c] = 0.0;
+        }
+        for (int e = first + 1; e < inputs; ++e) axpy<nz>(J[O::jac_row_e[e]], DX[O::jac_row_j[e]], out);
       }
-      for (int e = first + 1; e < inputs; ++e) axpy<nz>(J[O::jac_row_e[e]], DX[O::jac_row_j[e]], out);
-      for (int e = inputs; e < O::jac_row_p[r + 1]; ++e) out[O::jac_row_j[e]] += J[O::jac_row_e[e]];
+      for (int e = O::jac_row_u[r]; e < O::jac_row_p[r + 1]; ++e) dK[r][O::jac_row_j[e]] += J[O::jac_row_e[e]];
     }
   }
 

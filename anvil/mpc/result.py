@@ -15,6 +15,12 @@ from anvil.sqp.result import SUCCESS, SQPStatus
 FALLBACKS = ("none", "shifted", "least_violation")
 
 
+def succeeded(status: SQPStatus, real_time_iteration: bool) -> bool:
+  """Whether a controller call ending with `status` succeeded: the SQP converged or reached the acceptable level, or
+  (a real-time iteration) its one iteration completed."""
+  return status in SUCCESS or (real_time_iteration and status == SQPStatus.max_iterations)
+
+
 @dataclass(frozen=True)
 class MPCSolution:
   """The outcome of one `MPCFunction` call.
@@ -62,4 +68,4 @@ class MPCSolution:
   def success(self) -> bool:
     """True when the SQP converged or reached the acceptable level (in real-time-iteration mode: when its one
     iteration completed)."""
-    return self.status in SUCCESS or (self.real_time_iteration and self.status == SQPStatus.max_iterations)
+    return succeeded(self.status, self.real_time_iteration)

@@ -14,8 +14,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from anvil.mpc.controller import MPCFunction
 from anvil.mpc.costs import LeastSquares
+from anvil.mpc.result import succeeded
 from anvil.sqp import SQPStatus
-from anvil.sqp.result import SUCCESS
 from anvil.validation import float_array
 
 F64 = NDArray[np.float64]
@@ -66,10 +66,8 @@ class ClosedLoop:
 
   @property
   def failures(self) -> int:
-    """Steps whose controller call did not succeed (`MPCSolution.success`: converged or acceptable, and for a
-    real-time iteration also max_iterations)."""
-    normal = SUCCESS | ({SQPStatus.max_iterations} if self.real_time_iteration else set())
-    return sum(1 for s in self.statuses if s not in normal)
+    """Steps whose controller call did not succeed (as `MPCSolution.success` tells)."""
+    return sum(1 for s in self.statuses if not succeeded(s, self.real_time_iteration))
 
   @property
   def metrics(self) -> dict[str, Any]:

@@ -41,9 +41,8 @@ from typing import Any
 import numpy as np
 
 from anvil.codegen.module import toposort
-from anvil.codegen.sparse import stored_coordinates
 from anvil.mpc import MPCFunction, MPCOptions
-from anvil.mpc.ode import OdeDerivatives
+from anvil.mpc.ode import OdeContext, OdeDerivatives
 from anvil.problems import chain
 from anvil.qp.riccati import RiccatiQP
 from anvil.sqp import SQPOptions
@@ -141,14 +140,12 @@ class FlopModel:
     """The counts of `mpc`'s generated code (its Riccati QP, its ODE's derivatives)."""
     qp = next(f for f in toposort([mpc]) if isinstance(f, RiccatiQP))
     F = mpc.ocp.dynamics
-    ode = OdeDerivatives.of(F, hessian=True)
-    nx_ode, a_terms = F.inputs[0].size, sum(1 for row in F.a for v in row if v)
-    s, nz = len(F.b), nx_ode + F.inputs[1].size
-    jac_x = int(ode.jacobian.indptr[nx_ode])  # the entries in state columns: combinations of DX's rows
-    forward = F.steps * (a_terms * nx_ode * nz + s * jac_x * nz + s * nx_ode * nz)
-    assert ode.hessian is not None
-    touched = np.unique(np.concatenate(stored_coordinates(ode.hessian))).size  # the coordinates f is nonlinear in
-    backward = F.steps * s * (jac_x + 2 * ode.hessian.nnz * nz + touched * nz * (nz + 1) / 2)
+    ode = OdeContext.of(OdeDerivatives.of(F, hessian=True), jacobian=True, hessian=True, scalar="float64")
+    tables, a_terms = dict(ode.tables), sum(1 for row in F.a for v in row if v)
+    s, nz = len(F.b), ode.nx + ode.nu
+    jac_x = int(np.subtract(tables["jac_row_u"], tables["jac_row_p"][:-1]).sum())  # state entries: combine DX's rows
+    forward = F.steps * (a_terms * ode.nx * nz + s * jac_x * nz + s * ode.nx * nz)
+    backward = F.steps * s * (jac_x + 2 * ode.hess_nnz * nz + ode.n_hess_rows * nz * (nz + 1) / 2)
     return FlopModel(iteration_flops(qp.nx, qp.nu, qp.nud), 2 * forward, 2 * (forward + backward))
 
 

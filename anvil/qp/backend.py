@@ -27,6 +27,23 @@ if TYPE_CHECKING:
 Options = TypeVar("Options", OSQPOptions, RiccatiOptions, SparseIPMOptions)
 
 
+@dataclass(frozen=True)
+class DerivativeSources:
+  """Where an SQP's QP matrices come from: P = triu(H) + reg·I and A = [J; I], H (upper triangle) and J its Lagrangian
+  Hessian and constraint Jacobian. A backend given them can load the QP from H, reg and J themselves (the Riccati
+  backend's `load_derivatives`), so the SQP keeps no copy of P and A.
+
+  Attributes:
+    hess_to_P: for each stored entry of H, its position among P's stored entries.
+    diag_P: for each variable, the position of its diagonal entry among P's.
+    jac_to_A: for each stored entry of J, its position among A's stored entries.
+  """
+
+  hess_to_P: tuple[int, ...]
+  diag_P: tuple[int, ...]
+  jac_to_A: tuple[int, ...]
+
+
 @dataclass(frozen=True, eq=False)
 class QPProblem:
   """The fixed structure of a family of QPs min ½dᵀPd + qᵀd s.t. l ≤ Ad ≤ u.
@@ -37,12 +54,14 @@ class QPProblem:
     stages: how the variables and rows sit in the stages of an optimal control problem (needed by the Riccati
       backend), or None.
     scalar: the type the QPs' data and solution are in, "float64" or "float32" (the Riccati backend only).
+    sources: where P and A come from when they are an SQP's (`DerivativeSources`), or None.
   """
 
   p_pattern: sp.csc_array
   a_pattern: sp.csc_array
   stages: StageLayout | None = None
   scalar: str = "float64"
+  sources: DerivativeSources | None = None
 
   def __post_init__(self) -> None:
     n = self.p_pattern.shape[0]

@@ -24,7 +24,7 @@ from anvil.qp.options import RiccatiOptions
 from anvil.qp.riccati import RiccatiQP, flat_offsets
 
 ROW_KINDS = ("initial", "dynamics", "stage")
-SCALES = ("A_scale", "l_scale", "dual_scale", "initial_scale")
+SCALES = ("A_scale", "l_scale", "dual_scale", "initial_scale", "jac_scale")
 
 
 @dataclass(frozen=True)
@@ -121,6 +121,9 @@ class _RiccatiBackendContext:
   data_size: int
   options: RiccatiOptions
   n_elastic: int
+  n_hess: int
+  n_jac: int
+  loads_derivatives: bool
   tables: tuple[tuple[str, tuple[float, ...]], ...]
   scales: tuple[tuple[str, tuple[float, ...]], ...]
   real: str
@@ -179,6 +182,8 @@ class RiccatiBackend(QPBackend[RiccatiOptions]):
       name=self.name, solver=self.solver.name, n=problem.n, m=problem.m, nnz_P=problem.p_pattern.nnz,
       nnz_A=problem.a_pattern.nnz, nx=self.stages.nx, data_size=flat_offsets(self.solver.shapes)[1],
       options=self.options, n_elastic=len(self.tables["elastic_to_data"]),
+      n_hess=len(self.tables.get("hess_to_data", ())), n_jac=len(self.tables.get("jac_from", ())),
+      loads_derivatives=problem.sources is not None,
       tables=tuple((k, v) for k, v in self.tables.items() if k not in SCALES),
       scales=tuple((k, v) for k, v in self.tables.items() if k in SCALES), real=cpp_real(problem.scalar),
     )  # fmt: skip
@@ -220,10 +225,12 @@ class _StageTables:
 
   @cached_property
   def tables(self) -> dict[str, tuple[float, ...]]:
-    """Every table of anvil/riccati_backend.hpp but the KKT system's (the SCALES hold doubles, the others ints)."""
-    return {**self._matrices(), **self._vectors()}
+    """Every table of anvil/riccati_backend.hpp (the SCALES hold doubles, the others ints)."""
+    return {**self.matrices, **self._vectors(), **self._derivatives()}
 
-  def _matrices(self) -> dict[str, tuple[float, ...]]:
+  @cached_property
+  def matrices(self) -> dict[str, tuple[float, ...]]:
+    """P's and A's tables: where each stored entry goes in Data (A's scaled; -1 where the stage QP implies it)."""
     variables, rows, N, nx = self.stages.variables, self.stages.rows, self.stages.N, self.stages.nx
     hess, mirror = [], []
     for r, c in _entries(self.problem.p_pattern):
@@ -255,6 +262,19 @@ class _StageTables:
     box = [self.g_at(k, i, i) for k in range(N) for i in range(self.nz)] + [self.g_at(N, i, i) for i in range(self.nzN)]
     return {"P_to_data": tuple(hess), "P_mirror": tuple(mirror), "A_to_data": tuple(offsets), "box": tuple(box),
             "A_scale": tuple(scales)}  # fmt: skip
+
+  def _derivatives(self) -> dict[str, tuple[float, ...]]:
+    """With the problem's DerivativeSources, P's and A's tables composed with them (load_derivatives): H's entries,
+    the diagonal, and the entries of J that enter the stage QP (those of the identities it implies do not)."""
+    if (sources := self.problem.sources) is None:
+      return {}
+    matrices = self.matrices
+    into = lambda table, positions: tuple(matrices[table][e] for e in positions)
+    jac = [e for e, a in enumerate(sources.jac_to_A) if matrices["A_to_data"][a] >= 0]
+    return {"hess_to_data": into("P_to_data", sources.hess_to_P), "hess_mirror": into("P_mirror", sources.hess_to_P),
+            "diag_to_data": into("P_to_data", sources.diag_P), "jac_from": tuple(jac),
+            "jac_to_data": into("A_to_data", (sources.jac_to_A[e] for e in jac)),
+            "jac_scale": into("A_scale", (sources.jac_to_A[e] for e in jac))}  # fmt: skip
 
   def _vectors(self) -> dict[str, tuple[float, ...]]:
     o, s, N, nx = self.data, self.solution, self.stages.N, self.stages.nx

@@ -22,6 +22,7 @@ from anvil.codegen.precision import SCALARS, cpp_real, in_precision
 from anvil.codegen.sparse import entry_positions, stored_coordinates
 from anvil.codegen.templated import TemplatedFunction
 from anvil.qp import (
+  DerivativeSources,
   QPBackend,
   QPOptions,
   QPProblem,
@@ -96,6 +97,7 @@ class _SolverContext:
   qp: str
   elastic: str
   elastic_rows: bool
+  direct_load: bool
   equality_rows: tuple[int, ...]
   convex_hessian: bool
   options: SQPOptions
@@ -329,8 +331,15 @@ class SQPFunction(TemplatedFunction):
       "hess_i": tuple(int(v) for v in self.hessian.indices),
       "hard_rows": self.hard_rows,
     }
-    normal = QPProblem(p_pattern, a_pattern, self.layout, scalar=self.scalar)
+    sources = DerivativeSources(tables["hess_to_P"], tables["diag_P"], tables["jac_to_A"]) if self.direct_load else None
+    normal = QPProblem(p_pattern, a_pattern, self.layout, scalar=self.scalar, sources=sources)
     return normal, QPProblem(pe_pattern, ae_pattern), tables
+
+  @property
+  def direct_load(self) -> bool:
+    """Whether the QP backend loads each QP from the Hessian and the Jacobian themselves (the Riccati interior point,
+    which solves the elastic QPs too): the loop then keeps no copy of P and A."""
+    return self.layout is not None and isinstance(self.qp_options, RiccatiOptions)
 
   @cached_property
   def qp(self) -> QPBackend:
@@ -405,7 +414,7 @@ class SQPFunction(TemplatedFunction):
       nnz_jac=0 if jac is None else jac.nnz, nnz_hess=self.hessian.nnz, nnz_P=normal.p_pattern.nnz,
       nnz_A=normal.a_pattern.nnz, nnz_Ae=elastic.a_pattern.nnz, qp=self.qp.name,
       elastic="" if self.elastic is None else self.elastic.name, elastic_rows=self.layout is not None,
-      equality_rows=self.equality_rows,
+      direct_load=self.direct_load, equality_rows=self.equality_rows,
       convex_hessian=self.convex_hessian,
       options=self.options, tables=tuple(tables.items()), real=cpp_real(self.scalar),
     )  # fmt: skip

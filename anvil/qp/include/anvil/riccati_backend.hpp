@@ -16,8 +16,10 @@
 // takes into the stage QP), box[n_box] (the unit diagonal of every box row, n_box), q_to_data[n], l_to_data[m],
 // u_to_data[m] (-1: none), l_scale[m], primal_from[n], dual_from[m] (offsets into Solution; -1: none), dual_scale[m],
 // initial_rows[nx], initial_scale[nx], elastic_to_data[n_elastic] (the prices of the rows set_elastic() relaxes: the
-// stage rows and the bounds on states). Workspace W: data, sol, ipm (the solver's Data, Solution and Workspace), d (n),
-// y (m), iterations. The screening before a solve is the solver's own Riccati factorization on the equalities
+// stage rows and the bounds on states); loads_derivatives, and with it (an SQP's QP, load_derivatives) n_hess,
+// hess_to_data[n_hess], hess_mirror[n_hess], diag_to_data[n], n_jac, jac_from[n_jac] (the Jacobian's entries that enter
+// the stage QP), jac_to_data[n_jac] and jac_scale[n_jac]. Workspace W: data, sol, ipm (the solver's Data, Solution
+// and Workspace), d (n), y (m), iterations. The screening before a solve is the solver's own Riccati factorization on the equalities
 // (IPM::convex_on_equalities), so the backend needs no memory beyond the stage QP's.
 #ifndef ANVIL_RICCATI_BACKEND_HPP
 #define ANVIL_RICCATI_BACKEND_HPP
@@ -50,25 +52,28 @@ struct RiccatiBackend {
   /// Scatters P and A into the stage blocks; screens them when asked: is P positive definite on the null space of
   /// the equalities of l and u (the interior point tells a nonconvex QP itself when it solves it)?
   static int load(const real* P, const real* A, const real* l, const real* u, bool screen, W& ws) {
-    real* data = reinterpret_cast<real*>(&ws.data);
-    // NOTE: the data starts zeroed (Workspace) and only the tables write it, so a load clears what it accumulates
-    // into (P) and the elastic prices of the last set_elastic(), not the whole (mostly structurally zero) stage QP;
-    // rows no table writes (padding inputs fixed at 0) keep lower = upper = 0: equalities
-    for (int e = 0; e < L::nnz_P; ++e) {
-      data[L::P_to_data[e]] = 0.0;
-      if (L::P_mirror[e] >= 0) data[L::P_mirror[e]] = 0.0;
-    }
-    for (int e = 0; e < L::n_elastic; ++e) data[L::elastic_to_data[e]] = 0.0;
+    real* data = clear(ws);
     for (int e = 0; e < L::nnz_P; ++e) {
       data[L::P_to_data[e]] += P[e];
       if (L::P_mirror[e] >= 0) data[L::P_mirror[e]] += P[e];
     }
     for (int e = 0; e < L::nnz_A; ++e)
       if (L::A_to_data[e] >= 0) data[L::A_to_data[e]] = L::A_scale[e] * A[e];
-    for (int e = 0; e < L::n_box; ++e) data[L::box[e]] = 1.0;
-    if (!screen) return solved;
-    scatter_bounds(l, u, ws);
-    return IPM::convex_on_equalities(ws.data, screening_regularization, ws.ipm) ? solved : nonconvex;
+    return finish_load(l, u, screen, ws);
+  }
+
+  /// load() of an SQP's QP from its derivatives (Layout::loads_derivatives: the problem's DerivativeSources): P =
+  /// triu(hess) + reg I and A = [jac; I], scattered straight into the stage blocks (the SQP keeps no P and A).
+  static int load_derivatives(const real* hess, real reg, const real* jac, const real* l, const real* u, bool screen,
+                              W& ws) {
+    real* data = clear(ws);
+    for (int e = 0; e < L::n_hess; ++e) {
+      data[L::hess_to_data[e]] += hess[e];
+      if (L::hess_mirror[e] >= 0) data[L::hess_mirror[e]] += hess[e];
+    }
+    for (int j = 0; j < L::n; ++j) data[L::diag_to_data[j]] += reg;
+    for (int e = 0; e < L::n_jac; ++e) data[L::jac_to_data[e]] = L::jac_scale[e] * jac[L::jac_from[e]];
+    return finish_load(l, u, screen, ws);
   }
 
   /// Solves to tol within [tol_min, 1e-6] (at least the rounding level of q: ipm::attainable); warm starts from the
@@ -111,6 +116,29 @@ struct RiccatiBackend {
   static int iterations(const W& ws) { return ws.iterations; }
 
  private:
+  /// The stage QP's data, its entries of P and the elastic prices zeroed, ready for a load.
+  static real* clear(W& ws) {
+    real* data = reinterpret_cast<real*>(&ws.data);
+    // NOTE: the data starts zeroed (Workspace) and only the tables write it, so a load clears what it accumulates
+    // into (P) and the elastic prices of the last set_elastic(), not the whole (mostly structurally zero) stage QP;
+    // rows no table writes (padding inputs fixed at 0) keep lower = upper = 0: equalities
+    for (int e = 0; e < L::nnz_P; ++e) {
+      data[L::P_to_data[e]] = 0.0;
+      if (L::P_mirror[e] >= 0) data[L::P_mirror[e]] = 0.0;
+    }
+    for (int e = 0; e < L::n_elastic; ++e) data[L::elastic_to_data[e]] = 0.0;
+    return data;
+  }
+
+  /// A load's end: the boxes' unit diagonals, and the screening when asked.
+  static int finish_load(const real* l, const real* u, bool screen, W& ws) {
+    real* data = reinterpret_cast<real*>(&ws.data);
+    for (int e = 0; e < L::n_box; ++e) data[L::box[e]] = 1.0;
+    if (!screen) return solved;
+    scatter_bounds(l, u, ws);
+    return IPM::convex_on_equalities(ws.data, screening_regularization, ws.ipm) ? solved : nonconvex;
+  }
+
   /// The rows' bounds l and u into the stage QP's x0, c, lo and hi.
   static void scatter_bounds(const real* l, const real* u, W& ws) {
     real* data = reinterpret_cast<real*>(&ws.data);

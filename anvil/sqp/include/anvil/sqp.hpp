@@ -135,8 +135,9 @@ struct Vectors {
   anvil::Array<real, P::ng> g, g_trial;
   anvil::Array<real, P::nnz_jac> jac;
   anvil::Array<real, P::nnz_hess> hess;
-  anvil::Array<real, P::nnz_P> Px;
-  anvil::Array<real, P::nnz_A> Ax;
+  // P and A (none where the QP backend loads from hess and jac: P::direct_load)
+  anvil::Array<real, P::direct_load ? 0 : P::nnz_P> Px;
+  anvil::Array<real, P::direct_load ? 0 : P::nnz_A> Ax;
   anvil::Array<real, nA> l, u;
   // the slack form of the elastic QP (none where the QP's own rows turn elastic: P::elastic_rows)
   anvil::Array<real, P::elastic_rows ? 0 : P::nnz_Ae> Axe;
@@ -394,8 +395,7 @@ class Solver {
     }
     real reg = 0.0;
     for (;;) {
-      assemble_P(reg, ws);
-      const int loaded = QP::load(v.Px.data(), v.Ax.data(), v.l.data(), v.u.data(), !P::convex_hessian, ws.qp);
+      const int loaded = load<QP>(reg, !P::convex_hessian, ws.qp, ws);
       if (loaded == anvil::qp::solved) break;
       if (loaded != anvil::qp::nonconvex) return numerical_error;
       reg = reg > real(0) ? reg * real(10) : P::reg_min;
@@ -831,10 +831,25 @@ class Solver {
     return c + (reg - real(1e-8)) * norm;
   }
 
-  /// The QP's constraint matrix A = [dg/dx; I] from v.jac.
+  /// The QP's constraint matrix A = [dg/dx; I] from v.jac (none to assemble where the backend loads from jac).
   static void assemble_A(WS& ws) {
-    for (int e = 0; e < P::nnz_jac; ++e) ws.v.Ax[P::jac_to_A[e]] = ws.v.jac[e];
-    for (int j = 0; j < nx; ++j) ws.v.Ax[P::eye_to_A[j]] = 1.0;
+    if constexpr (!P::direct_load) {
+      for (int e = 0; e < P::nnz_jac; ++e) ws.v.Ax[P::jac_to_A[e]] = ws.v.jac[e];
+      for (int j = 0; j < nx; ++j) ws.v.Ax[P::eye_to_A[j]] = 1.0;
+    }
+  }
+
+  /// Loads the QP with P = triu(H) + reg I and A = [dg/dx; I] into backend B's workspace qp: from v.hess and v.jac
+  /// themselves where the backend takes them (P::direct_load), else through v.Px and v.Ax.
+  template <class B>
+  static int load(real reg, bool screen, typename B::Workspace& qp, WS& ws) {
+    auto& v = ws.v;
+    if constexpr (P::direct_load) {
+      return B::load_derivatives(v.hess.data(), reg, v.jac.data(), v.l.data(), v.u.data(), screen, qp);
+    } else {
+      assemble_P(reg, ws);
+      return B::load(v.Px.data(), v.Ax.data(), v.l.data(), v.u.data(), screen, qp);
+    }
   }
 
   /// The QP's P = triu(H) + reg I from v.hess.
@@ -866,8 +881,7 @@ class Solver {
   static int solve_regularized(real qp_tol, bool warm, real& reg, StatsT& stats, double& clock, WS& ws) {
     auto& v = ws.v;
     for (;;) {
-      assemble_P(reg, ws);
-      int status = QP::load(v.Px.data(), v.Ax.data(), v.l.data(), v.u.data(), false, ws.qp);
+      int status = load<QP>(reg, false, ws.qp, ws);
       stats.time_qp_update += lap(clock);
       if (status == anvil::qp::solved) {
         status = QP::solve(v.grad.data(), v.l.data(), v.u.data(), qp_tol, warm, ws.qp);
@@ -916,11 +930,10 @@ class Solver {
       Elastic::reset(elastic_ws(ws));
     }
     for (;;) {
-      assemble_P(reg, ws);
       int status;
       auto& e = elastic_ws(ws);
       if constexpr (P::elastic_rows) {
-        status = Elastic::load(v.Px.data(), v.Ax.data(), v.l.data(), v.u.data(), false, e);
+        status = load<Elastic>(reg, false, e, ws);
         stats.time_qp_update += lap(clock);
         if (status == anvil::qp::solved) {
           Elastic::set_elastic(weight, e);
@@ -932,6 +945,7 @@ class Solver {
             status = anvil::qp::nonconvex;
         }
       } else {
+        assemble_P(reg, ws);
         status = Elastic::load(v.Px.data(), Axe, le, ue, false, e);
         stats.time_qp_update += lap(clock);
         if (status == anvil::qp::solved) status = Elastic::solve(qe, le, ue, real(0), false, e);

@@ -44,6 +44,7 @@ class _RiccatiContext:
   max_iter: int
   uN_offset: int
   real: str
+  boxes: bool
 
 
 class RiccatiQP(TemplatedFunction):
@@ -56,6 +57,9 @@ class RiccatiQP(TemplatedFunction):
     nuN: inputs at the last stage (they enter no dynamics; the slacks of soft terminal constraints).
     nud: the inputs that enter the dynamics (the first nud; default nu): the columns of B after them must be zero
       (e.g. the slacks of soft constraints, which are inputs of their stage), and the recursion skips them.
+    scalar: "float64" or "float32", the type it computes in.
+    boxes: the first nx + nu rows of each stage k < N (nx + nuN at stage N) bound its variables one by one (row j of
+      z_k = [x_k; u_k]): G and GN then hold only the rows after them (ng and ngN count all rows).
 
   Example:
     >>> qp = RiccatiQP("qp", nx=4, nu=1, N=30, ng=5, ngN=4)
@@ -78,6 +82,7 @@ class RiccatiQP(TemplatedFunction):
     nuN: int = 0,
     nud: int | None = None,
     scalar: str = "float64",
+    boxes: bool = False,
   ) -> None:
     self.name = check_identifier(name, "RiccatiQP name")
     self.scalar = check_scalar(f"RiccatiQP({name})", scalar)
@@ -89,14 +94,20 @@ class RiccatiQP(TemplatedFunction):
     self.nud = nu if nud is None else nud
     if isinstance(self.nud, bool) or not isinstance(self.nud, int) or not 0 <= self.nud <= nu:
       raise ValueError(f"RiccatiQP({name}): nud must be an int in [0, nu = {nu}], got {nud!r}")
+    if not isinstance(boxes, bool):
+      raise TypeError(f"RiccatiQP({name}): boxes must be a bool, got {boxes!r}")
+    self.boxes = boxes
+    if boxes and (ng < nx + nu or ngN < nx + nuN):
+      raise ValueError(f"RiccatiQP({name}): boxes=True needs ng >= nx + nu and ngN >= nx + nuN (the box rows)")
 
   @property
   def shapes(self) -> dict[str, tuple[int, ...]]:
-    """The shape of each data field (rows of G/GN at least 1, as stored)."""
+    """The shape of each data field (rows at least 1, as stored; with boxes, G and GN without the box rows)."""
     nx, nu, N, nz, nzN = self.nx, self.nu, self.N, self.nx + self.nu, self.nx + self.nuN
     mg, mgN = max(self.ng, 1), max(self.ngN, 1)
+    rows, rowsN = (max(self.ng - nz, 1), max(self.ngN - nzN, 1)) if self.boxes else (mg, mgN)
     return {"H": (N, nz, nz), "g": (N, nz), "HN": (nzN, nzN), "gN": (nzN,), "A": (N, nx, nx), "B": (N, nx, nu),
-            "c": (N, nx), "x0": (nx,), "G": (N, mg, nz), "lo": (N, mg), "hi": (N, mg), "GN": (mgN, nzN),
+            "c": (N, nx), "x0": (nx,), "G": (N, rows, nz), "lo": (N, mg), "hi": (N, mg), "GN": (rowsN, nzN),
             "loN": (mgN,), "hiN": (mgN,), "z": (N, mg), "zN": (mgN,)}  # fmt: skip
 
   @property
@@ -112,6 +123,7 @@ class RiccatiQP(TemplatedFunction):
     return _RiccatiContext(
       name=self.name, nx=self.nx, nu=self.nu, N=self.N, ng=self.ng, ngN=self.ngN, nuN=self.nuN, nud=self.nud,
       max_iter=self.max_iter, uN_offset=flat_offsets(self.solution_shapes)[0]["uN"], real=cpp_real(self.scalar),
+      boxes=self.boxes,
     )  # fmt: skip
 
   @cached_property

@@ -4,8 +4,8 @@ stage-structured interior point (`RiccatiQP`) behind the QP contract (the C++ is
 `StageLayout` says where each variable and constraint row of the QP goes; `RiccatiBackend` turns it into index
 tables between the QP's patterns (P's upper triangle, A = [rows of g; identity rows of the bounds]) and the stage
 QP's Data and Solution, viewed as flat arrays of doubles. Every stage's variables get box rows (the bounds), first
-among its rows; inputs no variable maps to (the padding of stages with fewer inputs) keep box rows with lower =
-upper = 0, so they stay 0.
+among its rows (the stage QP's `boxes`: their unit coefficients are implied, not stored); inputs no variable maps to
+(the padding of stages with fewer inputs) keep box rows with lower = upper = 0, so they stay 0.
 """
 
 from __future__ import annotations
@@ -162,7 +162,8 @@ class RiccatiBackend(QPBackend[RiccatiOptions]):
     nz, nzN = self.stages.nx + self.stages.nu, self.stages.nx + self.stages.nuN
     self.solver = RiccatiQP(f"{self.name}_ipm", self.stages.nx, self.stages.nu, self.stages.N, ng=nz + ng,
                             ngN=nzN + ngN, max_iter=options.max_iter, nuN=self.stages.nuN,
-                            nud=self.stages.dynamic_inputs(problem.a_pattern), scalar=problem.scalar)  # fmt: skip
+                            nud=self.stages.dynamic_inputs(problem.a_pattern), scalar=problem.scalar,
+                            boxes=True)  # fmt: skip
     _ = self.tables  # NOTE: a layout the patterns do not fit raises here, when the backend is made
 
   def dependencies(self) -> tuple[RiccatiQP]:
@@ -198,17 +199,17 @@ class _StageTables:
     self.data, _ = flat_offsets(solver.shapes)
     self.solution, _ = flat_offsets(solver.solution_shapes)
     self.nz, self.nzN = solver.nx + solver.nu, solver.nx + solver.nuN
-    self.mg, self.mgN = solver.shapes["G"][1], solver.shapes["GN"][0]
+    self.mg, self.mgN = solver.shapes["lo"][1], solver.shapes["loN"][0]
 
   def h_at(self, k: int, i: int, j: int) -> int:
     """Offset of H_k[i][j] (H_N at k = N)."""
     o, N = self.data, self.stages.N
     return o["H"] + (k * self.nz + i) * self.nz + j if k < N else o["HN"] + i * self.nzN + j
 
-  def g_at(self, k: int, row: int, j: int) -> int:
-    """Offset of G_k[row][j] (rows: the box rows, then the general rows)."""
-    o, N = self.data, self.stages.N
-    return o["G"] + (k * self.mg + row) * self.nz + j if k < N else o["GN"] + row * self.nzN + j
+  def g_at(self, k: int, general: int, j: int) -> int:
+    """Offset of the coefficient j of stage k's general row `general` (G and GN store the rows after the boxes)."""
+    o, N, rows = self.data, self.stages.N, self.solver.shapes["G"][1]
+    return o["G"] + (k * rows + general) * self.nz + j if k < N else o["GN"] + general * self.nzN + j
 
   def bound_at(self, k: int, row: int, side: str) -> int:
     """Offset of the lower ("lo") or upper ("hi") bound of stage k's row, or of its price when elastic ("z")."""
@@ -231,7 +232,7 @@ class _StageTables:
   @cached_property
   def matrices(self) -> dict[str, tuple[float, ...]]:
     """P's and A's tables: where each stored entry goes in Data (A's scaled; -1 where the stage QP implies it)."""
-    variables, rows, N, nx = self.stages.variables, self.stages.rows, self.stages.N, self.stages.nx
+    variables, rows, nx = self.stages.variables, self.stages.rows, self.stages.nx
     hess, mirror = [], []
     for r, c in _entries(self.problem.p_pattern):
       (kr, ir), (kc, ic) = variables[r], variables[c]
@@ -254,14 +255,12 @@ class _StageTables:
         elif kind == "stage":
           if k != kr:
             raise ValueError(f"{self.name}: constraint row {r} of stage {kr} depends on stage {k}")
-          offset, scale = self.g_at(k, self.general(k, i), j), 1.0
+          offset, scale = self.g_at(k, i, j), 1.0
         elif kind == "initial" and (k, j) != (0, i):
           raise ValueError(f"{self.name}: the initial row {r} of x_0[{i}] depends on another variable ({c})")
       offsets.append(offset)
       scales.append(scale)
-    box = [self.g_at(k, i, i) for k in range(N) for i in range(self.nz)] + [self.g_at(N, i, i) for i in range(self.nzN)]
-    return {"P_to_data": tuple(hess), "P_mirror": tuple(mirror), "A_to_data": tuple(offsets), "box": tuple(box),
-            "A_scale": tuple(scales)}  # fmt: skip
+    return {"P_to_data": tuple(hess), "P_mirror": tuple(mirror), "A_to_data": tuple(offsets), "A_scale": tuple(scales)}
 
   def _derivatives(self) -> dict[str, tuple[float, ...]]:
     """With the problem's DerivativeSources, P's and A's tables composed with them (load_derivatives): H's entries,

@@ -264,3 +264,30 @@ def test_elastic_rows_match_the_explicit_l1_penalty(nx: int, nu: int, N: int) ->
     warm = qp(1e-10, warm_start=True, **{**d, "g": d["g"] * 1.01})
     assert warm.status == "solved"
     np.testing.assert_allclose(warm.u, osqp_solution({**d, "g": d["g"] * 1.01})[1], atol=1e-6)
+
+
+def test_box_rows_implied_equal_the_stored_unit_rows() -> None:
+  """boxes=True: the first nz rows of each stage (nzN at the last) bound the variables one by one and G, GN store
+  only the rows after them. Same QPs (hard, then elastic), same solutions and multipliers as with the unit rows
+  stored, and as OSQP's."""
+  nx, nu, N, extra = 4, 2, 15, 2
+  rng = np.random.default_rng(7)
+  ng, ngN = nx + nu + extra, nx + 1
+  stored = RiccatiQP("riccati_t_rows_stored", nx, nu, N, ng=ng, ngN=ngN)
+  implied = RiccatiQP("riccati_t_rows_implied", nx, nu, N, ng=ng, ngN=ngN, boxes=True)
+  assert implied.shapes["G"] == (N, extra, nx + nu) and implied.shapes["GN"] == (1, nx)
+  for price in (0.0, 20.0):
+    d = random_qp(rng, nx, nu, N, ng, 1, 3.0)
+    d["GN"] = np.concatenate([np.eye(nx), d["GN"]])
+    d["loN"], d["hiN"] = np.concatenate([np.full(nx, -0.8), d["loN"]]), np.concatenate([np.full(nx, 0.8), d["hiN"]])
+    d["z"], d["zN"] = np.full((N, ng), price), np.full(ngN, price)
+    reference = stored(1e-10, **d)
+    sol = implied(1e-10, **{**d, "G": d["G"][:, nx + nu :], "GN": d["GN"][nx:]})
+    assert reference.status == sol.status == "solved"
+    assert np.sum(np.abs(sol.lam[:, : nx + nu]) > 1e-6) >= 3, "box rows are active"
+    for field in ("x", "u", "pi", "lam", "lamN"):
+      np.testing.assert_allclose(getattr(sol, field), getattr(reference, field), atol=1e-8, err_msg=field)
+    if price == 0.0:
+      np.testing.assert_allclose(sol.u, osqp_solution(d)[1], atol=1e-6)
+  with pytest.raises(ValueError, match="boxes=True needs"):
+    RiccatiQP("riccati_t_rows_few", nx, nu, N, ng=nx, boxes=True)

@@ -33,17 +33,28 @@ constexpr T equality_regularization = anvil::by_precision<T>(1e-8, 2e-4f);
 template <class T>
 struct Side {
   T t, l, dt, dl, r, s, m, ds, dm;
-  bool on;
 };
 
-/// One row's interior-point state. For an equality row, hi.l is its free multiplier and lo.r its residual. z > 0
+/// One row's interior-point state: its sides, and which are present. For an equality row, hi.l is its free
+/// multiplier and lo.r its residual. A price z > 0 (the solver's data, passed to the functions that need its value)
 /// makes the row elastic: each side may be violated at the price z per unit (an L1 penalty, as HPIPM's soft
 /// constraints: the elastic variables are eliminated row by row, so the stage sizes do not change).
 template <class T>
 struct Row {
   Side<T> lo, hi;
-  T z;
-  bool eq;
+  bool eq, lo_on, hi_on, elastic;
+
+  /// f(side) for each present side.
+  template <class F>
+  void each_side(F&& f) {
+    if (lo_on) f(lo);
+    if (hi_on) f(hi);
+  }
+  template <class F>
+  void each_side(F&& f) const {
+    if (lo_on) f(lo);
+    if (hi_on) f(hi);
+  }
 };
 
 /// Residual norms and the complementarity sum, accumulated over the rows.
@@ -75,10 +86,10 @@ inline bool is_equality(T lo, same_t<T> hi) { return lo == hi && std::fabs(lo) <
 template <class T>
 inline void start_row(Row<T>& r, same_t<T> v, same_t<T> lo, same_t<T> hi, same_t<T> z, bool warm,
                       same_t<T> floor) {
-  r.z = z;
-  r.eq = is_equality(lo, hi) && z == T(0);
-  r.lo.on = !r.eq && lo > -T(no_bound);
-  r.hi.on = !r.eq && hi < T(no_bound);
+  r.elastic = z > T(0);
+  r.eq = is_equality(lo, hi) && !r.elastic;
+  r.lo_on = !r.eq && lo > -T(no_bound);
+  r.hi_on = !r.eq && hi < T(no_bound);
   if (r.eq) {
     r.hi.l = warm ? r.hi.l - r.lo.l : T(0);
     r.lo.l = 0.0;
@@ -87,7 +98,7 @@ inline void start_row(Row<T>& r, same_t<T> v, same_t<T> lo, same_t<T> hi, same_t
     return;
   }
   for (Side<T>* q : {&r.lo, &r.hi}) {
-    if (q->on) {
+    if (q == &r.lo ? r.lo_on : r.hi_on) {
       start_side(*q, q == &r.lo ? v - lo : hi - v, z, warm, floor);
     } else {
       q->t = 1.0;
@@ -119,16 +130,16 @@ inline void side_residuals(Side<T>& q, same_t<T> distance, same_t<T> z, Norms<T>
   }
 }
 
-/// The row's residuals at value v (an equality's in lo.r); returns its multiplier lam_hi - lam_lo.
+/// The row's residuals at value v (an equality's in lo.r), z its price; returns its multiplier lam_hi - lam_lo.
 template <class T>
-inline T row_residuals(Row<T>& r, same_t<T> v, same_t<T> lo, same_t<T> hi, Norms<T>& n) {
+inline T row_residuals(Row<T>& r, same_t<T> v, same_t<T> lo, same_t<T> hi, same_t<T> z, Norms<T>& n) {
   if (r.eq) {
     r.lo.r = v - lo;
     n.equality = std::fmax(n.equality, std::fabs(r.lo.r));
     return r.hi.l;
   }
-  if (r.lo.on) side_residuals(r.lo, v - lo, r.z, n);
-  if (r.hi.on) side_residuals(r.hi, hi - v, r.z, n);
+  if (r.lo_on) side_residuals(r.lo, v - lo, z, n);
+  if (r.hi_on) side_residuals(r.hi, hi - v, z, n);
   return r.hi.l - r.lo.l;
 }
 
@@ -140,7 +151,7 @@ inline T complementarity_residual(T l, same_t<T> t, same_t<T> dl, same_t<T> dt, 
 
 /// The side's slack as the Newton system sees it once the elastic variables are eliminated: t + l s / m.
 template <class T>
-inline T effective_slack(const Side<T>& q, same_t<T> z) { return z > T(0) ? q.t + q.l * q.s / q.m : q.t; }
+inline T effective_slack(const Side<T>& q, bool elastic) { return elastic ? q.t + q.l * q.s / q.m : q.t; }
 
 /// The side's primal residual once the elastic variables are eliminated (for the complementarity target).
 template <class T>
@@ -153,23 +164,23 @@ inline T effective_residual(const Side<T>& q, same_t<T> z, same_t<T> target, boo
 template <class T>
 inline T row_weight(const Row<T>& r) {
   if (r.eq) return T(1) / equality_regularization<T>;
-  return (r.lo.on ? r.lo.l / effective_slack(r.lo, r.z) : T(0)) +
-         (r.hi.on ? r.hi.l / effective_slack(r.hi, r.z) : T(0));
+  return (r.lo_on ? r.lo.l / effective_slack(r.lo, r.elastic) : T(0)) +
+         (r.hi_on ? r.hi.l / effective_slack(r.hi, r.elastic) : T(0));
 }
 
 /// A side's part of the reduced gradient's coefficient (lower side: +, upper side: -).
 template <class T>
 inline T side_rhs(const Side<T>& q, same_t<T> z, same_t<T> target, bool corrector) {
   const T c = complementarity_residual(q.l, q.t, q.dl, q.dt, target, corrector);
-  return (c + q.l * effective_residual(q, z, target, corrector)) / effective_slack(q, z);
+  return (c + q.l * effective_residual(q, z, target, corrector)) / effective_slack(q, z > T(0));
 }
 
-/// The coefficient e of the row in the reduced gradient (q += a e), for the complementarity target.
+/// The coefficient e of the row in the reduced gradient (q += a e), for the complementarity target (z: its price).
 template <class T>
-inline T row_rhs(const Row<T>& r, same_t<T> target, bool corrector) {
+inline T row_rhs(const Row<T>& r, same_t<T> z, same_t<T> target, bool corrector) {
   if (r.eq) return r.lo.r / equality_regularization<T>;
-  return (r.lo.on ? side_rhs(r.lo, r.z, target, corrector) : T(0)) -
-         (r.hi.on ? side_rhs(r.hi, r.z, target, corrector) : T(0));
+  return (r.lo_on ? side_rhs(r.lo, z, target, corrector) : T(0)) -
+         (r.hi_on ? side_rhs(r.hi, z, target, corrector) : T(0));
 }
 
 /// A side's steps, given its distance's step gd (the corrector's products use the predictor's steps, read before
@@ -177,7 +188,7 @@ inline T row_rhs(const Row<T>& r, same_t<T> target, bool corrector) {
 template <class T>
 inline void side_step(Side<T>& q, same_t<T> gd, same_t<T> z, same_t<T> target, bool corrector) {
   const T c = complementarity_residual(q.l, q.t, q.dl, q.dt, target, corrector);
-  const T dl = -(c + q.l * (gd + effective_residual(q, z, target, corrector))) / effective_slack(q, z);
+  const T dl = -(c + q.l * (gd + effective_residual(q, z, target, corrector))) / effective_slack(q, z > T(0));
   if (z > T(0)) {
     const T cs = complementarity_residual(q.m, q.s, q.dm, q.ds, target, corrector);
     q.dm = elastic_residual(q, z) - dl;
@@ -187,15 +198,15 @@ inline void side_step(Side<T>& q, same_t<T> gd, same_t<T> z, same_t<T> target, b
   q.dl = dl;
 }
 
-/// The slack and multiplier steps, given the row's primal step gd = a'dz.
+/// The slack and multiplier steps, given the row's primal step gd = a'dz (z: its price).
 template <class T>
-inline void row_step(Row<T>& r, same_t<T> gd, same_t<T> target, bool corrector) {
+inline void row_step(Row<T>& r, same_t<T> gd, same_t<T> z, same_t<T> target, bool corrector) {
   if (r.eq) {
     r.hi.dl = (gd + r.lo.r) / equality_regularization<T>;
     return;
   }
-  if (r.lo.on) side_step(r.lo, gd, r.z, target, corrector);
-  if (r.hi.on) side_step(r.hi, -gd, r.z, target, corrector);
+  if (r.lo_on) side_step(r.lo, gd, z, target, corrector);
+  if (r.hi_on) side_step(r.hi, -gd, z, target, corrector);
 }
 
 /// Shrinks alpha so the row's slacks and multipliers stay nonnegative.
@@ -204,29 +215,27 @@ inline void row_limit(const Row<T>& r, T& alpha) {
   const auto limit = [&](T v, T dv) {
     if (dv < T(0)) alpha = std::fmin(alpha, -v / dv);
   };
-  for (const Side<T>* q : {&r.lo, &r.hi}) {
-    if (!q->on) continue;
-    limit(q->t, q->dt);
-    limit(q->l, q->dl);
-    if (r.z > T(0)) {
-      limit(q->s, q->ds);
-      limit(q->m, q->dm);
+  r.each_side([&](const Side<T>& q) {
+    limit(q.t, q.dt);
+    limit(q.l, q.dl);
+    if (r.elastic) {
+      limit(q.s, q.ds);
+      limit(q.m, q.dm);
     }
-  }
+  });
 }
 
 /// Adds the row's complementarity products after a step of alpha.
 template <class T>
 inline void row_products(const Row<T>& r, same_t<T> alpha, T& sum, int& count) {
-  for (const Side<T>* q : {&r.lo, &r.hi}) {
-    if (!q->on) continue;
-    sum += (q->l + alpha * q->dl) * (q->t + alpha * q->dt);
+  r.each_side([&](const Side<T>& q) {
+    sum += (q.l + alpha * q.dl) * (q.t + alpha * q.dt);
     ++count;
-    if (r.z > T(0)) {
-      sum += (q->m + alpha * q->dm) * (q->s + alpha * q->ds);
+    if (r.elastic) {
+      sum += (q.m + alpha * q.dm) * (q.s + alpha * q.ds);
       ++count;
     }
-  }
+  });
 }
 
 template <class T>
@@ -288,12 +297,7 @@ void mehrotra_start(const D& d, W& ws, Residuals<typename S::real>& res) {
   if (!S::factor(d, ws)) return;  // the loop's own factorization says so
   S::newton_step(d, ws, T(0), false);
   S::take_step(ws, T(1));
-  const auto each_side = [&](auto&& f) {
-    S::for_rows(ws, [&](Row<T>& r) {
-      for (Side<T>* q : {&r.lo, &r.hi})
-        if (q->on) f(*q);
-    });
-  };
+  const auto each_side = [&](auto&& f) { S::for_rows(ws, [&](Row<T>& r) { r.each_side(f); }); };
   T t_min = T(HUGE_VAL), l_min = T(HUGE_VAL);
   each_side([&](Side<T>& q) {
     t_min = std::fmin(t_min, q.t);

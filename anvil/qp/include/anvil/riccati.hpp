@@ -99,6 +99,16 @@ void feedforward(const T* qx, T* qu, const T (&L)[m][m], const T (&K)[m][nx], T*
   for (int i = 0; i < m; ++i) kk[i] = -qu[i];
 }
 
+/// 2n - 1 entries, a 1 in the middle: the unit row e_j of length n starts at entry n - 1 - j (box rows' coefficients,
+/// in read-only memory).
+template <int n, class T>
+struct OneHot {
+  T v[2 * n - 1];
+  constexpr OneHot() : v{} { v[n - 1] = T(1); }
+};
+template <int n, class T>
+inline constexpr OneHot<n, T> one_hot{};
+
 /// An index below n in the fewest bytes (most OCP stages have fewer than 256 variables and rows).
 template <int n>
 using index_t = std::conditional_t<(n <= 255), unsigned char, std::conditional_t<(n <= 65535), unsigned short, int>>;
@@ -110,11 +120,17 @@ struct Pattern {
   index_t<n> index[n];
 
   /// Finds the nonzeros of a row with a bound; a row without one takes no part in the iterations (an empty pattern:
-  /// most rows of an OCP, the state boxes without bounds, are scanned no further).
+  /// most rows of an OCP, the state boxes without bounds, are scanned no further). A box row (`box`: the unit row of
+  /// variable `box`) is not scanned.
   template <class T>
-  void find(const T* a, same_t<T> lo, same_t<T> hi) {
+  void find(const T* a, same_t<T> lo, same_t<T> hi, int box = -1) {
     count = 0;
     if (!(lo > -T(ipm::no_bound) || hi < T(ipm::no_bound))) return;
+    if (box >= 0) {
+      index[0] = static_cast<index_t<n>>(box);
+      count = 1;
+      return;
+    }
     for (int j = 0; j < n; ++j) {
       index[count] = static_cast<index_t<n>>(j);
       count = static_cast<index_t<n>>(count + (a[j] != 0));
@@ -152,8 +168,11 @@ struct Pattern {
 
 /// The solver for one set of sizes: states nx, inputs nu and horizon N; ng rows per stage k < N and ngN at stage N;
 /// nuN inputs at stage N; only the first nud inputs enter the dynamics (the columns of B after them are zero, e.g.
-/// the slacks of soft constraints), so the recursion's products skip the rest.
-template <int nx_, int nu_, int N_, int ng_, int ngN_ = 0, int nuN_ = 0, int nud_ = nu_, class T = double>
+/// the slacks of soft constraints), so the recursion's products skip the rest. With `boxes`, the first nz rows of
+/// each stage k < N (nzN at stage N) are the bounds of its variables, row j of z_k: G stores only the rows after
+/// them (an OCP's boxes: no unit rows stored, scanned or loaded).
+template <int nx_, int nu_, int N_, int ng_, int ngN_ = 0, int nuN_ = 0, int nud_ = nu_, class T = double,
+          bool boxes = false>
 struct Riccati {
   using real = T;  ///< the scalar type the solver computes in (double, or float for a float32 controller)
   static_assert(nx_ >= 1 && nu_ >= 1 && N_ >= 1 && ng_ >= 0 && ngN_ >= 0 && nuN_ >= 0 && nud_ >= 0 && nud_ <= nu_,
@@ -167,6 +186,10 @@ struct Riccati {
   static constexpr int nzN = nx + nuN;
   static constexpr int mg = ng > 0 ? ng : 1;  ///< stored rows (at least one, for valid C++ arrays)
   static constexpr int mgN = ngN > 0 ? ngN : 1;
+  static constexpr int nb = boxes ? nz : 0, nbN = boxes ? nzN : 0;  ///< box rows (stage k < N, stage N)
+  static_assert(ng >= nb && ngN >= nbN, "the box rows are rows of their stage");
+  static constexpr int mG = ng - nb > 0 ? ng - nb : 1;  ///< stored rows of G (those after the boxes)
+  static constexpr int mGN = ngN - nbN > 0 ? ngN - nbN : 1;
   static constexpr int muN = nuN > 0 ? nuN : 1;
   /// The tightest tolerance a solve is held to: none in double; in float, 1e-4 (tighter, the slacks of active rows
   /// shrink until the weights l/t swamp the factorization's precision and a convex QP looks nonconvex)
@@ -174,12 +197,12 @@ struct Riccati {
   static constexpr bool mehrotra_start = false;  ///< cold starts: x_k = x0, each side's slack its distance (>= 1)
 
   /// The QP's data (row-major blocks; H and HN symmetric; ±HUGE_VAL bounds mean none; lo == hi makes a row an
-  /// equality; B's columns from nud on must be zero).
+  /// equality; B's columns from nud on must be zero; with boxes, G and GN hold the rows after the box rows).
   struct Data {
     T H[N][nz][nz], g[N][nz], HN[nzN][nzN], gN[nzN];
     T A[N][nx][nx], B[N][nx][nu], c[N][nx], x0[nx];
-    T G[N][mg][nz], lo[N][mg], hi[N][mg];
-    T GN[mgN][nzN], loN[mgN], hiN[mgN];
+    T G[N][mG][nz], lo[N][mg], hi[N][mg];
+    T GN[mGN][nzN], loN[mgN], hiN[mgN];
     T z[N][mg], zN[mgN];  ///< elastic rows: the price of a unit of violation (0: a hard row)
   };
 
@@ -272,6 +295,22 @@ struct Riccati {
     return factor_weighted(d, ws, regularization, terminal, stage);
   }
 
+  /// The coefficients of stage k's row m (a box row's: the unit row).
+  static const T* row(const Data& d, int k, int m) {
+    if constexpr (boxes) {
+      if (m < nb) return unit_row(m);
+    }
+    return d.G[k][m - nb];
+  }
+
+  /// The coefficients of stage N's row m.
+  static const T* final_row(const Data& d, int m) {
+    if constexpr (boxes) {
+      if (m < nbN) return unit_row(m);
+    }
+    return d.GN[m - nbN];
+  }
+
   /// f(row) for every row with a bound, stage by stage (the rows without one are inert: nothing to update).
   template <class W, class F>
   static void for_rows(W& ws, F&& f) {
@@ -281,18 +320,22 @@ struct Riccati {
   }
 
  private:
+  static constexpr int n_unit = nz > nzN ? nz : nzN;
+  /// e_j, as a row of up to n_unit entries
+  static const T* unit_row(int j) { return riccati::one_hot<n_unit, T>.v + (n_unit - 1 - j); }
+
   template <class S, class D, class W>
   friend int ipm::mehrotra(const D& d, typename S::real tol, int max_iter, bool warm, W& ws,
                            ipm::Residuals<typename S::real>& res, int& iterations);
 
   /// G_k's row m times [x; u].
   static T row_value(const Data& d, const Workspace& ws, int k, int m, const T* x, const T* u) {
-    return ws.pattern[k][m].template dot<nx>(d.G[k][m], x, u);
+    return ws.pattern[k][m].template dot<nx>(row(d, k, m), x, u);
   }
 
   /// G_N's row m times [x; u].
   static T final_row_value(const Data& d, const Workspace& ws, int m, const T* x, const T* u) {
-    return ws.patternN[m].template dot<nx>(d.GN[m], x, u);
+    return ws.patternN[m].template dot<nx>(final_row(d, m), x, u);
   }
 
   /// r += [A_k B_k]'v
@@ -334,7 +377,8 @@ struct Riccati {
       for (int e = 0; e < ws.n_live[k]; ++e) {
         const int m = ws.live[k][e];
         const T v = row_value(d, ws, k, m, ws.x[k], ws.u[k]);
-        ws.pattern[k][m].add(d.G[k][m], ipm::row_residuals(ws.rows[k][m], v, d.lo[k][m], d.hi[k][m], n), r);
+        const T lam = ipm::row_residuals(ws.rows[k][m], v, d.lo[k][m], d.hi[k][m], d.z[k][m], n);
+        ws.pattern[k][m].add(row(d, k, m), lam, r);
       }
       for (int i = k == 0 ? nx : 0; i < nz; ++i) stat = std::fmax(stat, std::fabs(r[i]));  // x_0 is fixed
       dynamics(d, k, ws.x[k], ws.u[k], d.c[k], ws.r_dyn[k]);
@@ -351,7 +395,8 @@ struct Riccati {
     for (int e = 0; e < ws.n_liveN; ++e) {
       const int m = ws.liveN[e];
       const T v = final_row_value(d, ws, m, ws.x[N], ws.uN);
-      ws.patternN[m].add(d.GN[m], ipm::row_residuals(ws.rowsN[m], v, d.loN[m], d.hiN[m], n), ws.r_N);
+      const T lam = ipm::row_residuals(ws.rowsN[m], v, d.loN[m], d.hiN[m], d.zN[m], n);
+      ws.patternN[m].add(final_row(d, m), lam, ws.r_N);
     }
     for (int i = 0; i < nzN; ++i) stat = std::fmax(stat, std::fabs(ws.r_N[i]));
     res.stationarity = stat;
@@ -388,7 +433,7 @@ struct Riccati {
   static bool factor_weighted(const Data& d, Workspace& ws, T regularization, Terminal&& terminal, Stage&& stage) {
     T QN[nzN][nzN];
     lower_triangle(d.HN, QN, regularization);
-    terminal([&](int m, T w) { ws.patternN[m].add_outer(d.GN[m], w, QN); });
+    terminal([&](int m, T w) { ws.patternN[m].add_outer(final_row(d, m), w, QN); });
     if constexpr (nuN > 0) {
       if (!riccati::eliminate_inputs<nx, nuN>(QN, ws.LN, ws.KN, ws.P[N])) return false;
     } else {
@@ -407,7 +452,7 @@ struct Riccati {
       T Q[nz][nz];  // H + G'WG + [A B]'P[A B], lower triangle
       lower_triangle(d.H[k], Q, regularization);
       dense::add_lower_product<0>(AB, PAB, Q);
-      stage(k, [&](int m, T w) { ws.pattern[k][m].add_outer(d.G[k][m], w, Q); });
+      stage(k, [&](int m, T w) { ws.pattern[k][m].add_outer(row(d, k, m), w, Q); });
       if (!riccati::eliminate_inputs<nx, nu>(Q, ws.L[k], ws.K[k], ws.P[k])) return false;
     }
     return true;
@@ -420,13 +465,13 @@ struct Riccati {
       for (int i = 0; i < nz; ++i) ws.q[k][i] = ws.r_z[k][i];
       for (int e = 0; e < ws.n_live[k]; ++e) {
         const int m = ws.live[k][e];
-        ws.pattern[k][m].add(d.G[k][m], ipm::row_rhs(ws.rows[k][m], target, corrector), ws.q[k]);
+        ws.pattern[k][m].add(row(d, k, m), ipm::row_rhs(ws.rows[k][m], d.z[k][m], target, corrector), ws.q[k]);
       }
     }
     for (int i = 0; i < nzN; ++i) ws.qN[i] = ws.r_N[i];
     for (int e = 0; e < ws.n_liveN; ++e) {
       const int m = ws.liveN[e];
-      ws.patternN[m].add(d.GN[m], ipm::row_rhs(ws.rowsN[m], target, corrector), ws.qN);
+      ws.patternN[m].add(final_row(d, m), ipm::row_rhs(ws.rowsN[m], d.zN[m], target, corrector), ws.qN);
     }
     // backward: the terminal inputs, then p_k = q_x + A's + K'(q_u + B's), k_k = -Q_uu^-1 (q_u + B's), s = P b + p
     if constexpr (nuN > 0) {
@@ -462,11 +507,11 @@ struct Riccati {
     for (int k = 0; k < N; ++k)
       for (int e = 0; e < ws.n_live[k]; ++e) {
         const int m = ws.live[k][e];
-        ipm::row_step(ws.rows[k][m], row_value(d, ws, k, m, ws.dx[k], ws.du[k]), target, corrector);
+        ipm::row_step(ws.rows[k][m], row_value(d, ws, k, m, ws.dx[k], ws.du[k]), d.z[k][m], target, corrector);
       }
     for (int e = 0; e < ws.n_liveN; ++e) {
       const int m = ws.liveN[e];
-      ipm::row_step(ws.rowsN[m], final_row_value(d, ws, m, ws.dx[N], ws.duN), target, corrector);
+      ipm::row_step(ws.rowsN[m], final_row_value(d, ws, m, ws.dx[N], ws.duN), d.zN[m], target, corrector);
     }
   }
 
@@ -497,15 +542,15 @@ struct Riccati {
   /// The nonzeros of every row with a bound.
   static void find_patterns(const Data& d, Workspace& ws) {
     for (int k = 0; k < N; ++k)
-      for (int m = 0; m < ng; ++m) ws.pattern[k][m].find(d.G[k][m], d.lo[k][m], d.hi[k][m]);
-    for (int m = 0; m < ngN; ++m) ws.patternN[m].find(d.GN[m], d.loN[m], d.hiN[m]);
+      for (int m = 0; m < ng; ++m) ws.pattern[k][m].find(row(d, k, m), d.lo[k][m], d.hi[k][m], m < nb ? m : -1);
+    for (int m = 0; m < ngN; ++m) ws.patternN[m].find(final_row(d, m), d.loN[m], d.hiN[m], m < nbN ? m : -1);
   }
 
   /// Starts every row at the primal point, cold or (warm) restarted from its previous slacks and multipliers floored
   /// at `floor`, so the iterate is interior again; lists the rows with a bound (a present side, or an equality):
   /// only they take part in the iterations.
   static void start_rows(const Data& d, bool warm, T floor, Workspace& ws) {
-    const auto live = [](const ipm::Row<T>& r) { return r.eq || r.lo.on || r.hi.on; };
+    const auto live = [](const ipm::Row<T>& r) { return r.eq || r.lo_on || r.hi_on; };
     for (int k = 0; k < N; ++k) {
       ws.n_live[k] = 0;
       for (int m = 0; m < ng; ++m) {

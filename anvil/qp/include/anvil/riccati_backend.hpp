@@ -13,14 +13,14 @@
 // Layout L: n, m, nnz_P, nnz_A, nx (states), data_size (reals in Data); tol_min and max_iter (the interior point's
 // tightest tolerance and iteration limit); IPM (the anvil::qp::Riccati solver); P_to_data[nnz_P], P_mirror[nnz_P]
 // (-1: on the diagonal), A_to_data[nnz_A] (-1: an identity the stage QP implies), A_scale[nnz_A] (the factor an entry
-// takes into the stage QP), box[n_box] (the unit diagonal of every box row, n_box), q_to_data[n], l_to_data[m],
+// takes into the stage QP; the box rows' unit coefficients are the stage QP's own), q_to_data[n], l_to_data[m],
 // u_to_data[m] (-1: none), l_scale[m], primal_from[n], dual_from[m] (offsets into Solution; -1: none), dual_scale[m],
 // initial_rows[nx], initial_scale[nx], elastic_to_data[n_elastic] (the prices of the rows set_elastic() relaxes: the
 // stage rows and the bounds on states); loads_derivatives, and with it (an SQP's QP, load_derivatives) n_hess,
 // hess_to_data[n_hess], hess_mirror[n_hess], diag_to_data[n], n_jac, jac_from[n_jac] (the Jacobian's entries that enter
 // the stage QP), jac_to_data[n_jac] and jac_scale[n_jac]. Workspace W: data, sol, ipm (the solver's Data, Solution
-// and Workspace), d (n), y (m), iterations. The screening before a solve is the solver's own Riccati factorization on the equalities
-// (IPM::convex_on_equalities), so the backend needs no memory beyond the stage QP's.
+// and Workspace), d (n), y (m), iterations. The screening before a solve is the solver's own Riccati factorization on
+// the equalities (IPM::convex_on_equalities), so the backend needs no memory beyond the stage QP's.
 #ifndef ANVIL_RICCATI_BACKEND_HPP
 #define ANVIL_RICCATI_BACKEND_HPP
 #include <cmath>
@@ -97,7 +97,7 @@ struct RiccatiBackend {
       real r = d.g[0][i];
       for (int j = 0; j < nz; ++j) r += d.H[0][i][j] * (j < nx ? sol.x[0][j] : sol.u[0][j - nx]);
       for (int j = 0; j < nx; ++j) r += d.A[0][j][i] * sol.pi[0][j];
-      for (int k = 0; k < IPM::ng; ++k) r += d.G[0][k][i] * sol.lam[0][k];
+      for (int k = 0; k < IPM::ng; ++k) r += IPM::row(d, 0, k)[i] * sol.lam[0][k];
       ws.y[L::initial_rows[i]] = -r * L::initial_scale[i];
     }
     return status;
@@ -130,10 +130,8 @@ struct RiccatiBackend {
     return data;
   }
 
-  /// A load's end: the boxes' unit diagonals, and the screening when asked.
+  /// A load's end: the screening, when asked.
   static int finish_load(const real* l, const real* u, bool screen, W& ws) {
-    real* data = reinterpret_cast<real*>(&ws.data);
-    for (int e = 0; e < L::n_box; ++e) data[L::box[e]] = 1.0;
     if (!screen) return solved;
     scatter_bounds(l, u, ws);
     return IPM::convex_on_equalities(ws.data, screening_regularization, ws.ipm) ? solved : nonconvex;

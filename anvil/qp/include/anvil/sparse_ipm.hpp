@@ -110,7 +110,7 @@ struct SparseIPMBackend {
     for (int i = 0; i < m; ++i) {
       ipm::Row<double>& r = ws.rows[i];
       ipm::start_row(r, ws.z[i], d.l[i], d.u[i], 0.0, warm, floor);
-      ws.active[i] = r.eq || r.lo.on || r.hi.on;
+      ws.active[i] = r.eq || r.lo_on || r.hi_on;
       if (ws.active[i]) ws.live[ws.n_live++] = i;
     }
   }
@@ -148,7 +148,7 @@ struct SparseIPMBackend {
     for (int e = 0; e < ws.n_live; ++e) {
       const int i = ws.live[e];
       ipm::Norms<double> row;
-      y[i] = ipm::row_residuals(ws.rows[i], ws.z[i], d.l[i], d.u[i], row);
+      y[i] = ipm::row_residuals(ws.rows[i], ws.z[i], d.l[i], d.u[i], 0.0, row);
       norms.equality = std::fmax(norms.equality, row.equality / magnitude[i]);
       norms.inequality = std::fmax(norms.inequality, row.inequality / magnitude[i]);
       norms.complementarity = std::fmax(norms.complementarity, row.complementarity);
@@ -186,7 +186,7 @@ struct SparseIPMBackend {
     for (int e = 0; e < ws.n_live; ++e) {
       const int i = ws.live[e];
       const ipm::Row<double>& r = ws.rows[i];
-      rhs[L::K_perm[n + i]] = -ipm::row_rhs(r, target, corrector) / ipm::row_weight(r);
+      rhs[L::K_perm[n + i]] = -ipm::row_rhs(r, 0.0, target, corrector) / ipm::row_weight(r);
     }
     // NOTE: refined against the unregularized system: no primal regularization (unless the inertia needed more than
     // delta_min: then a proximal step, as refining against an indefinite matrix diverges) and exact equality rows,
@@ -199,7 +199,7 @@ struct SparseIPMBackend {
     for (int e = 0; e < ws.n_live; ++e) {
       const int i = ws.live[e];
       ipm::Row<double>& r = ws.rows[i];
-      ipm::row_step(r, ws.z[i], target, corrector);
+      ipm::row_step(r, ws.z[i], 0.0, target, corrector);
       if (r.eq) r.hi.dl = sol[L::K_perm[n + i]];
     }
   }

@@ -43,6 +43,7 @@ class _RiccatiContext:
   nud: int
   max_iter: int
   uN_offset: int
+  pi_offset: int
   real: str
   boxes: bool
 
@@ -117,13 +118,20 @@ class RiccatiQP(TemplatedFunction):
     return {"x": ((N + 1) * nx,), "u": (N * self.nu,), "pi": (N * nx,), "lam": (N * max(self.ng, 1),),
             "lamN": (max(self.ngN, 1),), "uN": (max(self.nuN, 1),)}  # fmt: skip
 
+  @property
+  def iterate_shapes(self) -> dict[str, tuple[int, ...]]:
+    """The leading arrays of the C++ `Workspace` (the iterate, where `solve_in_place` leaves the solution), flattened,
+    in order."""
+    nx, N = self.nx, self.N
+    return {"x": ((N + 1) * nx,), "u": (N * self.nu,), "uN": (max(self.nuN, 1),), "pi": (N * nx,)}
+
   @cached_property
   def context(self) -> _RiccatiContext:
     """Sizes, the iteration limit and the offset of Solution::uN (checked by a static_assert)."""
     return _RiccatiContext(
       name=self.name, nx=self.nx, nu=self.nu, N=self.N, ng=self.ng, ngN=self.ngN, nuN=self.nuN, nud=self.nud,
-      max_iter=self.max_iter, uN_offset=flat_offsets(self.solution_shapes)[0]["uN"], real=cpp_real(self.scalar),
-      boxes=self.boxes,
+      max_iter=self.max_iter, uN_offset=flat_offsets(self.solution_shapes)[0]["uN"],
+      pi_offset=flat_offsets(self.iterate_shapes)[0]["pi"], real=cpp_real(self.scalar), boxes=self.boxes,
     )  # fmt: skip
 
   @cached_property

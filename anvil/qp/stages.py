@@ -197,7 +197,7 @@ class _StageTables:
     assert problem.stages is not None
     self.name, self.problem, self.stages, self.solver = name, problem, problem.stages, solver
     self.data, _ = flat_offsets(solver.shapes)
-    self.solution, _ = flat_offsets(solver.solution_shapes)
+    self.iterate, _ = flat_offsets(solver.iterate_shapes)
     self.nz, self.nzN = solver.nx + solver.nu, solver.nx + solver.nuN
     self.mg, self.mgN = solver.shapes["lo"][1], solver.shapes["loN"][0]
 
@@ -215,10 +215,9 @@ class _StageTables:
     """Offset of the lower ("lo") or upper ("hi") bound of stage k's row, or of its price when elastic ("z")."""
     return self.data[side] + k * self.mg + row if k < self.stages.N else self.data[f"{side}N"] + row
 
-  def lam_at(self, k: int, row: int) -> int:
-    """Offset of the multiplier of stage k's row in Solution."""
-    s = self.solution
-    return s["lam"] + k * self.mg + row if k < self.stages.N else s["lamN"] + row
+  def row_at(self, k: int, row: int) -> int:
+    """Index of stage k's row among the interior point's rows (those of stage N after the others)."""
+    return k * self.mg + row
 
   def general(self, k: int, j: int) -> int:
     """Stage k's row index of its j-th general row (after the box rows)."""
@@ -276,8 +275,8 @@ class _StageTables:
             "jac_scale": into("A_scale", (sources.jac_to_A[e] for e in jac))}  # fmt: skip
 
   def _vectors(self) -> dict[str, tuple[float, ...]]:
-    o, s, N, nx = self.data, self.solution, self.stages.N, self.stages.nx
-    lower, upper, dual, dual_scale, lower_scale = [], [], [], [], []
+    o, s, N, nx = self.data, self.iterate, self.stages.N, self.stages.nx
+    lower, upper, dual, dual_row, dual_scale, lower_scale = [], [], [], [], [], []
     initial, initial_scale = [0] * nx, [1.0] * nx
     for r, (kind, k, i) in enumerate(self.stages.rows):
       # NOTE: an initial or dynamics row is the multiple `coefficient` of the stage QP's: its bound is divided by it
@@ -289,17 +288,20 @@ class _StageTables:
         lower.append(o["x0"] + i)
         upper.append(-1)
         dual.append(-1)
+        dual_row.append(-1)
         dual_scale.append(0.0)
       elif kind == "dynamics":
         lower.append(o["c"] + k * nx + i)
         upper.append(-1)
         dual.append(s["pi"] + k * nx + i)  # the row is -(A x + B u + c - x_{k+1}): its multiplier is -pi_k
+        dual_row.append(-1)
         dual_scale.append(-scale)
       else:
         row = self.general(k, i)
         lower.append(self.bound_at(k, row, "lo"))
         upper.append(self.bound_at(k, row, "hi"))
-        dual.append(self.lam_at(k, row))
+        dual.append(-1)
+        dual_row.append(self.row_at(k, row))
         dual_scale.append(1.0)
     primal, gradient = [], []
     # NOTE: the elastic rows (set_elastic): the general rows and the state boxes; input boxes and dynamics stay hard
@@ -308,14 +310,16 @@ class _StageTables:
     for k, i in self.stages.variables:
       lower.append(self.bound_at(k, i, "lo"))
       upper.append(self.bound_at(k, i, "hi"))
-      dual.append(self.lam_at(k, i))
+      dual.append(-1)
+      dual_row.append(self.row_at(k, i))
       dual_scale.append(1.0)
       lower_scale.append(1.0)
       gradient.append(o["g"] + k * self.nz + i if k < N else o["gN"] + i)
       inputs = s["u"] + k * (self.nz - nx) if k < N else s["uN"]
       primal.append(s["x"] + k * nx + i if i < nx else inputs + i - nx)
     return {"q_to_data": tuple(gradient), "l_to_data": tuple(lower), "u_to_data": tuple(upper),
-            "primal_from": tuple(primal), "dual_from": tuple(dual), "initial_rows": tuple(initial),
+            "primal_from": tuple(primal), "dual_from": tuple(dual), "dual_row": tuple(dual_row),
+            "initial_rows": tuple(initial),
             "elastic_to_data": tuple(elastic), "l_scale": tuple(lower_scale), "dual_scale": tuple(dual_scale),
             "initial_scale": tuple(initial_scale)}  # fmt: skip
 

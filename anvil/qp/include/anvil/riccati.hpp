@@ -216,7 +216,8 @@ struct Riccati {
     double solve_time = 0.0;  ///< seconds (anvil::now(): 0 where timing is compiled out)
   };
 
-  /// Iterates, steps and the Riccati factorization (no allocation: plain arrays).
+  /// Iterates, steps and the Riccati factorization (no allocation: plain arrays; the iterate's arrays x, u, uN and pi
+  /// come first, in this order: a solve_in_place's solution read as one array of reals).
   struct Workspace {
     T x[N + 1][nx], u[N][nu], uN[muN], pi[N][nx];
     T dx[N + 1][nx], du[N][nu], duN[muN], dpi[N][nx];
@@ -226,7 +227,7 @@ struct Riccati {
     riccati::index_t<mg> live[N][mg];  ///< the rows with a bound (the others are skipped)
     riccati::index_t<mgN> liveN[mgN];
     int n_live[N], n_liveN;
-    T r_z[N][nz], r_N[nzN], r_dyn[N][nx], q[N][nz], qN[nzN];
+    T r_z[N][nz], r_N[nzN], r_dyn[N][nx];
     T P[N + 1][nx][nx], p[N + 1][nx], L[N][nu][nu], K[N][nu][nx], k[N][nu], LN[muN][muN], KN[muN][nx], kN[muN];
     bool warm;  ///< the iterates hold a solution a warm start can begin from
   };
@@ -236,12 +237,9 @@ struct Riccati {
   /// ws (when there is one). Never allocates; returns the status (also in sol.status).
   static int solve(const Data& d, T tol, int max_iter, Solution& sol, Workspace& ws, bool warm_start) {
     const double start = anvil::now();
-    tol = std::fmax(tol, tol_floor);
-    const bool warm = warm_start && ws.warm;
-    initialize(d, warm, ws);
     ipm::Residuals<T> res;
     int it = 0;
-    const int status = ipm::mehrotra<Riccati>(d, tol, max_iter, warm, ws, res, it);
+    const int status = solve_in_place(d, tol, max_iter, ws, warm_start, res, it);
     sol.residual_stationarity = res.stationarity;
     sol.residual_equality = res.equality;
     sol.residual_inequality = res.inequality;
@@ -251,16 +249,31 @@ struct Riccati {
     for (int k = 0; k < N; ++k) {
       for (int i = 0; i < nu; ++i) sol.u[k][i] = ws.u[k][i];
       for (int i = 0; i < nx; ++i) sol.pi[k][i] = ws.pi[k][i];
-      for (int m = 0; m < mg; ++m) sol.lam[k][m] = ws.rows[k][m].hi.l - ws.rows[k][m].lo.l;
+      for (int m = 0; m < mg; ++m) sol.lam[k][m] = multiplier(ws.rows[k][m]);
     }
-    for (int m = 0; m < mgN; ++m) sol.lamN[m] = ws.rowsN[m].hi.l - ws.rowsN[m].lo.l;
+    for (int m = 0; m < mgN; ++m) sol.lamN[m] = multiplier(ws.rowsN[m]);
     for (int i = 0; i < muN; ++i) sol.uN[i] = ws.uN[i];
-    ws.warm = status == solved;
     sol.status = status;
     sol.iterations = it;
     sol.solve_time = anvil::now() - start;
     return status;
   }
+
+  /// solve() leaving the solution in ws (x, u, uN, pi; a row's multiplier: multiplier(ws.rows[k][m])), the residual
+  /// norms in res and the iterations in it.
+  static int solve_in_place(const Data& d, T tol, int max_iter, Workspace& ws, bool warm_start,
+                            ipm::Residuals<T>& res, int& it) {
+    tol = std::fmax(tol, tol_floor);
+    const bool warm = warm_start && ws.warm;
+    initialize(d, warm, ws);
+    it = 0;
+    const int status = ipm::mehrotra<Riccati>(d, tol, max_iter, warm, ws, res, it);
+    ws.warm = status == solved;
+    return status;
+  }
+
+  /// A row's multiplier lam_hi - lam_lo (an equality's free one).
+  static T multiplier(const ipm::Row<T>& r) { return r.hi.l - r.lo.l; }
 
   /// Prepares a warm start for the next QP of a receding horizon, in step form (an SQP's, whose zero is the guess
   /// shifted by one stage): the multipliers and the rows' slacks move one stage earlier (the last stage keeps its
@@ -458,35 +471,34 @@ struct Riccati {
     return true;
   }
 
-  /// One Newton step for the complementarity target (`corrector` adds the predictor's dl dt): the reduced gradients,
-  /// the Riccati vector pass and rollout, then the slack and multiplier steps.
+  /// One Newton step for the complementarity target (`corrector` adds the predictor's dl dt): the Riccati vector
+  /// pass on the reduced gradients (each stage's formed where the pass reaches it) and the rollout, then the slack and
+  /// multiplier steps.
   static void newton_step(const Data& d, Workspace& ws, T target, bool corrector) {
-    for (int k = 0; k < N; ++k) {
-      for (int i = 0; i < nz; ++i) ws.q[k][i] = ws.r_z[k][i];
-      for (int e = 0; e < ws.n_live[k]; ++e) {
-        const int m = ws.live[k][e];
-        ws.pattern[k][m].add(row(d, k, m), ipm::row_rhs(ws.rows[k][m], d.z[k][m], target, corrector), ws.q[k]);
-      }
-    }
-    for (int i = 0; i < nzN; ++i) ws.qN[i] = ws.r_N[i];
+    // backward: the terminal inputs, then p_k = q_x + A's + K'(q_u + B's), k_k = -Q_uu^-1 (q_u + B's), s = P b + p
+    T qN[nzN];
+    for (int i = 0; i < nzN; ++i) qN[i] = ws.r_N[i];
     for (int e = 0; e < ws.n_liveN; ++e) {
       const int m = ws.liveN[e];
-      ws.patternN[m].add(final_row(d, m), ipm::row_rhs(ws.rowsN[m], d.zN[m], target, corrector), ws.qN);
+      ws.patternN[m].add(final_row(d, m), ipm::row_rhs(ws.rowsN[m], d.zN[m], target, corrector), qN);
     }
-    // backward: the terminal inputs, then p_k = q_x + A's + K'(q_u + B's), k_k = -Q_uu^-1 (q_u + B's), s = P b + p
     if constexpr (nuN > 0) {
       T qv[nuN];
-      for (int i = 0; i < nuN; ++i) qv[i] = ws.qN[nx + i];
-      riccati::feedforward<nx, nuN>(ws.qN, qv, ws.LN, ws.KN, ws.p[N], ws.kN);
+      for (int i = 0; i < nuN; ++i) qv[i] = qN[nx + i];
+      riccati::feedforward<nx, nuN>(qN, qv, ws.LN, ws.KN, ws.p[N], ws.kN);
     } else {
-      for (int i = 0; i < nx; ++i) ws.p[N][i] = ws.qN[i];
+      for (int i = 0; i < nx; ++i) ws.p[N][i] = qN[i];
     }
     for (int k = N - 1; k >= 0; --k) {
       T s[nx];  // P_{k+1} b_k + p_{k+1}, with b_k = r_dyn_k (P symmetric: a combination of its rows)
       dense::combine_rows<nx, nx>(ws.r_dyn[k], ws.P[k + 1], s);
       for (int i = 0; i < nx; ++i) s[i] += ws.p[k + 1][i];
-      T qz[nz];
-      for (int i = 0; i < nz; ++i) qz[i] = ws.q[k][i];
+      T qz[nz];  // the reduced gradient: the residual plus the rows' terms
+      for (int i = 0; i < nz; ++i) qz[i] = ws.r_z[k][i];
+      for (int e = 0; e < ws.n_live[k]; ++e) {
+        const int m = ws.live[k][e];
+        ws.pattern[k][m].add(row(d, k, m), ipm::row_rhs(ws.rows[k][m], d.z[k][m], target, corrector), qz);
+      }
       add_dynamics_transposed(d, k, s, qz);
       riccati::feedforward<nx, nu>(qz, qz + nx, ws.L[k], ws.K[k], ws.p[k], ws.k[k]);
     }

@@ -1,7 +1,7 @@
 // anvil::qp::RiccatiBackend: the QP contract (anvil/qp.hpp) met by the stage-structured interior point
 // (anvil/riccati.hpp), for a QP whose variables and rows map onto the stages of an optimal control problem.
 //
-// The mapping is a set of tables into the solver's Data and Solution viewed as flat arrays of reals (the scalar type
+// The mapping is a set of tables into the solver's Data and iterate viewed as flat arrays of reals (the scalar type
 // it computes in), generated for the QP's patterns: load() scatters P (upper triangle, mirrored) and A into the stage
 // blocks, solve() scatters q, l and u, runs the interior point and gathers the step and the multipliers back. Rows of
 // A are of three kinds: the initial rows (x_0 = x0: J d = l with a coefficient c on x_0, scaled by 1/c), the dynamics
@@ -14,13 +14,15 @@
 // tightest tolerance and iteration limit); IPM (the anvil::qp::Riccati solver); P_to_data[nnz_P], P_mirror[nnz_P]
 // (-1: on the diagonal), A_to_data[nnz_A] (-1: an identity the stage QP implies), A_scale[nnz_A] (the factor an entry
 // takes into the stage QP; the box rows' unit coefficients are the stage QP's own), q_to_data[n], l_to_data[m],
-// u_to_data[m] (-1: none), l_scale[m], primal_from[n], dual_from[m] (offsets into Solution; -1: none), dual_scale[m],
+// u_to_data[m] (-1: none), l_scale[m], primal_from[n], dual_from[m] (offsets into the interior point's iterate, its
+// Workspace's leading arrays; -1: none), dual_row[m] (the row whose multiplier it is; -1: none), dual_scale[m],
 // initial_rows[nx], initial_scale[nx], elastic_to_data[n_elastic] (the prices of the rows set_elastic() relaxes: the
 // stage rows and the bounds on states); loads_derivatives, and with it (an SQP's QP, load_derivatives) n_hess,
 // hess_to_data[n_hess], hess_mirror[n_hess], diag_to_data[n], n_jac, jac_from[n_jac] (the Jacobian's entries that enter
-// the stage QP), jac_to_data[n_jac] and jac_scale[n_jac]. Workspace W: data, sol, ipm (the solver's Data, Solution
-// and Workspace), d (n), y (m), iterations. The screening before a solve is the solver's own Riccati factorization on
-// the equalities (IPM::convex_on_equalities), so the backend needs no memory beyond the stage QP's.
+// the stage QP), jac_to_data[n_jac] and jac_scale[n_jac]. Workspace W: data, ipm (the solver's Data and Workspace,
+// where its solve leaves the solution), d (n), y (m), iterations. The screening before a solve is the solver's own
+// Riccati factorization on the equalities (IPM::convex_on_equalities), so the backend needs no memory beyond the stage
+// QP's.
 #ifndef ANVIL_RICCATI_BACKEND_HPP
 #define ANVIL_RICCATI_BACKEND_HPP
 #include <cmath>
@@ -83,21 +85,26 @@ struct RiccatiBackend {
     for (int j = 0; j < L::n; ++j) data[L::q_to_data[j]] = q[j];
     scatter_bounds(l, u, ws);
     const real tol_qp = ipm::attainable(std::fmax(real(L::tol_min), std::fmin(real(1e-6), tol)), q, L::n);
-    const int status = IPM::solve(ws.data, tol_qp, L::max_iter, ws.sol, ws.ipm, warm);
-    ws.iterations = ws.sol.iterations;
-    const real* solution = reinterpret_cast<const real*>(&ws.sol);
-    for (int j = 0; j < L::n; ++j) ws.d[j] = solution[L::primal_from[j]];
-    for (int r = 0; r < L::m; ++r)
-      ws.y[r] = L::dual_from[r] >= 0 ? L::dual_scale[r] * solution[L::dual_from[r]] : real(0);
+    ipm::Residuals<real> residuals;
+    const int status = IPM::solve_in_place(ws.data, tol_qp, L::max_iter, ws.ipm, warm, residuals, ws.iterations);
+    const auto& it = ws.ipm;  // the solution, where the interior point leaves it
+    const real* iterate = reinterpret_cast<const real*>(&it);
+    for (int j = 0; j < L::n; ++j) ws.d[j] = iterate[L::primal_from[j]];
+    for (int r = 0; r < L::m; ++r) {
+      const int row = L::dual_row[r];
+      ws.y[r] = row >= 0 ? IPM::multiplier(row < IPM::N * IPM::mg ? it.rows[row / IPM::mg][row % IPM::mg]
+                                                                     : it.rowsN[row - IPM::N * IPM::mg])
+                : L::dual_from[r] >= 0 ? L::dual_scale[r] * iterate[L::dual_from[r]]
+                                       : real(0);
+    }
     // the initial rows: their multipliers close the stationarity of x_0, which the stage QP eliminated
     constexpr int nx = IPM::nx, nz = IPM::nz;
     const typename IPM::Data& d = ws.data;
-    const typename IPM::Solution& sol = ws.sol;
     for (int i = 0; i < nx; ++i) {
       real r = d.g[0][i];
-      for (int j = 0; j < nz; ++j) r += d.H[0][i][j] * (j < nx ? sol.x[0][j] : sol.u[0][j - nx]);
-      for (int j = 0; j < nx; ++j) r += d.A[0][j][i] * sol.pi[0][j];
-      for (int k = 0; k < IPM::ng; ++k) r += IPM::row(d, 0, k)[i] * sol.lam[0][k];
+      for (int j = 0; j < nz; ++j) r += d.H[0][i][j] * (j < nx ? it.x[0][j] : it.u[0][j - nx]);
+      for (int j = 0; j < nx; ++j) r += d.A[0][j][i] * it.pi[0][j];
+      for (int k = 0; k < IPM::ng; ++k) r += IPM::row(d, 0, k)[i] * IPM::multiplier(it.rows[0][k]);
       ws.y[L::initial_rows[i]] = -r * L::initial_scale[i];
     }
     return status;

@@ -534,6 +534,9 @@ def _shift_tables(ocp: Transcription) -> tuple[tuple[int, ...], tuple[int, ...],
   rows = ocp.ng - 2 * ns
   for j, s in enumerate(successor):
     g[rows + j], g[rows + ns + j] = rows + s, rows + ns + s
+  # NOTE: the multipliers are shifted in place (anvil/mpc.hpp): every source at or after its entry (the soft entries
+  # are stage-major within their group, so a successor comes later)
+  assert all(s < 0 or s >= i for table in (g, lam_x) for i, s in enumerate(table)), "a shift moves entries back"
   return tuple(w), tuple(g), tuple(lam_x)
 
 

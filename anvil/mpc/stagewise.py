@@ -193,6 +193,8 @@ class StageDerivative(_StageWise):
     self.shape: tuple[int, int] = rest.shape
     self.indices, self.indptr = union.indices.astype(np.int64), union.indptr.astype(np.int64)
     self.rest_to_out = entry_positions(union, *stored_coordinates(rest))
+    if np.any(np.diff(self.rest_to_out) <= 0):  # NOTE: the C++ moves the rest's values into place in the output itself
+      raise ValueError(f"{name}: the rest's entries must be stored in the output's order (sorted compressed columns)")
     self.terms_to_out = [entry_positions(union, *stored_coordinates(t)) for t in terms]
     self.block_to_out = entry_positions(union, rows, cols)
     if kind == "jacobian" and np.intersect1d(self.rest_to_out, self.block_to_out).size:

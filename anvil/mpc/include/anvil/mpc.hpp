@@ -52,8 +52,10 @@ struct Stats {
 template <class S>
 struct State {
   using real = typename S::real;
-  anvil::Array<real, S::nw> w, w_out, lbw, ubw, lam_x, lam_x_out;
-  anvil::Array<real, S::ng> lbg, ubg, lam_g, lam_g_out;
+  // the guess w (kept for the fallback) and the SQP's solution w_out; the multipliers are updated in place: a failed
+  // solve's are never reused (the next call starts cold, or zeroes them)
+  anvil::Array<real, S::nw> w, w_out, lbw, ubw, lam_x;
+  anvil::Array<real, S::ng> lbg, ubg, lam_g;
   anvil::Array<real, S::nx + (S::N + 1) * S::np + S::n_tuning> params;
   int guess = 0;  ///< 0: cold start, 1: shift the previous solution, 2: w and the multipliers hold the guess, 3: shift
                   ///< the previous (least-violation) solution, its multipliers zero
@@ -118,11 +120,9 @@ class Controller {
       prepare_at_guess(warm_qp, ws);
     }
     for (int i = 0; i < nw; ++i) s.w_out[i] = s.w[i];
-    for (int i = 0; i < ng; ++i) s.lam_g_out[i] = s.lam_g[i];
-    for (int i = 0; i < nw; ++i) s.lam_x_out[i] = s.lam_x[i];
     real f = 0.0;
     stats.status = SQP::rti_feedback(s.params.data(), s.lbw.data(), s.ubw.data(), s.lbg.data(), s.ubg.data(),
-                                     s.w_out.data(), &f, s.lam_g_out.data(), s.lam_x_out.data(), stats.sqp, ws.sqp, tol);
+                                     s.w_out.data(), &f, s.lam_g.data(), s.lam_x.data(), stats.sqp, ws.sqp, tol);
     finish(f, x0, lbu, ubu, x, u, stats, ws, start);
     return stats.status;
   }
@@ -161,7 +161,8 @@ class Controller {
   }
 
  private:
-  /// dst[i] = src[table[i]] (0 where table[i] < 0)
+  /// dst[i] = src[table[i]] (0 where table[i] < 0); in place (dst == src) too: every table[i] >= i (the shift tables
+  /// move entries towards the start only).
   static void gather(real* dst, const real* src, const int* table, int n) {
     for (int i = 0; i < n; ++i) dst[i] = table[i] >= 0 ? src[table[i]] : real(0);
   }
@@ -184,7 +185,7 @@ class Controller {
     auto& s = ws.s;
     for (int i = 0; i < nx; ++i) s.w[i] = x0[i];
     return SQP::call(s.w.data(), s.params.data(), s.lbw.data(), s.ubw.data(), s.lbg.data(), s.ubg.data(),
-                     s.lam_g.data(), s.lam_x.data(), s.w_out.data(), f, s.lam_g_out.data(), s.lam_x_out.data(),
+                     s.lam_g.data(), s.lam_x.data(), s.w_out.data(), f, s.lam_g.data(), s.lam_x.data(),
                      stats.sqp, ws.sqp, limits);
   }
 
@@ -261,8 +262,8 @@ class Controller {
     auto& s = ws.s;
     if ((s.guess == 1 || s.guess == 3) && C::warm_start) {
       gather(s.w.data(), s.w_out.data(), C::shift_w, nw);
-      gather(s.lam_g.data(), s.lam_g_out.data(), C::shift_g, ng);
-      gather(s.lam_x.data(), s.lam_x_out.data(), C::shift_lam_x, nw);
+      gather(s.lam_g.data(), s.lam_g.data(), C::shift_g, ng);
+      gather(s.lam_x.data(), s.lam_x.data(), C::shift_lam_x, nw);
       // NOTE: a least-violation solution's multipliers are the restoration's violation prices, not the OCP's
       if (s.guess == 3) {
         for (int i = 0; i < ng; ++i) s.lam_g[i] = 0.0;
@@ -287,7 +288,7 @@ class Controller {
     stats.iterations = stats.sqp.iterations;
     stats.cost = f;
     // NOTE: a result with NaN/inf would poison the next warm start: the next call then starts cold.
-    const bool usable = finite(s.w_out.data(), nw) && finite(s.lam_g_out.data(), ng) && finite(s.lam_x_out.data(), nw);
+    const bool usable = finite(s.w_out.data(), nw) && finite(s.lam_g.data(), ng) && finite(s.lam_x.data(), nw);
     // NOTE: a point off the model is no plan: shift instead. A real-time iteration's step leaves defects of the
     // linearization's order: its plan counts where no defect is the worst violation
     const int worst = stats.sqp.worst_constraint;

@@ -120,17 +120,11 @@ struct Pattern {
   index_t<n> index[n];
 
   /// Finds the nonzeros of a row with a bound; a row without one takes no part in the iterations (an empty pattern:
-  /// most rows of an OCP, the state boxes without bounds, are scanned no further). A box row (`box`: the unit row of
-  /// variable `box`) is not scanned.
+  /// most rows of an OCP, the state boxes without bounds, are scanned no further).
   template <class T>
-  void find(const T* a, same_t<T> lo, same_t<T> hi, int box = -1) {
+  void find(const T* a, same_t<T> lo, same_t<T> hi) {
     count = 0;
     if (!(lo > -T(ipm::no_bound) || hi < T(ipm::no_bound))) return;
-    if (box >= 0) {
-      index[0] = static_cast<index_t<n>>(box);
-      count = 1;
-      return;
-    }
     for (int j = 0; j < n; ++j) {
       index[count] = static_cast<index_t<n>>(j);
       count = static_cast<index_t<n>>(count + (a[j] != 0));
@@ -220,10 +214,10 @@ struct Riccati {
   /// come first, in this order: a solve_in_place's solution read as one array of reals).
   struct Workspace {
     T x[N + 1][nx], u[N][nu], uN[muN], pi[N][nx];
-    T dx[N + 1][nx], du[N][nu], duN[muN], dpi[N][nx];
+    T dx[N + 1][nx], du[N][nu], duN[muN];
     ipm::Row<T> rows[N][mg], rowsN[mgN];
-    riccati::Pattern<nz> pattern[N][mg];  ///< the nonzeros of G_k's rows
-    riccati::Pattern<nzN> patternN[mgN];
+    riccati::Pattern<nz> pattern[N][mG];  ///< the nonzeros of G_k's stored rows (a box row's is its variable)
+    riccati::Pattern<nzN> patternN[mGN];
     riccati::index_t<mg> live[N][mg];  ///< the rows with a bound (the others are skipped)
     riccati::index_t<mgN> liveN[mgN];
     int n_live[N], n_liveN;
@@ -343,12 +337,50 @@ struct Riccati {
 
   /// G_k's row m times [x; u].
   static T row_value(const Data& d, const Workspace& ws, int k, int m, const T* x, const T* u) {
-    return ws.pattern[k][m].template dot<nx>(row(d, k, m), x, u);
+    if (m < nb) return m < nx ? x[m] : u[m - nx];
+    return ws.pattern[k][m - nb].template dot<nx>(d.G[k][m - nb], x, u);
   }
 
   /// G_N's row m times [x; u].
   static T final_row_value(const Data& d, const Workspace& ws, int m, const T* x, const T* u) {
-    return ws.patternN[m].template dot<nx>(final_row(d, m), x, u);
+    if (m < nbN) return m < nx ? x[m] : u[m - nx];
+    return ws.patternN[m - nbN].template dot<nx>(d.GN[m - nbN], x, u);
+  }
+
+  /// r += e (G_k's row m)'
+  static void add_row(const Data& d, const Workspace& ws, int k, int m, T e, T* r) {
+    if (m < nb) {
+      r[m] += e;
+    } else {
+      ws.pattern[k][m - nb].add(d.G[k][m - nb], e, r);
+    }
+  }
+
+  /// r += e (G_N's row m)'
+  static void add_final_row(const Data& d, const Workspace& ws, int m, T e, T* r) {
+    if (m < nbN) {
+      r[m] += e;
+    } else {
+      ws.patternN[m - nbN].add(d.GN[m - nbN], e, r);
+    }
+  }
+
+  /// Q += a w a' for stage k's row a = G_k's row m (the lower triangle)
+  static void add_row_outer(const Data& d, const Workspace& ws, int k, int m, T w, T (&Q)[nz][nz]) {
+    if (m < nb) {
+      Q[m][m] += w;
+    } else {
+      ws.pattern[k][m - nb].add_outer(d.G[k][m - nb], w, Q);
+    }
+  }
+
+  /// Q += a w a' for the row a = G_N's row m (the lower triangle)
+  static void add_final_row_outer(const Data& d, const Workspace& ws, int m, T w, T (&Q)[nzN][nzN]) {
+    if (m < nbN) {
+      Q[m][m] += w;
+    } else {
+      ws.patternN[m - nbN].add_outer(d.GN[m - nbN], w, Q);
+    }
   }
 
   /// r += [A_k B_k]'v
@@ -391,7 +423,7 @@ struct Riccati {
         const int m = ws.live[k][e];
         const T v = row_value(d, ws, k, m, ws.x[k], ws.u[k]);
         const T lam = ipm::row_residuals(ws.rows[k][m], v, d.lo[k][m], d.hi[k][m], d.z[k][m], n);
-        ws.pattern[k][m].add(row(d, k, m), lam, r);
+        add_row(d, ws, k, m, lam, r);
       }
       for (int i = k == 0 ? nx : 0; i < nz; ++i) stat = std::fmax(stat, std::fabs(r[i]));  // x_0 is fixed
       dynamics(d, k, ws.x[k], ws.u[k], d.c[k], ws.r_dyn[k]);
@@ -409,7 +441,7 @@ struct Riccati {
       const int m = ws.liveN[e];
       const T v = final_row_value(d, ws, m, ws.x[N], ws.uN);
       const T lam = ipm::row_residuals(ws.rowsN[m], v, d.loN[m], d.hiN[m], d.zN[m], n);
-      ws.patternN[m].add(final_row(d, m), lam, ws.r_N);
+      add_final_row(d, ws, m, lam, ws.r_N);
     }
     for (int i = 0; i < nzN; ++i) stat = std::fmax(stat, std::fabs(ws.r_N[i]));
     res.stationarity = stat;
@@ -446,7 +478,7 @@ struct Riccati {
   static bool factor_weighted(const Data& d, Workspace& ws, T regularization, Terminal&& terminal, Stage&& stage) {
     T QN[nzN][nzN];
     lower_triangle(d.HN, QN, regularization);
-    terminal([&](int m, T w) { ws.patternN[m].add_outer(final_row(d, m), w, QN); });
+    terminal([&](int m, T w) { add_final_row_outer(d, ws, m, w, QN); });
     if constexpr (nuN > 0) {
       if (!riccati::eliminate_inputs<nx, nuN>(QN, ws.LN, ws.KN, ws.P[N])) return false;
     } else {
@@ -465,7 +497,7 @@ struct Riccati {
       T Q[nz][nz];  // H + G'WG + [A B]'P[A B], lower triangle
       lower_triangle(d.H[k], Q, regularization);
       dense::add_lower_product<0>(AB, PAB, Q);
-      stage(k, [&](int m, T w) { ws.pattern[k][m].add_outer(row(d, k, m), w, Q); });
+      stage(k, [&](int m, T w) { add_row_outer(d, ws, k, m, w, Q); });
       if (!riccati::eliminate_inputs<nx, nu>(Q, ws.L[k], ws.K[k], ws.P[k])) return false;
     }
     return true;
@@ -480,7 +512,7 @@ struct Riccati {
     for (int i = 0; i < nzN; ++i) qN[i] = ws.r_N[i];
     for (int e = 0; e < ws.n_liveN; ++e) {
       const int m = ws.liveN[e];
-      ws.patternN[m].add(final_row(d, m), ipm::row_rhs(ws.rowsN[m], d.zN[m], target, corrector), qN);
+      add_final_row(d, ws, m, ipm::row_rhs(ws.rowsN[m], d.zN[m], target, corrector), qN);
     }
     if constexpr (nuN > 0) {
       T qv[nuN];
@@ -497,7 +529,7 @@ struct Riccati {
       for (int i = 0; i < nz; ++i) qz[i] = ws.r_z[k][i];
       for (int e = 0; e < ws.n_live[k]; ++e) {
         const int m = ws.live[k][e];
-        ws.pattern[k][m].add(row(d, k, m), ipm::row_rhs(ws.rows[k][m], d.z[k][m], target, corrector), qz);
+        add_row(d, ws, k, m, ipm::row_rhs(ws.rows[k][m], d.z[k][m], target, corrector), qz);
       }
       add_dynamics_transposed(d, k, s, qz);
       riccati::feedforward<nx, nu>(qz, qz + nx, ws.L[k], ws.K[k], ws.p[k], ws.k[k]);
@@ -508,8 +540,6 @@ struct Riccati {
       dense::multiply<nu, nx>(ws.K[k], ws.dx[k], ws.du[k]);
       for (int i = 0; i < nu; ++i) ws.du[k][i] += ws.k[k][i];
       dynamics(d, k, ws.dx[k], ws.du[k], ws.r_dyn[k], ws.dx[k + 1]);
-      dense::combine_rows<nx, nx>(ws.dx[k + 1], ws.P[k + 1], ws.dpi[k]);
-      for (int i = 0; i < nx; ++i) ws.dpi[k][i] += ws.p[k + 1][i];
     }
     for (int i = 0; i < nuN; ++i) {
       T v = ws.kN[i];
@@ -527,11 +557,15 @@ struct Riccati {
     }
   }
 
+  /// The step of length alpha along the last Newton step; the multipliers' dpi_k = P_{k+1} dx_{k+1} + p_{k+1} formed
+  /// here, from that step's factorization and vector pass (a predictor's is never taken).
   static void take_step(Workspace& ws, T alpha) {
     for (int k = 0; k < N; ++k) {
+      T dpi[nx];
+      dense::combine_rows<nx, nx>(ws.dx[k + 1], ws.P[k + 1], dpi);
       for (int i = 0; i < nx; ++i) {
         ws.x[k + 1][i] += alpha * ws.dx[k + 1][i];
-        ws.pi[k][i] += alpha * ws.dpi[k][i];
+        ws.pi[k][i] += alpha * (dpi[i] + ws.p[k + 1][i]);
       }
       for (int i = 0; i < nu; ++i) ws.u[k][i] += alpha * ws.du[k][i];
     }
@@ -551,11 +585,11 @@ struct Riccati {
     find_patterns(d, ws);
   }
 
-  /// The nonzeros of every row with a bound.
+  /// The nonzeros of every stored row with a bound (a box row has one, its variable: nothing to find).
   static void find_patterns(const Data& d, Workspace& ws) {
     for (int k = 0; k < N; ++k)
-      for (int m = 0; m < ng; ++m) ws.pattern[k][m].find(row(d, k, m), d.lo[k][m], d.hi[k][m], m < nb ? m : -1);
-    for (int m = 0; m < ngN; ++m) ws.patternN[m].find(final_row(d, m), d.loN[m], d.hiN[m], m < nbN ? m : -1);
+      for (int m = nb; m < ng; ++m) ws.pattern[k][m - nb].find(d.G[k][m - nb], d.lo[k][m], d.hi[k][m]);
+    for (int m = nbN; m < ngN; ++m) ws.patternN[m - nbN].find(d.GN[m - nbN], d.loN[m], d.hiN[m]);
   }
 
   /// Starts every row at the primal point, cold or (warm) restarted from its previous slacks and multipliers floored

@@ -131,7 +131,7 @@ template <class P>
 struct Vectors {
   using real = typename P::real;
   static constexpr int nA = P::ng + P::nx;
-  anvil::Array<real, P::nx> grad, trial, d;
+  anvil::Array<real, P::nx> grad, trial;
   anvil::Array<real, P::ng> g, g_trial;
   anvil::Array<real, P::nnz_jac> jac;
   anvil::Array<real, P::nnz_hess> hess;
@@ -792,14 +792,12 @@ class Solver {
     Residuals r;
     const real* grad = ws.v.grad.data();
     const real* jac = ws.v.jac.data();
-    real* stationarity = ws.v.d.data();
-    for (int j = 0; j < nx; ++j) {
-      stationarity[j] = grad[j] + lam_x[j];
+    for (int j = 0; j < nx; ++j) {  // the Lagrangian's gradient, a column of the Jacobian at a time
+      real stationarity = grad[j] + lam_x[j];
+      for (int e = P::jac_p[j]; e < P::jac_p[j + 1]; ++e) stationarity += jac[e] * lam_g[P::jac_i[e]];
       r.gradient_scale = std::fmax(r.gradient_scale, std::fabs(grad[j]));
+      r.dual = std::fmax(r.dual, std::fabs(stationarity));
     }
-    for (int j = 0; j < nx; ++j)
-      for (int e = P::jac_p[j]; e < P::jac_p[j + 1]; ++e) stationarity[j] += jac[e] * lam_g[P::jac_i[e]];
-    for (int j = 0; j < nx; ++j) r.dual = std::fmax(r.dual, std::fabs(stationarity[j]));
     r.primal = violation(x, g, lbx, ubx, lbg, ubg, &r.l1, &r.worst, &r.l1_hard);
     r.complementarity = complementarity(x, g, lbx, ubx, lbg, ubg, lam_x, lam_g);
     return r;

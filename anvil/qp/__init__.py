@@ -1,6 +1,5 @@
 """anvil.qp: the QP layer: one C++ contract (anvil/qp.hpp) and the solvers behind it, generated per QP structure."""
 
-from anvil.qp.backend import DerivativeSources as DerivativeSources
 from anvil.qp.backend import QPBackend as QPBackend
 from anvil.qp.backend import QPProblem as QPProblem
 from anvil.qp.options import OSQPOptions as OSQPOptions

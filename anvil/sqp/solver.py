@@ -22,7 +22,6 @@ from anvil.codegen.precision import SCALARS, cpp_real, in_precision
 from anvil.codegen.sparse import entry_positions, stored_coordinates
 from anvil.codegen.templated import TemplatedFunction
 from anvil.qp import (
-  DerivativeSources,
   QPBackend,
   QPOptions,
   QPProblem,
@@ -32,6 +31,7 @@ from anvil.qp import (
   StageLayout,
   detect_stages,
 )
+from anvil.qp.backend import DerivativeSources
 from anvil.sqp.labels import NLPLabels
 from anvil.sqp.options import SQPOptions
 from anvil.sqp.result import SUCCESS, SQPResult, SQPStatus

@@ -10,7 +10,8 @@
 //
 // Sizes are template parameters: every loop has compile-time bounds and the workspace is plain arrays, allocated by
 // the caller (no heap use at all). Rows are used through their nonzeros, found at the start of each solve: a bound on
-// one variable (most rows of an OCP) costs one entry, not a dense row, in every product and in the Hessian's G'WG.
+// one variable (most rows of an OCP) costs one entry, not a dense row, in every product and in the Hessian's G'WG;
+// with `boxes`, each variable's bound row is implied (not stored, not scanned) and G holds only the other rows.
 #ifndef ANVIL_RICCATI_HPP
 #define ANVIL_RICCATI_HPP
 #include <cmath>

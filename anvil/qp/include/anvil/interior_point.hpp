@@ -43,19 +43,14 @@ template <class T>
 struct Row {
   Side<T> lo, hi;
   bool eq, lo_on, hi_on, elastic;
-
-  /// f(side) for each present side.
-  template <class F>
-  void each_side(F&& f) {
-    if (lo_on) f(lo);
-    if (hi_on) f(hi);
-  }
-  template <class F>
-  void each_side(F&& f) const {
-    if (lo_on) f(lo);
-    if (hi_on) f(hi);
-  }
 };
+
+/// f(side) for each present side of the row r (a Row or a const Row).
+template <class R, class F>
+inline void each_side(R& r, F&& f) {
+  if (r.lo_on) f(r.lo);
+  if (r.hi_on) f(r.hi);
+}
 
 /// Residual norms and the complementarity sum, accumulated over the rows.
 template <class T>
@@ -215,7 +210,7 @@ inline void row_limit(const Row<T>& r, T& alpha) {
   const auto limit = [&](T v, T dv) {
     if (dv < T(0)) alpha = std::fmin(alpha, -v / dv);
   };
-  r.each_side([&](const Side<T>& q) {
+  each_side(r, [&](const Side<T>& q) {
     limit(q.t, q.dt);
     limit(q.l, q.dl);
     if (r.elastic) {
@@ -228,7 +223,7 @@ inline void row_limit(const Row<T>& r, T& alpha) {
 /// Adds the row's complementarity products after a step of alpha.
 template <class T>
 inline void row_products(const Row<T>& r, same_t<T> alpha, T& sum, int& count) {
-  r.each_side([&](const Side<T>& q) {
+  each_side(r, [&](const Side<T>& q) {
     sum += (q.l + alpha * q.dl) * (q.t + alpha * q.dt);
     ++count;
     if (r.elastic) {
@@ -297,22 +292,22 @@ void mehrotra_start(const D& d, W& ws, Residuals<typename S::real>& res) {
   if (!S::factor(d, ws)) return;  // the loop's own factorization says so
   S::newton_step(d, ws, T(0), false);
   S::take_step(ws, T(1));
-  const auto each_side = [&](auto&& f) { S::for_rows(ws, [&](Row<T>& r) { r.each_side(f); }); };
+  const auto each_present_side = [&](auto&& f) { S::for_rows(ws, [&](Row<T>& r) { each_side(r, f); }); };
   T t_min = T(HUGE_VAL), l_min = T(HUGE_VAL);
-  each_side([&](Side<T>& q) {
+  each_present_side([&](Side<T>& q) {
     t_min = std::fmin(t_min, q.t);
     l_min = std::fmin(l_min, q.l);
   });
   const T t_shift = std::fmax(T(-1.5) * t_min, T(0)), l_shift = std::fmax(T(-1.5) * l_min, T(0));
   T products = 0.0, t_sum = 0.0, l_sum = 0.0;
-  each_side([&](Side<T>& q) {
+  each_present_side([&](Side<T>& q) {
     products += (q.t + t_shift) * (q.l + l_shift);
     t_sum += q.t + t_shift;
     l_sum += q.l + l_shift;
   });
   const T t_center = l_sum > T(0) ? T(0.5) * products / l_sum : T(0);
   const T l_center = t_sum > T(0) ? T(0.5) * products / t_sum : T(0);
-  each_side([&](Side<T>& q) {
+  each_present_side([&](Side<T>& q) {
     q.t = std::fmax(q.t + t_shift + t_center, T(1e-8));
     q.l = std::fmax(q.l + l_shift + l_center, T(1e-8));
   });

@@ -100,16 +100,6 @@ void feedforward(const T* qx, T* qu, const T (&L)[m][m], const T (&K)[m][nx], T*
   for (int i = 0; i < m; ++i) kk[i] = -qu[i];
 }
 
-/// 2n - 1 entries, a 1 in the middle: the unit row e_j of length n starts at entry n - 1 - j (box rows' coefficients,
-/// in read-only memory).
-template <int n, class T>
-struct OneHot {
-  T v[2 * n - 1];
-  constexpr OneHot() : v{} { v[n - 1] = T(1); }
-};
-template <int n, class T>
-inline constexpr OneHot<n, T> one_hot{};
-
 /// An index below n in the fewest bytes (most OCP stages have fewer than 256 variables and rows).
 template <int n>
 using index_t = std::conditional_t<(n <= 255), unsigned char, std::conditional_t<(n <= 65535), unsigned short, int>>;
@@ -254,8 +244,8 @@ struct Riccati {
     return status;
   }
 
-  /// solve() leaving the solution in ws (x, u, uN, pi; a row's multiplier: multiplier(ws.rows[k][m])), the residual
-  /// norms in res and the iterations in it.
+  /// solve() leaving the solution in ws (x, u, uN, pi; a row's multiplier: multiplier(ws.rows[k][m]); r_z and r_N:
+  /// the stationarity residuals there, x_0's included), the residual norms in res and the iterations in it.
   static int solve_in_place(const Data& d, T tol, int max_iter, Workspace& ws, bool warm_start,
                             ipm::Residuals<T>& res, int& it) {
     tol = std::fmax(tol, tol_floor);
@@ -303,22 +293,6 @@ struct Riccati {
     return factor_weighted(d, ws, regularization, terminal, stage);
   }
 
-  /// The coefficients of stage k's row m (a box row's: the unit row).
-  static const T* row(const Data& d, int k, int m) {
-    if constexpr (boxes) {
-      if (m < nb) return unit_row(m);
-    }
-    return d.G[k][m - nb];
-  }
-
-  /// The coefficients of stage N's row m.
-  static const T* final_row(const Data& d, int m) {
-    if constexpr (boxes) {
-      if (m < nbN) return unit_row(m);
-    }
-    return d.GN[m - nbN];
-  }
-
   /// f(row) for every row with a bound, stage by stage (the rows without one are inert: nothing to update).
   template <class W, class F>
   static void for_rows(W& ws, F&& f) {
@@ -328,60 +302,48 @@ struct Riccati {
   }
 
  private:
-  static constexpr int n_unit = nz > nzN ? nz : nzN;
-  /// e_j, as a row of up to n_unit entries
-  static const T* unit_row(int j) { return riccati::one_hot<n_unit, T>.v + (n_unit - 1 - j); }
-
   template <class S, class D, class W>
   friend int ipm::mehrotra(const D& d, typename S::real tol, int max_iter, bool warm, W& ws,
                            ipm::Residuals<typename S::real>& res, int& iterations);
 
+  // One stage's row m, given the stage's stored rows (G, their patterns) after its n_box box rows: a box row's value,
+  // gradient and Hessian terms are its variable's (stage N's rows: G_N, patternN, nbN).
+
+  /// a'[x; u] for the row a
+  template <int n>
+  static T value_of(const riccati::Pattern<n>* pattern, const T (*G)[n], int n_box, int m, const T* x, const T* u) {
+    if (m < n_box) return m < nx ? x[m] : u[m - nx];
+    return pattern[m - n_box].template dot<nx>(G[m - n_box], x, u);
+  }
+
+  /// r += e a
+  template <int n>
+  static void add_to(const riccati::Pattern<n>* pattern, const T (*G)[n], int n_box, int m, T e, T* r) {
+    if (m < n_box) {
+      r[m] += e;
+    } else {
+      pattern[m - n_box].add(G[m - n_box], e, r);
+    }
+  }
+
+  /// Q += a w a' (the lower triangle)
+  template <int n>
+  static void add_outer_to(const riccati::Pattern<n>* pattern, const T (*G)[n], int n_box, int m, T w, T (&Q)[n][n]) {
+    if (m < n_box) {
+      Q[m][m] += w;
+    } else {
+      pattern[m - n_box].add_outer(G[m - n_box], w, Q);
+    }
+  }
+
   /// G_k's row m times [x; u].
   static T row_value(const Data& d, const Workspace& ws, int k, int m, const T* x, const T* u) {
-    if (m < nb) return m < nx ? x[m] : u[m - nx];
-    return ws.pattern[k][m - nb].template dot<nx>(d.G[k][m - nb], x, u);
+    return value_of(ws.pattern[k], d.G[k], nb, m, x, u);
   }
 
   /// G_N's row m times [x; u].
   static T final_row_value(const Data& d, const Workspace& ws, int m, const T* x, const T* u) {
-    if (m < nbN) return m < nx ? x[m] : u[m - nx];
-    return ws.patternN[m - nbN].template dot<nx>(d.GN[m - nbN], x, u);
-  }
-
-  /// r += e (G_k's row m)'
-  static void add_row(const Data& d, const Workspace& ws, int k, int m, T e, T* r) {
-    if (m < nb) {
-      r[m] += e;
-    } else {
-      ws.pattern[k][m - nb].add(d.G[k][m - nb], e, r);
-    }
-  }
-
-  /// r += e (G_N's row m)'
-  static void add_final_row(const Data& d, const Workspace& ws, int m, T e, T* r) {
-    if (m < nbN) {
-      r[m] += e;
-    } else {
-      ws.patternN[m - nbN].add(d.GN[m - nbN], e, r);
-    }
-  }
-
-  /// Q += a w a' for stage k's row a = G_k's row m (the lower triangle)
-  static void add_row_outer(const Data& d, const Workspace& ws, int k, int m, T w, T (&Q)[nz][nz]) {
-    if (m < nb) {
-      Q[m][m] += w;
-    } else {
-      ws.pattern[k][m - nb].add_outer(d.G[k][m - nb], w, Q);
-    }
-  }
-
-  /// Q += a w a' for the row a = G_N's row m (the lower triangle)
-  static void add_final_row_outer(const Data& d, const Workspace& ws, int m, T w, T (&Q)[nzN][nzN]) {
-    if (m < nbN) {
-      Q[m][m] += w;
-    } else {
-      ws.patternN[m - nbN].add_outer(d.GN[m - nbN], w, Q);
-    }
+    return value_of(ws.patternN, d.GN, nbN, m, x, u);
   }
 
   /// r += [A_k B_k]'v
@@ -424,7 +386,7 @@ struct Riccati {
         const int m = ws.live[k][e];
         const T v = row_value(d, ws, k, m, ws.x[k], ws.u[k]);
         const T lam = ipm::row_residuals(ws.rows[k][m], v, d.lo[k][m], d.hi[k][m], d.z[k][m], n);
-        add_row(d, ws, k, m, lam, r);
+        add_to(ws.pattern[k], d.G[k], nb, m, lam, r);
       }
       for (int i = k == 0 ? nx : 0; i < nz; ++i) stat = std::fmax(stat, std::fabs(r[i]));  // x_0 is fixed
       dynamics(d, k, ws.x[k], ws.u[k], d.c[k], ws.r_dyn[k]);
@@ -442,7 +404,7 @@ struct Riccati {
       const int m = ws.liveN[e];
       const T v = final_row_value(d, ws, m, ws.x[N], ws.uN);
       const T lam = ipm::row_residuals(ws.rowsN[m], v, d.loN[m], d.hiN[m], d.zN[m], n);
-      add_final_row(d, ws, m, lam, ws.r_N);
+      add_to(ws.patternN, d.GN, nbN, m, lam, ws.r_N);
     }
     for (int i = 0; i < nzN; ++i) stat = std::fmax(stat, std::fabs(ws.r_N[i]));
     res.stationarity = stat;
@@ -479,7 +441,7 @@ struct Riccati {
   static bool factor_weighted(const Data& d, Workspace& ws, T regularization, Terminal&& terminal, Stage&& stage) {
     T QN[nzN][nzN];
     lower_triangle(d.HN, QN, regularization);
-    terminal([&](int m, T w) { add_final_row_outer(d, ws, m, w, QN); });
+    terminal([&](int m, T w) { add_outer_to(ws.patternN, d.GN, nbN, m, w, QN); });
     if constexpr (nuN > 0) {
       if (!riccati::eliminate_inputs<nx, nuN>(QN, ws.LN, ws.KN, ws.P[N])) return false;
     } else {
@@ -498,7 +460,7 @@ struct Riccati {
       T Q[nz][nz];  // H + G'WG + [A B]'P[A B], lower triangle
       lower_triangle(d.H[k], Q, regularization);
       dense::add_lower_product<0>(AB, PAB, Q);
-      stage(k, [&](int m, T w) { add_row_outer(d, ws, k, m, w, Q); });
+      stage(k, [&](int m, T w) { add_outer_to(ws.pattern[k], d.G[k], nb, m, w, Q); });
       if (!riccati::eliminate_inputs<nx, nu>(Q, ws.L[k], ws.K[k], ws.P[k])) return false;
     }
     return true;
@@ -513,7 +475,7 @@ struct Riccati {
     for (int i = 0; i < nzN; ++i) qN[i] = ws.r_N[i];
     for (int e = 0; e < ws.n_liveN; ++e) {
       const int m = ws.liveN[e];
-      add_final_row(d, ws, m, ipm::row_rhs(ws.rowsN[m], d.zN[m], target, corrector), qN);
+      add_to(ws.patternN, d.GN, nbN, m, ipm::row_rhs(ws.rowsN[m], d.zN[m], target, corrector), qN);
     }
     if constexpr (nuN > 0) {
       T qv[nuN];
@@ -530,7 +492,7 @@ struct Riccati {
       for (int i = 0; i < nz; ++i) qz[i] = ws.r_z[k][i];
       for (int e = 0; e < ws.n_live[k]; ++e) {
         const int m = ws.live[k][e];
-        add_row(d, ws, k, m, ipm::row_rhs(ws.rows[k][m], d.z[k][m], target, corrector), qz);
+        add_to(ws.pattern[k], d.G[k], nb, m, ipm::row_rhs(ws.rows[k][m], d.z[k][m], target, corrector), qz);
       }
       add_dynamics_transposed(d, k, s, qz);
       riccati::feedforward<nx, nu>(qz, qz + nx, ws.L[k], ws.K[k], ws.p[k], ws.k[k]);

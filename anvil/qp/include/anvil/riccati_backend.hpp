@@ -97,16 +97,9 @@ struct RiccatiBackend {
                 : L::dual_from[r] >= 0 ? L::dual_scale[r] * iterate[L::dual_from[r]]
                                        : real(0);
     }
-    // the initial rows: their multipliers close the stationarity of x_0, which the stage QP eliminated
-    constexpr int nx = IPM::nx, nz = IPM::nz;
-    const typename IPM::Data& d = ws.data;
-    for (int i = 0; i < nx; ++i) {
-      real r = d.g[0][i];
-      for (int j = 0; j < nz; ++j) r += d.H[0][i][j] * (j < nx ? it.x[0][j] : it.u[0][j - nx]);
-      for (int j = 0; j < nx; ++j) r += d.A[0][j][i] * it.pi[0][j];
-      for (int k = 0; k < IPM::ng; ++k) r += IPM::row(d, 0, k)[i] * IPM::multiplier(it.rows[0][k]);
-      ws.y[L::initial_rows[i]] = -r * L::initial_scale[i];
-    }
+    // the initial rows: their multipliers close the stationarity of x_0, which the stage QP eliminated: its residual
+    // g + H z + A'pi + G'lam in x_0 at the solution (the interior point ends on its residuals at the last iterate)
+    for (int i = 0; i < IPM::nx; ++i) ws.y[L::initial_rows[i]] = -it.r_z[0][i] * L::initial_scale[i];
     return status;
   }
 

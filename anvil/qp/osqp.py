@@ -15,6 +15,7 @@ import scipy.sparse as sp
 
 from anvil.qp.backend import QPBackend, QPProblem
 from anvil.qp.options import OSQPOptions
+from anvil.qp.osqp_workspace import InstancedWorkspace
 
 #: OSQP's initial ADMM step size; every solve starts from it again.
 RHO = 0.1
@@ -27,9 +28,11 @@ class EmbeddedOSQP:
   NOTE: only OSQP's embedded modes build from the sources shipped in the wheel, and their workspace (KKT ordering,
   symbolic factorization, settings) comes from the wheel's own `codegen()`. The workspace is set up
   with placeholder values; the generated solver replaces every value with `osqp_update_data_mat/_vec` before use.
+  The wheel writes it as globals; `files` has it as a struct `<prefix>state` instead (anvil/qp/osqp_workspace.py), one
+  per anvil workspace.
 
   Attributes:
-    prefix: the C prefix of the workspace's symbols (`<prefix>solver`).
+    prefix: the C prefix of the workspace's symbols (`<prefix>state`, `<prefix>state_init`).
     p_pattern: upper-triangular CSC pattern of P, diagonal included.
     a_pattern: CSC pattern of A.
     options: the tolerances and the iteration limit (OSQP's settings are baked into the workspace).
@@ -53,9 +56,11 @@ class EmbeddedOSQP:
     with tempfile.TemporaryDirectory() as tmp:
       solver.codegen(tmp, parameters="matrices", prefix=self.prefix, force_rewrite=True, include_codegen_src=True)
       root = Path(tmp)
-      keep = [*root.glob("src/*.c"), *root.glob("inc/*/*.h"), *root.glob(f"{self.prefix}workspace.*"),
-              root / "osqp_configure.h"]  # fmt: skip
-      return {f"osqp/{f.relative_to(root).as_posix()}": _without_timestamp(f.read_text()) for f in sorted(keep)}
+      keep = [*root.glob("src/*.c"), *root.glob("inc/*/*.h"), root / "osqp_configure.h"]
+      files = {f"osqp/{f.relative_to(root).as_posix()}": _without_timestamp(f.read_text()) for f in sorted(keep)}
+      workspace = InstancedWorkspace(self.prefix, (root / f"{self.prefix}workspace.c").read_text())
+    stem = f"osqp/{self.prefix}workspace"
+    return {**files, f"{stem}.h": workspace.header, f"{stem}.c": workspace.definitions}
 
   @property
   def c_sources(self) -> list[str]:
@@ -141,9 +146,9 @@ class OSQPBackend(QPBackend[OSQPOptions]):
     self.embedded = EmbeddedOSQP(f"{self.name}_", problem.p_pattern, problem.a_pattern, options)
 
   @property
-  def source_includes(self) -> tuple[str, ...]:
-    """OSQP's header, the generated workspace and the backend's runtime header."""
-    return ('"osqp.h"', f'"{self.embedded.prefix}workspace.h"', *super().source_includes)
+  def header_includes(self) -> tuple[str, ...]:
+    """OSQP's header and the solver's struct (the backend's workspace holds one)."""
+    return ('"osqp.h"', f'"{self.embedded.prefix}workspace.h"', *super().header_includes)
 
   @cached_property
   def context(self) -> _OSQPContext:

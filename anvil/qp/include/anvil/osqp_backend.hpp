@@ -2,10 +2,15 @@
 // optionally polished (anvil/kkt.hpp).
 //
 // Layout L: n, m, nnz_P, nnz_A; polish (bool); rho (the initial ADMM step size); max_iter, eps_abs, eps_rel (the
-// final tolerances); static OSQPSolver* solver() (the embedded workspace); with polish, the tables of
-// anvil::qp::ActiveSetKKT. Workspace W: P, A (const double*: the loaded matrices), l, u (anvil::Arrays of m: the
+// final tolerances); static init_state(state, keep_matrices) (the generated `<prefix>state_init`); with polish, the
+// tables of anvil::qp::ActiveSetKKT. Workspace W: osqp (the solver's `<prefix>state`: settings, data, factorization,
+// iterates), bound_to (const void*: the workspace osqp's structures point into), l, u (anvil::Arrays of m: the
 // bounds as OSQP takes them), iterations (int), polished (bool) and, with polish, the buffers of
 // anvil::qp::ActiveSetKKT.
+//
+// Reentrant: each workspace holds its own solver. OSQP's structures point at each other, so a workspace sets its
+// solver up where it lies at first use (a zeroed one: init) and again after it was copied bitwise (its structures
+// still point into the original): the copy keeps its loaded matrices (factored again) and its next solve starts cold.
 //
 // Without polish, each solve runs ADMM to the final tolerances and the loaded matrices are not screened (a KKT
 // factorization that fails inside OSQP reports `nonconvex`). With polish, each solve first runs ADMM only to the
@@ -35,8 +40,9 @@ struct OSQPBackend {
   static constexpr int polish_max_iter = 100;  ///< ADMM iterations before the first attempt to polish
 
   static void reset(W& ws) {
-    osqp_cold_start(L::solver());
-    osqp_update_rho(L::solver(), L::rho);
+    OSQPSolver* solver = bound(ws);
+    osqp_cold_start(solver);
+    osqp_update_rho(solver, L::rho);
     if constexpr (L::polish) KKT::forget(ws);
     ws.iterations = 0;
     ws.polished = false;
@@ -46,8 +52,7 @@ struct OSQPBackend {
   static void shift(W& ws) { reset(ws); }
 
   static int load(const double* P, const double* A, const double* l, const double* u, bool, W& ws) {
-    ws.P = P;
-    ws.A = A;
+    OSQPSolver* solver = bound(ws);
     if constexpr (L::polish) {
       // NOTE: nonconvex on the (expected) active rows: say so before any factorization or ADMM work is spent on it
       if (!KKT::convex_on_active_set(P, A, l, u, ws)) return nonconvex;
@@ -55,12 +60,13 @@ struct OSQPBackend {
       (void)l;
       (void)u;
     }
-    return osqp_update_data_mat(L::solver(), P, OSQP_NULL, L::nnz_P, A, OSQP_NULL, L::nnz_A) == 0 ? solved : nonconvex;
+    return osqp_update_data_mat(solver, P, OSQP_NULL, L::nnz_P, A, OSQP_NULL, L::nnz_A) == 0 ? solved : nonconvex;
   }
 
   static int solve(const double* q, const double* l, const double* u, double tol, bool warm, W& ws) {
-    OSQPSolver* solver = L::solver();
-    if (!warm) osqp_cold_start(solver);
+    const bool moved = ws.bound_to != &ws;
+    OSQPSolver* solver = bound(ws);
+    if (!warm || moved) osqp_cold_start(solver);
     ws.iterations = 0;
     ws.polished = false;
     // NOTE: OSQP reads bounds beyond +-OSQP_INFTY as absent; clipped, an infinite bound never enters its arithmetic
@@ -82,14 +88,14 @@ struct OSQPBackend {
     if constexpr (L::polish) {
       if (ws.polished) return ws.polish_d.data();
     }
-    return L::solver()->solution->x;
+    return ws.osqp.sol_x;
   }
 
   static const double* dual(const W& ws) {
     if constexpr (L::polish) {
       if (ws.polished) return ws.polish_y.data();
     }
-    return L::solver()->solution->y;
+    return ws.osqp.sol_y;
   }
 
   static int iterations(const W& ws) { return ws.iterations; }
@@ -113,10 +119,23 @@ struct OSQPBackend {
   }
 
  private:
+  /// The workspace's solver, set up where the workspace lies (see the top of this file).
+  static OSQPSolver* bound(W& ws) {
+    if (ws.bound_to == &ws) return &ws.osqp.solver;
+    const bool copied = ws.bound_to != nullptr;
+    L::init_state(ws.osqp, copied);
+    ws.bound_to = &ws;
+    // NOTE: a failed factorization (a nonconvex load was copied) leaves it for the next load or solve to report
+    if (copied) osqp_update_data_mat(&ws.osqp.solver, ws.osqp.data_P_csc_x, OSQP_NULL, L::nnz_P, ws.osqp.data_A_csc_x,
+                                     OSQP_NULL, L::nnz_A);
+    return &ws.osqp.solver;
+  }
+
   /// ADMM to the accuracy asked for, then the polish (see the top of this file); the status, with the solution in
   /// the polish's buffers when ws.polished. A polish that finds an active set nonconvex makes the QP nonconvex.
   static int solve_polished(const double* q, const double* l, const double* u, double tol, W& ws) {
-    OSQPSolver* solver = L::solver();
+    OSQPSolver* solver = &ws.osqp.solver;
+    const double *P = ws.osqp.data_P_csc_x, *A = ws.osqp.data_A_csc_x;  // the loaded matrices
     OSQPSettings loose = *solver->settings;
     const double schedule = std::fmax(polish_eps, std::fmin(1e-3, tol));
     loose.eps_abs = std::fmax(L::eps_abs, schedule);
@@ -132,7 +151,7 @@ struct OSQPBackend {
     if (osqp_update_data_vec(solver, q, l, u) != 0 || osqp_solve(solver) != 0) return nonconvex;
     int status = status_of(static_cast<int>(solver->info->status_val));
     if (status != solved && status != max_iterations) return status;
-    typename KKT::Polish outcome = KKT::polish(ws.P, ws.A, q, l, u, solver->solution->x, solver->solution->y, ws);
+    typename KKT::Polish outcome = KKT::polish(P, A, q, l, u, solver->solution->x, solver->solution->y, ws);
     int spent = static_cast<int>(solver->info->iter), extra = 0;
     while (outcome == KKT::polish_failed && spent < L::max_iter) {
       extra = spent;
@@ -141,7 +160,7 @@ struct OSQPBackend {
       status = osqp_solve(solver) == 0 ? status_of(static_cast<int>(solver->info->status_val)) : nonconvex;
       if (status != solved && status != max_iterations) break;
       spent += static_cast<int>(solver->info->iter);
-      outcome = KKT::polish(ws.P, ws.A, q, l, u, solver->solution->x, solver->solution->y, ws);
+      outcome = KKT::polish(P, A, q, l, u, solver->solution->x, solver->solution->y, ws);
       if (status == solved) break;
     }
     ws.iterations = static_cast<int>(solver->info->iter) + extra;

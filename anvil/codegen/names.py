@@ -27,6 +27,8 @@ CPP_KEYWORDS = frozenset(
 )
 #: Namespaces generated code refers to by name, and `main`.
 ANVIL_NAMES = frozenset(("anvil", "std", "main"))
+#: The suffixes of <inttypes.h>'s format macros (PRId8 ... PRIdPTR).
+_INTTYPES_WIDTHS = (*(f"{kind}{bits}" for kind in ("", "FAST", "LEAST") for bits in (8, 16, 32, 64)), "MAX", "PTR")
 #: The macros and global names of the C and C++ standard libraries and the other headers generated code includes.
 LIBRARY_NAMES = frozenset(
   (
@@ -371,6 +373,13 @@ LIBRARY_NAMES = frozenset(
     "wmempcpy wmemset wprintf write wscanf y0 y0f y0f128 y0f32 y0f32x y0f64 y0f64x y0l y1 y1f y1f128 y1f32 y1f32x "
     "y1f64 y1f64x y1l yn ynf ynf128 ynf32 ynf32x ynf64 ynf64x ynl "
   ).split()
+) | frozenset(
+  # newer headers than the list above was read from (glibc 2.39, GCC 13: Ubuntu 24.04): C23's binary <inttypes.h>
+  # macros, glibc 2.38's strlcpy family and a signal code
+  (
+    *(f"{family}{width}" for family in ("PRIb", "PRIB", "SCNb") for width in _INTTYPES_WIDTHS),
+    *"SEGV_CPERR strlcat strlcpy wcslcat wcslcpy".split(),
+  )
 )
 
 

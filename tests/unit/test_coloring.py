@@ -49,7 +49,7 @@ def test_colour_counts() -> None:
 
 def test_column_period_finds_stage_structure() -> None:
   stage = np.array([[1.0, 1.0, 0.0], [0.0, 1.0, 1.0]])
-  banded = sp.block_diag([stage] * 10, format="csc")
+  banded = sp.block_diag([sp.csc_array(stage)] * 10, format="csc")
   assert column_period(banded) == 3
   assert column_period(sp.csc_array(np.ones((3, 40)))) == 1  # every column alike: no shift, no stages
   rng = np.random.default_rng(0)

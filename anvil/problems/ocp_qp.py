@@ -74,17 +74,22 @@ def sparse_form(d: Mapping[str, Any]) -> tuple[sp.csc_matrix, np.ndarray, sp.csc
 
 
 def elastic_form(d: Mapping[str, Any]) -> tuple[sp.csc_matrix, np.ndarray, sp.csc_matrix, np.ndarray, np.ndarray]:
-  """`sparse_form` with the elastic rows made explicit: each row of G (GN) with a price z > 0 (zN) gets two variables
-  v, w >= 0 appended to w (row + v - w within its bounds, cost z (v + w)), an L1 penalty on its violation."""
+  """`sparse_form` with the elastic rows made explicit: each row of G (GN) with a price z > 0 (zN), or a price w > 0
+  (wN) of its squared violation, gets two variables s_lo, s_hi >= 0 appended to the variables (row + s_lo - s_hi
+  within its bounds, cost z (s_lo + s_hi) + w (s_lo² + s_hi²) / 2): an L1 and an L2 penalty on its violation."""
   P, q, A, lo, hi = sparse_form(d)
   N, nx, mg = d["B"].shape[0], d["B"].shape[1], d["G"].shape[1]
-  prices = np.concatenate([np.zeros(nx)] + [np.concatenate([np.zeros(nx), d["z"][k]]) for k in range(N)] + [d["zN"]])
-  elastic = np.flatnonzero(prices > 0)
+  per_row = lambda stage, final: np.concatenate(
+    [np.zeros(nx)] + [np.concatenate([np.zeros(nx), stage[k]]) for k in range(N)] + [final]
+  )
+  prices = per_row(d["z"], d["zN"])
+  squared = per_row(d["w"], d["wN"]) if "w" in d else np.zeros_like(prices)
+  elastic = np.flatnonzero((prices > 0) | (squared > 0))
   n, e = A.shape[1], len(elastic)
   slack = sp.csc_matrix((np.concatenate([np.ones(e), -np.ones(e)]), (np.tile(elastic, 2), np.arange(2 * e))),
                         shape=(A.shape[0], 2 * e))  # fmt: skip
   A = sp.vstack([sp.hstack([A, slack]), sp.hstack([sp.csc_matrix((2 * e, n)), sp.eye(2 * e)])], format="csc")
-  P = sp.block_diag([P, sp.csc_matrix((2 * e, 2 * e))], format="csc")
+  P = sp.block_diag([P, sp.diags(np.tile(squared[elastic], 2))], format="csc")
   q = np.concatenate([q, np.tile(prices[elastic], 2)])
   assert mg * N + nx * (N + 1) + len(d["zN"]) == len(prices)
   return P, q, A, np.concatenate([lo, np.zeros(2 * e)]), np.concatenate([hi, np.full(2 * e, 1e30)])

@@ -5,7 +5,8 @@ to x_0 = x0, x_{k+1} = A_k x_k + B_k u_k + c_k, lo_k ≤ G_k z_k ≤ hi_k (k < N
 lo = hi is a true equality (a free multiplier, no slacks). u_N (nuN inputs, none by default) enter no dynamics: the
 slacks of soft terminal constraints. Only the first nud inputs (all by default) enter the dynamics: B's columns
 after them must be zero, and the recursion skips them. A row with a price z > 0 (data fields z, zN; 0 by default) is
-elastic: it may be violated at the cost z per unit (an L1 penalty, the elastic variables eliminated row by row).
+elastic: it may be violated at the cost z per unit (an L1 penalty, the elastic variables eliminated row by row); with
+`quadratic_prices`, a price w (fields w, wN) adds w s²/2 for a violation s (an L2 penalty: HPIPM's soft constraints).
 Mehrotra's predictor-corrector interior point; each Newton system is an LQ problem solved by a Riccati recursion over
 the stages (factored once per iteration, O(N (nx + nu)³)), sizes fixed at code generation. The C++ is
 anvil/riccati.hpp, templated on those sizes.
@@ -46,6 +47,7 @@ class _RiccatiContext:
   pi_offset: int
   real: str
   boxes: bool
+  quadratic_prices: bool
 
 
 class RiccatiQP(TemplatedFunction):
@@ -61,13 +63,16 @@ class RiccatiQP(TemplatedFunction):
     scalar: "float64" or "float32", the type it computes in.
     boxes: the first nx + nu rows of each stage k < N (nx + nuN at stage N) bound its variables one by one (row j of
       z_k = [x_k; u_k]): G and GN then hold only the rows after them (ng and ngN count all rows).
+    quadratic_prices: the data fields w and wN (rows' prices of their squared violation) exist (else every w is 0).
 
   Example:
     >>> qp = RiccatiQP("qp", nx=4, nu=1, N=30, ng=5, ngN=4)
     >>> sol = qp(H=H, g=g, HN=HN, gN=gN, A=A, B=B, c=c, x0=x0, G=G, lo=lo, hi=hi, GN=GN, loN=loN, hiN=hiN)
   """
 
-  FIELDS = ("H", "g", "HN", "gN", "A", "B", "c", "x0", "G", "lo", "hi", "GN", "loN", "hiN", "z", "zN")
+  FIELDS = ("H", "g", "HN", "gN", "A", "B", "c", "x0", "G", "lo", "hi", "GN", "loN", "hiN", "z", "zN", "w", "wN")
+  #: Fields that default to zeros: the rows' prices (every row hard).
+  PRICES = ("z", "zN", "w", "wN")
   template = "riccati"
   header_runtime = ("riccati",)
 
@@ -84,6 +89,7 @@ class RiccatiQP(TemplatedFunction):
     nud: int | None = None,
     scalar: str = "float64",
     boxes: bool = False,
+    quadratic_prices: bool = False,
   ) -> None:
     self.name = check_identifier(name, "RiccatiQP name")
     self.scalar = check_scalar(f"RiccatiQP({name})", scalar)
@@ -95,21 +101,25 @@ class RiccatiQP(TemplatedFunction):
     self.nud = nu if nud is None else nud
     if isinstance(self.nud, bool) or not isinstance(self.nud, int) or not 0 <= self.nud <= nu:
       raise ValueError(f"RiccatiQP({name}): nud must be an int in [0, nu = {nu}], got {nud!r}")
-    if not isinstance(boxes, bool):
-      raise TypeError(f"RiccatiQP({name}): boxes must be a bool, got {boxes!r}")
-    self.boxes = boxes
+    for what, flag in (("boxes", boxes), ("quadratic_prices", quadratic_prices)):
+      if not isinstance(flag, bool):
+        raise TypeError(f"RiccatiQP({name}): {what} must be a bool, got {flag!r}")
+    self.boxes, self.quadratic_prices = boxes, quadratic_prices
     if boxes and (ng < nx + nu or ngN < nx + nuN):
       raise ValueError(f"RiccatiQP({name}): boxes=True needs ng >= nx + nu and ngN >= nx + nuN (the box rows)")
 
   @property
   def shapes(self) -> dict[str, tuple[int, ...]]:
-    """The shape of each data field (rows at least 1, as stored; with boxes, G and GN without the box rows)."""
+    """The shape of each data field (rows at least 1, as stored; with boxes, G and GN without the box rows; without
+    quadratic_prices, w and wN one unused entry each)."""
     nx, nu, N, nz, nzN = self.nx, self.nu, self.N, self.nx + self.nu, self.nx + self.nuN
     mg, mgN = max(self.ng, 1), max(self.ngN, 1)
     rows, rowsN = (max(self.ng - nz, 1), max(self.ngN - nzN, 1)) if self.boxes else (mg, mgN)
+    squared = self.quadratic_prices
     return {"H": (N, nz, nz), "g": (N, nz), "HN": (nzN, nzN), "gN": (nzN,), "A": (N, nx, nx), "B": (N, nx, nu),
             "c": (N, nx), "x0": (nx,), "G": (N, rows, nz), "lo": (N, mg), "hi": (N, mg), "GN": (rowsN, nzN),
-            "loN": (mgN,), "hiN": (mgN,), "z": (N, mg), "zN": (mgN,)}  # fmt: skip
+            "loN": (mgN,), "hiN": (mgN,), "z": (N, mg), "zN": (mgN,), "w": (N, mg) if squared else (1, 1),
+            "wN": (mgN,) if squared else (1,)}  # fmt: skip
 
   @property
   def solution_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -132,6 +142,7 @@ class RiccatiQP(TemplatedFunction):
       name=self.name, nx=self.nx, nu=self.nu, N=self.N, ng=self.ng, ngN=self.ngN, nuN=self.nuN, nud=self.nud,
       max_iter=self.max_iter, uN_offset=flat_offsets(self.solution_shapes)[0]["uN"],
       pi_offset=flat_offsets(self.iterate_shapes)[0]["pi"], real=cpp_real(self.scalar), boxes=self.boxes,
+      quadratic_prices=self.quadratic_prices,
     )  # fmt: skip
 
   @cached_property
@@ -141,15 +152,17 @@ class RiccatiQP(TemplatedFunction):
 
   def __call__(self, tol: float = 1e-8, warm_start: bool = False, **data: ArrayLike) -> OCPQPSolution:
     """Solve to `tol`; `data` holds every field of FIELDS (G/lo/hi and GN/loN/hiN may be omitted or empty when ng or
-    ngN is 0; z/zN, the prices of elastic rows, default to 0: every row hard); ±inf bounds mean none. warm_start
-    starts from the previous call's solution (if it was solved)."""
+    ngN is 0; z/zN and w/wN, the prices of elastic rows, default to 0: every row hard); ±inf bounds mean none.
+    warm_start starts from the previous call's solution (if it was solved)."""
     shapes = self.shapes
     parts = []
     for key in self.FIELDS:
       absent = key not in data or np.size(data[key]) == 0
-      if absent and (key in ("z", "zN") or (key in ("G", "lo", "hi") and self.ng == 0)
+      if absent and (key in self.PRICES or (key in ("G", "lo", "hi") and self.ng == 0)
                      or (key in ("GN", "loN", "hiN") and self.ngN == 0)):  # fmt: skip
-        value: Any = np.zeros(shapes[key]) if key in ("G", "GN", "z", "zN") else np.full(shapes[key], np.inf)
+        value: Any = np.zeros(shapes[key]) if key in ("G", "GN", *self.PRICES) else np.full(shapes[key], np.inf)
+      elif key in ("w", "wN") and not self.quadratic_prices:
+        raise ValueError(f"{self.name}: {key} (prices of squared violations) needs RiccatiQP(quadratic_prices=True)")
       elif key not in data:
         raise TypeError(f"{self.name}: missing data field {key!r}")
       else:
@@ -158,6 +171,8 @@ class RiccatiQP(TemplatedFunction):
         raise ValueError(f"{self.name}: {key} must have shape {shapes[key]}, got {value.shape}")
       if np.any(np.isnan(value)):
         raise ValueError(f"{self.name}: {key} contains NaN")
+      if key in self.PRICES and np.any(value < 0):
+        raise ValueError(f"{self.name}: {key} holds prices of violations: every entry must be >= 0")
       if key == "B" and np.any(value[:, :, self.nud :] != 0):
         raise ValueError(
           f"{self.name}: B's columns from nud = {self.nud} on must be zero (those inputs enter no dynamics)"

@@ -266,6 +266,45 @@ def test_elastic_rows_match_the_explicit_l1_penalty(nx: int, nu: int, N: int) ->
     np.testing.assert_allclose(warm.u, osqp_solution({**d, "g": d["g"] * 1.01})[1], atol=1e-6)
 
 
+@pytest.mark.parametrize("z,w", [(0.5, 2.0), (50.0, 0.5), (0.0, 5.0)], ids=["l1+l2", "l1>>l2", "l2"])
+def test_quadratic_prices_match_the_explicit_l1_l2_penalty(z: float, w: float) -> None:
+  """quadratic_prices: a row's violation s costs z s + w s²/2 (HPIPM's soft constraints, the violation eliminated
+  row by row: the stage sizes stay), the same as slack variables with those costs solved by OSQP; with w alone too.
+  Out-of-reach state boxes and general rows are violated as the prices make worth it, input boxes stay hard."""
+  nx, nu, N = 3, 2, 12
+  rng = np.random.default_rng(5)
+  ng = nx + nu + 2
+  qp = RiccatiQP("riccati_t_quadratic", nx, nu, N, ng=ng, ngN=1, quadratic_prices=True)
+  d = random_qp(rng, nx, nu, N, ng, 1, 3.0)
+  d["lo"][1:, 0], d["hi"][1:, 0] = d["x0"][0] + 5.0, d["x0"][0] + 6.0  # x[0] out of reach: a hard QP is infeasible
+  elastic = np.zeros((N, ng), dtype=bool)
+  elastic[:, :nx], elastic[:, nx + nu :] = True, True
+  d["z"], d["w"] = np.where(elastic, z, 0.0), np.where(elastic, w, 0.0)
+  d["zN"], d["wN"] = np.full(1, z), np.full(1, w)
+  sol = qp(1e-10, **d)
+  assert sol.status == "solved" and sol.iterations < 60, (sol.status, sol.iterations)
+  x_ref, u_ref, _ = osqp_solution(d)
+  np.testing.assert_allclose(sol.x, x_ref, atol=1e-6)
+  np.testing.assert_allclose(sol.u, u_ref, atol=1e-6)
+  assert np.all(np.abs(sol.u) <= 1 + 1e-9), "the input boxes stay hard"
+  violation = np.maximum(d["lo"][1:, 0] - sol.x[1:N, 0], 0.0)
+  assert violation.min() > 0.1, "every out-of-reach bound is violated"
+  # an elastic side's multiplier prices its violation at the margin: z + w s
+  np.testing.assert_allclose(np.abs(sol.lam[1:, 0]), z + w * violation, rtol=1e-6, atol=1e-8)
+  warm = qp(1e-10, warm_start=True, **{**d, "g": d["g"] * 1.01})
+  assert warm.status == "solved"
+  np.testing.assert_allclose(warm.u, osqp_solution({**d, "g": d["g"] * 1.01})[1], atol=1e-6)
+
+
+def test_prices_are_checked() -> None:
+  qp = RiccatiQP("riccati_t_price_checks", 2, 1, 3, ng=3, ngN=1)
+  d = random_qp(np.random.default_rng(0), 2, 1, 3, 3, 1, 1.0)
+  with pytest.raises(ValueError, match=r"w \(prices of squared violations\) needs RiccatiQP\(quadratic_prices=True\)"):
+    qp(**d, w=np.ones((3, 3)))
+  with pytest.raises(ValueError, match="zN holds prices of violations: every entry must be >= 0"):
+    qp(**d, zN=-np.ones(1))
+
+
 def test_box_rows_implied_equal_the_stored_unit_rows() -> None:
   """boxes=True: the first nz rows of each stage (nzN at the last) bound the variables one by one and G, GN store
   only the rows after them. Same QPs (hard, then elastic), same solutions and multipliers as with the unit rows

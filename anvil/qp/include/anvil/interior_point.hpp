@@ -35,10 +35,20 @@ struct Side {
   T t, l, dt, dl, r, s, m, ds, dm;
 };
 
+/// The prices of an elastic row's violation s on each side: z s + w s^2 / 2 (an L1 and an L2 penalty, as HPIPM's soft
+/// constraints); both zero: a hard row.
+template <class T>
+struct Price {
+  T z = 0, w = 0;
+  bool elastic() const { return z > T(0) || w > T(0); }
+  /// What the violation's multiplier m sees in the Newton system once s is eliminated: m + w s.
+  T curvature(const Side<T>& q) const { return q.m + w * q.s; }
+};
+
 /// One row's interior-point state: its sides, and which are present. For an equality row, hi.l is its free
-/// multiplier and lo.r its residual. A price z > 0 (the solver's data, passed to the functions that need its value)
-/// makes the row elastic: each side may be violated at the price z per unit (an L1 penalty, as HPIPM's soft
-/// constraints: the elastic variables are eliminated row by row, so the stage sizes do not change).
+/// multiplier and lo.r its residual. A Price (the solver's data, passed to the functions that need its value) makes
+/// the row elastic: each side may be violated at that price (the elastic variables are eliminated row by row, so the
+/// stage sizes do not change).
 template <class T>
 struct Row {
   Side<T> lo, hi;
@@ -60,15 +70,17 @@ struct Norms {
 };
 
 /// A present side's starting point: cold, t = max(distance, 1) and l = 1/t (elastic: s covers a violation, l = m =
-/// z/2); warm, the previous values floored at `floor` (starting again with a higher floor is the same as starting
-/// with it once).
+/// z/2, or 1/2 for an L2 penalty alone); warm, the previous values floored at `floor` (starting again with a higher
+/// floor is the same as starting with it once).
 template <class T>
-inline void start_side(Side<T>& q, same_t<T> distance, same_t<T> z, bool warm, same_t<T> floor) {
+inline void start_side(Side<T>& q, same_t<T> distance, const Price<T>& price, bool warm, same_t<T> floor) {
   if (!warm) floor = 1.0;
-  q.s = z > T(0) ? std::fmax(warm ? q.s : -distance + T(1), floor) : T(0);
+  const bool elastic = price.elastic();
+  const T half = T(0.5) * (price.z > T(0) ? price.z : T(1));
+  q.s = elastic ? std::fmax(warm ? q.s : -distance + T(1), floor) : T(0);
   q.t = std::fmax(distance + q.s, floor);
-  q.l = warm ? std::fmax(q.l, floor) : z > T(0) ? T(0.5) * z : T(1) / q.t;
-  q.m = z > T(0) ? (warm ? std::fmax(q.m, floor) : T(0.5) * z) : T(0);
+  q.l = warm ? std::fmax(q.l, floor) : elastic ? half : T(1) / q.t;
+  q.m = elastic ? (warm ? std::fmax(q.m, floor) : half) : T(0);
   q.dt = q.dl = q.ds = q.dm = 0.0;
 }
 
@@ -79,9 +91,9 @@ inline bool is_equality(T lo, same_t<T> hi) { return lo == hi && std::fabs(lo) <
 /// Which sides of the row are present and their starting slacks and multipliers (a warm start's floored at `floor`).
 /// Absent sides stay inert (t = 1, l = 0).
 template <class T>
-inline void start_row(Row<T>& r, same_t<T> v, same_t<T> lo, same_t<T> hi, same_t<T> z, bool warm,
+inline void start_row(Row<T>& r, same_t<T> v, same_t<T> lo, same_t<T> hi, const Price<T>& price, bool warm,
                       same_t<T> floor) {
-  r.elastic = z > T(0);
+  r.elastic = price.elastic();
   r.eq = is_equality(lo, hi) && !r.elastic;
   r.lo_on = !r.eq && lo > -T(no_bound);
   r.hi_on = !r.eq && hi < T(no_bound);
@@ -94,7 +106,7 @@ inline void start_row(Row<T>& r, same_t<T> v, same_t<T> lo, same_t<T> hi, same_t
   }
   for (Side<T>* q : {&r.lo, &r.hi}) {
     if (q == &r.lo ? r.lo_on : r.hi_on) {
-      start_side(*q, q == &r.lo ? v - lo : hi - v, z, warm, floor);
+      start_side(*q, q == &r.lo ? v - lo : hi - v, price, warm, floor);
     } else {
       q->t = 1.0;
       q->l = q->s = q->m = q->dt = q->dl = q->ds = q->dm = 0.0;
@@ -102,39 +114,39 @@ inline void start_row(Row<T>& r, same_t<T> v, same_t<T> lo, same_t<T> hi, same_t
   }
 }
 
-/// An elastic side's stationarity residual in its violation, z - l - m (computed where needed: l and m change only
-/// when a step is taken, so every use between two steps sees the same value).
+/// An elastic side's stationarity residual in its violation, z + w s - l - m (computed where needed: s, l and m change
+/// only when a step is taken, so every use between two steps sees the same value).
 template <class T>
-inline T elastic_residual(const Side<T>& q, same_t<T> z) {
-  return z - q.l - q.m;
+inline T elastic_residual(const Side<T>& q, const Price<T>& price) {
+  return price.z + price.w * q.s - q.l - q.m;
 }
 
 /// A present side's residuals at the distance to its bound, accumulated into n.
 template <class T>
-inline void side_residuals(Side<T>& q, same_t<T> distance, same_t<T> z, Norms<T>& n) {
+inline void side_residuals(Side<T>& q, same_t<T> distance, const Price<T>& price, Norms<T>& n) {
   q.r = distance - q.t + q.s;
   n.inequality = std::fmax(n.inequality, std::fabs(q.r));
   n.sum += q.l * q.t;
   n.complementarity = std::fmax(n.complementarity, q.l * q.t);
   ++n.count;
-  if (z > T(0)) {
-    n.inequality = std::fmax(n.inequality, std::fabs(elastic_residual(q, z)));
+  if (price.elastic()) {
+    n.inequality = std::fmax(n.inequality, std::fabs(elastic_residual(q, price)));
     n.sum += q.m * q.s;
     n.complementarity = std::fmax(n.complementarity, q.m * q.s);
     ++n.count;
   }
 }
 
-/// The row's residuals at value v (an equality's in lo.r), z its price; returns its multiplier lam_hi - lam_lo.
+/// The row's residuals at value v (an equality's in lo.r) at its price; returns its multiplier lam_hi - lam_lo.
 template <class T>
-inline T row_residuals(Row<T>& r, same_t<T> v, same_t<T> lo, same_t<T> hi, same_t<T> z, Norms<T>& n) {
+inline T row_residuals(Row<T>& r, same_t<T> v, same_t<T> lo, same_t<T> hi, const Price<T>& price, Norms<T>& n) {
   if (r.eq) {
     r.lo.r = v - lo;
     n.equality = std::fmax(n.equality, std::fabs(r.lo.r));
     return r.hi.l;
   }
-  if (r.lo_on) side_residuals(r.lo, v - lo, z, n);
-  if (r.hi_on) side_residuals(r.hi, hi - v, z, n);
+  if (r.lo_on) side_residuals(r.lo, v - lo, price, n);
+  if (r.hi_on) side_residuals(r.hi, hi - v, price, n);
   return r.hi.l - r.lo.l;
 }
 
@@ -144,64 +156,68 @@ inline T complementarity_residual(T l, same_t<T> t, same_t<T> dl, same_t<T> dt, 
   return l * t - target + (corrector ? dl * dt : T(0));
 }
 
-/// The side's slack as the Newton system sees it once the elastic variables are eliminated: t + l s / m.
+/// The side's slack as the Newton system sees it once the elastic variables are eliminated: t + l s / (m + w s).
 template <class T>
-inline T effective_slack(const Side<T>& q, bool elastic) { return elastic ? q.t + q.l * q.s / q.m : q.t; }
+inline T effective_slack(const Side<T>& q, const Price<T>& price) {
+  return price.elastic() ? q.t + q.l * q.s / price.curvature(q) : q.t;
+}
 
 /// The side's primal residual once the elastic variables are eliminated (for the complementarity target).
 template <class T>
-inline T effective_residual(const Side<T>& q, same_t<T> z, same_t<T> target, bool corrector) {
-  if (z == T(0)) return q.r;
-  return q.r - (complementarity_residual(q.m, q.s, q.dm, q.ds, target, corrector) + q.s * elastic_residual(q, z)) / q.m;
+inline T effective_residual(const Side<T>& q, const Price<T>& price, same_t<T> target, bool corrector) {
+  if (!price.elastic()) return q.r;
+  const T cs = complementarity_residual(q.m, q.s, q.dm, q.ds, target, corrector);
+  return q.r - (cs + q.s * elastic_residual(q, price)) / price.curvature(q);
 }
 
 /// The weight the row adds to the Newton system's Hessian (as w a a' for its row a).
 template <class T>
-inline T row_weight(const Row<T>& r) {
+inline T row_weight(const Row<T>& r, const Price<T>& price) {
   if (r.eq) return T(1) / equality_regularization<T>;
-  return (r.lo_on ? r.lo.l / effective_slack(r.lo, r.elastic) : T(0)) +
-         (r.hi_on ? r.hi.l / effective_slack(r.hi, r.elastic) : T(0));
+  return (r.lo_on ? r.lo.l / effective_slack(r.lo, price) : T(0)) +
+         (r.hi_on ? r.hi.l / effective_slack(r.hi, price) : T(0));
 }
 
 /// A side's part of the reduced gradient's coefficient (lower side: +, upper side: -).
 template <class T>
-inline T side_rhs(const Side<T>& q, same_t<T> z, same_t<T> target, bool corrector) {
+inline T side_rhs(const Side<T>& q, const Price<T>& price, same_t<T> target, bool corrector) {
   const T c = complementarity_residual(q.l, q.t, q.dl, q.dt, target, corrector);
-  return (c + q.l * effective_residual(q, z, target, corrector)) / effective_slack(q, z > T(0));
+  return (c + q.l * effective_residual(q, price, target, corrector)) / effective_slack(q, price);
 }
 
-/// The coefficient e of the row in the reduced gradient (q += a e), for the complementarity target (z: its price).
+/// The coefficient e of the row in the reduced gradient (q += a e), for the complementarity target.
 template <class T>
-inline T row_rhs(const Row<T>& r, same_t<T> z, same_t<T> target, bool corrector) {
+inline T row_rhs(const Row<T>& r, const Price<T>& price, same_t<T> target, bool corrector) {
   if (r.eq) return r.lo.r / equality_regularization<T>;
-  return (r.lo_on ? side_rhs(r.lo, z, target, corrector) : T(0)) -
-         (r.hi_on ? side_rhs(r.hi, z, target, corrector) : T(0));
+  return (r.lo_on ? side_rhs(r.lo, price, target, corrector) : T(0)) -
+         (r.hi_on ? side_rhs(r.hi, price, target, corrector) : T(0));
 }
 
 /// A side's steps, given its distance's step gd (the corrector's products use the predictor's steps, read before
-/// they are overwritten).
+/// they are overwritten). Elastic: the violation's step from m ds + s dm = -cs and w ds - dl - dm = -e.
 template <class T>
-inline void side_step(Side<T>& q, same_t<T> gd, same_t<T> z, same_t<T> target, bool corrector) {
+inline void side_step(Side<T>& q, same_t<T> gd, const Price<T>& price, same_t<T> target, bool corrector) {
   const T c = complementarity_residual(q.l, q.t, q.dl, q.dt, target, corrector);
-  const T dl = -(c + q.l * (gd + effective_residual(q, z, target, corrector))) / effective_slack(q, z > T(0));
-  if (z > T(0)) {
+  const T dl = -(c + q.l * (gd + effective_residual(q, price, target, corrector))) / effective_slack(q, price);
+  if (price.elastic()) {
     const T cs = complementarity_residual(q.m, q.s, q.dm, q.ds, target, corrector);
-    q.dm = elastic_residual(q, z) - dl;
-    q.ds = -(cs + q.s * q.dm) / q.m;
+    const T e = elastic_residual(q, price);
+    q.ds = -(cs + q.s * (e - dl)) / price.curvature(q);
+    q.dm = e + price.w * q.ds - dl;
   }
   q.dt = gd + q.r + q.ds;
   q.dl = dl;
 }
 
-/// The slack and multiplier steps, given the row's primal step gd = a'dz (z: its price).
+/// The slack and multiplier steps, given the row's primal step gd = a'dz.
 template <class T>
-inline void row_step(Row<T>& r, same_t<T> gd, same_t<T> z, same_t<T> target, bool corrector) {
+inline void row_step(Row<T>& r, same_t<T> gd, const Price<T>& price, same_t<T> target, bool corrector) {
   if (r.eq) {
     r.hi.dl = (gd + r.lo.r) / equality_regularization<T>;
     return;
   }
-  if (r.lo_on) side_step(r.lo, gd, z, target, corrector);
-  if (r.hi_on) side_step(r.hi, -gd, z, target, corrector);
+  if (r.lo_on) side_step(r.lo, gd, price, target, corrector);
+  if (r.hi_on) side_step(r.hi, -gd, price, target, corrector);
 }
 
 /// Shrinks alpha so the row's slacks and multipliers stay nonnegative.

@@ -157,7 +157,7 @@ struct Pattern {
 /// each stage k < N (nzN at stage N) are the bounds of its variables, row j of z_k: G stores only the rows after
 /// them (an OCP's boxes: no unit rows stored, scanned or loaded).
 template <int nx_, int nu_, int N_, int ng_, int ngN_ = 0, int nuN_ = 0, int nud_ = nu_, class T = double,
-          bool boxes = false>
+          bool boxes = false, bool quadratic_prices = false>
 struct Riccati {
   using real = T;  ///< the scalar type the solver computes in (double, or float for a float32 controller)
   static_assert(nx_ >= 1 && nu_ >= 1 && N_ >= 1 && ng_ >= 0 && ngN_ >= 0 && nuN_ >= 0 && nud_ >= 0 && nud_ <= nu_,
@@ -189,7 +189,15 @@ struct Riccati {
     T G[N][mG][nz], lo[N][mg], hi[N][mg];
     T GN[mGN][nzN], loN[mgN], hiN[mgN];
     T z[N][mg], zN[mgN];  ///< elastic rows: the price of a unit of violation (0: a hard row)
+    /// with quadratic_prices, elastic rows' price of the squared violation (w s^2 / 2; else one unused entry each)
+    T w[quadratic_prices ? N : 1][quadratic_prices ? mg : 1], wN[quadratic_prices ? mgN : 1];
   };
+
+  /// Row m's prices at stage k < N, and at stage N.
+  static ipm::Price<T> price(const Data& d, int k, int m) {
+    return {d.z[k][m], quadratic_prices ? d.w[k][m] : T(0)};
+  }
+  static ipm::Price<T> final_price(const Data& d, int m) { return {d.zN[m], quadratic_prices ? d.wN[m] : T(0)}; }
 
   /// The solution: primal, dynamics multipliers pi_k (of x_{k+1} = ...), row multipliers (lam = lam_hi - lam_lo:
   /// positive at an active upper bound, negative at an active lower one, as OSQP's; an equality row's free
@@ -385,7 +393,7 @@ struct Riccati {
       for (int e = 0; e < ws.n_live[k]; ++e) {
         const int m = ws.live[k][e];
         const T v = row_value(d, ws, k, m, ws.x[k], ws.u[k]);
-        const T lam = ipm::row_residuals(ws.rows[k][m], v, d.lo[k][m], d.hi[k][m], d.z[k][m], n);
+        const T lam = ipm::row_residuals(ws.rows[k][m], v, d.lo[k][m], d.hi[k][m], price(d, k, m), n);
         add_to(ws.pattern[k], d.G[k], nb, m, lam, r);
       }
       for (int i = k == 0 ? nx : 0; i < nz; ++i) stat = std::fmax(stat, std::fabs(r[i]));  // x_0 is fixed
@@ -403,7 +411,7 @@ struct Riccati {
     for (int e = 0; e < ws.n_liveN; ++e) {
       const int m = ws.liveN[e];
       const T v = final_row_value(d, ws, m, ws.x[N], ws.uN);
-      const T lam = ipm::row_residuals(ws.rowsN[m], v, d.loN[m], d.hiN[m], d.zN[m], n);
+      const T lam = ipm::row_residuals(ws.rowsN[m], v, d.loN[m], d.hiN[m], final_price(d, m), n);
       add_to(ws.patternN, d.GN, nbN, m, lam, ws.r_N);
     }
     for (int i = 0; i < nzN; ++i) stat = std::fmax(stat, std::fabs(ws.r_N[i]));
@@ -427,10 +435,16 @@ struct Riccati {
   /// (the weights W of the rows with a bound, the interior point's).
   static bool factor(const Data& d, Workspace& ws) {
     const auto terminal = [&](auto&& add) {
-      for (int e = 0; e < ws.n_liveN; ++e) add(ws.liveN[e], ipm::row_weight(ws.rowsN[ws.liveN[e]]));
+      for (int e = 0; e < ws.n_liveN; ++e) {
+        const int m = ws.liveN[e];
+        add(m, ipm::row_weight(ws.rowsN[m], final_price(d, m)));
+      }
     };
     const auto stage = [&](int k, auto&& add) {
-      for (int e = 0; e < ws.n_live[k]; ++e) add(ws.live[k][e], ipm::row_weight(ws.rows[k][ws.live[k][e]]));
+      for (int e = 0; e < ws.n_live[k]; ++e) {
+        const int m = ws.live[k][e];
+        add(m, ipm::row_weight(ws.rows[k][m], price(d, k, m)));
+      }
     };
     return factor_weighted(d, ws, T(0), terminal, stage);
   }
@@ -475,7 +489,7 @@ struct Riccati {
     for (int i = 0; i < nzN; ++i) qN[i] = ws.r_N[i];
     for (int e = 0; e < ws.n_liveN; ++e) {
       const int m = ws.liveN[e];
-      add_to(ws.patternN, d.GN, nbN, m, ipm::row_rhs(ws.rowsN[m], d.zN[m], target, corrector), qN);
+      add_to(ws.patternN, d.GN, nbN, m, ipm::row_rhs(ws.rowsN[m], final_price(d, m), target, corrector), qN);
     }
     if constexpr (nuN > 0) {
       T qv[nuN];
@@ -492,7 +506,7 @@ struct Riccati {
       for (int i = 0; i < nz; ++i) qz[i] = ws.r_z[k][i];
       for (int e = 0; e < ws.n_live[k]; ++e) {
         const int m = ws.live[k][e];
-        add_to(ws.pattern[k], d.G[k], nb, m, ipm::row_rhs(ws.rows[k][m], d.z[k][m], target, corrector), qz);
+        add_to(ws.pattern[k], d.G[k], nb, m, ipm::row_rhs(ws.rows[k][m], price(d, k, m), target, corrector), qz);
       }
       add_dynamics_transposed(d, k, s, qz);
       riccati::feedforward<nx, nu>(qz, qz + nx, ws.L[k], ws.K[k], ws.p[k], ws.k[k]);
@@ -512,11 +526,11 @@ struct Riccati {
     for (int k = 0; k < N; ++k)
       for (int e = 0; e < ws.n_live[k]; ++e) {
         const int m = ws.live[k][e];
-        ipm::row_step(ws.rows[k][m], row_value(d, ws, k, m, ws.dx[k], ws.du[k]), d.z[k][m], target, corrector);
+        ipm::row_step(ws.rows[k][m], row_value(d, ws, k, m, ws.dx[k], ws.du[k]), price(d, k, m), target, corrector);
       }
     for (int e = 0; e < ws.n_liveN; ++e) {
       const int m = ws.liveN[e];
-      ipm::row_step(ws.rowsN[m], final_row_value(d, ws, m, ws.dx[N], ws.duN), d.zN[m], target, corrector);
+      ipm::row_step(ws.rowsN[m], final_row_value(d, ws, m, ws.dx[N], ws.duN), final_price(d, m), target, corrector);
     }
   }
 
@@ -564,13 +578,13 @@ struct Riccati {
       ws.n_live[k] = 0;
       for (int m = 0; m < ng; ++m) {
         ipm::start_row(ws.rows[k][m], row_value(d, ws, k, m, ws.x[k], ws.u[k]), d.lo[k][m], d.hi[k][m],
-                           d.z[k][m], warm, floor);
+                           price(d, k, m), warm, floor);
         if (live(ws.rows[k][m])) ws.live[k][ws.n_live[k]++] = static_cast<riccati::index_t<mg>>(m);
       }
     }
     ws.n_liveN = 0;
     for (int m = 0; m < ngN; ++m) {
-      ipm::start_row(ws.rowsN[m], final_row_value(d, ws, m, ws.x[N], ws.uN), d.loN[m], d.hiN[m], d.zN[m], warm,
+      ipm::start_row(ws.rowsN[m], final_row_value(d, ws, m, ws.x[N], ws.uN), d.loN[m], d.hiN[m], final_price(d, m), warm,
                          floor);
       if (live(ws.rowsN[m])) ws.liveN[ws.n_liveN++] = static_cast<riccati::index_t<mgN>>(m);
     }

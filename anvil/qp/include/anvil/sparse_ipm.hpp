@@ -43,6 +43,7 @@ struct SparseIPMBackend {
   /// before the QP counts as nonconvex.
   static constexpr double delta_min = 1e-9, delta_max = 1e-5;
   static constexpr bool mehrotra_start = true;  ///< cold starts begin at Mehrotra's starting point
+  static constexpr ipm::Price<double> hard{};   ///< every row is hard (no elastic rows here)
 
   static void reset(W& ws) {
     ws.warm = false;
@@ -109,7 +110,7 @@ struct SparseIPMBackend {
     ws.n_live = 0;
     for (int i = 0; i < m; ++i) {
       ipm::Row<double>& r = ws.rows[i];
-      ipm::start_row(r, ws.z[i], d.l[i], d.u[i], 0.0, warm, floor);
+      ipm::start_row(r, ws.z[i], d.l[i], d.u[i], hard, warm, floor);
       ws.active[i] = r.eq || r.lo_on || r.hi_on;
       if (ws.active[i]) ws.live[ws.n_live++] = i;
     }
@@ -148,7 +149,7 @@ struct SparseIPMBackend {
     for (int e = 0; e < ws.n_live; ++e) {
       const int i = ws.live[e];
       ipm::Norms<double> row;
-      y[i] = ipm::row_residuals(ws.rows[i], ws.z[i], d.l[i], d.u[i], 0.0, row);
+      y[i] = ipm::row_residuals(ws.rows[i], ws.z[i], d.l[i], d.u[i], hard, row);
       norms.equality = std::fmax(norms.equality, row.equality / magnitude[i]);
       norms.inequality = std::fmax(norms.inequality, row.inequality / magnitude[i]);
       norms.complementarity = std::fmax(norms.complementarity, row.complementarity);
@@ -170,7 +171,7 @@ struct SparseIPMBackend {
   /// Factors the augmented system with the rows' barrier weights; false when its inertia says nonconvex at every
   /// regularization up to delta_max.
   static bool factor(const Problem& d, W& ws) {
-    const auto row_diagonal = [&](int i) { return -1.0 / ipm::row_weight(ws.rows[i]); };
+    const auto row_diagonal = [&](int i) { return -1.0 / ipm::row_weight(ws.rows[i], hard); };
     for (ws.delta = delta_min; ws.delta <= delta_max; ws.delta *= 10.0)
       if (KKT::factor_weighted(d.P, d.A, ws.delta, row_diagonal, ws)) return true;
     return false;
@@ -186,7 +187,7 @@ struct SparseIPMBackend {
     for (int e = 0; e < ws.n_live; ++e) {
       const int i = ws.live[e];
       const ipm::Row<double>& r = ws.rows[i];
-      rhs[L::K_perm[n + i]] = -ipm::row_rhs(r, 0.0, target, corrector) / ipm::row_weight(r);
+      rhs[L::K_perm[n + i]] = -ipm::row_rhs(r, hard, target, corrector) / ipm::row_weight(r, hard);
     }
     // NOTE: refined against the unregularized system: no primal regularization (unless the inertia needed more than
     // delta_min: then a proximal step, as refining against an indefinite matrix diverges) and exact equality rows,
@@ -199,7 +200,7 @@ struct SparseIPMBackend {
     for (int e = 0; e < ws.n_live; ++e) {
       const int i = ws.live[e];
       ipm::Row<double>& r = ws.rows[i];
-      ipm::row_step(r, ws.z[i], 0.0, target, corrector);
+      ipm::row_step(r, ws.z[i], hard, target, corrector);
       if (r.eq) r.hi.dl = sol[L::K_perm[n + i]];
     }
   }

@@ -126,8 +126,8 @@ def test_riccati_header_solves_qps_like_osqp(cxx: str, tmp_path: Path, sanitize:
   rng = np.random.default_rng(5)
   for pull in (0.1, 3.0):
     d = random_qp(rng, nx, nu, N, ng, ngN, pull)
-    d = {"z": np.zeros(shapes["z"]), "zN": np.zeros(shapes["zN"]), **d}  # every row hard
-    flat = np.concatenate([np.clip(np.asarray(d[k], dtype=np.float64), -1e30, 1e30).reshape(-1) for k in shapes])
+    fields = {**{k: np.zeros(shapes[k]) for k in RiccatiQP.PRICES}, **d}  # every row hard
+    flat = np.concatenate([np.clip(np.asarray(fields[k], dtype=np.float64), -1e30, 1e30).reshape(-1) for k in shapes])
     out = run(exe, flat)
     assert int(out[0]) == 0 and int(out[1]) < 40, "solved"
     x, u = np.array(out[2 : 2 + (N + 1) * nx]).reshape(N + 1, nx), np.array(out[2 + (N + 1) * nx :]).reshape(N, nu)

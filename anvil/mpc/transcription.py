@@ -510,8 +510,9 @@ def shooting_layout(
 
   x_k and u_k sit at stage k and x_N at stage N; each slack is an extra input of its stage (a terminal input at stage
   N), entering no dynamics. g's rows: x_0 - x_init (initial rows), the defects (dynamics rows), then stage k's path
-  constraints, the terminal constraints and two rows per slack (v + s, v - s), as general rows of their stage.
-  Stages with fewer slacks than the most any stage has are padded with inputs the QP fixes at 0.
+  constraints, the terminal constraints and two rows per slack (v + s, v - s), as general rows of their stage; the
+  layout's `soft` names them (the Riccati backend eliminates the slacks). Stages with fewer slacks than the most any
+  stage has are padded with inputs the QP fixes at 0.
   """
   counts, slot = [0] * (N + 1), []  # slack e is the slot[e]-th slack of its stage
   for k in slack_stages:
@@ -522,7 +523,10 @@ def shooting_layout(
   variables += [(k, (nz if k < N else nx) + slot[e]) for e, k in enumerate(slack_stages)]
   rows = [("initial", 0, i) for i in range(nx)] + [("dynamics", k, i) for k in range(N) for i in range(nx)]
   rows += [("stage", k, j) for k in range(N) for j in range(nh)] + [("stage", N, j) for j in range(nhN)]
+  first = len(rows)  # the rows v + s of every slack, then their rows v - s
   for minus in (0, 1):
     rows += [("stage", k, (nh if k < N else nhN) + 2 * slot[e] + minus) for e, k in enumerate(slack_stages)]
+  ns, slack0 = len(slack_stages), N * nz + nx
+  soft = tuple((slack0 + e, first + e, first + ns + e) for e in range(ns))
   return StageLayout(N=N, nx=nx, nu=nu + max(counts[:N]), nuN=counts[N], variables=tuple(variables),
-                     rows=tuple(rows))  # fmt: skip
+                     rows=tuple(rows), soft=soft)  # fmt: skip

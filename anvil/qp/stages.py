@@ -5,7 +5,9 @@ stage-structured interior point (`RiccatiQP`) behind the QP contract (the C++ is
 tables between the QP's patterns (P's upper triangle, A = [rows of g; identity rows of the bounds]) and the stage
 QP's Data and Solution, viewed as flat arrays of doubles. Every stage's variables get box rows (the bounds), first
 among its rows (the stage QP's `boxes`: their unit coefficients are implied, not stored); inputs no variable maps to
-(the padding of stages with fewer inputs) keep box rows with lower = upper = 0, so they stay 0.
+(the padding of stages with fewer inputs) keep box rows with lower = upper = 0, so they stay 0. The layout's soft
+slacks are no stage inputs: each relaxes its rows, which become the interior point's elastic rows (`_eliminated_slacks`,
+anvil/riccati_backend.hpp's price_soft_rows and gather_soft).
 """
 
 from __future__ import annotations
@@ -41,6 +43,11 @@ class StageLayout:
       terms of stage k's variables equals its bound; ("stage", k, j): the j-th row of stage k, between its bounds.
     coefficients: for each constraint row, the coefficient of its state in an initial or dynamics row (a nonzero
       constant: the row is that multiple of the forms above; 1.0 on stage rows); empty (the default): all 1.0.
+    soft: the slacks of soft constraints, as (variable, lower row, upper row): an input of its stage, bounded below
+      only, entering no row but the two stage rows of its stage it relaxes, row + s >= lo (lower row, no upper bound)
+      and row - s <= hi (upper row, no lower bound; either row -1: none), with a Hessian entry on its diagonal alone.
+      The Riccati backend eliminates them: their rows become the interior point's elastic rows (priced by the
+      slack's cost), so they are no inputs of the stage QP. Empty (the default): none.
 
   Example:
     >>> StageLayout(N=1, nx=1, nu=1, nuN=0, variables=((0, 0), (0, 1), (1, 0)),
@@ -54,6 +61,7 @@ class StageLayout:
   variables: tuple[tuple[int, int], ...]
   rows: tuple[tuple[str, int, int], ...]
   coefficients: tuple[float, ...] = ()
+  soft: tuple[tuple[int, int, int], ...] = ()
 
   def __post_init__(self) -> None:
     for what, value, least in (("N", self.N, 1), ("nx", self.nx, 1), ("nu", self.nu, 1), ("nuN", self.nuN, 0)):
@@ -84,6 +92,14 @@ class StageLayout:
     if scales and (len(scales) != len(self.rows) or not all(np.isfinite(scales)) or 0.0 in scales
                    or any(scales[r] != 1.0 for r in stage_rows)):  # fmt: skip
       raise ValueError("StageLayout.coefficients: one finite nonzero number per row, 1.0 on stage rows")
+    used = [r for _, lo, hi in self.soft for r in (lo, hi) if r >= 0]
+    for v, lo, hi in self.soft:
+      k, i = self.variables[v] if 0 <= v < len(self.variables) else (-1, -1)
+      rows_ok = all(r == -1 or (0 <= r < len(self.rows) and self.rows[r][:2] == ("stage", k)) for r in (lo, hi))
+      if i < self.nx or not rows_ok or lo == hi:
+        raise ValueError(f"StageLayout.soft: {(v, lo, hi)} needs an input variable and stage rows of its stage")
+    if len(set(used)) != len(used) or len({v for v, _, _ in self.soft}) != len(self.soft):
+      raise ValueError("StageLayout.soft: a slack or a row softened twice")
 
   def coefficient(self, row: int) -> float:
     """The coefficient of row `row`'s state (1.0 on stage rows)."""
@@ -121,6 +137,7 @@ class _RiccatiBackendContext:
   data_size: int
   options: RiccatiOptions
   n_elastic: int
+  n_soft: int
   n_hess: int
   n_jac: int
   loads_derivatives: bool
@@ -159,11 +176,12 @@ class RiccatiBackend(QPBackend[RiccatiOptions]):
         f"variables and {problem.m} rows (constraint rows, then one per variable)"
       )
     ng, ngN = self.stages.general_rows
-    nz, nzN = self.stages.nx + self.stages.nu, self.stages.nx + self.stages.nuN
-    self.solver = RiccatiQP(f"{self.name}_ipm", self.stages.nx, self.stages.nu, self.stages.N, ng=nz + ng,
-                            ngN=nzN + ngN, max_iter=options.max_iter, nuN=self.stages.nuN,
-                            nud=self.stages.dynamic_inputs(problem.a_pattern), scalar=problem.scalar,
-                            boxes=True)  # fmt: skip
+    nud = self.stages.dynamic_inputs(problem.a_pattern)
+    self.soft, nu, nuN = _eliminated_slacks(self.stages, problem, nud)
+    nz, nzN = self.stages.nx + nu, self.stages.nx + nuN
+    self.solver = RiccatiQP(f"{self.name}_ipm", self.stages.nx, nu, self.stages.N, ng=nz + ng, ngN=nzN + ngN,
+                            max_iter=options.max_iter, nuN=nuN, nud=nud, scalar=problem.scalar, boxes=True,
+                            quadratic_prices=bool(self.soft))  # fmt: skip
     _ = self.tables  # NOTE: a layout the patterns do not fit raises here, when the backend is made
 
   def dependencies(self) -> tuple[RiccatiQP]:
@@ -173,7 +191,7 @@ class RiccatiBackend(QPBackend[RiccatiOptions]):
   @cached_property
   def tables(self) -> dict[str, tuple[float, ...]]:
     """The tables of anvil/riccati_backend.hpp: offsets into Data and Solution as flat arrays, and the SCALES."""
-    return _StageTables(self.name, self.problem, self.solver).tables
+    return _StageTables(self.name, self.problem, self.solver, self.soft).tables
 
   @cached_property
   def context(self) -> _RiccatiBackendContext:
@@ -182,7 +200,7 @@ class RiccatiBackend(QPBackend[RiccatiOptions]):
     return _RiccatiBackendContext(
       name=self.name, solver=self.solver.name, n=problem.n, m=problem.m, nnz_P=problem.p_pattern.nnz,
       nnz_A=problem.a_pattern.nnz, nx=self.stages.nx, data_size=flat_offsets(self.solver.shapes)[1],
-      options=self.options, n_elastic=len(self.tables["elastic_to_data"]),
+      options=self.options, n_elastic=len(self.tables["elastic_to_data"]), n_soft=len(self.soft),
       n_hess=len(self.tables.get("hess_to_data", ())), n_jac=len(self.tables.get("jac_from", ())),
       loads_derivatives=problem.sources is not None,
       tables=tuple((k, v) for k, v in self.tables.items() if k not in SCALES),
@@ -193,9 +211,10 @@ class RiccatiBackend(QPBackend[RiccatiOptions]):
 class _StageTables:
   """The index tables of one QP's patterns into its stage QP (see RiccatiBackend)."""
 
-  def __init__(self, name: str, problem: QPProblem, solver: RiccatiQP) -> None:
+  def __init__(self, name: str, problem: QPProblem, solver: RiccatiQP, soft: tuple[tuple[int, int, int], ...]) -> None:
     assert problem.stages is not None
     self.name, self.problem, self.stages, self.solver = name, problem, problem.stages, solver
+    self.soft = {v: (lo, hi) for v, lo, hi in soft}  # the eliminated slacks: their rows
     self.data, _ = flat_offsets(solver.shapes)
     self.iterate, _ = flat_offsets(solver.iterate_shapes)
     self.nz, self.nzN = solver.nx + solver.nu, solver.nx + solver.nuN
@@ -212,7 +231,7 @@ class _StageTables:
     return o["G"] + (k * rows + general) * self.nz + j if k < N else o["GN"] + general * self.nzN + j
 
   def bound_at(self, k: int, row: int, side: str) -> int:
-    """Offset of the lower ("lo") or upper ("hi") bound of stage k's row, or of its price when elastic ("z")."""
+    """Offset of the lower ("lo") or upper ("hi") bound of stage k's row, or of its prices when elastic ("z", "w")."""
     return self.data[side] + k * self.mg + row if k < self.stages.N else self.data[f"{side}N"] + row
 
   def row_at(self, k: int, row: int) -> int:
@@ -235,6 +254,11 @@ class _StageTables:
     hess, mirror = [], []
     for r, c in _entries(self.problem.p_pattern):
       (kr, ir), (kc, ic) = variables[r], variables[c]
+      if c in self.soft:  # an eliminated slack's curvature: the price w of its rows (_eliminated_slacks: r == c)
+        prices = [self.soft_row(row, "w") for row in self.soft[c] if row >= 0]
+        hess.append(prices[0])
+        mirror.append(prices[1] if len(prices) > 1 else -1)
+        continue
       if kr != kc:
         raise ValueError(f"{self.name}: P couples stages {kr} and {kc} (variables {r} and {c})")
       hess.append(self.h_at(kr, ir, ic))
@@ -243,7 +267,7 @@ class _StageTables:
     for r, c in _entries(self.problem.a_pattern):
       k, j = variables[c]
       offset, scale = -1, 0.0  # the identities the stage QP implies: x_0 in its row, x_{k+1} in its dynamics, the boxes
-      if r < len(rows):
+      if r < len(rows) and c not in self.soft:  # (an eliminated slack's coefficients, +1 and -1, are implied too)
         kind, kr, i = rows[r]
         if kind == "dynamics" and (k, j) != (kr + 1, i):
           if k != kr:
@@ -270,7 +294,8 @@ class _StageTables:
     into = lambda table, positions: tuple(matrices[table][e] for e in positions)
     jac = [e for e, a in enumerate(sources.jac_to_A) if matrices["A_to_data"][a] >= 0]
     return {"hess_to_data": into("P_to_data", sources.hess_to_P), "hess_mirror": into("P_mirror", sources.hess_to_P),
-            "diag_to_data": into("P_to_data", sources.diag_P), "jac_from": tuple(jac),
+            "diag_to_data": into("P_to_data", sources.diag_P), "diag_mirror": into("P_mirror", sources.diag_P),
+            "jac_from": tuple(jac),
             "jac_to_data": into("A_to_data", (sources.jac_to_A[e] for e in jac)),
             "jac_scale": into("A_scale", (sources.jac_to_A[e] for e in jac))}  # fmt: skip
 
@@ -307,21 +332,69 @@ class _StageTables:
     # NOTE: the elastic rows (set_elastic): the general rows and the state boxes; input boxes and dynamics stay hard
     elastic = [self.bound_at(k, self.general(k, i), "z") for kind, k, i in self.stages.rows if kind == "stage"]
     elastic += [self.bound_at(k, i, "z") for k, i in self.stages.variables if i < nx]
-    for k, i in self.stages.variables:
-      lower.append(self.bound_at(k, i, "lo"))
-      upper.append(self.bound_at(k, i, "hi"))
+    for v, (k, i) in enumerate(self.stages.variables):
+      eliminated = v in self.soft  # its bound, gradient, step and multiplier: the soft tables
+      lower.append(-1 if eliminated else self.bound_at(k, i, "lo"))
+      upper.append(-1 if eliminated else self.bound_at(k, i, "hi"))
       dual.append(-1)
-      dual_row.append(self.row_at(k, i))
+      dual_row.append(-1 if eliminated else self.row_at(k, i))
       dual_scale.append(1.0)
       lower_scale.append(1.0)
-      gradient.append(o["g"] + k * self.nz + i if k < N else o["gN"] + i)
+      gradient.append(-1 if eliminated else o["g"] + k * self.nz + i if k < N else o["gN"] + i)
       inputs = s["u"] + k * (self.nz - nx) if k < N else s["uN"]
-      primal.append(s["x"] + k * nx + i if i < nx else inputs + i - nx)
+      primal.append(-1 if eliminated else s["x"] + k * nx + i if i < nx else inputs + i - nx)
     return {"q_to_data": tuple(gradient), "l_to_data": tuple(lower), "u_to_data": tuple(upper),
             "primal_from": tuple(primal), "dual_from": tuple(dual), "dual_row": tuple(dual_row),
             "initial_rows": tuple(initial),
             "elastic_to_data": tuple(elastic), "l_scale": tuple(lower_scale), "dual_scale": tuple(dual_scale),
-            "initial_scale": tuple(initial_scale)}  # fmt: skip
+            "initial_scale": tuple(initial_scale), **self._soft()}  # fmt: skip
+
+  def soft_row(self, row: int, field: str) -> int:
+    """Offset of a softened row's `field` ("lo", "hi", "z", "w") in Data."""
+    _, k, i = self.stages.rows[row]
+    return self.bound_at(k, self.general(k, i), field)
+
+  def _soft(self) -> dict[str, tuple[float, ...]]:
+    """Per eliminated slack: its variable and bound row, then per side (its lower row, its upper row; -1: none) the
+    row among the interior point's and the QP's, and the offsets of the bound it relaxes and of its prices."""
+    n_rows = len(self.stages.rows)
+    at = lambda row, what: -1 if row < 0 else what(row)
+    where = lambda row: self.row_at(self.stages.rows[row][1], self.general(*self.stages.rows[row][1:]))
+    sides = [(side, row) for lo, hi in self.soft.values() for side, row in (("lo", lo), ("hi", hi))]
+    return {"soft_var": tuple(self.soft), "soft_box": tuple(n_rows + v for v in self.soft),
+            "soft_row": tuple(at(row, where) for _, row in sides), "soft_qrow": tuple(row for _, row in sides),
+            "soft_bound": tuple(at(row, lambda r, side=side: self.soft_row(r, side)) for side, row in sides),
+            "soft_z": tuple(at(row, lambda r: self.soft_row(r, "z")) for _, row in sides),
+            "soft_w": tuple(at(row, lambda r: self.soft_row(r, "w")) for _, row in sides)}  # fmt: skip
+
+
+def _eliminated_slacks(
+  stages: StageLayout, problem: QPProblem, nud: int
+) -> tuple[tuple[tuple[int, int, int], ...], int, int]:
+  """The layout's soft slacks the backend eliminates, and the inputs per stage (k < N, and N) left without them: all
+  or none, where each slack's column of P is its diagonal alone, its column of A its bound and its two rows, and the
+  slacks are the last inputs of their stages (else every slack stays an input, as before)."""
+  keep = stages.nu, stages.nuN
+  soft = {v for v, _, _ in stages.soft}
+  if not soft:
+    return (), *keep
+  p_cols, a_cols = Counter(c for _, c in _entries(problem.p_pattern)), dict[int, set[int]]()
+  for r, c in _entries(problem.a_pattern):
+    a_cols.setdefault(c, set()).add(r)
+  n_rows, last = len(stages.rows), [-1, -1]
+  for v, (k, i) in enumerate(stages.variables):
+    if v not in soft and i >= stages.nx:
+      last[k == stages.N] = max(last[k == stages.N], i - stages.nx)
+  nu, nuN = max(last[0] + 1, nud, 1), last[1] + 1
+  for v, lo, hi in stages.soft:
+    k, i = stages.variables[v]
+    allowed = {n_rows + v, lo, hi} - {-1}
+    if p_cols[v] > 1 or not a_cols.get(v, set()) <= allowed or i - stages.nx < (nu if k < stages.N else nuN):
+      return (), *keep
+  p = problem.p_pattern
+  if any(p[[v], :].nnz > 1 for v in soft):  # a slack coupled with a variable before it (P is upper triangular)
+    return (), *keep
+  return stages.soft, nu, nuN
 
 
 def _entries(matrix: sp.csc_array) -> list[tuple[int, int]]:

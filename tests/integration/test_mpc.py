@@ -281,7 +281,7 @@ SOFT = Soft(indices=(0,), l1=10.0, l2=10.0)
 @pytest.fixture(scope="module", params=["osqp", "riccati"])
 def narrow(request: pytest.FixtureRequest) -> dict[str, MPCFunction]:
   """|xc| <= 0.1 as a hard bound and softened (L1 + L2 penalty on x_1 .. x_N), with each QP solver (the Riccati QP
-  carries the slacks as stage inputs, x_N's as terminal inputs, and pads stage 0, which has none)."""
+  eliminates the slacks: their rows are elastic, x_N's too; OSQP keeps them as variables)."""
   u_bounds = (np.array([-20.0]), np.array([20.0]))
   x_hi = np.array([0.1, INF, INF, INF])
   options = MPCOptions(qp_solver=request.param)
@@ -468,8 +468,9 @@ def test_riccati_qp_solver_swing_up_and_module(tmp_path: Any) -> None:
 
 
 def test_soft_path_input_and_terminal_constraints_agree_across_qp_solvers() -> None:
-  """Softened path constraints, input bounds and terminal constraints: the Riccati QP (slacks as stage and terminal
-  inputs) and OSQP (slacks as plain variables) solve the same NLP to the same point, with the slacks in use."""
+  """Softened path constraints, input bounds and terminal constraints: the Riccati QP (the slacks eliminated: their
+  rows elastic, priced by the slacks' L1 and L2 costs, the terminal one L2 alone) and OSQP (slacks as plain variables)
+  solve the same NLP to the same point, with the slacks in use."""
   tip = av.NumericalFunction("test_mpc_stip", lambda x, u: (x[0] + 0.5 * x[1].sin()).reshape(1), (Arg(4), Arg(1)))
   upright = av.NumericalFunction("test_mpc_supright", lambda x: x[1:3] * 1.0, (Arg(4),))
   x_bounds, _ = cm.bounds()
@@ -486,7 +487,8 @@ def test_soft_path_input_and_terminal_constraints_agree_across_qp_solvers() -> N
     if qp == "riccati":
       ipm = mpc.sqp.qp.solver  # the Riccati QP's solver, its options those given
       assert (ipm.max_iter, mpc.sqp.qp.options.tol_min) == (40, 1e-9)
-      assert (ipm.nu - 1, ipm.nuN) == (2, 2), "tip and input slacks per stage, 2 terminal slacks"
+      assert (ipm.nu, ipm.nuN) == (1, 0), "the tip and input slacks per stage and the 2 terminal ones eliminated"
+      assert len(mpc.sqp.qp.soft) == 2 * N_SMALL + 2
     assert solutions[qp].success, (qp, solutions[qp].status)
   ric, ref = solutions["riccati"], solutions["osqp"]
   np.testing.assert_allclose(ric.u, ref.u, atol=U_ATOL)

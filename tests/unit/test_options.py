@@ -81,6 +81,8 @@ def test_stage_layouts_are_checked() -> None:
   assert (layout.nu, layout.nuN) == (1 + 2, 1), "the most slacks of a stage k < N become inputs, stage N's terminal"
   assert layout.general_rows == (1 + 2 * 2, 2 + 2)
   assert layout.variables[-3:] == ((1, 3), (1, 4), (3, 2))
+  # slack e (variable 3 * 3 + 2 + e) relaxes rows v + s (after the 2 + 3 * 2 + 3 + 2 others) and v - s
+  assert layout.soft == ((11, 13, 16), (12, 14, 17), (13, 15, 18))
   good = {"N": 1, "nx": 1, "nu": 1, "nuN": 0, "variables": ((0, 0), (0, 1), (1, 0)),
           "rows": (("initial", 0, 0), ("dynamics", 0, 0))}  # fmt: skip
   StageLayout(**good)  # type: ignore[arg-type]
@@ -91,10 +93,28 @@ def test_stage_layouts_are_checked() -> None:
     "exactly one row": {"rows": (("initial", 0, 0),)},
     "kinds are": {"rows": (("initial", 0, 0), ("dynamics", 0, 0), ("path", 0, 0))},
     "N: expected an int >= 1": {"N": 0},
+    "needs an input variable": {"soft": ((0, -1, -1),)},
   }
   for message, change in bad.items():
     with pytest.raises(ValueError, match=message):
       StageLayout(**{**good, **change})  # type: ignore[arg-type]
+
+
+def test_the_riccati_backend_eliminates_soft_slacks_only_where_they_are_plain() -> None:
+  """x1 = x0 + u0 and a slack s (input 1 of stage 0) softening u0 + s >= lo and u0 - s <= hi: eliminated (the stage
+  QP keeps one input) where s has P's diagonal alone; kept as an input where P couples it with u0."""
+  layout = StageLayout(N=1, nx=1, nu=2, nuN=0, variables=((0, 0), (0, 1), (0, 2), (1, 0)),
+                       rows=(("initial", 0, 0), ("dynamics", 0, 0), ("stage", 0, 0), ("stage", 0, 1)),
+                       soft=((2, 2, 3),))  # fmt: skip
+  rows = np.array([[1.0, 0, 0, 0], [-1.0, -1.0, 0, 1.0], [0, 1.0, 1.0, 0], [0, 1.0, -1.0, 0]])
+  a = sp.csc_array(np.vstack([rows, np.eye(4)]))
+  plain = RiccatiBackend("soft_plain", QPProblem(sp.csc_array(np.eye(4)), a, layout), RiccatiOptions())
+  assert plain.soft == layout.soft and plain.solver.nu == 1 and plain.solver.quadratic_prices
+  coupled = np.eye(4)
+  coupled[1, 2] = 0.5  # u0 s
+  coupled = sp.csc_array(coupled)
+  kept = RiccatiBackend("soft_coupled", QPProblem(coupled, a, layout), RiccatiOptions())
+  assert kept.soft == () and kept.solver.nu == 2 and not kept.solver.quadratic_prices
 
 
 def test_the_riccati_backend_refuses_qps_its_layout_does_not_fit() -> None:

@@ -17,8 +17,11 @@
 // u_to_data[m] (-1: none), l_scale[m], primal_from[n], dual_from[m] (offsets into the interior point's iterate, its
 // Workspace's leading arrays; -1: none), dual_row[m] (the row whose multiplier it is; -1: none), dual_scale[m],
 // initial_rows[nx], initial_scale[nx], elastic_to_data[n_elastic] (the prices of the rows set_elastic() relaxes: the
-// stage rows and the bounds on states); loads_derivatives, and with it (an SQP's QP, load_derivatives) n_hess,
-// hess_to_data[n_hess], hess_mirror[n_hess], diag_to_data[n], n_jac, jac_from[n_jac] (the Jacobian's entries that enter
+// stage rows and the bounds on states); n_soft eliminated slacks of soft constraints (price_soft_rows) and their
+// soft_var[n_soft], soft_box[n_soft] and, per side (2 n_soft: the lower row, the upper row), soft_row (-1: none),
+// soft_qrow, soft_bound, soft_z, soft_w; loads_derivatives, and with it (an SQP's QP, load_derivatives) n_hess,
+// hess_to_data[n_hess], hess_mirror[n_hess], diag_to_data[n], diag_mirror[n] (an eliminated slack's second row;
+// -1: none), n_jac, jac_from[n_jac] (the Jacobian's entries that enter
 // the stage QP), jac_to_data[n_jac] and jac_scale[n_jac]. Workspace W: data, ipm (the solver's Data and Workspace,
 // where its solve leaves the solution), d (n), y (m), iterations. The screening before a solve is the solver's own
 // Riccati factorization on the equalities (IPM::convex_on_equalities), so the backend needs no memory beyond the stage
@@ -73,7 +76,10 @@ struct RiccatiBackend {
       data[L::hess_to_data[e]] += hess[e];
       if (L::hess_mirror[e] >= 0) data[L::hess_mirror[e]] += hess[e];
     }
-    for (int j = 0; j < L::n; ++j) data[L::diag_to_data[j]] += reg;
+    for (int j = 0; j < L::n; ++j) {
+      data[L::diag_to_data[j]] += reg;
+      if (L::diag_mirror[j] >= 0) data[L::diag_mirror[j]] += reg;  // an eliminated slack's second row
+    }
     for (int e = 0; e < L::n_jac; ++e) data[L::jac_to_data[e]] = L::jac_scale[e] * jac[L::jac_from[e]];
     return finish_load(l, u, screen, ws);
   }
@@ -82,14 +88,16 @@ struct RiccatiBackend {
   /// previous solution when it was solved.
   static int solve(const real* q, const real* l, const real* u, real tol, bool warm, W& ws) {
     real* data = reinterpret_cast<real*>(&ws.data);
-    for (int j = 0; j < L::n; ++j) data[L::q_to_data[j]] = q[j];
+    for (int j = 0; j < L::n; ++j)
+      if (L::q_to_data[j] >= 0) data[L::q_to_data[j]] = q[j];
     scatter_bounds(l, u, ws);
+    price_soft_rows(q, l, data);
     const real tol_qp = ipm::attainable(std::fmax(real(L::tol_min), std::fmin(real(1e-6), tol)), q, L::n);
     ipm::Residuals<real> residuals;
     const int status = IPM::solve_in_place(ws.data, tol_qp, L::max_iter, ws.ipm, warm, residuals, ws.iterations);
     const auto& it = ws.ipm;  // the solution, where the interior point leaves it
     const real* iterate = reinterpret_cast<const real*>(&it);
-    for (int j = 0; j < L::n; ++j) ws.d[j] = iterate[L::primal_from[j]];
+    for (int j = 0; j < L::n; ++j) ws.d[j] = L::primal_from[j] >= 0 ? iterate[L::primal_from[j]] : real(0);
     for (int r = 0; r < L::m; ++r) {
       const int row = L::dual_row[r];
       ws.y[r] = row >= 0 ? IPM::multiplier(row < IPM::N * IPM::mg ? it.rows[row / IPM::mg][row % IPM::mg]
@@ -100,6 +108,7 @@ struct RiccatiBackend {
     // the initial rows: their multipliers close the stationarity of x_0, which the stage QP eliminated: its residual
     // g + H z + A'pi + G'lam in x_0 at the solution (the interior point ends on its residuals at the last iterate)
     for (int i = 0; i < IPM::nx; ++i) ws.y[L::initial_rows[i]] = -it.r_z[0][i] * L::initial_scale[i];
+    gather_soft(q, l, ws);
     return status;
   }
 
@@ -128,6 +137,59 @@ struct RiccatiBackend {
     }
     for (int e = 0; e < L::n_elastic; ++e) data[L::elastic_to_data[e]] = 0.0;
     return data;
+  }
+
+  /// The rows of the eliminated slacks (soft constraints): a slack s >= s_min (s_min = l, the step's lower bound,
+  /// -s_current), of cost q s + w s^2 / 2, relaxes its lower row (row + s >= lo) and its upper row (row - s <= hi).
+  /// In its violation v = s - s_min >= 0 each row is elastic: prices z = q + w s_min (at least 0) and w, bounds lo -
+  /// s_min and hi + s_min (w, P's entry, was loaded into the rows' w).
+  static void price_soft_rows(const real* q, const real* l, real* data) {
+    for (int s = 0; s < L::n_soft; ++s) {
+      const real s_min = l[L::soft_box[s]], q_s = q[L::soft_var[s]];
+      for (int side = 0; side < 2; ++side) {
+        const int e = 2 * s + side;
+        if (L::soft_row[e] < 0) continue;
+        data[L::soft_z[e]] = std::fmax(real(0), q_s + data[L::soft_w[e]] * s_min);
+        data[L::soft_bound[e]] += side == 0 ? -s_min : s_min;
+      }
+    }
+  }
+
+  /// The eliminated slacks' steps (their rows' violations; at most one side is violated at a solution) and their
+  /// bounds' multipliers, from the slack's stationarity q + w d - lam_lo - lam_hi + y_box = 0 (lam_lo = -y of the
+  /// lower row, lam_hi = y of the upper row). The elastic rows price each side up to q + w d on its own, the slack
+  /// both together: where a row holds with both sides' multipliers summing to more (a softened equality met exactly),
+  /// both give up half the excess, which keeps their difference (the row's net multiplier) and the slack's price.
+  static void gather_soft(const real* q, const real* l, W& ws) {
+    const real* data = reinterpret_cast<const real*>(&ws.data);
+    for (int s = 0; s < L::n_soft; ++s) {
+      real violation = 0, w = 0, lam[2] = {0, 0};
+      for (int side = 0; side < 2; ++side) {
+        const int e = 2 * s + side, row = L::soft_row[e];
+        if (row < 0) continue;
+        const auto& r = row < IPM::N * IPM::mg ? ws.ipm.rows[row / IPM::mg][row % IPM::mg]
+                                               : ws.ipm.rowsN[row - IPM::N * IPM::mg];
+        // NOTE: the row's violation at the last iterate, -distance = s - t - r (its residual r = distance - t + s): s
+        // alone is mu/m > 0 where the row holds (a slack of that size cost more than the last steps of an SQP gain,
+        // whose line search then stalled), s - t alone leaves the row violated by t (float32: above its tolerance)
+        const auto& q_side = side == 0 ? r.lo : r.hi;
+        violation += std::fmax(real(0), q_side.s - q_side.t - q_side.r);
+        w = data[L::soft_w[e]];
+        lam[side] = side == 0 ? -ws.y[L::soft_qrow[e]] : ws.y[L::soft_qrow[e]];
+      }
+      const real d = violation + l[L::soft_box[s]];
+      const real price = q[L::soft_var[s]] + w * d;  // the slack's marginal cost at its new value
+      const real excess = lam[0] + lam[1] - price;
+      if (excess > real(0) && L::soft_row[2 * s] >= 0 && L::soft_row[2 * s + 1] >= 0) {
+        lam[0] = std::fmax(real(0), lam[0] - real(0.5) * excess);  // (>= 0 but for rounding)
+        lam[1] = std::fmax(real(0), lam[1] - real(0.5) * excess);
+        ws.y[L::soft_qrow[2 * s]] = -lam[0];
+        ws.y[L::soft_qrow[2 * s + 1]] = lam[1];
+      }
+      ws.d[L::soft_var[s]] = d;
+      // NOTE: the slack has a lower bound only: its multiplier is <= 0 (rounding must not make it an upper bound's)
+      ws.y[L::soft_box[s]] = std::fmin(real(0), lam[0] + lam[1] - price);
+    }
   }
 
   /// A load's end: the screening, when asked.

@@ -254,16 +254,24 @@ def test_elastic_rows_match_the_explicit_l1_penalty(nx: int, nu: int, N: int) ->
     z = np.zeros((N, ng))
     z[:, :nx], z[:, nx + nu :] = price, price
     d["z"], d["zN"] = z, np.full(1, price)
-    sol = qp(1e-10, **d)
-    assert sol.status == "solved" and sol.iterations < 60, (sol.status, sol.iterations)
-    x_ref, u_ref, _ = osqp_solution(d)
-    np.testing.assert_allclose(sol.x, x_ref, atol=1e-6)
-    np.testing.assert_allclose(sol.u, u_ref, atol=1e-6)
-    assert np.all(np.abs(sol.u) <= 1 + 1e-9), "the input boxes stay hard"
+    sol = solved_like_osqp(qp, d)
     assert np.all(np.abs(sol.lam[:, :nx]) <= price + 1e-8), "an elastic row's multiplier is at most its price"
-    warm = qp(1e-10, warm_start=True, **{**d, "g": d["g"] * 1.01})
-    assert warm.status == "solved"
-    np.testing.assert_allclose(warm.u, osqp_solution({**d, "g": d["g"] * 1.01})[1], atol=1e-6)
+
+
+def solved_like_osqp(qp: RiccatiQP, d: dict[str, Any]) -> Any:
+  """qp's solution of d at tol 1e-10: solved, x and u as OSQP's (the elastic rows as explicit slacks), the input boxes
+  hard; and warm started for d with g nudged, OSQP's again."""
+  sol = qp(1e-10, **d)
+  assert sol.status == "solved" and sol.iterations < 60, (sol.status, sol.iterations)
+  x_ref, u_ref, _ = osqp_solution(d)
+  np.testing.assert_allclose(sol.x, x_ref, atol=1e-6)
+  np.testing.assert_allclose(sol.u, u_ref, atol=1e-6)
+  assert np.all(np.abs(sol.u) <= 1 + 1e-9), "the input boxes stay hard"
+  nudged = {**d, "g": d["g"] * 1.01}
+  warm = qp(1e-10, warm_start=True, **nudged)
+  assert warm.status == "solved"
+  np.testing.assert_allclose(warm.u, osqp_solution(nudged)[1], atol=1e-6)
+  return sol
 
 
 @pytest.mark.parametrize("z,w", [(0.5, 2.0), (50.0, 0.5), (0.0, 5.0)], ids=["l1+l2", "l1>>l2", "l2"])
@@ -281,19 +289,11 @@ def test_quadratic_prices_match_the_explicit_l1_l2_penalty(z: float, w: float) -
   elastic[:, :nx], elastic[:, nx + nu :] = True, True
   d["z"], d["w"] = np.where(elastic, z, 0.0), np.where(elastic, w, 0.0)
   d["zN"], d["wN"] = np.full(1, z), np.full(1, w)
-  sol = qp(1e-10, **d)
-  assert sol.status == "solved" and sol.iterations < 60, (sol.status, sol.iterations)
-  x_ref, u_ref, _ = osqp_solution(d)
-  np.testing.assert_allclose(sol.x, x_ref, atol=1e-6)
-  np.testing.assert_allclose(sol.u, u_ref, atol=1e-6)
-  assert np.all(np.abs(sol.u) <= 1 + 1e-9), "the input boxes stay hard"
+  sol = solved_like_osqp(qp, d)
   violation = np.maximum(d["lo"][1:, 0] - sol.x[1:N, 0], 0.0)
   assert violation.min() > 0.1, "every out-of-reach bound is violated"
   # an elastic side's multiplier prices its violation at the margin: z + w s
   np.testing.assert_allclose(np.abs(sol.lam[1:, 0]), z + w * violation, rtol=1e-6, atol=1e-8)
-  warm = qp(1e-10, warm_start=True, **{**d, "g": d["g"] * 1.01})
-  assert warm.status == "solved"
-  np.testing.assert_allclose(warm.u, osqp_solution({**d, "g": d["g"] * 1.01})[1], atol=1e-6)
 
 
 def test_prices_are_checked() -> None:

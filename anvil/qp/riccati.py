@@ -6,7 +6,8 @@ lo = hi is a true equality (a free multiplier, no slacks). u_N (nuN inputs, none
 slacks of soft terminal constraints. Only the first nud inputs (all by default) enter the dynamics: B's columns
 after them must be zero, and the recursion skips them. A row with a price z > 0 (data fields z, zN; 0 by default) is
 elastic: it may be violated at the cost z per unit (an L1 penalty, the elastic variables eliminated row by row); with
-`quadratic_prices`, a price w (fields w, wN) adds w s²/2 for a violation s (an L2 penalty: HPIPM's soft constraints).
+`quadratic_prices`, a price w (fields w, wN) adds w s²/2 for a violation s (an L2 penalty: HPIPM's soft constraints),
+and w > 0 alone makes a row elastic too.
 Mehrotra's predictor-corrector interior point; each Newton system is an LQ problem solved by a Riccati recursion over
 the stages (factored once per iteration, O(N (nx + nu)³)), sizes fixed at code generation. The C++ is
 anvil/riccati.hpp, templated on those sizes.

@@ -378,7 +378,9 @@ def _eliminated_slacks(
   soft = {v for v, _, _ in stages.soft}
   if not soft:
     return (), *keep
-  p_cols, a_cols = Counter(c for _, c in _entries(problem.p_pattern)), dict[int, set[int]]()
+  p_entries = _entries(problem.p_pattern)
+  p_rows, p_cols = Counter(r for r, _ in p_entries), Counter(c for _, c in p_entries)
+  a_cols = dict[int, set[int]]()
   for r, c in _entries(problem.a_pattern):
     a_cols.setdefault(c, set()).add(r)
   n_rows, last = len(stages.rows), [-1, -1]
@@ -389,11 +391,10 @@ def _eliminated_slacks(
   for v, lo, hi in stages.soft:
     k, i = stages.variables[v]
     allowed = {n_rows + v, lo, hi} - {-1}
-    if p_cols[v] > 1 or not a_cols.get(v, set()) <= allowed or i - stages.nx < (nu if k < stages.N else nuN):
+    # NOTE: P is upper triangular: a slack's diagonal entry alone is one entry in its row and one in its column
+    coupled = p_rows[v] > 1 or p_cols[v] > 1
+    if coupled or not a_cols.get(v, set()) <= allowed or i - stages.nx < (nu if k < stages.N else nuN):
       return (), *keep
-  p = problem.p_pattern
-  if any(p[[v], :].nnz > 1 for v in soft):  # a slack coupled with a variable before it (P is upper triangular)
-    return (), *keep
   return stages.soft, nu, nuN
 
 

@@ -100,8 +100,7 @@ struct RiccatiBackend {
     for (int j = 0; j < L::n; ++j) ws.d[j] = L::primal_from[j] >= 0 ? iterate[L::primal_from[j]] : real(0);
     for (int r = 0; r < L::m; ++r) {
       const int row = L::dual_row[r];
-      ws.y[r] = row >= 0 ? IPM::multiplier(row < IPM::N * IPM::mg ? it.rows[row / IPM::mg][row % IPM::mg]
-                                                                     : it.rowsN[row - IPM::N * IPM::mg])
+      ws.y[r] = row >= 0               ? IPM::multiplier(ipm_row(it, row))
                 : L::dual_from[r] >= 0 ? L::dual_scale[r] * iterate[L::dual_from[r]]
                                        : real(0);
     }
@@ -139,6 +138,11 @@ struct RiccatiBackend {
     return data;
   }
 
+  /// The interior point's row `row` (those of stage N after the others, as dual_row and soft_row count them).
+  static const auto& ipm_row(const typename IPM::Workspace& it, int row) {
+    return row < IPM::N * IPM::mg ? it.rows[row / IPM::mg][row % IPM::mg] : it.rowsN[row - IPM::N * IPM::mg];
+  }
+
   /// The rows of the eliminated slacks (soft constraints): a slack s >= s_min (s_min = l, the step's lower bound,
   /// -s_current), of cost q s + w s^2 / 2, relaxes its lower row (row + s >= lo) and its upper row (row - s <= hi).
   /// In its violation v = s - s_min >= 0 each row is elastic: prices z = q + w s_min (at least 0) and w, bounds lo -
@@ -167,8 +171,7 @@ struct RiccatiBackend {
       for (int side = 0; side < 2; ++side) {
         const int e = 2 * s + side, row = L::soft_row[e];
         if (row < 0) continue;
-        const auto& r = row < IPM::N * IPM::mg ? ws.ipm.rows[row / IPM::mg][row % IPM::mg]
-                                               : ws.ipm.rowsN[row - IPM::N * IPM::mg];
+        const auto& r = ipm_row(ws.ipm, row);
         // NOTE: the row's violation at the last iterate, -distance = s - t - r (its residual r = distance - t + s): s
         // alone is mu/m > 0 where the row holds (a slack of that size cost more than the last steps of an SQP gain,
         // whose line search then stalled), s - t alone leaves the row violated by t (float32: above its tolerance)

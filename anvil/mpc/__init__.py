@@ -2,10 +2,12 @@
 
 from anvil.mpc.controller import MPCFunction as MPCFunction
 from anvil.mpc.costs import LeastSquares as LeastSquares
+from anvil.mpc.estimation import MHEFunction as MHEFunction
 from anvil.mpc.implicit import irk as irk
 from anvil.mpc.integrators import rk4 as rk4
 from anvil.mpc.options import MPCOptions as MPCOptions
 from anvil.mpc.plotting import plot_closed_loop as plot_closed_loop
+from anvil.mpc.result import MHEEstimate as MHEEstimate
 from anvil.mpc.result import MPCSolution as MPCSolution
 from anvil.mpc.simulation import ClosedLoop as ClosedLoop
 from anvil.mpc.simulation import simulate as simulate

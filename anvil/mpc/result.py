@@ -69,3 +69,40 @@ class MPCSolution:
     """True when the SQP converged or reached the acceptable level (in real-time-iteration mode: when its one
     iteration completed)."""
     return succeeded(self.status, self.real_time_iteration)
+
+
+@dataclass(frozen=True)
+class MHEEstimate:
+  """The outcome of one `MHEFunction` call.
+
+  Attributes:
+    x_hat: the current state estimate (nx,): the window's last state.
+    x: the window's states, (k, nx), oldest first (k: the call's measurements).
+    w: the window's process noise, (k - 1, nx): x[j + 1] = F(x[j], u[j], p[j]) + w[j].
+    status: the SQP's status on the window's OCP (an SQPStatus, as MPCSolution's).
+    iterations: SQP iterations taken.
+    cost: the window's optimal cost (arrival, noise and measurement terms).
+    solve_time: seconds spent in the generated C++ call.
+    stats: the SQP's per-iteration history and diagnostics (see `SQPResult.stats`).
+    fallback: what x is when the SQP did not succeed (as MPCSolution's).
+  """
+
+  x_hat: NDArray[np.float64]
+  x: NDArray[np.float64]
+  w: NDArray[np.float64]
+  status: SQPStatus
+  iterations: int
+  cost: float
+  solve_time: float
+  stats: dict[str, Any] = field(default_factory=dict, repr=False)
+  fallback: str = "none"
+
+  @property
+  def success(self) -> bool:
+    """True when the SQP converged or reached the acceptable level."""
+    return succeeded(self.status, False)
+
+  @property
+  def message(self) -> str:
+    """How the call ended (the status, or for a failure its diagnosis)."""
+    return str(self.stats.get("message", self.status))

@@ -14,12 +14,14 @@ from numpy.typing import ArrayLike, NDArray
 
 from anvil.mpc.controller import MPCFunction
 from anvil.mpc.costs import LeastSquares
+from anvil.mpc.estimation import MHEFunction
 from anvil.mpc.result import succeeded
 from anvil.sqp import SQPStatus
 from anvil.validation import float_array
 
 F64 = NDArray[np.float64]
 Plant = Callable[[F64, F64], Any]
+Measure = Callable[[int, F64], Any]
 Params = ArrayLike | Callable[[int], ArrayLike] | None
 
 
@@ -39,6 +41,8 @@ class ClosedLoop:
       trajectories then hold the steps completed before it.
     failed_step: the step t at which the plant failed (x has t + 1 states), or None.
     real_time_iteration: the controller ran one SQP iteration per call ("max_iterations" is then its normal outcome).
+    x_estimated: with an estimator, the state estimate each controller call used, (steps, nx); else None.
+    estimation_times: with an estimator, seconds per estimator call (measured in the generated C++); else empty.
   """
 
   x: F64
@@ -53,6 +57,8 @@ class ClosedLoop:
   failure: str | None = None
   failed_step: int | None = None
   real_time_iteration: bool = False
+  x_estimated: F64 | None = None
+  estimation_times: F64 = field(default_factory=lambda: np.zeros(0))
 
   @property
   def cost(self) -> float:
@@ -101,8 +107,12 @@ def simulate(
   *,
   guess: tuple[ArrayLike, ArrayLike] | None = None,
   progress: bool | None = None,
+  estimator: MHEFunction | None = None,
+  measure: Measure | None = None,
 ) -> ClosedLoop:
-  """Run `steps` control steps: u_t = mpc(x_t, p_t).u0, x_{t+1} = plant(x_t, u_t).
+  """Run `steps` control steps: u_t = mpc(x_t, p_t).u0, x_{t+1} = plant(x_t, u_t); with an estimator, the controller
+  sees the estimate instead of x_t: y_t = measure(t, x_t), x_hat_t = estimator(the last M measurements, the inputs
+  between them).x_hat, u_t = mpc(x_hat_t, p_t).u0.
 
   Args:
     mpc: the controller (reset before the run; its warm start carries over between steps).
@@ -113,6 +123,10 @@ def simulate(
     guess: optional (x (N + 1, nx), u (N, nu)) trajectory the first solve starts from (e.g. a swing-up's ramp);
       later steps warm-start from the shifted previous solution.
     progress: print a progress bar to stderr (default: for runs of more than 100 steps on a terminal).
+    estimator: an MHEFunction (reset before the run: its first window starts at its prior) whose estimates the
+      controller uses; its parameter is its default p.
+    measure: (t, x_t) -> y_t, the measurement the estimator gets (e.g. its measurement function plus seeded noise);
+      default the estimator's measurement function, noise-free.
 
   A controller failure does not stop the run: the step is counted under its status and the input held at the last
   usable value (zeros at the start) when the returned one is not finite. A plant failure (it raises, or returns
@@ -124,18 +138,25 @@ def simulate(
     raise TypeError(f"simulate: plant must be callable (x, u) -> x_next, got {type(plant).__name__}")
   if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
     raise ValueError(f"simulate: steps must be an int >= 0, got {steps!r}")
+  if estimator is not None and not isinstance(estimator, MHEFunction):
+    raise TypeError(f"simulate: estimator must be an MHEFunction, got {type(estimator).__name__}")
+  if measure is not None and (estimator is None or not callable(measure)):
+    raise TypeError("simulate: measure must be a callable (t, x) -> y, given with an estimator")
   x = float_array("simulate", "x0", x0, (mpc.nx,), finite=True)
   show = progress if progress is not None else steps > 100 and sys.stderr.isatty()
-  xs, us, costs, times, its, statuses = [x], [], [], [], [], []
+  xs, costs, times, its, statuses = [x], [], [], [], []
+  us: list[F64] = []
   failed: tuple[int, str] | tuple[None, None] = (None, None)
   u_last = np.zeros(mpc.nu)
   mpc.reset()
   if guess is not None:
     mpc.set_guess(*guess)
+  observer = None if estimator is None else _Observer(estimator, measure)
   start = time.perf_counter()
   for t in range(steps):
     p_t = p(t) if callable(p) else p
-    sol = mpc(x, p_t)
+    x_seen = x if observer is None else observer.estimate(t, x, us)
+    sol = mpc(x_seen, p_t)
     u = sol.u0.copy() if np.all(np.isfinite(sol.u0)) else u_last
     x_next, failure = _plant_step(plant, x, u)
     if failure is not None:
@@ -159,9 +180,37 @@ def simulate(
   x_lo, x_hi, u_lo, u_hi = bounds["lbx"][path], bounds["ubx"][path], bounds["lbu"][0], bounds["ubu"][0]
   violation = np.maximum(np.maximum(x_lo - X[1:], X[1:] - x_hi).max(axis=1, initial=0.0),
                          np.maximum(u_lo - U, U - u_hi).max(axis=1, initial=0.0)) if us else np.zeros(0)  # fmt: skip
+  estimates = None if observer is None else np.array(observer.estimates[: len(us)]).reshape(len(us), mpc.nx)
   return ClosedLoop(X, U, np.array(costs), np.array(times), np.array(its, dtype=np.int64), tuple(statuses),
                     np.maximum(violation, 0.0), (x_lo, x_hi), (u_lo, u_hi), failed[1], failed[0],
-                    mpc.options.mode == "rti")  # fmt: skip
+                    mpc.options.mode == "rti", estimates,
+                    np.array([] if observer is None else observer.times[: len(us)]))  # fmt: skip
+
+
+class _Observer:
+  """The estimator's side of a closed loop: the measurements so far and the estimates made from them."""
+
+  def __init__(self, estimator: MHEFunction, measure: Measure | None) -> None:
+    self.estimator, self.measure = estimator, measure
+    self.ys: list[F64] = []
+    self.estimates: list[F64] = []
+    self.times: list[float] = []
+    estimator.reset()
+
+  def estimate(self, t: int, x: F64, us: list[F64]) -> F64:
+    """x_hat_t from the last M measurements (y_t = measure(t, x_t) appended) and the inputs applied between them."""
+    mhe = self.estimator
+    if self.measure is not None:
+      y = float_array("simulate", "measure(t, x)", self.measure(t, x.copy()), (mhe.ny,), finite=True)
+    else:
+      y = np.asarray(mhe.measurement(*([x] if len(mhe.measurement.inputs) == 1 else [x, mhe.p])), dtype=np.float64)
+    self.ys.append(y.reshape(mhe.ny))
+    k = min(len(self.ys), mhe.M)
+    inputs = np.array(us[len(us) - (k - 1) :]).reshape(k - 1, mhe.nu) if k > 1 else None
+    est = mhe(np.array(self.ys[-k:]), inputs)
+    self.estimates.append(est.x_hat)
+    self.times.append(est.solve_time)
+    return est.x_hat
 
 
 def _plant_step(plant: Plant, x: F64, u: F64) -> tuple[F64, str | None]:

@@ -50,8 +50,8 @@ SUBPACKAGES = {
   "anvil.qp": {"OCPQPSolution", "OSQPOptions", "QPBackend", "QPOptions", "QPProblem", "QPStatus", "RiccatiOptions",
                "RiccatiQP", "SparseIPMOptions", "StageLayout", "detect_stages"},
   "anvil.sqp": {"SQPFunction", "SQPOptions", "SQPResult", "SQPStatus"},
-  "anvil.mpc": {"ClosedLoop", "LeastSquares", "MPCFunction", "MPCOptions", "MPCSolution", "Soft", "plot_closed_loop",
-                "irk", "rk4", "shooting_layout", "simulate"},
+  "anvil.mpc": {"ClosedLoop", "LeastSquares", "MHEEstimate", "MHEFunction", "MPCFunction", "MPCOptions", "MPCSolution",
+                "Soft", "plot_closed_loop", "irk", "rk4", "shooting_layout", "simulate"},
 }  # fmt: skip
 
 

@@ -60,6 +60,28 @@ def test_random_qps_match_osqp(nx: int, nu: int, N: int, extra: int) -> None:
       assert np.sum(np.abs(sol.lam) > 1e-6) >= 3, "the strong pull makes bounds active"
 
 
+def test_rows_that_never_block_take_the_full_step() -> None:
+  """An LQ problem (every row without bounds) is solved by its first Newton step: one iteration, equal to the KKT
+  system's solution in numpy (the step is not cut short of 1 when no row stops it)."""
+  rng = np.random.default_rng(7)
+  nx, nu, N = 3, 2, 12
+  qp = RiccatiQP("riccati_t_lq", nx, nu, N, ng=nx + nu + 1, ngN=1)
+  d = random_qp(rng, nx, nu, N, nx + nu + 1, 1, 1.0)
+  for key in ("lo", "loN"):
+    d[key] = np.full_like(d[key], -np.inf)
+  for key in ("hi", "hiN"):
+    d[key] = np.full_like(d[key], np.inf)
+  for scale in (1.0, 1e5):  # large data: the residuals are rounding's after one step
+    scaled = {**d, "H": scale * d["H"], "g": scale * d["g"], "HN": scale * d["HN"], "gN": scale * d["gN"]}
+    sol = qp(1e-8, **scaled)
+    assert sol.status == "solved" and sol.iterations == 1
+    x_ref, u_ref, _ = osqp_solution(scaled)
+    np.testing.assert_allclose(sol.x, x_ref, atol=1e-6)
+    np.testing.assert_allclose(sol.u, u_ref, atol=1e-6)
+    stat, dyn = kkt_residuals(scaled, sol)
+    assert stat < 1e-8 * scale and dyn < 1e-10
+
+
 def test_inputs_outside_the_dynamics_and_rows_without_bounds() -> None:
   """Inputs that enter no dynamics (nud < nu: the slacks of soft constraints) and rows with no bound at all (skipped by
   the iterations) give OSQP's solution; B's columns from nud on must be zero."""

@@ -873,7 +873,8 @@ class Solver {
   }
 
   /// The QP with the least regularization (0, or a tenth of the last one, x10 per retry) that is solved along a
-  /// direction of nonnegative curvature; infeasible as soon as it is infeasible; nonconvex past reg_max. After a
+  /// direction of nonnegative curvature; infeasible as soon as it is infeasible with regularization; nonconvex past
+  /// reg_max. After a
   /// failed solve the next starts cold: a failed solve's iterate is no start for the next, more regularized QP (warm
   /// from it, ADMM was seen to stall at every regularization up to reg_max on the cart-pole swing-up).
   static int solve_regularized(real qp_tol, bool warm, real& reg, StatsT& stats, double& clock, WS& ws) {
@@ -886,7 +887,10 @@ class Solver {
         warm = warm && status == anvil::qp::solved;
       }
       stats.time_qp_solve += lap(clock);
-      if (status == anvil::qp::infeasible) return status;
+      // NOTE: an interior point cannot tell inconsistent rows from an unbounded QP (a Hessian singular along a
+      // direction the rows leave open, as an LP's), whose iterates diverge alike: unregularized, the QP is solved
+      // once more with regularization before it counts as infeasible
+      if (status == anvil::qp::infeasible && reg > real(0)) return status;
       // NOTE: inertia-free curvature test: a step along which the regularized Hessian is not positive is no descent
       // direction, so it counts as nonconvex too
       if (status == anvil::qp::solved && curvature(v.hess.data(), QP::primal(ws.qp), reg) >= real(0)) return status;

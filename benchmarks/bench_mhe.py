@@ -13,6 +13,10 @@ M then sliding; the time is the generated C++ call's (`MHEEstimate.solve_time`),
 same NLP (the arrival cost of each step read from anvil's estimator, `mhe.arrival`), built once as a parametric NLP
 and warm-started from its previous solution shifted by one time; time = its t_wall_total. Both solve to 1e-8; the
 table also gives the largest difference of the estimates (x_hat). Target (issue 20): anvil <= 0.1x IPOPT.
+
+Sensitivities: on the P2 stabilizing MPC (N = 30, exact Hessian), the time of `sol.du0_dx0()` (the KKT system at the
+solution factored by scipy, its derivatives evaluated by generated functions; after the first use, which builds them)
+against the call that solved (its C++ solve time, and its wall time from Python).
 """
 
 from __future__ import annotations
@@ -110,6 +114,24 @@ def bench(M: int, steps: int, ca: Any, notes: list[str]) -> dict[str, Any]:
           "diff": max(diffs, default=float("nan"))}  # fmt: skip
 
 
+def bench_sensitivity(reps: int = 20) -> dict[str, float]:
+  """Median seconds of du0_dx0() against the solve's C++ time and its Python wall time (P2 stabilizing MPC)."""
+  mpc = cm.stabilizing("bench_sens_p2")
+  sol = mpc(cm.X0_STABILIZE)
+  sol.du0_dx0()  # builds the derivatives
+  solves, walls, sens = [], [], []
+  for _ in range(reps):
+    mpc.reset()
+    start = time.perf_counter()
+    sol = mpc(cm.X0_STABILIZE)
+    walls.append(time.perf_counter() - start)
+    solves.append(sol.solve_time)
+    start = time.perf_counter()
+    sol.du0_dx0()
+    sens.append(time.perf_counter() - start)
+  return {"solve": float(np.median(solves)), "wall": float(np.median(walls)), "sensitivity": float(np.median(sens))}
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--windows", type=int, nargs="+", default=[20, 50], help="window lengths M")
@@ -129,6 +151,9 @@ def main() -> None:
     ratio = float(np.median(ms)) / ipopt
     print(f"| {M} | {np.median(ms):.3f} / {np.percentile(ms, 95):.3f} | {r['its'].mean():.2f} | {r['build']:.1f} | "
           f"{ipopt:.2f} | {ratio:.3f} | {verdict(ratio, 0.1)} | {r['diff']:.1e} |")  # fmt: skip
+  r = bench_sensitivity()
+  print(f"\nP2 MPC (N = 30): du0_dx0() {r['sensitivity'] * 1e3:.3f} ms; the cold solve {r['solve'] * 1e3:.3f} ms in "
+        f"C++ ({r['wall'] * 1e3:.3f} ms from Python): {r['sensitivity'] / r['solve']:.1f}x the solve")  # fmt: skip
   for note in notes:
     print(f"note: {note}")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -30,7 +30,8 @@ from anvil.mpc.result import FALLBACKS, MPCSolution
 from anvil.mpc.soft import Soft
 from anvil.mpc.transcription import Cost, Fn, Transcription
 from anvil.mpc.tuning import tuning_vector
-from anvil.sqp import SQPFunction, SQPStatus
+from anvil.sqp import Sensitivity, SQPFunction, SQPStatus
+from anvil.sqp.result import SUCCESS
 from anvil.validation import check_bounds, float_array
 
 Bounds = tuple[ArrayLike, ArrayLike]
@@ -297,7 +298,8 @@ class MPCFunction(TemplatedFunction):
   @cached_property
   def _entry(self) -> _Entry:
     sizes = (self.nx, self.nu, self.np, self.ocp.default_tuning.size)
-    entry = _Entry(self.handle, self.sqp.stats_buffers(), self.N, sizes, self.options.scalar)
+    nlp = (self.ocp.nw, self.ocp.ng, self.ocp.n_params)
+    entry = _Entry(self.handle, self.sqp.stats_buffers(), self.N, sizes, self.options.scalar, nlp)
     entry.default_inputs = entry.inputs(self.defaults)
     entry.default_staged = entry.keep  # NOTE: alive as long as the pointers to them
     entry.default_limits = self.sqp.limits(None, None, None)
@@ -408,8 +410,16 @@ class MPCFunction(TemplatedFunction):
     _, status, stats = self.sqp.unpack_stats(history, ihistory, info, scalars[:2], scalars[5:9], bounds, self.labels)
     stats["restarted_cold"] = bool(scalars[10])
     x, u = e.x.astype(np.float64), e.u.astype(np.float64)  # NOTE: copies (the buffers are the next call's)
+    fallback = FALLBACKS[int(scalars[4])]
+    solved = self.options.mode == "sqp" and status in SUCCESS and fallback == "none"
     return MPCSolution(x, u, status, int(scalars[9]), float(scalars[2]), float(scalars[3]),
-                       self.options.mode == "rti", stats, FALLBACKS[int(scalars[4])])  # fmt: skip
+                       self.options.mode == "rti", stats, fallback, self._sensitivity(e) if solved else None,
+                       (self.ocp.nx, self.np))  # fmt: skip
+
+  def _sensitivity(self, e: _Entry) -> Callable[[], Sensitivity]:
+    """The sensitivity of the last call's solution, computed when asked (its NLP state copied now)."""
+    w, lam_g, lam_x, params, lbw, ubw, lbg, ubg = e.solution_state()
+    return lambda: self.sqp.sensitivity_at(w, params, lam_g, lam_x, (lbw, ubw, lbg, ubg))
 
   def _params(self, p: ArrayLike | None) -> F64:
     N, np_ = self.N, self.np
@@ -441,7 +451,13 @@ class _Entry:
   BOUNDS = ("lbx", "ubx", "lbu", "ubu", "lbh", "ubh", "lbhN", "ubhN")
 
   def __init__(
-    self, handle: NativeHandle, stats: tuple[Any, ...], N: int, sizes: tuple[int, int, int, int], scalar: str
+    self,
+    handle: NativeHandle,
+    stats: tuple[Any, ...],
+    N: int,
+    sizes: tuple[int, int, int, int],
+    scalar: str,
+    sizes_nlp: tuple[int, int, int],
   ) -> None:
     nx, nu, np_, n_tuning = sizes
     pointer = ctypes.c_void_p
@@ -457,10 +473,20 @@ class _Entry:
     self.x, self.u, self.scalars = np.zeros((N + 1, nx), self.dtype), np.zeros((N, nu), self.dtype), np.zeros(11)
     self.outputs = (ctypes.c_void_p * 2)(self.x.ctypes.data, self.u.ctypes.data)
     self.pointers = tuple(a.ctypes.data for a in (*stats, self.scalars))
+    self.solution = handle.entry("solution", None, pointer, pointer)
+    nw, ng, n_params = sizes_nlp
+    self.state = [np.zeros(size, self.dtype) for size in (nw, ng, nw, n_params, nw, nw, ng, ng)]
+    self.state_pointers = (ctypes.c_void_p * 8)(*(a.ctypes.data for a in self.state))
     self.keep: list[Any] = []
     self.default_staged: list[Any] = []
     self.default_inputs: Any = None
     self.default_limits: F64 = np.zeros(3)
+
+  def solution_state(self) -> list[F64]:
+    """Copies (float64) of the last solve's NLP solution w, multipliers lam_g and lam_x, parameter and bounds lbw,
+    ubw, lbg, ubg."""
+    self.solution(self.state_pointers, self.ws)
+    return [a.astype(np.float64) for a in self.state]
 
   def inputs(self, bounds: dict[str, F64]) -> Any:
     """The pointer array of one call's inputs: x0, p, the bounds, the tuning and u_prev (null: the controller's last

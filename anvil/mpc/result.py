@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -9,6 +10,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from anvil.sqp.result import SUCCESS, SQPStatus
+from anvil.sqp.sensitivity import Sensitivity
 
 #: What a call's plan is (anvil::mpc::Stats::fallback): the SQP's solution, the previous plan shifted by one stage
 #: with its inputs clipped to their bounds, or the least-violation solution of an infeasible OCP.
@@ -41,6 +43,8 @@ class MPCSolution:
       "infeasible": the trajectory that violates the constraints least, inputs within their bounds) or "shifted"
       (the call's initial guess: the previous plan shifted by one stage, or the cold guess after a reset, with its
       inputs clipped to their bounds). u0 is usable in every case.
+    at_solution: the sensitivity of a converged full-SQP call's NLP solution, computed when called (None otherwise);
+      nlp_sizes: the NLP's states per stage and parameters per stage (where u_0 and p sit in it).
   """
 
   x: NDArray[np.float64]
@@ -52,6 +56,8 @@ class MPCSolution:
   real_time_iteration: bool = False
   stats: dict[str, Any] = field(default_factory=dict, repr=False)
   fallback: str = "none"
+  at_solution: Callable[[], Sensitivity] | None = field(default=None, repr=False, compare=False)
+  nlp_sizes: tuple[int, int] = field(default=(0, 0), repr=False, compare=False)
 
   @property
   def u0(self) -> NDArray[np.float64]:
@@ -69,6 +75,28 @@ class MPCSolution:
     """True when the SQP converged or reached the acceptable level (in real-time-iteration mode: when its one
     iteration completed)."""
     return succeeded(self.status, self.real_time_iteration)
+
+  def sensitivity(self) -> Sensitivity:
+    """The derivatives of the OCP's NLP solution (w = [x_0, u_0, ..., x_N, slacks]) with respect to its parameter
+    [x0; p_0 ... p_N; tuning] (`anvil.sqp.sensitivity`: from the KKT system at the solution, exact Hessian; the
+    first use builds the derivatives it needs). A ValueError unless the call was a full-SQP solve that succeeded."""
+    if self.at_solution is None:
+      raise ValueError(f"sensitivity: this call ended {self.status} (fallback {self.fallback!r}"
+                       f"{', real-time iteration' if self.real_time_iteration else ''}); sensitivities are those of a "
+                       "converged full-SQP solution")  # fmt: skip
+    return self.at_solution()
+
+  def du0_dx0(self) -> NDArray[np.float64]:
+    """∂u0/∂x0 (nu, nx): how the applied input moves with the measured state (the MPC's local feedback gain)."""
+    nx_nlp, nu, nx = self.nlp_sizes[0], self.u.shape[1], self.x.shape[1]
+    return self.sensitivity().x[nx_nlp : nx_nlp + nu, :nx]
+
+  def du0_dp(self, per_stage: bool = False) -> NDArray[np.float64]:
+    """∂u0/∂p: (nu, np) for a parameter shared by every stage (the sum over the stages), or with per_stage (nu, N + 1,
+    np), the derivative with respect to each stage's p_k."""
+    (nx_nlp, n_p), N, nu = self.nlp_sizes, self.u.shape[0], self.u.shape[1]
+    per = self.sensitivity().x[nx_nlp : nx_nlp + nu, nx_nlp : nx_nlp + (N + 1) * n_p].reshape(nu, N + 1, n_p)
+    return per if per_stage else per.sum(axis=1)
 
 
 @dataclass(frozen=True)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from anvil.codegen.native import NativeStatus
+
+if TYPE_CHECKING:
+  from anvil.sqp.sensitivity import Sensitivity
 
 
 class SQPStatus(NativeStatus):
@@ -70,8 +74,19 @@ class SQPResult:
   status: SQPStatus
   iterations: int
   stats: dict[str, Any] = field(repr=False)
+  at_solution: Callable[[], Sensitivity] | None = field(default=None, repr=False, compare=False)
 
   @property
   def success(self) -> bool:
     """True when the solver converged, to the tolerance or to the acceptable level."""
     return self.status in SUCCESS
+
+  def sensitivity(self, wrt: str = "p") -> Sensitivity:
+    """The derivatives of this solution with respect to the parameter (`wrt="p"`): dx/dp, dλ/dp from the KKT system
+    at the solution (`anvil.sqp.sensitivity`: exact Hessian, strict complementarity reported by `.strict`). A
+    ValueError unless the solve succeeded."""
+    if wrt != "p":
+      raise ValueError(f"sensitivity: wrt must be 'p' (the NLP's parameter), got {wrt!r}")
+    if not self.success or self.at_solution is None:
+      raise ValueError(f"sensitivity: the solve ended {self.status}; sensitivities are those of a solution")
+    return self.at_solution()

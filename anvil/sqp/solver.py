@@ -35,6 +35,7 @@ from anvil.qp.backend import DerivativeSources
 from anvil.sqp.labels import NLPLabels
 from anvil.sqp.options import SQPOptions
 from anvil.sqp.result import SUCCESS, SQPResult, SQPStatus
+from anvil.sqp.sensitivity import ParametricDerivatives, Sensitivity, solution_sensitivity
 from anvil.validation import check_bounds, float_array, require_cpu_float64, require_type
 
 Fn = NumericalFunction[..., Any]
@@ -260,6 +261,11 @@ class SQPFunction(TemplatedFunction):
       NumericalFunction(f"{self.name}_lagrangian", lagrangian, args), 0, name=f"{self.name}_lagrangian_hessian"
     )
 
+  @cached_property
+  def parametric(self) -> ParametricDerivatives:
+    """The derivatives of the solution sensitivities (`SQPResult.sensitivity`), built and compiled on first use."""
+    return ParametricDerivatives(self)
+
   # *** the QPs ***
 
   @cached_property
@@ -465,7 +471,24 @@ class SQPFunction(TemplatedFunction):
     bounds = (inputs[2], inputs[3], inputs[4], inputs[5])
     iterations, status, stats = self.unpack_stats(history, ihistory, info, scalars[:2], scalars[2:], bounds)
     x, lam_g, lam_x = (a.astype(np.float64, copy=False) for a in (outs[0], outs[2], outs[3]))
-    return SQPResult(x, float(outs[1][0]), lam_g, lam_x, status, iterations, stats)
+    at = (inputs[1].astype(np.float64), *(b.astype(np.float64) for b in bounds))
+    return SQPResult(x, float(outs[1][0]), lam_g, lam_x, status, iterations, stats,
+                     lambda: self.sensitivity_at(x, at[0], lam_g, lam_x, at[1:]))  # fmt: skip
+
+  def sensitivity_at(self, x: ArrayLike, p: ArrayLike, lam_g: ArrayLike, lam_x: ArrayLike,
+                     bounds: tuple[ArrayLike, ...]) -> Sensitivity:  # fmt: skip
+    """The derivatives of the solution (x, lam_g, lam_x) at parameter p, with bounds (lbx, ubx, lbg, ubg), with
+    respect to p (`anvil.sqp.sensitivity`): ValueError where the Hessian is an approximation (convex_hessian) or the
+    KKT matrix is singular."""
+    if self.convex_hessian:
+      raise ValueError(f"{self.name}: sensitivities need the exact Hessian of the Lagrangian; this solver's is an "
+                       "approximation declared positive semidefinite (Gauss-Newton)")  # fmt: skip
+    n, m = self.n, self.m
+    x_, p_ = self._vector("x", x, n, finite=True), self._vector("p", p, self.np, finite=True)
+    lam_g_, lam_x_ = self._vector("lam_g", lam_g, m, finite=True), self._vector("lam_x", lam_x, n, finite=True)
+    lbx, ubx, lbg, ubg = (self._vector(w, b, size) for w, b, size in zip(("lbx", "ubx", "lbg", "ubg"), bounds,
+                                                                         (n, n, m, m), strict=True))  # fmt: skip
+    return solution_sensitivity(self, x_, p_, lam_g_, lam_x_, (lbx, ubx, lbg, ubg))
 
   def limits(self, max_iter: int | None, tol: float | None, max_time: float | None) -> NDArray[np.float64]:
     """[max_iter, tol, max_time] of one call: the options' where None, checked."""

@@ -49,7 +49,7 @@ SUBPACKAGES = {
                "spjacobian", "vjp", "vmap"},
   "anvil.qp": {"OCPQPSolution", "OSQPOptions", "QPBackend", "QPOptions", "QPProblem", "QPStatus", "RiccatiOptions",
                "RiccatiQP", "SparseIPMOptions", "StageLayout", "detect_stages"},
-  "anvil.sqp": {"SQPFunction", "SQPOptions", "SQPResult", "SQPStatus"},
+  "anvil.sqp": {"SQPFunction", "SQPOptions", "SQPResult", "SQPStatus", "Sensitivity"},
   "anvil.mpc": {"ClosedLoop", "LeastSquares", "MHEEstimate", "MHEFunction", "MPCFunction", "MPCOptions", "MPCSolution",
                 "Soft", "plot_closed_loop", "irk", "rk4", "shooting_layout", "simulate"},
 }  # fmt: skip

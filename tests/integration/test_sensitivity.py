@@ -1,0 +1,159 @@
+"""Solution sensitivities (issue 20): the derivatives of converged SQP and MPC solutions with respect to the parameters
+and x0, from the KKT system at the solution, against central finite differences of converged solves and CasADi's
+parametric sensitivities; active-set changes reported (strict complementarity); refused where undefined."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from anvil import Arg, NumericalFunction
+from anvil.mpc import LeastSquares, MPCFunction, MPCOptions
+from anvil.problems import cartpole
+from anvil.problems import cartpole_mpc as cm
+from anvil.sqp import SQPFunction, SQPOptions
+
+H_FD = 1e-6  # central differences of solves converged to 1e-12: error ~1e-10 + rounding 1e-16 / 1e-6
+LBX, UBX = np.array([-np.inf, 0.0]), np.array([np.inf, np.inf])
+LBG, UBG = np.array([-np.inf, -1.0]), np.array([1.0, np.inf])
+
+
+@pytest.fixture(scope="module")
+def nlp() -> SQPFunction:
+  """min (x0 - p0)² + 2 (x1 - p1)² + 0.1 x0 x1  s.t.  x0 + p2 x1 <= 1,  x0 - x1² >= -1,  x1 >= 0."""
+  args = (Arg(2), Arg(3))
+  f = NumericalFunction("sens_f", lambda x, p: (x[0] - p[0]) ** 2 + 2 * (x[1] - p[1]) ** 2 + 0.1 * x[0] * x[1], args)
+  g = NumericalFunction("sens_g", lambda x, p: (x[0] + p[2] * x[1]).reshape(1).cat((x[0] - x[1] * x[1]).reshape(1)),
+                        args)  # fmt: skip
+  return SQPFunction("sens_nlp", f, g, SQPOptions(tol=1e-12))
+
+
+def finite_differences(solve: Any, p: np.ndarray) -> np.ndarray:
+  """Central differences of solve(p) (an array) in each entry of p: (size, len(p))."""
+  return np.stack([(solve(p + H_FD * e) - solve(p - H_FD * e)) / (2 * H_FD) for e in np.eye(p.size)], axis=-1)
+
+
+@pytest.mark.parametrize(
+  ("p", "active_g", "active_x"),
+  [([0.2, 0.3, 1.0], (), ()), ([2.0, 1.0, 1.5], (0,), ()), ([2.0, -1.0, 1.0], (0,), (1,))],
+  ids=["inactive", "constraint", "constraint_and_bound"],
+)
+def test_nlp_sensitivities_match_finite_differences(nlp: SQPFunction, p: list[float], active_g: tuple[int, ...],
+                                                    active_x: tuple[int, ...]) -> None:  # fmt: skip
+  p_ = np.array(p)
+
+  def solve(q: np.ndarray) -> Any:
+    res = nlp(np.zeros(2), q, LBX, UBX, LBG, UBG)
+    assert res.status == "converged"
+    return res
+
+  res = solve(p_)
+  S = res.sensitivity("p")
+  assert (S.active_g, S.active_x, S.strict) == (active_g, active_x, True)
+  np.testing.assert_allclose(S.x, finite_differences(lambda q: solve(q).x, p_), atol=1e-6)
+  np.testing.assert_allclose(S.lam_g, finite_differences(lambda q: solve(q).lam_g, p_), atol=1e-6)
+  np.testing.assert_allclose(S.lam_x, finite_differences(lambda q: solve(q).lam_x, p_), atol=1e-6)
+
+
+def test_nlp_sensitivities_match_casadi(nlp: SQPFunction) -> None:
+  ca = pytest.importorskip("casadi")
+  x, p = ca.SX.sym("x", 2), ca.SX.sym("p", 3)
+  f = (x[0] - p[0]) ** 2 + 2 * (x[1] - p[1]) ** 2 + 0.1 * x[0] * x[1]
+  g = ca.vertcat(x[0] + p[2] * x[1], x[0] - x[1] ** 2)
+  opts = {"qpsol": "qrqp", "print_time": 0, "print_header": False, "print_iteration": False, "print_status": False,
+          "qpsol_options": {"print_iter": False, "print_header": False, "print_info": False}, "tol_pr": 1e-12,
+          "tol_du": 1e-12}  # fmt: skip
+  solver = ca.nlpsol("sens_casadi", "sqpmethod", {"x": x, "p": p, "f": f, "g": g}, opts)
+  P = ca.MX.sym("P", 3)
+  sol = solver(x0=0, p=P, lbx=ca.DM(LBX), ubx=ca.DM(UBX), lbg=ca.DM(LBG), ubg=ca.DM(UBG))
+  dx_dp = ca.Function("dx_dp", [P], [ca.jacobian(sol["x"], P)])
+  for point in ([2.0, 1.0, 1.5], [0.2, 0.3, 1.0]):
+    S = nlp(np.zeros(2), np.array(point), LBX, UBX, LBG, UBG).sensitivity()
+    np.testing.assert_allclose(S.x, np.array(dx_dp(point)), atol=1e-8)
+
+
+def test_weakly_active_rows_are_reported(nlp: SQPFunction) -> None:
+  """At p = (1, 0, 1) the solution sits on x0 + x1 <= 1 with a zero multiplier: the active set changes with p there.
+  The derivative is the one of the side where the row stays inactive, and `strict` is False."""
+  p = np.array([1.0, 0.0, 1.0])
+  res = nlp(np.zeros(2), p, LBX, UBX, LBG, UBG)
+  assert res.status == "converged"
+  S = res.sensitivity()
+  assert not S.strict and S.weakly_active_g == (0,) and S.active_g == ()
+  # moving away from the bound (p0 down) the row stays inactive: the one-sided difference equals S
+  down = (res.x - nlp(np.zeros(2), p - H_FD * np.eye(3)[0], LBX, UBX, LBG, UBG).x) / H_FD
+  np.testing.assert_allclose(S.x[:, 0], down, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def mpc() -> MPCFunction:
+  return cm.stabilizing("sens_cartpole", horizon=20)
+
+
+@pytest.mark.parametrize("x0", [[0.5, 0.3, 0.0, 0.0], [1.5, 0.6, 0.0, 0.0]], ids=["free", "saturated"])
+def test_mpc_du0_dx0_matches_finite_differences(mpc: MPCFunction, x0: list[float]) -> None:
+  def u0(x: np.ndarray) -> np.ndarray:
+    mpc.reset()
+    sol = mpc(x, tol=1e-12)
+    assert sol.status == "converged"
+    return sol.u0
+
+  x = np.array(x0)
+  mpc.reset()
+  sol = mpc(x, tol=1e-12)
+  K = sol.du0_dx0()
+  assert K.shape == (cm.NU, cm.NX)
+  np.testing.assert_allclose(K, finite_differences(u0, x), atol=1e-6)
+  if x0[0] > 1:  # the first input at its bound: a constant
+    assert abs(sol.u0[0]) == pytest.approx(cm.U_MAX) and np.all(K == 0)
+  else:
+    assert np.abs(K).max() > 1
+
+
+def reference_mpc(name: str = "sens_ref", options: MPCOptions | None = None) -> MPCFunction:
+  """The cart-pole tracking a cart position p (np = 1) with a LeastSquares cost: ∂u0/∂p is the feedforward."""
+  F = cm.dynamics(f"{name}_F")
+  r = NumericalFunction(f"{name}_r", lambda x, u, p: (x - p.pad(((0, 3),))).cat(u), (Arg(4), Arg(1), Arg(1)))
+  rN = NumericalFunction(f"{name}_rN", lambda x, p: x - p.pad(((0, 3),)), (Arg(4), Arg(1)))
+  weight = np.concatenate([np.diag(cartpole.Q), [cartpole.R]])
+  x_bounds, u_bounds = cm.bounds()
+  return MPCFunction(name, F, LeastSquares(r, weight), LeastSquares(rN, 10 * np.diag(cartpole.Q)), horizon=15,
+                     x_bounds=x_bounds, u_bounds=u_bounds, options=options)  # fmt: skip
+
+
+def test_mpc_du0_dp_matches_finite_differences() -> None:
+  mpc = reference_mpc()
+  x0 = np.array([0.2, 0.1, 0.0, 0.0])
+
+  def u0(p: np.ndarray) -> np.ndarray:
+    mpc.reset()
+    sol = mpc(x0, p, tol=1e-12)
+    assert sol.status == "converged"
+    return sol.u0
+
+  mpc.reset()
+  sol = mpc(x0, np.array([0.3]), tol=1e-12)
+  np.testing.assert_allclose(sol.du0_dp(), finite_differences(u0, np.array([0.3])), atol=1e-6)
+  per_stage = sol.du0_dp(per_stage=True)
+  assert per_stage.shape == (1, 16, 1)
+  np.testing.assert_allclose(per_stage.sum(axis=1), sol.du0_dp(), atol=1e-12)
+  p_stages = np.full((16, 1), 0.3)
+  fd_first = (u0(p_stages + H_FD * np.eye(16)[:, :1]) - u0(p_stages - H_FD * np.eye(16)[:, :1])) / (2 * H_FD)
+  np.testing.assert_allclose(per_stage[:, 0, 0], fd_first, atol=1e-6)
+
+
+def test_sensitivities_are_refused_where_undefined(nlp: SQPFunction, mpc: MPCFunction) -> None:
+  res = nlp(np.zeros(2), np.array([2.0, 1.0, 1.5]), LBX, UBX, LBG, UBG, max_iter=0)
+  assert res.status == "max_iterations"
+  with pytest.raises(ValueError, match="sensitivities are those of a solution"):
+    res.sensitivity()
+  with pytest.raises(ValueError, match="wrt must be 'p'"):
+    nlp(np.zeros(2), np.array([0.2, 0.3, 1.0]), LBX, UBX, LBG, UBG).sensitivity("x0")
+  gn = reference_mpc("sens_gn", MPCOptions(hessian="gauss_newton"))
+  with pytest.raises(ValueError, match="exact Hessian"):
+    gn(cm.X0_STABILIZE, np.zeros(1)).du0_dx0()
+  rti = reference_mpc("sens_rti", MPCOptions(hessian="gauss_newton", mode="rti"))
+  with pytest.raises(ValueError, match="converged full-SQP solution"):
+    rti(cm.X0_STABILIZE, np.zeros(1)).du0_dx0()

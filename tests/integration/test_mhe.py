@@ -55,9 +55,9 @@ class Reference:
   """The MHE NLP solved by IPOPT, with the smoothed EKF arrival update computed from its solutions (numpy)."""
 
   def __init__(self, step: Callable[..., Any], h: Callable[..., Any], Q: np.ndarray, R: np.ndarray,
-               x_bounds: tuple[np.ndarray, np.ndarray] | None = None) -> None:  # fmt: skip
+               x_bounds: tuple[np.ndarray, np.ndarray] | None = None, window: int = M) -> None:  # fmt: skip
     self.ca = pytest.importorskip("casadi")
-    self.step, self.h, self.Q, self.R, self.x_bounds = step, h, Q, R, x_bounds
+    self.step, self.h, self.Q, self.R, self.x_bounds, self.window = step, h, Q, R, x_bounds, window
     x, u, p = self.ca.SX.sym("x", NX), self.ca.SX.sym("u", NU), self.ca.SX.sym("p", 1)
     self.A = self.ca.Function("A", [x, u, p], [self.ca.jacobian(step(x, u, p), x)])
     self.C = self.ca.Function("C", [x, p], [self.ca.jacobian(h(x, p), x)])
@@ -86,8 +86,8 @@ class Reference:
     z = np.array(sol["x"]).ravel()
     xs, ws = z[: NX * k].reshape(k, NX), z[NX * k :].reshape(k - 1, NX)
     # the next window's guess: this one's, shifted when the window is full
-    shift = 1 if k == M else 0
-    nxt = np.vstack([xs[shift:], xs[-1:]])[: min(k + 1, M)]
+    shift = 1 if k == self.window else 0
+    nxt = np.vstack([xs[shift:], xs[-1:]])[: min(k + 1, self.window)]
     self.guess = np.concatenate([nxt.ravel(), np.vstack([ws[shift:], np.zeros((1, NX))])[: len(nxt) - 1].ravel()])
     return xs
 
@@ -206,23 +206,43 @@ def test_cpp_equals_python(mhe: MHEFunction, run: dict[str, Any], tmp_path: Path
   np.testing.assert_allclose(rows[:, :NX], [e.x_hat for e in run["est"]], atol=1e-9)
 
 
-def test_parameters_bounds_and_gauss_newton_match_ipopt() -> None:
-  """A model with a parameter (the input's gain, per measurement time) and a state bound the estimate presses on."""
+def test_parameters_bounds_nonlinear_measurements_and_gauss_newton_match_ipopt() -> None:
+  """A model with a parameter (the input's gain, per measurement time), a nonlinear measurement, a state bound the
+  estimate presses on and Gauss-Newton Hessians: windows of 5 growing then sliding, estimates and arrival costs."""
   F = rk4("mhe_gain_F", lambda x, u, p: cartpole.ode(x, u * p[0], TINYGRAD), cartpole.H, nx=NX, nu=NU, np=1)
-  h = NumericalFunction("mhe_gain_h", lambda x, p: x[0:2], (Arg(NX), Arg(1)))
-  bound = (np.array([-np.inf, -np.inf, -0.02, -np.inf]), np.full(NX, np.inf))
-  mhe = MHEFunction("mhe_gain", F, h, 6, process_noise_weight=Q_W, measurement_weight=R_W, arrival_weight=P_0,
+
+  def range_angle(x: Any, p: Any) -> Any:
+    return (x[0] + 0.5 * x[1] * x[1]).reshape(1).cat(x[1].sin().reshape(1))
+
+  h = NumericalFunction("mhe_gain_h", range_angle, (Arg(NX), Arg(1)))
+  window, steps = 5, 8
+  xs, us, _ = noisy_run(steps, seed=5)
+  ceiling = 0.5 * xs[:, 2].max()  # half the cart's top speed: the estimates press on it
+  assert ceiling > 0
+  bound = (np.full(NX, -np.inf), np.array([np.inf, np.inf, ceiling, np.inf]))
+  mhe = MHEFunction("mhe_gain", F, h, window, process_noise_weight=Q_W, measurement_weight=R_W, arrival_weight=P_0,
                     x_bounds=bound, x_prior=X_PRIOR, options=MPCOptions(hessian="gauss_newton"))  # fmt: skip
-  b = casadi_backend(pytest.importorskip("casadi"))
+  ca = pytest.importorskip("casadi")
+  b = casadi_backend(ca)
   ref = Reference(lambda x, u, p: cartpole.rk4(lambda x_, u_: cartpole.ode(x_, u_ * p[0], b), x, u, cartpole.H),
-                  lambda x, p: x[0:NY], np.diag(Q_W), np.diag(R_W), bound)  # fmt: skip
-  _, us, ys = noisy_run(6, seed=5)
-  gains = np.array([[0.8], [1.0], [1.2], [0.9], [1.1], [1.0]])
-  est = mhe(ys, us, gains)
-  assert est.success, est.message
-  reference = ref.solve(ys, us, gains, X_PRIOR, P_0)
-  np.testing.assert_allclose(est.x, reference, atol=TOL)
-  assert est.x[:, 2].min() == pytest.approx(-0.02, abs=1e-8)  # the bound is active
+                  lambda x, p: ca.vertcat(x[0] + 0.5 * x[1] ** 2, ca.sin(x[1])), np.diag(Q_W), np.diag(R_W), bound,
+                  window)  # fmt: skip
+  ys = np.array([[x[0] + 0.5 * x[1] ** 2, np.sin(x[1])] for x in xs]) + 0.01
+  gains = 1.0 + 0.2 * np.sin(np.arange(steps))[:, None]
+  center, P, pressed = X_PRIOR.copy(), P_0.copy(), False
+  for t in range(steps):
+    k = min(t + 1, window)
+    at = slice(t + 1 - k, t + 1)
+    est = mhe(ys[at], us[t + 1 - k : t], gains[at])
+    assert est.success, est.message
+    reference = ref.solve(ys[at], us[t + 1 - k : t], gains[at], center, P)
+    np.testing.assert_allclose(est.x, reference, atol=TOL, err_msg=f"step {t}")
+    pressed = pressed or est.x[:, 2].max() == pytest.approx(ceiling, abs=1e-8)
+    if k == window:
+      center, P = ref.advance(reference, us[t + 1 - k], gains[t + 1 - k], P)
+      np.testing.assert_allclose(mhe.arrival[0], center, atol=TOL)
+      np.testing.assert_allclose(mhe.arrival[1], P, rtol=1e-6, atol=1e-6 * np.abs(P).max())
+  assert pressed  # the bound was active
 
 
 def test_bad_inputs_raise(mhe: MHEFunction) -> None:

@@ -42,6 +42,17 @@ def test_python_and_cpp_closed_loops_agree(mpc: MPCFunction, harness: Path) -> N
   assert np.all(run.solve_times > 0) and "solve time [ms]: median" in run.stdout
 
 
+@pytest.mark.parametrize("flags", [("-O2",), ("-Os",)])
+def test_other_optimization_levels_run_the_same_loop(mpc: MPCFunction, harness: Path, flags: tuple[str, ...],
+                                                     tmp_path: Path) -> None:  # fmt: skip
+  """The module built as robot code often is (-O2: CMake's RelWithDebInfo; -Os) runs the JIT flags' loop. GCC 12's
+  -O2 vectorizer once took the integrator's arrays for aligned where they were not: a segfault (explicit_rk.hpp)."""
+  exe = build_harness(mpc, tmp_path, flags=flags, x0=cm.X0_STABILIZE)
+  run, reference = run_harness(exe, cm.X0_STABILIZE, STEPS), run_harness(harness, cm.X0_STABILIZE, STEPS)
+  np.testing.assert_allclose(run.u, reference.u, rtol=0, atol=1e-8)
+  assert run.statuses == reference.statuses
+
+
 def test_full_closed_loop_cost_matches_casadi_reference(harness: Path) -> None:
   # COST_STABILIZE is the closed-loop cost that CasADi IPOPT and sqpmethod agree on (anvil/problems/cartpole_mpc.py)
   run = run_harness(harness, cm.X0_STABILIZE, cm.STEPS_STABILIZE)

@@ -157,3 +157,48 @@ def test_sensitivities_are_refused_where_undefined(nlp: SQPFunction, mpc: MPCFun
   rti = reference_mpc("sens_rti", MPCOptions(hessian="gauss_newton", mode="rti"))
   with pytest.raises(ValueError, match="converged full-SQP solution"):
     rti(cm.X0_STABILIZE, np.zeros(1)).du0_dx0()
+
+
+GAIN_HARNESS = r"""
+#include <cstdio>
+#include "closed_loop_config.hpp"
+namespace mpc = ANVIL_MPC;
+namespace cfg = closed_loop_config;
+static mpc::WS_t ws;
+int main() {
+  mpc::init(ws);
+  mpc::Stats stats;
+  static mpc::real x[(mpc::N + 1) * mpc::nx], u[mpc::N * mpc::nu], K[mpc::nu * mpc::nx];
+  mpc::call(cfg::x0.data(), cfg::p.data(), cfg::lbx.data(), cfg::ubx.data(), cfg::lbu.data(), cfg::ubu.data(),
+            cfg::lbh.data(), cfg::ubh.data(), cfg::lbhN.data(), cfg::ubhN.data(), x, u, stats, ws, 100, 1e-12);
+  if (!mpc::du0_dx0(ws, K)) return 3;
+  std::printf("%d", stats.status);
+  for (double k : K) std::printf(" %.17g", k);
+  std::printf("\n");
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("x0", [[0.5, 0.3, 0.0, 0.0], [1.5, 0.6, 0.0, 0.0]], ids=["free", "saturated"])
+def test_generated_du0_dx0_equals_python(mpc: MPCFunction, x0: list[float], tmp_path: Any) -> None:
+  """The generated C++ du0_dx0 (the Riccati QP's last factorization at the solution) equals the KKT system's."""
+  import subprocess
+
+  from anvil.codegen import find_compiler
+  from examples.cpp.harness import INCLUDES, write_module
+
+  source = write_module(mpc, tmp_path, x0=np.array(x0))
+  (tmp_path / "gain.cpp").write_text(GAIN_HARNESS)
+  exe = tmp_path / "gain"
+  flags = ["-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", *(f"-I{tmp_path / i}" for i in INCLUDES)]
+  built = subprocess.run([find_compiler(), *flags, str(source), str(tmp_path / "gain.cpp"), "-o", str(exe)],
+                         capture_output=True, text=True)  # fmt: skip
+  assert built.returncode == 0, built.stderr
+  out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+  assert out.returncode == 0, out.stdout + out.stderr
+  values = np.array(out.stdout.split(), dtype=float)
+  assert values[0] == 0  # converged
+  mpc.reset()
+  sol = mpc(np.array(x0), tol=1e-12)
+  np.testing.assert_allclose(values[1:].reshape(cm.NU, cm.NX), sol.du0_dx0(), atol=1e-6)

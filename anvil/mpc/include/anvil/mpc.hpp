@@ -29,6 +29,7 @@
 #ifndef ANVIL_MPC_HPP
 #define ANVIL_MPC_HPP
 #include <cmath>
+#include <type_traits>
 
 #include "anvil/sqp.hpp"
 #include "anvil/support.hpp"
@@ -63,6 +64,12 @@ struct State {
   bool prepared = false;   ///< real-time iteration: the QP at the guess is prepared
 };
 
+/// Whether a QP backend keeps the factorization of its last solve's stage QP (QP::stage_gain: the Riccati one).
+template <class QP, class = void>
+struct keeps_stage_gain : std::false_type {};
+template <class QP>
+struct keeps_stage_gain<QP, std::void_t<decltype(&QP::stage_gain)>> : std::true_type {};
+
 template <class C>
 class Controller {
  public:
@@ -74,6 +81,22 @@ class Controller {
   static constexpr int ns = C::ns, nw = C::nw, ng = C::ng, soft_rows = ng - 2 * ns;
   /// the largest dynamics defect of a plan (see the failure policy)
   static constexpr real defect_tol = anvil::by_precision<real>(1e-6, 1e-4f);
+
+  /// du_0/dx_0 (nu x nx_model, row-major) at the last call's solution, from the Riccati QP's last factorization (the
+  /// linearization at the solution when the call converged in full-SQP mode: the caller checks its status); false
+  /// where the QP solver keeps none (OSQP, the sparse interior point).
+  static bool du0_dx0(const WS& ws, int nx_model, real* K) {
+    using QP = typename SQP::QP;
+    if constexpr (keeps_stage_gain<QP>::value) {
+      int rows[nu], cols[nx];
+      for (int i = 0; i < nu; ++i) rows[i] = nx + i;  // w = [x_0, u_0, ...]
+      for (int j = 0; j < nx; ++j) cols[j] = j;
+      return QP::stage_gain(ws.sqp.qp, rows, nu, cols, nx_model, K);
+    } else {
+      (void)ws, (void)nx_model, (void)K;
+      return false;
+    }
+  }
 
   static void reset(WS& ws) {
     ws.s.guess = 0;

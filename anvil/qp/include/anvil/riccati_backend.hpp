@@ -119,6 +119,21 @@ struct RiccatiBackend {
     for (int e = 0; e < L::n_elastic; ++e) data[L::elastic_to_data[e]] = weight;
   }
 
+  /// d u_0 / d x_0 from the last solve's last factorization: its first stage's feedback gain K_0, under the interior
+  /// point's row weights, which make the active rows hard and the others free as it converges (the sensitivity of
+  /// the QP's solution to its initial state, the active set held). out[r * n_cols + c] for the QP's variables rows[r]
+  /// (inputs of stage 0) and cols[c] (states of stage 0); false where one is not (an eliminated slack, another stage).
+  static bool stage_gain(const W& ws, const int* rows, int n_rows, const int* cols, int n_cols, real* out) {
+    constexpr int u_at = (IPM::N + 1) * IPM::nx;  // the iterate: x (N + 1 stages), then u
+    for (int r = 0; r < n_rows; ++r)
+      for (int c = 0; c < n_cols; ++c) {
+        const int i = L::primal_from[rows[r]] - u_at, j = L::primal_from[cols[c]];
+        if (L::primal_from[rows[r]] < 0 || i < 0 || i >= IPM::nu || j < 0 || j >= IPM::nx) return false;
+        out[r * n_cols + c] = ws.ipm.K[0][i][j];
+      }
+    return true;
+  }
+
   static const real* primal(const W& ws) { return ws.d.data(); }
   static const real* dual(const W& ws) { return ws.y.data(); }
   static int iterations(const W& ws) { return ws.iterations; }

@@ -21,6 +21,7 @@ from tinygrad import Tensor
 from anvil.ad import jacobian
 from anvil.codegen import Arg, FunctionBase, NumericalFunction
 from anvil.codegen.base import check_identifier
+from anvil.codegen.precision import in_precision
 from anvil.codegen.templated import TemplatedFunction
 from anvil.mpc.controller import MPCFunction
 from anvil.mpc.costs import LeastSquares, checked_weight
@@ -192,13 +193,20 @@ class MHEFunction(TemplatedFunction):
     )  # fmt: skip
 
   @cached_property
+  def model(self) -> Fn:
+    """F in the estimator's scalar type (the arrival update's step where the estimate is not finite)."""
+    return in_precision(self.dynamics, self.options.scalar, f"{self.name}_model_f32")
+
+  @cached_property
   def jacobians(self) -> tuple[Fn, Fn]:
-    """A = ∂F/∂x (x, u[, p]) and C = ∂h/∂x (x[, p]): the arrival cost's update."""
-    return jacobian(self.dynamics, 0, name=f"{self.name}_A"), jacobian(self.measurement, 0, name=f"{self.name}_C")
+    """A = ∂F/∂x (x, u[, p]) and C = ∂h/∂x (x[, p]), in the estimator's scalar type: the arrival cost's update."""
+    scalar, name = self.options.scalar, self.name
+    A, C = jacobian(self.dynamics, 0, name=f"{name}_A"), jacobian(self.measurement, 0, name=f"{name}_C")
+    return in_precision(A, scalar, f"{name}_A_f32"), in_precision(C, scalar, f"{name}_C_f32")
 
   def dependencies(self) -> tuple[FunctionBase, ...]:
     """The OCP (and through it every generated function), the model and the Jacobians of the arrival update."""
-    return (self.ocp, self.dynamics, *self.jacobians)
+    return (self.ocp, self.model, *self.jacobians)
 
   @cached_property
   def context(self) -> _EstimatorContext:
@@ -212,9 +220,9 @@ class MHEFunction(TemplatedFunction):
 
     return _EstimatorContext(
       name=self.name, ocp=self.ocp.name, sqp=self.ocp.sqp.name, nx=nx, nu=self.nu, ny=self.ny, np=self.np, M=M,
-      nq=self.nq, nr=2 * nx + self.ny, n_tuning=self.ocp.ocp.default_tuning.size, dynamics=self.dynamics.name,
+      nq=self.nq, nr=2 * nx + self.ny, n_tuning=self.ocp.ocp.default_tuning.size, dynamics=self.model.name,
       dynamics_p=len(self.dynamics.inputs) == 3, state_jacobian=A.name, measurement_jacobian=C.name,
-      measurement_p=len(self.measurement.inputs) == 2, evaluations=(self.dynamics.name, A.name, C.name),
+      measurement_p=len(self.measurement.inputs) == 2, evaluations=(self.model.name, A.name, C.name),
       x_prior=values(self.x_prior), arrival_weight=values(self.arrival_weight), Q=values(self.Q),
       Q_inverse=values(np.linalg.inv(self.Q)), R=values(self.R), lbx=values([x_lo] * (M + 1)),
       ubx=values([x_hi] * (M + 1)), lbv=values([-free, *[w_lo] * (M - 1)]), ubv=values([free, *[w_hi] * (M - 1)]),

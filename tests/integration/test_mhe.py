@@ -154,6 +154,20 @@ def test_estimation_error_is_below_the_measurement_noise(run: dict[str, Any]) ->
   assert rate_error < 0.25 * np.sqrt(2) * SIGMA_Y / cartpole.H, rate_error
 
 
+def test_float32_estimator_follows_the_float64_one(run: dict[str, Any]) -> None:
+  """MPCOptions(scalar="float32"): the OCP, the model and the arrival update in float (a microcontroller's FPU)."""
+  mhe = MHEFunction("mhe_cartpole_f32", cm.dynamics("mhe_cartpole_f32_F"), measured("mhe_cartpole_f32_h"), M,
+                    process_noise_weight=Q_W, measurement_weight=R_W, arrival_weight=P_0, x_prior=X_PRIOR,
+                    options=MPCOptions(scalar="float32"))  # fmt: skip
+  ys, us = run["y"], run["u"]
+  for t, reference in enumerate(run["est"]):
+    k = min(t + 1, M)
+    est = mhe(ys[t + 1 - k : t + 1], us[t + 1 - k : t])
+    assert est.success, est.message
+    np.testing.assert_allclose(est.x_hat, reference.x_hat, atol=1e-3, err_msg=f"step {t}")
+  np.testing.assert_allclose(mhe.arrival[1], run["arrival"][-1][1], rtol=1e-4)
+
+
 def test_mpc_on_estimates_keeps_the_pole_up(mhe: MHEFunction) -> None:
   mpc = cm.stabilizing("mhe_loop_mpc", horizon=20)
   noise = np.random.default_rng(11).normal(0.0, SIGMA_Y, (80, NY))

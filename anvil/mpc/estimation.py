@@ -212,20 +212,19 @@ class MHEFunction(TemplatedFunction):
   def context(self) -> _EstimatorContext:
     """Sizes, names, weights and bounds."""
     A, C = self.jacobians
-    (x_lo, x_hi), (w_lo, w_hi), M, nx = self.x_bounds, self.w_bounds, self.M, self.nx
-    free = np.full(nx, np.inf)
+    nx, bounds = self.nx, self.ocp.defaults  # the OCP's own per-stage tables (its inputs v: v_0 free, then w)
 
     def values(a: ArrayLike) -> tuple[float, ...]:
       return tuple(float(v) for v in np.ravel(a))
 
     return _EstimatorContext(
-      name=self.name, ocp=self.ocp.name, sqp=self.ocp.sqp.name, nx=nx, nu=self.nu, ny=self.ny, np=self.np, M=M,
+      name=self.name, ocp=self.ocp.name, sqp=self.ocp.sqp.name, nx=nx, nu=self.nu, ny=self.ny, np=self.np, M=self.M,
       nq=self.nq, nr=2 * nx + self.ny, n_tuning=self.ocp.ocp.default_tuning.size, dynamics=self.model.name,
       dynamics_p=len(self.dynamics.inputs) == 3, state_jacobian=A.name, measurement_jacobian=C.name,
       measurement_p=len(self.measurement.inputs) == 2, evaluations=(self.model.name, A.name, C.name),
       x_prior=values(self.x_prior), arrival_weight=values(self.arrival_weight), Q=values(self.Q),
-      Q_inverse=values(np.linalg.inv(self.Q)), R=values(self.R), lbx=values([x_lo] * (M + 1)),
-      ubx=values([x_hi] * (M + 1)), lbv=values([-free, *[w_lo] * (M - 1)]), ubv=values([free, *[w_hi] * (M - 1)]),
+      Q_inverse=values(np.linalg.inv(self.Q)), R=values(self.R), lbx=values(bounds["lbx"]),
+      ubx=values(bounds["ubx"]), lbv=values(bounds["lbu"]), ubv=values(bounds["ubu"]),
     )  # fmt: skip
 
   # *** calls ***
@@ -360,9 +359,10 @@ def _definite(where: str, what: str, weight: ArrayLike, n: int) -> F64:
   if isinstance(arr, np.ndarray) and arr.ndim == 0:
     arr = np.full(n, float(arr))
   w = checked_weight(f"{where}: {what}", arr, n)
-  if np.linalg.eigvalsh(w).min() <= 0:
+  eigenvalues = np.linalg.eigvalsh(w)
+  if eigenvalues.min() <= 0:
     raise ValueError(f"{where}: {what} must be positive definite (an inverse covariance), got eigenvalues "
-                     f"{np.linalg.eigvalsh(w)}")  # fmt: skip
+                     f"{eigenvalues}")  # fmt: skip
   return w
 
 

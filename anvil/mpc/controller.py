@@ -27,6 +27,7 @@ from anvil.mpc.labels import OCPLabels
 from anvil.mpc.options import MPCOptions
 from anvil.mpc.rate import InputRate
 from anvil.mpc.result import FALLBACKS, MPCSolution
+from anvil.mpc.sensitivity import MPCSensitivityFunction
 from anvil.mpc.soft import Soft
 from anvil.mpc.transcription import Cost, Fn, Transcription
 from anvil.mpc.tuning import tuning_vector
@@ -186,6 +187,12 @@ class MPCFunction(TemplatedFunction):
     return self.ocp.stage_cost
 
   # *** the NLP and its solver ***
+
+  @cached_property
+  def sensitivity_function(self) -> MPCSensitivityFunction:
+    """∂u0/∂x0 and ∂u0/∂p at the last solution, generated as C++ to put in a module beside the controller
+    (`MPCSensitivityFunction`; Python has them as MPCSolution.du0_dx0 and du0_dp)."""
+    return MPCSensitivityFunction(self)
 
   @cached_property
   def sqp(self) -> SQPFunction:

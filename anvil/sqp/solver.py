@@ -35,7 +35,7 @@ from anvil.qp.backend import DerivativeSources
 from anvil.sqp.labels import NLPLabels
 from anvil.sqp.options import SQPOptions
 from anvil.sqp.result import SUCCESS, SQPResult, SQPStatus
-from anvil.sqp.sensitivity import ParametricDerivatives, Sensitivity, solution_sensitivity
+from anvil.sqp.sensitivity import Sensitivity, SensitivityFunction
 from anvil.validation import check_bounds, float_array, require_cpu_float64, require_type
 
 Fn = NumericalFunction[..., Any]
@@ -262,9 +262,10 @@ class SQPFunction(TemplatedFunction):
     )
 
   @cached_property
-  def parametric(self) -> ParametricDerivatives:
-    """The derivatives of the solution sensitivities (`SQPResult.sensitivity`), built and compiled on first use."""
-    return ParametricDerivatives(self)
+  def sensitivity_function(self) -> SensitivityFunction:
+    """The solution sensitivity generated as C++ (`SQPResult.sensitivity` calls it; compiled on first use, or put in
+    a module beside the solver)."""
+    return SensitivityFunction(self)
 
   # *** the QPs ***
 
@@ -488,7 +489,7 @@ class SQPFunction(TemplatedFunction):
     lam_g_, lam_x_ = self._vector("lam_g", lam_g, m, finite=True), self._vector("lam_x", lam_x, n, finite=True)
     lbx, ubx, lbg, ubg = (self._vector(w, b, size) for w, b, size in zip(("lbx", "ubx", "lbg", "ubg"), bounds,
                                                                          (n, n, m, m), strict=True))  # fmt: skip
-    return solution_sensitivity(self, x_, p_, lam_g_, lam_x_, (lbx, ubx, lbg, ubg))
+    return self.sensitivity_function(x_, p_, lam_g_, lam_x_, (lbx, ubx, lbg, ubg))
 
   def limits(self, max_iter: int | None, tol: float | None, max_time: float | None) -> NDArray[np.float64]:
     """[max_iter, tol, max_time] of one call: the options' where None, checked."""

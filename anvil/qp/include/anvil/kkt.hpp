@@ -70,8 +70,6 @@ struct ActiveSetKKT {
   template <class F>
   static void solve_refined(const double* rhs, double* sol, double regularization, F&& row_regularization, W& ws,
                             bool stop_at_rounding = false) {
-    const double* Kx = ws.Kx.data();
-    const int* active = ws.active.data();
     double scale = 0.0;
     for (int i = 0; i < nK; ++i) {
       sol[i] = rhs[i];
@@ -79,25 +77,33 @@ struct ActiveSetKKT {
     }
     QDLDL_solve(nK, ws.Lp.data(), ws.Li.data(), ws.Lx.data(), ws.Dinv.data(), sol);
     for (int refine = 0; refine < 3; ++refine) {
-      double* r = ws.kres.data();
-      for (int i = 0; i < nK; ++i) r[i] = rhs[i];
-      for (int j = 0; j < nK; ++j)
-        for (int e = L::K_p[j]; e < L::K_p[j + 1]; ++e) {
-          const int i = L::K_i[e];
-          r[i] -= Kx[e] * sol[j];
-          if (i != j) r[j] -= Kx[e] * sol[i];
-        }
-      for (int j = 0; j < n; ++j) r[L::K_perm[j]] += regularization * sol[L::K_perm[j]];
-      for (int i = 0; i < m; ++i)
-        if (active[i]) r[L::K_perm[n + i]] += row_regularization(i) * sol[L::K_perm[n + i]];
-      if (stop_at_rounding) {
-        double residual = 0.0;
-        for (int i = 0; i < nK; ++i) residual = std::fmax(residual, std::fabs(r[i]));
-        if (!(residual > 1e-15 * scale)) break;
-      }
-      QDLDL_solve(nK, ws.Lp.data(), ws.Li.data(), ws.Lx.data(), ws.Dinv.data(), r);
-      for (int i = 0; i < nK; ++i) sol[i] += r[i];
+      const double r = residual(rhs, sol, regularization, row_regularization, ws);
+      if (stop_at_rounding && !(r > 1e-15 * scale)) break;
+      QDLDL_solve(nK, ws.Lp.data(), ws.Li.data(), ws.Lx.data(), ws.Dinv.data(), ws.kres.data());
+      for (int i = 0; i < nK; ++i) sol[i] += ws.kres[i];
     }
+  }
+
+  /// ws.kres = rhs - K sol with K the last factored matrix less its regularization (see solve_refined); returns its
+  /// largest magnitude.
+  template <class F>
+  static double residual(const double* rhs, const double* sol, double regularization, F&& row_regularization, W& ws) {
+    const double* Kx = ws.Kx.data();
+    const int* active = ws.active.data();
+    double* r = ws.kres.data();
+    for (int i = 0; i < nK; ++i) r[i] = rhs[i];
+    for (int j = 0; j < nK; ++j)
+      for (int e = L::K_p[j]; e < L::K_p[j + 1]; ++e) {
+        const int i = L::K_i[e];
+        r[i] -= Kx[e] * sol[j];
+        if (i != j) r[j] -= Kx[e] * sol[i];
+      }
+    for (int j = 0; j < n; ++j) r[L::K_perm[j]] += regularization * sol[L::K_perm[j]];
+    for (int i = 0; i < m; ++i)
+      if (active[i]) r[L::K_perm[n + i]] += row_regularization(i) * sol[L::K_perm[n + i]];
+    double largest = 0.0;
+    for (int i = 0; i < nK; ++i) largest = std::fmax(largest, std::fabs(r[i]));
+    return largest;
   }
 
   /// Inertia test before a QP is solved: is P positive definite on the null space of the equality rows and of the

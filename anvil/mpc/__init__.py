@@ -1,5 +1,8 @@
 """anvil.mpc: nonlinear MPC transcribed by multiple shooting into a generated SQP solver, and closed-loop tools."""
 
+from anvil.mpc.campaign import campaign as campaign
+from anvil.mpc.campaign import scenario_grid as scenario_grid
+from anvil.mpc.campaign import scenario_lhs as scenario_lhs
 from anvil.mpc.controller import MPCFunction as MPCFunction
 from anvil.mpc.costs import LeastSquares as LeastSquares
 from anvil.mpc.estimation import MHEFunction as MHEFunction

@@ -1,0 +1,92 @@
+"""Closed-loop campaigns (issue 21): every controller on every scenario, scored into one DataFrame that does not depend
+on the executor (serial or the local process pool) or on the order runs complete; a run whose plant raises or whose
+worker process dies is a failed row, not a lost campaign; scenario helpers; bad arguments named."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from anvil.mpc import MPCOptions, campaign, scenario_grid, scenario_lhs, simulate
+from anvil.problems import cartpole_mpc as cm
+
+pytestmark = pytest.mark.xdist_group("campaign")  # NOTE: the pool uses every core: one such test at a time
+STEPS = 40
+TIMES = ["solve_ms_median", "solve_ms_p95", "solve_ms_max", "wall_s"]
+
+
+@pytest.fixture(scope="module")
+def controllers() -> dict[str, Any]:
+  return {"sqp": lambda: cm.stabilizing("camp_sqp", horizon=15),
+          "rti": lambda: cm.stabilizing("camp_rti", MPCOptions(mode="rti"), horizon=15)}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def plant() -> Any:
+  return cm.dynamics("camp_plant")
+
+
+def test_serial_and_pool_give_the_same_frame(controllers: dict[str, Any], plant: Any, tmp_path: Any) -> None:
+  scenarios = scenario_lhs([-0.5, -0.3, 0, 0], [0.5, 0.3, 0, 0], 40, seed=1, disturbance=0.002)
+  serial = campaign(controllers, plant, scenarios, STEPS, executor="serial", progress=False, store=tmp_path / "s.npz")
+  pooled = campaign(controllers, plant, scenarios, STEPS, progress=False)
+  assert len(serial) == 80 and list(serial["controller"][:40]) == ["sqp"] * 40
+  pd.testing.assert_frame_equal(serial.drop(columns=TIMES), pooled.drop(columns=TIMES))
+  assert not serial["failed"].any() and (serial["steps"] == STEPS).all()
+  # a row is the run simulate gives for the scenario, its disturbance drawn from (seed, scenario index)
+  s = scenarios[7]
+  noise = np.random.default_rng([0, 7]).standard_normal((STEPS, 4)) * 0.002
+  step = iter(range(STEPS))
+  run = simulate(controllers["sqp"](), lambda x, u: np.asarray(plant(x, u)) + noise[next(step)], s["x0"], STEPS)
+  row = serial.iloc[7]
+  assert row["cost"] == pytest.approx(run.cost, rel=1e-12) and row["x0_1"] == s["x0"][1]
+  assert row["n_converged"] == run.status_counts.get("converged", 0)
+  stored = np.load(tmp_path / "s.npz")
+  np.testing.assert_allclose(stored["sqp/7/x"], run.x, rtol=1e-12)
+  assert serial.iloc[47]["cost"] != row["cost"]  # the RTI controller's run of the same scenario is its own
+
+
+def test_failed_runs_are_rows(controllers: dict[str, Any], plant: Any) -> None:
+  """One scenario's plant raises, another's kills its worker process: both are failed rows, the rest complete."""
+
+  def fragile(x: Any, u: Any, plant_p: Any) -> Any:
+    if plant_p[0] < 0:
+      os._exit(3)  # the worker dies (the serial run would die with it: pool only)
+    if plant_p[0] > 1:
+      raise RuntimeError("the plant broke")
+    return plant(x, u)
+
+  scenarios = [{"x0": [0.1 * i, 0, 0, 0], "plant_p": [0.5]} for i in range(6)]
+  scenarios[2]["plant_p"], scenarios[4]["plant_p"] = [-1.0], [2.0]
+  df = campaign(controllers, fragile, scenarios, 10, progress=False)
+  failed = df[df["failed"]]
+  assert list(failed["scenario"]) == [2, 4, 2, 4]
+  assert failed["failure"].str.contains("worker process died").tolist() == [True, False, True, False]
+  assert failed["failure"].str.contains("the plant raised RuntimeError").tolist() == [False, True, False, True]
+  assert (df[~df["failed"]]["steps"] == 10).all()
+
+
+def test_scenario_helpers() -> None:
+  grid = scenario_grid([-1, 0, 2], [1, 0, 3], [3, 2], disturbance=0.1)
+  assert len(grid) == 6 and all(s["x0"][1] == 0 and s["disturbance"] == 0.1 for s in grid)
+  assert sorted({s["x0"][0] for s in grid}) == [-1, 0, 1] and sorted({s["x0"][2] for s in grid}) == [2, 3]
+  lhs = np.array([s["x0"] for s in scenario_lhs([-1, 5], [1, 5], 10, seed=3)])
+  assert lhs.shape == (10, 2) and (lhs[:, 1] == 5).all()
+  assert sorted(np.floor((lhs[:, 0] + 1) / 0.2).astype(int)) == list(range(10))  # one sample per stratum
+  with pytest.raises(ValueError, match="lower <= upper"):
+    scenario_grid([1], [0], 2)
+
+
+def test_bad_arguments_are_named(controllers: dict[str, Any], plant: Any) -> None:
+  with pytest.raises(ValueError, match=r"scenarios\[0\] must be a dict with an 'x0'"):
+    campaign(controllers, plant, [{"p": 1}], 5)
+  with pytest.raises(ValueError, match="unknown keys"):
+    campaign(controllers, plant, [{"x0": np.zeros(4), "noise": 1}], 5)
+  with pytest.raises(TypeError, match="controllers"):
+    campaign({}, plant, [{"x0": np.zeros(4)}], 5)
+  with pytest.raises(ValueError, match="executor"):
+    campaign(controllers, plant, [{"x0": np.zeros(4)}] * 2, 5, executor="ray-ish")

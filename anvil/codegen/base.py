@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 import functools
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import jinja2
 
@@ -40,6 +40,11 @@ def render_template(template: str, /, folder: Path = TEMPLATES, **context: Any) 
   return _environment(folder).get_template(template).render(**context)
 
 
+def _construct(cls: type[FunctionBase], args: tuple[Any, ...], kwargs: dict[str, Any]) -> FunctionBase:
+  """cls(*args, **kwargs): how a pickled FunctionBase is rebuilt."""
+  return cls(*args, **kwargs)
+
+
 class FunctionBase(abc.ABC):
   """Anything that becomes C++ in a generated module: a numerical function, a derivative, a solver, a controller.
 
@@ -48,11 +53,25 @@ class FunctionBase(abc.ABC):
   """
 
   name: str
+  _constructed_with: tuple[tuple[Any, ...], dict[str, Any]]
   #: Where the generated code runs: "CPU", "CUDA" or "METAL" (one device per module).
   device: str = "CPU"
   #: Whether `source_code` defines nothing the definitions of other functions use, so a build may compile it as a
   #: translation unit of its own (beside the rest, which reaches it through the header's declarations).
   self_contained_source: bool = False
+
+  def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+    """A new instance that remembers the arguments of its constructor: it pickles as that call (`__reduce__`)."""
+    self = super().__new__(cls)
+    self._constructed_with = (args, kwargs)
+    return self
+
+  def __reduce__(self) -> tuple[Any, ...]:
+    """Pickles as the constructor call that made it: unpickled (in a worker process, on another machine), it traces
+    again and finds its compiled code in the disk cache (or builds it); state set since (a controller's warm start,
+    its run-time weights) is not carried. The arguments must pickle too: with cloudpickle (Ray, Dask), lambdas do."""
+    args, kwargs = self._constructed_with
+    return (_construct, (type(self), args, kwargs))
 
   def dependencies(self) -> tuple[FunctionBase, ...]:
     """The generated functions this one calls (emitted before it)."""

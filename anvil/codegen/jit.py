@@ -221,6 +221,36 @@ def _index(key: str) -> None:
     write_atomic(cache_dir() / "index" / portable, key)
 
 
+@dataclass(frozen=True)
+class ShippedLibrary:
+  """A compiled library's bytes and cache keys, to be put into another process's disk cache (on another machine):
+  code that builds the same library there then finds it instead of compiling, where the compiler, flags and CPU are
+  the same (the key holds them); elsewhere the key differs and it builds its own.
+
+  Attributes:
+    key: the library's cache key.
+    portable: its compiler-independent key, when known (a machine without a compiler finds the library by it).
+    data: the library file's bytes.
+  """
+
+  key: str
+  portable: str | None
+  data: bytes
+
+  @classmethod
+  def of(cls, path: str | Path) -> ShippedLibrary:
+    """The library at `path` (in the cache: "<cache>/lib/<key>.so")."""
+    key = Path(path).stem
+    return cls(key, _PORTABLE_KEYS.get(key), Path(path).read_bytes())
+
+  def install(self) -> None:
+    """Put it into this process's cache, unless it is there."""
+    if find_artifact(f"lib/{self.key}.so") is None:
+      write_atomic(cache_dir() / "lib" / f"{self.key}.so", self.data)
+      if self.portable is not None:
+        write_atomic(cache_dir() / "index" / self.portable, self.key)
+
+
 def cached_library(key: str) -> Path | None:
   """The cached library for `key` when it matches its record and loads; None when it must be (re)built."""
   if (path := find_artifact(f"lib/{key}.so")) is None:

@@ -3,21 +3,18 @@ disturbances), each run by `simulate` and scored the same way, collected as one 
 
 Runs are independent tasks (controller, scenario) executed serially, on a local process pool (the default: one worker
 per core, forked after the parent has built every controller once, so workers share its loaded libraries and its disk
-cache), or on any `concurrent.futures.Executor` given. Each run draws its random numbers from its own generator, seeded
-by (seed, scenario index), so a campaign's results do not depend on where or in which order its runs execute (solve
-and wall times excepted); every controller sees the same disturbances in a scenario (common random numbers).
+cache), on a `concurrent.futures.Executor`, on a Ray cluster or on a Dask cluster (`anvil.mpc.executors`). Each run
+draws its random numbers from its own generator, seeded by (seed, scenario index), so a campaign's results do not
+depend on where or in which order its runs execute (solve and wall times excepted); every controller sees the same
+disturbances in a scenario (common random numbers).
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
@@ -28,12 +25,11 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.stats import qmc
 
 from anvil.mpc.controller import MPCFunction
+from anvil.mpc.executors import Controller, Registry, execute
 from anvil.mpc.simulation import ClosedLoop, simulate
 from anvil.sqp import SQPStatus
 
 F64 = NDArray[np.float64]
-#: A controller, or a zero-argument factory building it (workers call it; the disk cache spares the compile).
-Controller = MPCFunction | Callable[[], MPCFunction]
 #: The keys a scenario may hold (x0 is required).
 SCENARIO_KEYS = ("x0", "p", "plant_p", "disturbance", "seed")
 
@@ -50,46 +46,13 @@ class _Task:
   keep_arrays: bool
 
 
-class _Registry:
-  """The controllers and the plant a worker runs (filled before the pool forks; factories called once per process)."""
-
-  def __init__(self, controllers: Mapping[str, Controller], plant: Callable[..., Any]) -> None:
-    self.controllers, self.plant = dict(controllers), plant
-    self.built: dict[str, MPCFunction] = {}
-    self.token = os.urandom(8).hex()  # which campaign: a worker keeps one registry per campaign
-
-  def __getstate__(self) -> dict[str, Any]:
-    """What ships to another process: the controllers (factories) and the plant, not what this one built."""
-    return {"controllers": self.controllers, "plant": self.plant, "built": {}, "token": self.token}
-
-  def controller(self, name: str) -> MPCFunction:
-    """The controller `name`, built on first use in this process."""
-    if name not in self.built:
-      made = self.controllers[name]
-      mpc = made if isinstance(made, MPCFunction) else made()
-      if not isinstance(mpc, MPCFunction):
-        raise TypeError(f"campaign: the factory of controller {name!r} returned {type(mpc).__name__}, not an "
-                        "MPCFunction")  # fmt: skip
-      self.built[name] = mpc
-    return self.built[name]
-
-
-_REGISTRY: _Registry | None = None
-
-
-def _install(registry: _Registry) -> None:
-  """The worker's registry (a pool's initializer)."""
-  global _REGISTRY
-  _REGISTRY = registry
-
-
 def campaign(
   controllers: Mapping[str, Controller],
   plant: Callable[..., Any],
   scenarios: Sequence[Mapping[str, Any]],
   steps: int,
   *,
-  executor: Executor | str | None = None,
+  executor: Any = None,
   seed: int = 0,
   store: str | Path | None = None,
   progress: bool | None = None,
@@ -103,8 +66,11 @@ def campaign(
       (the standard deviation of Gaussian noise added to each next state, scalar or per state) and "seed" (the run's
       random stream; default the scenario's index).
     steps: control steps per run.
-    executor: None (a local process pool, one worker per core), "serial", "process", or a
-      concurrent.futures.Executor (whose workers must reach the controllers: factories, or a fork-based pool).
+    executor: None or "process" (a local process pool, one worker per core), "serial", a
+      concurrent.futures.Executor, `ray` (the module: its current cluster), "ray" or "ray://<address>" (one Ray
+      starts or joins), or a dask.distributed Client (`anvil.mpc.executors`). Workers the parent does not fork get
+      the controllers and the plant pickled (with cloudpickle for Ray and Dask: lambdas pickle) and the libraries
+      the parent built, so they compile nothing where their platform matches.
     seed: the campaign's seed: a run's random numbers come from numpy's generator seeded with (seed, scenario seed).
     store: an .npz path: the per-step arrays of every run (x, u, solve_times, iterations) are written there, keyed
       "<controller>/<scenario>/<array>".
@@ -117,20 +83,21 @@ def campaign(
   crash is recorded, the campaign goes on), and its wall time (s).
   """
   import pandas as pd
+  from tqdm import tqdm
 
   tasks = _tasks(controllers, plant, scenarios, steps, seed, store is not None)
-  registry = _Registry(controllers, plant)
-  for name in controllers:  # NOTE: build (or load) each once here: forked workers inherit it, others hit the cache
-    _warm(registry.controller(name))
-  rows: dict[tuple[str, int], dict[str, Any]] = {}
-  arrays: dict[str, F64] = {}
+  registry = Registry(controllers, plant)
+  registry.prepare()  # NOTE: each controller built once here: forked workers inherit it, others find its library
+  results: list[tuple[dict[str, Any], dict[str, F64]] | None] = [None] * len(tasks)
   show = progress if progress is not None else sys.stderr.isatty()
-  for row, run_arrays in _execute(tasks, registry, executor, show):
-    rows[(row["controller"], row["scenario"])] = row
-    arrays.update(run_arrays)
+  with tqdm(total=len(tasks), desc="campaign", unit="run", disable=not show) as bar:
+    for i, result in execute(tasks, _run, registry, executor, _failed):
+      results[i] = result
+      bar.update()
+  done = [r for r in results if r is not None]
   if store is not None:
-    np.savez_compressed(Path(store), **arrays)  # type: ignore[arg-type]
-  return pd.DataFrame([rows[(t.controller, t.index)] for t in tasks])
+    np.savez_compressed(Path(store), **{k: v for _, arrays in done for k, v in arrays.items()})  # type: ignore[arg-type]
+  return pd.DataFrame([row for row, _ in done])
 
 
 def scenario_grid(
@@ -192,125 +159,11 @@ def _tasks(controllers: Mapping[str, Controller], plant: Callable[..., Any], sce
   return [_Task(name, i, dict(s), steps, seed, keep_arrays) for name in controllers for i, s in enumerate(scenarios)]
 
 
-def _warm(mpc: MPCFunction) -> None:
-  """Build (or load from the cache) the controller's library."""
-  _ = mpc.handle
-
-
-def _execute(tasks: list[_Task], registry: _Registry, executor: Executor | str | None,
-             show: bool) -> Iterator[tuple[dict[str, Any], dict[str, F64]]]:  # fmt: skip
-  """The runs' results as they complete."""
-  from tqdm import tqdm
-
-  if not (executor is None or executor in ("serial", "process") or isinstance(executor, Executor)):
-    raise ValueError(f"campaign: executor must be None, 'serial', 'process' or a concurrent.futures.Executor, got "
-                     f"{executor!r}")  # fmt: skip
-  bar = tqdm(total=len(tasks), desc="campaign", unit="run", disable=not show)
-  try:
-    if executor == "serial" or len(tasks) <= 1:
-      _install(registry)
-      runs: Iterator[tuple[dict[str, Any], dict[str, F64]]] = (_run(t) for t in tasks)
-    elif isinstance(executor, Executor):
-      futures = [executor.submit(_run_with, registry, t) for t in tasks]
-      runs = (_collect(t, f) for t, f in zip(tasks, futures, strict=True))
-    else:
-      runs = _on_local_pool(tasks, registry)
-    for result in runs:
-      yield result
-      bar.update()
-  finally:
-    bar.close()
-
-
-def _on_local_pool(tasks: list[_Task], registry: _Registry) -> Iterator[tuple[dict[str, Any], dict[str, F64]]]:
-  """The runs on a local process pool (forked: workers inherit the built controllers). Where a worker dies (the pool
-  breaks), each run that was in flight is rerun alone in a pool of its own: the one that kills its worker again is
-  recorded as failed, the others complete; the rest go on in a new pool."""
-  context = _fork_context()
-  started = context.Array("b", len(tasks), lock=False)  # 1 while a run executes in a worker
-  pending = list(range(len(tasks)))
-  while pending:
-    done: set[int] = set()
-    for i, result in _pool_runs(context, registry, started, tasks, pending, os.cpu_count() or 1):
-      done.add(i)
-      yield result
-    pending = [i for i in pending if i not in done]
-    suspects = [i for i in pending if started[i]]
-    if pending and not done and not suspects:  # NOTE: the pool broke before any run began: it cannot run them
-      for i in pending:
-        yield _failed_row(tasks[i], "the worker pool failed before the run began", 0.0), {}
-      return
-    for i in suspects:
-      started[i] = 0
-      alone = list(_pool_runs(context, registry, started, tasks, [i], 1))
-      yield alone[0][1] if alone else (_failed_row(tasks[i], "the worker process died running it", 0.0), {})
-    pending = [i for i in pending if i not in set(suspects)]
-
-
-def _pool_runs(context: Any, registry: _Registry, started: Any, tasks: list[_Task], indices: list[int],
-               workers: int) -> Iterator[tuple[int, tuple[dict[str, Any], dict[str, F64]]]]:  # fmt: skip
-  """(index, result) of the runs `indices` on a new pool, in order, until it breaks (a worker died)."""
-  pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_install_local,
-                             initargs=(registry, started))  # fmt: skip
-  try:
-    futures = {i: pool.submit(_run_local, i, tasks[i]) for i in indices}
-    for i in indices:
-      try:
-        result = futures[i].result()
-      except BrokenProcessPool:
-        return
-      yield i, result
-  finally:
-    pool.shutdown(cancel_futures=True)
-
-
-_STARTED: Any = None
-
-
-def _install_local(registry: _Registry, started: Any) -> None:
-  """A local pool worker's registry and the runs' started flags."""
-  global _STARTED
-  _install(registry)
-  _STARTED = started
-
-
-def _run_local(index: int, task: _Task) -> tuple[dict[str, Any], dict[str, F64]]:
-  """A run on the local pool, flagged while it executes (a worker that dies leaves its flag set)."""
-  _STARTED[index] = 1
-  result = _run(task)
-  _STARTED[index] = 0
-  return result
-
-
-def _fork_context() -> Any:
-  """fork where the platform has it (workers inherit the built controllers), else spawn."""
-  methods = multiprocessing.get_all_start_methods()
-  return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-
-
-def _collect(task: _Task, future: Future[Any]) -> tuple[dict[str, Any], dict[str, F64]]:
-  """A run's result, or a failed run where its worker died."""
-  try:
-    result: tuple[dict[str, Any], dict[str, F64]] = future.result()
-    return result
-  except Exception as e:  # NOTE: the worker process died (or the executor failed it): a failed run, not a lost campaign
-    return _failed_row(task, f"the worker failed: {type(e).__name__}: {e}", 0.0), {}
-
-
-def _run_with(registry: _Registry, task: _Task) -> tuple[dict[str, Any], dict[str, F64]]:
-  """A run on a given executor's worker (the registry shipped with it, installed where the worker has none)."""
-  if _REGISTRY is None or _REGISTRY.token != registry.token:
-    _install(registry)
-  return _run(task)
-
-
-def _run(task: _Task) -> tuple[dict[str, Any], dict[str, F64]]:
+def _run(registry: Registry, task: _Task) -> tuple[dict[str, Any], dict[str, F64]]:
   """One closed loop and its row (and arrays); an exception is recorded as a failed run."""
-  assert _REGISTRY is not None
   start = time.perf_counter()
   try:
-    mpc = _REGISTRY.controller(task.controller)
-    run = _simulate(mpc, _REGISTRY.plant, task)
+    run = _simulate(registry.controller(task.controller), registry.plant, task)
   except Exception as e:  # NOTE: a run that raises is a failed run: the campaign goes on
     message = f"{type(e).__name__}: {e} ({traceback.extract_tb(e.__traceback__)[-1].name})"
     return _failed_row(task, message, time.perf_counter() - start), {}
@@ -357,6 +210,11 @@ def _metrics(run: ClosedLoop) -> dict[str, Any]:
           **counts, "solve_ms_median": m["solve_ms_median"], "solve_ms_p95": m["solve_ms_p95"],
           "solve_ms_max": m["solve_ms_max"], "iterations_mean": m["sqp_iterations_mean"],
           "failed": run.failure is not None, "failure": run.failure or "", "failed_step": run.failed_step}  # fmt: skip
+
+
+def _failed(task: _Task, message: str) -> tuple[dict[str, Any], dict[str, F64]]:
+  """The result of a run whose worker died."""
+  return _failed_row(task, message, 0.0), {}
 
 
 def _failed_row(task: _Task, message: str, wall: float) -> dict[str, Any]:

@@ -1,10 +1,15 @@
 """Closed-loop campaigns (issue 21): every controller on every scenario, scored into one DataFrame that does not depend
-on the executor (serial or the local process pool) or on the order runs complete; a run whose plant raises or whose
-worker process dies is a failed row, not a lost campaign; scenario helpers; bad arguments named."""
+on the executor (serial, the local process pool, a Ray cluster, a Dask cluster) or on the order runs complete; a run
+whose plant raises or whose worker process dies is a failed row, not a lost campaign; controllers and generated
+functions pickle (workers rebuild them from the shipped libraries without compiling); scenario helpers; bad arguments
+named."""
 
 from __future__ import annotations
 
+import functools
 import os
+import pickle
+import sys
 from typing import Any
 
 import numpy as np
@@ -21,8 +26,20 @@ TIMES = ["solve_ms_median", "solve_ms_p95", "solve_ms_max", "wall_s"]
 
 @pytest.fixture(scope="module")
 def controllers() -> dict[str, Any]:
-  return {"sqp": lambda: cm.stabilizing("camp_sqp", horizon=15),
-          "rti": lambda: cm.stabilizing("camp_rti", MPCOptions(mode="rti"), horizon=15)}  # fmt: skip
+  """A factory and an instance (both ship to workers that are not forked)."""
+  return {"sqp": functools.partial(cm.stabilizing, "camp_sqp", horizon=15),
+          "rti": cm.stabilizing("camp_rti", MPCOptions(mode="rti"), horizon=15)}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def scenarios() -> list[dict[str, Any]]:
+  return scenario_lhs([-0.5, -0.3, 0, 0], [0.5, 0.3, 0, 0], 40, seed=1, disturbance=0.002)
+
+
+@pytest.fixture(scope="module")
+def reference(controllers: dict[str, Any], plant: Any, scenarios: list[dict[str, Any]]) -> pd.DataFrame:
+  """The campaign run serially."""
+  return campaign(controllers, plant, scenarios, STEPS, executor="serial", progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +47,10 @@ def plant() -> Any:
   return cm.dynamics("camp_plant")
 
 
-def test_serial_and_pool_give_the_same_frame(controllers: dict[str, Any], plant: Any, tmp_path: Any) -> None:
-  scenarios = scenario_lhs([-0.5, -0.3, 0, 0], [0.5, 0.3, 0, 0], 40, seed=1, disturbance=0.002)
+def test_serial_and_pool_give_the_same_frame(controllers: dict[str, Any], plant: Any, scenarios: list[dict[str, Any]],
+                                             reference: pd.DataFrame, tmp_path: Any) -> None:  # fmt: skip
   serial = campaign(controllers, plant, scenarios, STEPS, executor="serial", progress=False, store=tmp_path / "s.npz")
+  pd.testing.assert_frame_equal(serial.drop(columns=TIMES), reference.drop(columns=TIMES))
   pooled = campaign(controllers, plant, scenarios, STEPS, progress=False)
   assert len(serial) == 80 and list(serial["controller"][:40]) == ["sqp"] * 40
   pd.testing.assert_frame_equal(serial.drop(columns=TIMES), pooled.drop(columns=TIMES))
@@ -41,7 +59,8 @@ def test_serial_and_pool_give_the_same_frame(controllers: dict[str, Any], plant:
   s = scenarios[7]
   noise = np.random.default_rng([0, 7]).standard_normal((STEPS, 4)) * 0.002
   step = iter(range(STEPS))
-  run = simulate(controllers["sqp"](), lambda x, u: np.asarray(plant(x, u)) + noise[next(step)], s["x0"], STEPS)
+  run = simulate(cm.stabilizing("camp_sqp", horizon=15), lambda x, u: np.asarray(plant(x, u)) + noise[next(step)],
+                 s["x0"], STEPS)  # fmt: skip
   row = serial.iloc[7]
   assert row["cost"] == pytest.approx(run.cost, rel=1e-12) and row["x0_1"] == s["x0"][1]
   assert row["n_converged"] == run.status_counts.get("converged", 0)
@@ -50,24 +69,74 @@ def test_serial_and_pool_give_the_same_frame(controllers: dict[str, Any], plant:
   assert serial.iloc[47]["cost"] != row["cost"]  # the RTI controller's run of the same scenario is its own
 
 
-def test_failed_runs_are_rows(controllers: dict[str, Any], plant: Any) -> None:
+def fragile(plant: Any, x: Any, u: Any, plant_p: Any) -> Any:
+  """The plant, except where plant_p < 0 (its worker process dies) or > 1 (it raises)."""
+  if plant_p[0] < 0:
+    os._exit(3)
+  if plant_p[0] > 1:
+    raise RuntimeError("the plant broke")
+  return plant(x, u)
+
+
+def check_failed_rows(controllers: dict[str, Any], plant: Any, executor: Any) -> None:
   """One scenario's plant raises, another's kills its worker process: both are failed rows, the rest complete."""
-
-  def fragile(x: Any, u: Any, plant_p: Any) -> Any:
-    if plant_p[0] < 0:
-      os._exit(3)  # the worker dies (the serial run would die with it: pool only)
-    if plant_p[0] > 1:
-      raise RuntimeError("the plant broke")
-    return plant(x, u)
-
   scenarios = [{"x0": [0.1 * i, 0, 0, 0], "plant_p": [0.5]} for i in range(6)]
   scenarios[2]["plant_p"], scenarios[4]["plant_p"] = [-1.0], [2.0]
-  df = campaign(controllers, fragile, scenarios, 10, progress=False)
+  df = campaign(controllers, functools.partial(fragile, plant), scenarios, 10, executor=executor, progress=False)
   failed = df[df["failed"]]
   assert list(failed["scenario"]) == [2, 4, 2, 4]
   assert failed["failure"].str.contains("worker process died").tolist() == [True, False, True, False]
   assert failed["failure"].str.contains("the plant raised RuntimeError").tolist() == [False, True, False, True]
   assert (df[~df["failed"]]["steps"] == 10).all()
+
+
+def test_failed_runs_are_rows(controllers: dict[str, Any], plant: Any) -> None:
+  check_failed_rows(controllers, plant, None)
+
+
+@pytest.mark.slow
+def test_ray_cluster_gives_the_same_frame(controllers: dict[str, Any], plant: Any, scenarios: list[dict[str, Any]],
+                                          reference: pd.DataFrame) -> None:  # fmt: skip
+  """A local Ray cluster (two CPUs): the controllers (a factory, an instance) and the plant pickled to its actors,
+  which find the shipped libraries; the same frame; a dead actor's run is a failed row."""
+  ray = pytest.importorskip("ray")
+  import cloudpickle
+
+  cloudpickle.register_pickle_by_value(sys.modules[__name__])  # NOTE: the workers cannot import the tests
+  ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+  try:
+    df = campaign(controllers, plant, scenarios, STEPS, executor=ray, progress=False)
+    pd.testing.assert_frame_equal(df.drop(columns=TIMES), reference.drop(columns=TIMES))
+    check_failed_rows(controllers, plant, ray)
+  finally:
+    ray.shutdown()
+
+
+@pytest.mark.slow
+def test_dask_cluster_gives_the_same_frame(controllers: dict[str, Any], plant: Any, scenarios: list[dict[str, Any]],
+                                           reference: pd.DataFrame) -> None:  # fmt: skip
+  distributed = pytest.importorskip("distributed")
+  import cloudpickle
+
+  cloudpickle.register_pickle_by_value(sys.modules[__name__])
+  cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None)
+  with cluster, distributed.Client(cluster) as client:
+    df = campaign(controllers, plant, scenarios, STEPS, executor=client, progress=False)
+  pd.testing.assert_frame_equal(df.drop(columns=TIMES), reference.drop(columns=TIMES))
+
+
+def test_generated_functions_pickle_as_their_constructor_call(controllers: dict[str, Any], plant: Any) -> None:
+  """An MPCFunction and a NumericalFunction round-trip through pickle (cloudpickle for the lambdas inside) and give
+  the same results: rebuilt from their constructor arguments, their libraries found in the cache."""
+  import cloudpickle
+
+  mpc = controllers["rti"]
+  copy_mpc, copy_plant = pickle.loads(cloudpickle.dumps((mpc, plant)))
+  assert copy_mpc is not mpc and copy_mpc.name == mpc.name and copy_mpc.options == mpc.options
+  x0 = np.array([0.2, 0.1, 0, 0])
+  mpc.reset()
+  np.testing.assert_array_equal(copy_mpc(x0).u, mpc(x0).u)
+  np.testing.assert_array_equal(copy_plant(x0, np.ones(1)), plant(x0, np.ones(1)))
 
 
 def test_scenario_helpers() -> None:

@@ -1,0 +1,256 @@
+"""Where a campaign's runs execute: serially, on a local process pool, on a `concurrent.futures.Executor`, on a Ray
+cluster or on a Dask cluster. One interface, `execute(tasks, run, registry, executor, failed)`: every task runs as
+`run(registry, task)` in some worker and its result comes back; a task whose worker dies gets `failed(task, why)`.
+
+The registry is what a worker needs besides the task: the controllers (MPCFunction objects or factories of them), the
+plant, and the compiled libraries the parent built (`ShippedLibrary`). Workers the parent forks inherit it; others
+get it pickled once per worker (FunctionBase objects pickle as their constructor call: a worker traces them again
+and, its cache holding the shipped libraries, compiles nothing where its platform matches the parent's).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, TypeVar
+
+from anvil.codegen.base import FunctionBase
+from anvil.codegen.jit import ShippedLibrary
+from anvil.mpc.controller import MPCFunction
+from anvil.mpc.costs import LeastSquares
+
+T = TypeVar("T")
+R = TypeVar("R")
+#: A controller, or a zero-argument factory building it (workers call it; the disk cache spares the compile).
+Controller = MPCFunction | Callable[[], MPCFunction]
+
+
+class Registry:
+  """The controllers and the plant a worker runs, and the libraries they were built into (installed into a worker's
+  cache when it unpickles the registry). Controllers are built on first use in each process."""
+
+  def __init__(self, controllers: Mapping[str, Controller], plant: Callable[..., Any]) -> None:
+    self.controllers, self.plant = dict(controllers), plant
+    self.built: dict[str, MPCFunction] = {}
+    self.libraries: tuple[ShippedLibrary, ...] = ()
+    self.token = os.urandom(8).hex()  # which campaign: a worker keeps one registry per campaign
+
+  def controller(self, name: str) -> MPCFunction:
+    """The controller `name`, built (or loaded from the cache) on first use in this process."""
+    if name not in self.built:
+      made = self.controllers[name]
+      mpc = made if isinstance(made, MPCFunction) else made()
+      if not isinstance(mpc, MPCFunction):
+        raise TypeError(f"campaign: the factory of controller {name!r} returned {type(mpc).__name__}, not an "
+                        "MPCFunction")  # fmt: skip
+      self.built[name] = mpc
+    return self.built[name]
+
+  def prepare(self) -> None:
+    """Build every controller here once and keep the libraries a run loads (the controller's, its stage cost's, a
+    generated plant's) for workers elsewhere."""
+    functions: list[Any] = []
+    for name in self.controllers:
+      mpc = self.controller(name)
+      cost = mpc.stage_cost
+      functions += [mpc, cost.residual if isinstance(cost, LeastSquares) else cost]
+    if isinstance(self.plant, FunctionBase):
+      functions.append(self.plant)
+    paths = dict.fromkeys(str(f.library) for f in functions if hasattr(f, "library"))
+    self.libraries = tuple(ShippedLibrary.of(p) for p in paths)
+
+  def __getstate__(self) -> dict[str, Any]:
+    """What ships to another process: not what this one built (a worker builds its own, finding the libraries)."""
+    return {**self.__dict__, "built": {}}
+
+  def __setstate__(self, state: dict[str, Any]) -> None:
+    self.__dict__.update(state)
+    for library in self.libraries:
+      library.install()
+
+
+_REGISTRY: Registry | None = None
+
+
+def _installed(registry: Registry) -> Registry:
+  """This worker's registry for the campaign of `registry` (the first one it received)."""
+  global _REGISTRY
+  if _REGISTRY is None or _REGISTRY.token != registry.token:
+    _REGISTRY = registry
+  return _REGISTRY
+
+
+def execute(
+  tasks: Sequence[T],
+  run: Callable[[Registry, T], R],
+  registry: Registry,
+  executor: Any,
+  failed: Callable[[T, str], R],
+) -> Iterator[tuple[int, R]]:
+  """(index, result) of every task as it completes, on `executor`: None or "process" (the local pool), "serial",
+  a concurrent.futures.Executor, the `ray` module or "ray"/"ray://<address>" (a Ray cluster), or a
+  dask.distributed Client."""
+  if executor == "serial" or (executor is None and len(tasks) <= 1):
+    registry = _installed(registry)
+    return ((i, run(registry, t)) for i, t in enumerate(tasks))
+  if executor is None or executor == "process":
+    return _local_pool(tasks, run, registry, failed)
+  if isinstance(executor, Executor):
+    futures = [executor.submit(_run_in_worker, run, registry, t) for t in tasks]
+    return ((i, _result(f, tasks[i], failed)) for i, f in enumerate(futures))
+  if _is_ray(executor):
+    return _ray(tasks, run, registry, failed, executor)
+  if type(executor).__module__.startswith("distributed") and hasattr(executor, "scatter"):
+    return _dask(tasks, run, registry, failed, executor)
+  raise ValueError(f"campaign: executor must be None, 'serial', 'process', a concurrent.futures.Executor, ray (or "
+                   f"'ray', 'ray://<address>') or a dask.distributed Client, got {executor!r}")  # fmt: skip
+
+
+def _run_in_worker(run: Callable[[Registry, T], R], registry: Registry, task: T) -> R:
+  return run(_installed(registry), task)
+
+
+def _result(future: Future[R], task: T, failed: Callable[[T, str], R]) -> R:
+  try:
+    return future.result()
+  except Exception as e:  # NOTE: the worker died (or the executor failed the task): a failed run, not a lost campaign
+    return failed(task, f"the worker failed: {type(e).__name__}: {e}")
+
+
+# *** the local process pool ***
+
+
+def _local_pool(tasks: Sequence[T], run: Callable[[Registry, T], R], registry: Registry,
+                failed: Callable[[T, str], R]) -> Iterator[tuple[int, R]]:  # fmt: skip
+  """The tasks on a local process pool (forked where the platform can: workers inherit the built controllers). Where
+  a worker dies (the pool breaks), each task that was in flight is rerun alone in a pool of its own: the one that
+  kills its worker again is failed, the others complete; the rest go on in a new pool."""
+  methods = multiprocessing.get_all_start_methods()
+  context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+  started = context.Array("b", len(tasks), lock=False)  # 1 while a task executes in a worker
+  pool_of = lambda indices, workers: _pool_runs(context, run, registry, started, tasks, indices, workers)
+  pending = list(range(len(tasks)))
+  while pending:
+    done: set[int] = set()
+    for i, result in pool_of(pending, os.cpu_count() or 1):
+      done.add(i)
+      yield i, result
+    pending = [i for i in pending if i not in done]
+    suspects = [i for i in pending if started[i]]
+    if pending and not done and not suspects:  # NOTE: the pool broke before any task began: it cannot run them
+      yield from ((i, failed(tasks[i], "the worker pool failed before the run began")) for i in pending)
+      return
+    for i in suspects:
+      started[i] = 0
+      alone = list(pool_of([i], 1))
+      yield alone[0] if alone else (i, failed(tasks[i], "the worker process died running it"))
+    pending = [i for i in pending if i not in set(suspects)]
+
+
+def _pool_runs(context: Any, run: Callable[[Registry, T], R], registry: Registry, started: Any, tasks: Sequence[T],
+               indices: list[int], workers: int) -> Iterator[tuple[int, R]]:  # fmt: skip
+  """(index, result) of the tasks `indices` on a new pool, in order, until it breaks (a worker died)."""
+  pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_install_local,
+                             initargs=(registry, started))  # fmt: skip
+  try:
+    futures = {i: pool.submit(_run_local, run, i, tasks[i]) for i in indices}
+    for i in indices:
+      try:
+        result = futures[i].result()
+      except BrokenProcessPool:
+        return
+      yield i, result
+  finally:
+    pool.shutdown(cancel_futures=True)
+
+
+_STARTED: Any = None
+
+
+def _install_local(registry: Registry, started: Any) -> None:
+  """A local pool worker's registry and the tasks' started flags."""
+  global _STARTED
+  _installed(registry)
+  _STARTED = started
+
+
+def _run_local(run: Callable[[Registry, T], R], index: int, task: T) -> R:
+  """A task on the local pool, flagged while it executes (a worker that dies leaves its flag set)."""
+  assert _REGISTRY is not None
+  _STARTED[index] = 1
+  result = run(_REGISTRY, task)
+  _STARTED[index] = 0
+  return result
+
+
+# *** Ray ***
+
+
+def _is_ray(executor: Any) -> bool:
+  named = isinstance(executor, str) and (executor == "ray" or executor.startswith("ray://"))
+  return named or getattr(executor, "__name__", None) == "ray"
+
+
+class _RayWorker:
+  """A Ray actor holding the registry (sent once) and the controllers it built."""
+
+  def __init__(self, registry: Registry) -> None:
+    self.registry = _installed(registry)
+
+  def run(self, run: Callable[[Registry, Any], Any], task: Any) -> Any:
+    return run(self.registry, task)
+
+
+def _ray(tasks: Sequence[T], run: Callable[[Registry, T], R], registry: Registry, failed: Callable[[T, str], R],
+         executor: Any) -> Iterator[tuple[int, R]]:  # fmt: skip
+  """The tasks on Ray actors, one per CPU of the cluster, each running one task at a time: a task whose actor dies
+  is failed and the actor replaced."""
+  import ray
+
+  if isinstance(executor, str) and not ray.is_initialized():
+    ray.init(address=None if executor == "ray" else executor)
+  actor_class = ray.remote(num_cpus=1)(_RayWorker)
+  shared = ray.put(registry)
+  actors: list[Any] = [actor_class.remote(shared) for _ in range(max(1, int(ray.cluster_resources().get("CPU", 1))))]
+  queue = list(range(len(tasks)))[::-1]
+  in_flight: dict[Any, tuple[int, Any]] = {}
+
+  def submit(actor: Any) -> None:
+    if queue:
+      i = queue.pop()
+      in_flight[actor.run.remote(run, tasks[i])] = (i, actor)
+
+  for actor in actors:
+    submit(actor)
+  try:
+    while in_flight:
+      [ref], _ = ray.wait(list(in_flight), num_returns=1)
+      i, actor = in_flight.pop(ref)
+      try:
+        yield i, ray.get(ref)
+      except ray.exceptions.RayActorError as e:
+        yield i, failed(tasks[i], f"the worker process died running it ({type(e).__name__})")
+        actor = actor_class.remote(shared)
+        actors.append(actor)
+      submit(actor)
+  finally:
+    for actor in actors:
+      ray.kill(actor)
+
+
+# *** Dask ***
+
+
+def _dask(tasks: Sequence[T], run: Callable[[Registry, T], R], registry: Registry, failed: Callable[[T, str], R],
+          client: Any) -> Iterator[tuple[int, R]]:  # fmt: skip
+  """The tasks on a Dask cluster: the registry scattered to every worker once, one task per future."""
+  from distributed import as_completed
+
+  shared = client.scatter(registry, broadcast=True)
+  futures = {client.submit(_run_in_worker, run, shared, t, pure=False): i for i, t in enumerate(tasks)}
+  for future in as_completed(futures):
+    i = futures[future]
+    yield i, _result(future, tasks[i], failed)

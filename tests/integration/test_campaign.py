@@ -159,3 +159,29 @@ def test_bad_arguments_are_named(controllers: dict[str, Any], plant: Any) -> Non
     campaign({}, plant, [{"x0": np.zeros(4)}], 5)
   with pytest.raises(ValueError, match="executor"):
     campaign(controllers, plant, [{"x0": np.zeros(4)}] * 2, 5, executor="ray-ish")
+
+
+def test_workers_compile_nothing_with_the_shipped_libraries(controllers: dict[str, Any], plant: Any,
+                                                            tmp_path: Any) -> None:  # fmt: skip
+  """What a worker on another machine gets (the pickled registry) runs the controllers and the plant from an empty
+  cache without a C++ compiler: the libraries the parent built travel with it."""
+  import subprocess
+
+  import cloudpickle
+
+  from anvil.mpc.executors import Registry
+
+  registry = Registry(controllers, plant)
+  registry.prepare()
+  (tmp_path / "registry.pkl").write_bytes(cloudpickle.dumps(registry))
+  code = ("import pickle, sys, numpy as np; r = pickle.load(open(sys.argv[1], 'rb')); x0 = np.array([0.2, 0.1, 0, 0]); "
+          "print(*r.controller('sqp')(x0).u0, *r.controller('rti')(x0).u0, *r.plant(x0, np.ones(1)))")  # fmt: skip
+  env = {k: v for k, v in os.environ.items() if k != "CXX"} | {"ANVIL_CACHE_DIR": str(tmp_path / "cache"),
+                                                                "PATH": str(tmp_path / "no-compiler")}  # fmt: skip
+  out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "registry.pkl")], capture_output=True, text=True,
+                       env=env, cwd=os.getcwd(), timeout=300)  # fmt: skip
+  assert out.returncode == 0, out.stderr
+  x0 = np.array([0.2, 0.1, 0, 0])
+  controllers["rti"].reset()
+  expected = [*cm.stabilizing("camp_sqp", horizon=15)(x0).u0, *controllers["rti"](x0).u0, *plant(x0, np.ones(1))]
+  np.testing.assert_allclose(np.array(out.stdout.split(), dtype=float), expected, rtol=1e-12)

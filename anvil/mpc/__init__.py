@@ -10,6 +10,7 @@ from anvil.mpc.implicit import irk as irk
 from anvil.mpc.integrators import rk4 as rk4
 from anvil.mpc.options import MPCOptions as MPCOptions
 from anvil.mpc.plotting import plot_closed_loop as plot_closed_loop
+from anvil.mpc.report import campaign_report as campaign_report
 from anvil.mpc.result import MHEEstimate as MHEEstimate
 from anvil.mpc.result import MPCSolution as MPCSolution
 from anvil.mpc.simulation import ClosedLoop as ClosedLoop

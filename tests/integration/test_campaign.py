@@ -185,3 +185,39 @@ def test_workers_compile_nothing_with_the_shipped_libraries(controllers: dict[st
   controllers["rti"].reset()
   expected = [*cm.stabilizing("camp_sqp", horizon=15)(x0).u0, *controllers["rti"](x0).u0, *plant(x0, np.ones(1))]
   np.testing.assert_allclose(np.array(out.stdout.split(), dtype=float), expected, rtol=1e-12)
+
+
+def is_png(path: Any) -> bool:
+  """A PNG file matplotlib reads back as a non-empty image."""
+  import matplotlib.image
+
+  return path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and matplotlib.image.imread(path).size > 0
+
+
+def test_report_and_plots(reference: pd.DataFrame, controllers: dict[str, Any], plant: Any, tmp_path: Any) -> None:
+  """campaign_report writes valid PNGs and a markdown table with a row per controller and the failed runs;
+  plot_closed_loop draws a subplot per state or per group, an XY view, and titles an RTI run by its failed calls."""
+  from anvil.mpc import campaign_report, plot_closed_loop
+
+  df = reference.copy()
+  df.loc[3, ["failed", "failure", "cost"]] = [True, "the plant raised RuntimeError: test", np.nan]
+  paths = campaign_report(df, tmp_path / "report")
+  assert all(is_png(paths[k]) for k in ("solve_times", "cost", "failures"))
+  text = paths["report"].read_text()
+  summary, failures = text.split("## Failed runs")
+  table = [line for line in summary.splitlines() if line.startswith(("| sqp |", "| rti |"))]
+  assert len(table) == 2 and table[0].split("|")[2].strip() == "40" and table[0].split("|")[3].strip() == "1"
+  assert "| sqp | 3 | the plant raised RuntimeError: test |" in failures
+  with pytest.raises(ValueError, match="lacks the columns"):
+    campaign_report(df.drop(columns=["cost"]), tmp_path)
+  cl = simulate(controllers["rti"], plant, np.array([0.3, 0.1, 0, 0]), 30)
+  assert cl.real_time_iteration and cl.failures == 0
+  out = plot_closed_loop(cl, tmp_path / "cl.png", 0.05, cm.STATE_NAMES, groups=[("xc", "xc_dot"), (1, 3)], xy=(0, 1))
+  assert is_png(out)
+  out = plot_closed_loop(cl, tmp_path / "each.png")
+  assert is_png(out)
+  from anvil.mpc.plotting import _title
+
+  assert "real-time iteration, 0 of 30 controller calls failed" in _title(cl)
+  with pytest.raises(ValueError, match="groups names a state 'speed'"):
+    plot_closed_loop(cl, tmp_path / "bad.png", state_names=cm.STATE_NAMES, groups=[("speed",)])

@@ -51,8 +51,8 @@ SUBPACKAGES = {
                "RiccatiQP", "SparseIPMOptions", "StageLayout", "detect_stages"},
   "anvil.sqp": {"SQPFunction", "SQPOptions", "SQPResult", "SQPStatus", "Sensitivity"},
   "anvil.mpc": {"ClosedLoop", "LeastSquares", "MHEEstimate", "MHEFunction", "MPCFunction", "MPCOptions", "MPCSolution",
-                "Soft", "campaign", "plot_closed_loop", "irk", "rk4", "scenario_grid", "scenario_lhs",
-                "shooting_layout", "simulate"},
+                "Soft", "campaign", "campaign_report", "plot_closed_loop", "irk", "rk4", "scenario_grid",
+                "scenario_lhs", "shooting_layout", "simulate"},
 }  # fmt: skip
 
 

@@ -14,8 +14,9 @@ same NLP (the arrival cost of each step read from anvil's estimator, `mhe.arriva
 and warm-started from its previous solution shifted by one time; time = its t_wall_total. Both solve to 1e-8; the
 table also gives the largest difference of the estimates (x_hat). Target (issue 20): anvil <= 0.1x IPOPT.
 
-Sensitivities: on the P2 stabilizing MPC (N = 30, exact Hessian), the time of `sol.du0_dx0()` (the KKT system at the
-solution factored by scipy, its derivatives evaluated by generated functions; after the first use, which builds them)
+Sensitivities: on the P2 stabilizing MPC (N = 30, exact Hessian), the time of `sol.du0_dx0()` (the generated C++
+SensitivityFunction: the derivatives at the solution and the KKT system factored by QDLDL; after the first use, which
+builds it)
 against the call that solved (its C++ solve time, and its wall time from Python).
 """
 

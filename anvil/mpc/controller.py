@@ -287,6 +287,13 @@ class MPCFunction(TemplatedFunction):
     store_library(self._problem_key, Path(path).read_bytes())
     return path
 
+  @property
+  def library_paths(self) -> tuple[str, ...]:
+    """Every cache path its library is found under (the generated code's key, and the quick key of its problem that
+    a warm process looks up first): what a worker elsewhere needs in its cache to skip the build."""
+    quick = cached_library(self._problem_key)
+    return tuple(dict.fromkeys([self.library, *([] if quick is None else [str(quick)])]))
+
   @cached_property
   def _problem_key(self) -> str:
     """Cache key of the controller from what determines its code: anvil's and OSQP's sources, the options, the OCP's

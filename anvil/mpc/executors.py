@@ -49,9 +49,9 @@ class Registry:
       self.built[name] = mpc
     return self.built[name]
 
-  def prepare(self) -> None:
-    """Build every controller here once and keep the libraries a run loads (the controller's, its stage cost's, a
-    generated plant's) for workers elsewhere."""
+  def warm(self) -> list[Any]:
+    """Build every controller in this process and load the libraries a run calls (the controller's, its stage
+    cost's, a generated plant's), so no run pays for it; returns those functions."""
     functions: list[Any] = []
     for name in self.controllers:
       mpc = self.controller(name)
@@ -59,7 +59,13 @@ class Registry:
       functions += [mpc, cost.residual if isinstance(cost, LeastSquares) else cost]
     if isinstance(self.plant, FunctionBase):
       functions.append(self.plant)
-    paths = dict.fromkeys(str(f.library) for f in functions if hasattr(f, "library"))
+    for f in functions:
+      _ = f.handle
+    return functions
+
+  def prepare(self) -> None:
+    """Warm up here and keep the libraries for workers elsewhere."""
+    paths = dict.fromkeys(str(p) for f in self.warm() for p in getattr(f, "library_paths", (f.library,)))
     self.libraries = tuple(ShippedLibrary.of(p) for p in paths)
 
   def __getstate__(self) -> dict[str, Any]:
@@ -80,6 +86,8 @@ def _installed(registry: Registry) -> Registry:
   global _REGISTRY
   if _REGISTRY is None or _REGISTRY.token != registry.token:
     _REGISTRY = registry
+    if not registry.built:  # NOTE: unpickled here: build before the first run (forked workers inherit the parent's)
+      registry.warm()
   return _REGISTRY
 
 

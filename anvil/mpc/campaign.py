@@ -31,7 +31,7 @@ from anvil.sqp import SQPStatus
 
 F64 = NDArray[np.float64]
 #: The keys a scenario may hold (x0 is required).
-SCENARIO_KEYS = ("x0", "p", "plant_p", "disturbance", "seed")
+SCENARIO_KEYS = ("x0", "p", "plant_p", "disturbance", "noise", "seed")
 
 
 @dataclass(frozen=True)
@@ -63,8 +63,9 @@ def campaign(
     controllers: name -> MPCFunction, or a zero-argument factory returning one.
     plant: (x, u) -> x_next, or (x, u, plant_p) -> x_next for scenarios with a "plant_p" (model mismatch).
     scenarios: dicts with "x0" (required), "p" (the controllers' parameter), "plant_p" (the plant's), "disturbance"
-      (the standard deviation of Gaussian noise added to each next state, scalar or per state) and "seed" (the run's
-      random stream; default the scenario's index).
+      (the standard deviation of Gaussian noise added to each next state, scalar or per state), "noise" (that of the
+      measurement noise on the state the controller sees) and "seed" (the run's random stream; default the
+      scenario's index).
     steps: control steps per run.
     executor: None or "process" (a local process pool, one worker per core), "serial", a
       concurrent.futures.Executor, `ray` (the module: its current cluster), "ray" or "ray://<address>" (one Ray
@@ -175,12 +176,15 @@ def _run(registry: Registry, task: _Task) -> tuple[dict[str, Any], dict[str, F64
 
 
 def _simulate(mpc: MPCFunction, plant: Callable[..., Any], task: _Task) -> ClosedLoop:
-  """The scenario's closed loop: its plant (with its parameter and seeded disturbance) and the controller."""
+  """The scenario's closed loop: its plant (with its parameter and seeded disturbance) and the controller (seeing
+  the state with seeded measurement noise)."""
   s = task.scenario
   rng = np.random.default_rng([task.seed, int(s.get("seed", task.index))])
   x0 = np.asarray(s["x0"], dtype=np.float64)
-  sigma = np.broadcast_to(np.asarray(s.get("disturbance", 0.0), dtype=np.float64), x0.shape)
-  noise = rng.standard_normal((task.steps, x0.size)) * sigma  # NOTE: drawn up front: the same for every controller
+  sigma = lambda key: np.broadcast_to(np.asarray(s.get(key, 0.0), dtype=np.float64), x0.shape)
+  # NOTE: drawn up front, disturbances first: the same for every controller
+  noise = rng.standard_normal((task.steps, x0.size)) * sigma("disturbance")
+  measurement = rng.standard_normal((task.steps, x0.size)) * sigma("noise")
   plant_p = s.get("plant_p")
   clock = iter(range(task.steps))
 
@@ -188,7 +192,8 @@ def _simulate(mpc: MPCFunction, plant: Callable[..., Any], task: _Task) -> Close
     x_next = np.asarray(plant(x, u) if plant_p is None else plant(x, u, np.asarray(plant_p)), dtype=np.float64)
     return x_next + noise[next(clock)]
 
-  return simulate(mpc, disturbed, x0, task.steps, s.get("p"), progress=False)
+  observe = None if "noise" not in s else lambda t, x: x + measurement[t]
+  return simulate(mpc, disturbed, x0, task.steps, s.get("p"), progress=False, observe=observe)
 
 
 def _scenario_columns(task: _Task) -> dict[str, Any]:

@@ -109,6 +109,7 @@ def simulate(
   progress: bool | None = None,
   estimator: MHEFunction | None = None,
   measure: Measure | None = None,
+  observe: Measure | None = None,
 ) -> ClosedLoop:
   """Run `steps` control steps: u_t = mpc(x_t, p_t).u0, x_{t+1} = plant(x_t, u_t); with an estimator, the controller
   sees the estimate instead of x_t: y_t = measure(t, x_t), x_hat_t = estimator(the last M measurements, the inputs
@@ -127,6 +128,8 @@ def simulate(
       controller uses; its parameter is its default p.
     measure: (t, x_t) -> y_t, the measurement the estimator gets (e.g. its measurement function plus seeded noise);
       default the estimator's measurement function, noise-free.
+    observe: (t, x_t) -> the state the controller sees without an estimator (e.g. x_t plus seeded measurement noise);
+      default x_t.
 
   A controller failure does not stop the run: the step is counted under its status and the input held at the last
   usable value (zeros at the start) when the returned one is not finite. A plant failure (it raises, or returns
@@ -142,6 +145,9 @@ def simulate(
     raise TypeError(f"simulate: estimator must be an MHEFunction, got {type(estimator).__name__}")
   if measure is not None and (estimator is None or not callable(measure)):
     raise TypeError("simulate: measure must be a callable (t, x) -> y, given with an estimator")
+  if observe is not None and (estimator is not None or not callable(observe)):
+    raise TypeError("simulate: observe must be a callable (t, x) -> the state the controller sees, given without an "
+                    "estimator (which gets measure)")  # fmt: skip
   x = float_array("simulate", "x0", x0, (mpc.nx,), finite=True)
   show = progress if progress is not None else steps > 100 and sys.stderr.isatty()
   xs, costs, times, its, statuses = [x], [], [], [], []
@@ -155,7 +161,7 @@ def simulate(
   start = time.perf_counter()
   for t in range(steps):
     p_t = p(t) if callable(p) else p
-    x_seen = x if observer is None else observer.estimate(t, x, us)
+    x_seen = observer.estimate(t, x, us) if observer is not None else x if observe is None else _seen(observe, t, x)
     sol = mpc(x_seen, p_t)
     u = sol.u0.copy() if np.all(np.isfinite(sol.u0)) else u_last
     x_next, failure = _plant_step(plant, x, u)
@@ -211,6 +217,11 @@ class _Observer:
     self.estimates.append(est.x_hat)
     self.times.append(est.solve_time)
     return est.x_hat
+
+
+def _seen(observe: Measure, t: int, x: F64) -> F64:
+  """The state the controller sees at step t."""
+  return float_array("simulate", "observe(t, x)", observe(t, x.copy()), x.shape, finite=True)
 
 
 def _plant_step(plant: Plant, x: F64, u: F64) -> tuple[F64, str | None]:

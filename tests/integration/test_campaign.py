@@ -221,3 +221,26 @@ def test_report_and_plots(reference: pd.DataFrame, controllers: dict[str, Any], 
   assert "real-time iteration, 0 of 30 controller calls failed" in _title(cl)
   with pytest.raises(ValueError, match="groups names a state 'speed'"):
     plot_closed_loop(cl, tmp_path / "bad.png", state_names=cm.STATE_NAMES, groups=[("speed",)])
+
+
+def test_measurement_noise(controllers: dict[str, Any], plant: Any) -> None:
+  """A scenario's "noise": the controller sees the state plus seeded Gaussian noise (simulate's observe), drawn after
+  the disturbances from the run's stream."""
+  s = {"x0": np.array([0.3, 0.1, 0, 0]), "noise": [0.0, 0.01, 0.0, 0.02], "disturbance": 0.001, "seed": 5}
+  df = campaign({"sqp": controllers["sqp"]}, plant, [s], 20, executor="serial", seed=3, progress=False)
+  rng = np.random.default_rng([3, 5])
+  noise, measurement = rng.standard_normal((20, 4)) * 0.001, rng.standard_normal((20, 4)) * np.array(s["noise"])
+  step = iter(range(20))
+  seen: list[np.ndarray] = []
+
+  def observe(t: int, x: np.ndarray) -> np.ndarray:
+    seen.append(x + measurement[t])
+    return seen[-1]
+
+  run = simulate(cm.stabilizing("camp_sqp", horizon=15), lambda x, u: np.asarray(plant(x, u)) + noise[next(step)],
+                 s["x0"], 20, observe=observe)  # fmt: skip
+  assert df.iloc[0]["cost"] == pytest.approx(run.cost, rel=1e-12) and df.iloc[0]["noise_3"] == 0.02
+  noiseless = simulate(cm.stabilizing("camp_sqp", horizon=15), lambda x, u: np.asarray(plant(x, u)), s["x0"], 20)
+  assert abs(run.cost - noiseless.cost) > 1e-6  # the noise reached the controller
+  with pytest.raises(TypeError, match="observe must be a callable"):
+    simulate(controllers["rti"], plant, s["x0"], 2, observe=3)

@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.stats import qmc
 
 from anvil.mpc.controller import MPCFunction
 from anvil.mpc.executors import Controller, Registry, execute
@@ -116,6 +115,8 @@ def scenario_grid(
 def scenario_lhs(lower: ArrayLike, upper: ArrayLike, n: int, seed: int = 0, **fields: Any) -> list[dict[str, Any]]:
   """n scenarios whose x0 are a Latin hypercube sample of the box [lower, upper] (scipy.stats.qmc, seeded), each with
   the extra `fields`."""
+  from scipy.stats import qmc  # NOTE: here: scipy.stats takes half a second to import (a worker imports anvil.mpc)
+
   lo, hi = _box(lower, upper)
   varying = np.flatnonzero(hi > lo)
   sample = qmc.LatinHypercube(d=max(varying.size, 1), seed=seed).random(n)[:, : varying.size]

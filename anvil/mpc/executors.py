@@ -13,7 +13,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
@@ -121,9 +121,11 @@ def _run_in_worker(run: Callable[[Registry, T], R], registry: Registry, task: T)
   return run(_installed(registry), task)
 
 
-def _result(future: Future[R], task: T, failed: Callable[[T, str], R]) -> R:
+def _result(future: Any, task: T, failed: Callable[[T, str], R]) -> R:
+  """The future's result, or a failed run where its worker died."""
   try:
-    return future.result()
+    result: R = future.result()
+    return result
   except Exception as e:  # NOTE: the worker died (or the executor failed the task): a failed run, not a lost campaign
     return failed(task, f"the worker failed: {type(e).__name__}: {e}")
 
@@ -202,51 +204,53 @@ def _is_ray(executor: Any) -> bool:
   return named or getattr(executor, "__name__", None) == "ray"
 
 
-class _RayWorker:
-  """A Ray actor holding the registry (sent once) and the controllers it built."""
+#: Cluster tasks per CPU: runs go to Ray and Dask in chunks (their scheduling costs about a millisecond per task,
+#: which a chunk of runs shares), enough of them to balance the load.
+CHUNKS_PER_CPU = 8
 
-  def __init__(self, registry: Registry) -> None:
-    self.registry = _installed(registry)
 
-  def run(self, run: Callable[[Registry, Any], Any], task: Any) -> Any:
-    return run(self.registry, task)
+def _chunks(count: int, cpus: int) -> list[list[int]]:
+  """The task indices in chunks, CHUNKS_PER_CPU per CPU."""
+  size = max(1, count // (CHUNKS_PER_CPU * max(1, cpus)))
+  return [list(range(k, min(k + size, count))) for k in range(0, count, size)]
+
+
+def _ray_chunk(run: Callable[[Registry, T], R], token: str, boxed: list[Any], chunk: list[T]) -> list[R]:
+  """Tasks in a Ray worker: the registry fetched from the object store once per worker process and campaign."""
+  if _REGISTRY is None or _REGISTRY.token != token:
+    import ray
+
+    _installed(ray.get(boxed[0]))
+  assert _REGISTRY is not None
+  return [run(_REGISTRY, task) for task in chunk]
 
 
 def _ray(tasks: Sequence[T], run: Callable[[Registry, T], R], registry: Registry, failed: Callable[[T, str], R],
          executor: Any) -> Iterator[tuple[int, R]]:  # fmt: skip
-  """The tasks on Ray actors, one per CPU of the cluster, each running one task at a time: a task whose actor dies
-  is failed and the actor replaced."""
+  """The tasks in chunks of Ray tasks (one CPU each, on the cluster's long-lived worker processes, which keep the
+  registry between them). Where a worker dies, its chunk's tasks are rerun one per Ray task: the one that kills its
+  worker again is failed, not retried."""
   import ray
 
   if isinstance(executor, str) and not ray.is_initialized():
     ray.init(address=None if executor == "ray" else executor)
-  actor_class = ray.remote(num_cpus=1)(_RayWorker)
-  shared = ray.put(registry)
-  actors: list[Any] = [actor_class.remote(shared) for _ in range(max(1, int(ray.cluster_resources().get("CPU", 1))))]
-  queue = list(range(len(tasks)))[::-1]
-  in_flight: dict[Any, tuple[int, Any]] = {}
-
-  def submit(actor: Any) -> None:
-    if queue:
-      i = queue.pop()
-      in_flight[actor.run.remote(run, tasks[i])] = (i, actor)
-
-  for actor in actors:
-    submit(actor)
-  try:
-    while in_flight:
-      [ref], _ = ray.wait(list(in_flight), num_returns=1)
-      i, actor = in_flight.pop(ref)
-      try:
-        yield i, ray.get(ref)
-      except ray.exceptions.RayActorError as e:
-        yield i, failed(tasks[i], f"the worker process died running it ({type(e).__name__})")
-        actor = actor_class.remote(shared)
-        actors.append(actor)
-      submit(actor)
-  finally:
-    for actor in actors:
-      ray.kill(actor)
+  remote: Any = ray.remote(num_cpus=1, max_retries=0)(_ray_chunk)
+  boxed = [ray.put(registry)]  # NOTE: in a list, so Ray hands the reference over unresolved
+  chunks = _chunks(len(tasks), int(ray.cluster_resources().get("CPU", 1)))
+  submit = lambda indices: remote.remote(run, registry.token, boxed, [tasks[i] for i in indices])
+  refs = [submit(chunk) for chunk in chunks]
+  for chunk, ref in zip(chunks, refs, strict=True):  # NOTE: in order: the driver sleeps in ray.get
+    try:
+      yield from zip(chunk, ray.get(ref), strict=True)
+    except ray.exceptions.WorkerCrashedError:
+      alone = [submit([i]) for i in chunk]
+      for i, single in zip(chunk, alone, strict=True):
+        try:
+          yield i, ray.get(single)[0]
+        except ray.exceptions.WorkerCrashedError as e:
+          yield i, failed(tasks[i], f"the worker process died running it ({type(e).__name__})")
+    except ray.exceptions.RayError as e:
+      yield from ((i, failed(tasks[i], f"the worker failed: {type(e).__name__}: {e}")) for i in chunk)
 
 
 # *** Dask ***
@@ -254,11 +258,21 @@ def _ray(tasks: Sequence[T], run: Callable[[Registry, T], R], registry: Registry
 
 def _dask(tasks: Sequence[T], run: Callable[[Registry, T], R], registry: Registry, failed: Callable[[T, str], R],
           client: Any) -> Iterator[tuple[int, R]]:  # fmt: skip
-  """The tasks on a Dask cluster: the registry scattered to every worker once, one task per future."""
-  from distributed import as_completed
-
+  """The tasks in chunks on a Dask cluster, the registry scattered to every worker once. Where a worker dies (Dask
+  retries a task on others, then gives up), its chunk's tasks are rerun one per Dask task."""
   shared = client.scatter(registry, broadcast=True)
-  futures = {client.submit(_run_in_worker, run, shared, t, pure=False): i for i, t in enumerate(tasks)}
-  for future in as_completed(futures):
-    i = futures[future]
-    yield i, _result(future, tasks[i], failed)
+  submit = lambda indices: client.submit(_run_chunk, run, shared, [tasks[i] for i in indices], pure=False)
+  chunks = _chunks(len(tasks), sum(client.nthreads().values()))
+  futures = [submit(chunk) for chunk in chunks]
+  for chunk, future in zip(chunks, futures, strict=True):
+    try:
+      yield from zip(chunk, future.result(), strict=True)
+    except Exception:  # NOTE: the chunk's worker died (KilledWorker) or Dask failed it: each run on its own
+      alone = [client.submit(_run_in_worker, run, shared, tasks[i], pure=False) for i in chunk]
+      yield from ((i, _result(f, tasks[i], failed)) for i, f in zip(chunk, alone, strict=True))
+
+
+def _run_chunk(run: Callable[[Registry, T], R], registry: Registry, chunk: list[T]) -> list[R]:
+  """Tasks on a Dask worker (the registry: the worker's copy of the scattered one)."""
+  installed = _installed(registry)
+  return [run(installed, task) for task in chunk]

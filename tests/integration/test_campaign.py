@@ -97,8 +97,8 @@ def test_failed_runs_are_rows(controllers: dict[str, Any], plant: Any) -> None:
 @pytest.mark.slow
 def test_ray_cluster_gives_the_same_frame(controllers: dict[str, Any], plant: Any, scenarios: list[dict[str, Any]],
                                           reference: pd.DataFrame) -> None:  # fmt: skip
-  """A local Ray cluster (two CPUs): the controllers (a factory, an instance) and the plant pickled to its actors,
-  which find the shipped libraries; the same frame; a dead actor's run is a failed row."""
+  """A local Ray cluster (two CPUs): the controllers (a factory, an instance) and the plant pickled to its worker
+  processes, which find the shipped libraries; the same frame; a run whose worker dies is a failed row."""
   ray = pytest.importorskip("ray")
   import cloudpickle
 
@@ -154,7 +154,7 @@ def test_bad_arguments_are_named(controllers: dict[str, Any], plant: Any) -> Non
   with pytest.raises(ValueError, match=r"scenarios\[0\] must be a dict with an 'x0'"):
     campaign(controllers, plant, [{"p": 1}], 5)
   with pytest.raises(ValueError, match="unknown keys"):
-    campaign(controllers, plant, [{"x0": np.zeros(4), "noise": 1}], 5)
+    campaign(controllers, plant, [{"x0": np.zeros(4), "sensor_noise": 1}], 5)
   with pytest.raises(TypeError, match="controllers"):
     campaign({}, plant, [{"x0": np.zeros(4)}], 5)
   with pytest.raises(ValueError, match="executor"):

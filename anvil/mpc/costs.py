@@ -22,6 +22,10 @@ class LeastSquares:
   Args:
     residual: a NumericalFunction returning a vector r of length nr.
     weight: an nr x nr symmetric positive semidefinite matrix (or a length-nr vector: its diagonal).
+    pattern: the entries of W a call may set at run time (`weights=`), an nr x nr boolean matrix; default the
+      weight's nonzeros and its diagonal. The generated cost reads W only there, so the NLP's Hessian keeps the
+      structure of the residual's (a diagonal W does not couple the residual's components: fewer Hessian entries,
+      fewer colors to compute them); a run-time weight with nonzeros elsewhere is refused.
 
   Example:
     >>> r = NumericalFunction("r", lambda x, u: x.cat(u), (Arg(4), Arg(1)))
@@ -30,16 +34,28 @@ class LeastSquares:
 
   residual: NumericalFunction[..., Any]
   weight: NDArray[np.float64] = field(repr=False)
+  pattern: NDArray[np.bool_] = field(repr=False)
 
-  def __init__(self, residual: NumericalFunction[..., Any], weight: ArrayLike) -> None:
+  def __init__(
+    self, residual: NumericalFunction[..., Any], weight: ArrayLike, pattern: ArrayLike | None = None
+  ) -> None:
     if not isinstance(residual, NumericalFunction) or len(residual.outputs) != 1:
       raise TypeError("LeastSquares: residual must be a NumericalFunction returning one vector")
     if len(residual.outputs[0].shape) != 1:
       raise ValueError(f"LeastSquares({residual.name}): the residual must be a vector, got {residual.outputs[0].shape}")
     object.__setattr__(self, "residual", residual)
-    object.__setattr__(
-      self, "weight", checked_weight(f"LeastSquares({residual.name})", weight, residual.outputs[0].size)
-    )
+    nr = residual.outputs[0].size
+    w = checked_weight(f"LeastSquares({residual.name})", weight, nr)
+    object.__setattr__(self, "weight", w)
+    mask = (w != 0) | np.eye(nr, dtype=bool)
+    if pattern is not None:
+      given = np.asarray(pattern)
+      if given.shape != (nr, nr) or given.dtype != np.bool_ or not np.array_equal(given, given.T):
+        raise ValueError(f"LeastSquares({residual.name}): pattern must be a symmetric {nr}x{nr} boolean matrix")
+      if np.any(mask & ~given & ~np.eye(nr, dtype=bool)):
+        raise ValueError(f"LeastSquares({residual.name}): pattern must hold the weight's nonzeros")
+      mask = given | np.eye(nr, dtype=bool)
+    object.__setattr__(self, "pattern", mask)
 
   @property
   def inputs(self) -> tuple[Any, ...]:

@@ -182,11 +182,13 @@ class MHEFunction(TemplatedFunction):
     stage = (Arg(nx), Arg(nx), Arg(nq))
     weight = np.zeros((2 * nx + ny, 2 * nx + ny))
     weight[:nx, :nx], weight[nx : 2 * nx, nx : 2 * nx], weight[2 * nx :, 2 * nx :] = self.arrival_weight, self.Q, self.R
+    pattern = weight != 0
+    pattern[:nx, :nx] = True  # NOTE: the arrival weight's updates fill its block
     M, (x_lo, x_hi), (w_lo, w_hi) = self.M, self.x_bounds, self.w_bounds
     free = np.full(nx, np.inf)
     return MPCFunction(
       f"{name}_ocp", NumericalFunction(f"{name}_step", step, stage),
-      LeastSquares(NumericalFunction(f"{name}_residual", residual, stage), weight),
+      LeastSquares(NumericalFunction(f"{name}_residual", residual, stage), weight, pattern),
       LeastSquares(NumericalFunction(f"{name}_last_residual", error, (Arg(nx), Arg(nq))), self.R), horizon=M,
       x_bounds=(np.vstack([x_lo] * (M + 1)), np.vstack([x_hi] * (M + 1))),
       u_bounds=(np.vstack([-free, *[w_lo] * (M - 1)]), np.vstack([free, *[w_hi] * (M - 1)])), options=self.options,

@@ -253,6 +253,17 @@ class Transcription:
     start = self._tuning_start + at
     return params[start : start + size].reshape(*shape)
 
+  def _weighted(self, R: Tensor, params: Tensor, key: str, cost: LeastSquares) -> Tensor:
+    """Σ_k r_kᵀ W r_k over the rows r_k of R, W the run-time weight `key` read on the cost's pattern alone: the cost's
+    Hessian then couples only the residual components W couples (a full W: one product)."""
+    W = self.tuning(params, key)
+    if cost.pattern.all():
+      return (R * (R @ W)).sum()
+    rows, cols = np.nonzero(np.triu(cost.pattern))
+    pairs = zip(rows.tolist(), cols.tolist(), strict=True)
+    terms = [(R[:, i] * R[:, j]).sum() * (W[i, j] if i == j else W[i, j] + W[j, i]) for i, j in pairs]
+    return sum(terms[1:], terms[0])
+
   def _stage(self, fn: Fn, key: str, X: Tensor, U: Tensor, P: Tensor) -> Tensor:
     """fn at every stage, on the model's states (without the previous inputs an input rate adds)."""
     X = X[:, : self.nx_model] if self.rate is not None else X
@@ -270,13 +281,12 @@ class Transcription:
     X, U, xN, S, _, P = self.split(w, params)
     stage, final = self.stage_cost, self.terminal_cost
     if isinstance(stage, LeastSquares):  # NOTE: Σ_k r_kᵀ W r_k with W symmetric, the run-time one
-      R = self._stage(stage.residual, "stage_cost", X, U, P)
-      total = (R * (R @ self.tuning(params, "stage_weight"))).sum()
+      total = self._weighted(self._stage(stage.residual, "stage_cost", X, U, P), params, "stage_weight", stage)
     else:
       total = self._stage(stage, "stage_cost", X, U, P).sum()
     if isinstance(final, LeastSquares):
       rN = self._final(final.residual, "terminal_cost", xN, P)
-      total = total + (rN * (self.tuning(params, "terminal_weight") @ rN)).sum()
+      total = total + self._weighted(rN.reshape(1, -1), params, "terminal_weight", final)
     elif final is not None:
       total = total + self._final(final, "terminal_cost", xN, P).reshape(())
     if self.ns:
@@ -419,8 +429,8 @@ class Transcription:
 
     def values(w: Tensor, params: Tensor, sigma: Tensor, lam: Tensor) -> Tensor:
       X, U, xN, _, _, P = self.split(w, params)
-      # NOTE: W + Wᵀ, the Hessian of rᵀWr whatever W holds (the weights are run-time parameters)
-      stage_weight, JN = self.tuning(params, "stage_weight"), None
+      # NOTE: W + Wᵀ, the Hessian of rᵀWr whatever W holds (the weights are run-time parameters), on their patterns
+      stage_weight, JN = self.tuning(params, "stage_weight") * Tensor(stage_ls.pattern.astype(np.float64)), None
       W = stage_weight + stage_weight.T
       if constant is not None:  # NOTE: affine residuals: the same Jacobians at every point, one block for all stages
         Jc = np.insert(constant[0], [nxm] * extra, 0.0, axis=1)
@@ -441,7 +451,7 @@ class Transcription:
           JN = JN.cat(Tensor.zeros(JN.shape[0], extra), dim=1) if extra else JN
       if isinstance(final_ls, LeastSquares):
         assert JN is not None
-        WN = self.tuning(params, "terminal_weight")
+        WN = self.tuning(params, "terminal_weight") * Tensor(final_ls.pattern.astype(np.float64))
         pieces.append((JN.T @ ((WN + WN.T) @ JN)).flatten())
       if self.ns:
         pieces.append(self.tuning(params, "l2") * 2)

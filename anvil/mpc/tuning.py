@@ -39,7 +39,14 @@ def tuning_vector(
     if slot not in layout:
       raise ValueError(f"{name}: weights[{key!r}]: the {key} is not a LeastSquares, so it has no weight to change")
     at, shape, size = layout[slot]
-    tuning[at : at + size] = checked_weight(f"{name}: weights[{key!r}]", value, shape[0]).ravel()
+    weight = checked_weight(f"{name}: weights[{key!r}]", value, shape[0])
+    pattern = getattr(ocp, key).pattern
+    if np.any((weight != 0) & ~pattern):
+      i, j = np.argwhere((weight != 0) & ~pattern)[0]
+      raise ValueError(f"{name}: weights[{key!r}] has nonzeros outside the pattern the controller was built with "
+                       "(the build-time weight's nonzeros and diagonal, or LeastSquares(pattern=)), e.g. at "
+                       f"({i}, {j})")  # fmt: skip
+    tuning[at : at + size] = weight.ravel()
   for group, value in _mapping(name, "soft_penalties", soft_penalties).items():
     # NOTE: x_N softened with the other states (soft={"x": ...} alone at build time) follows "x" here too
     follows = group == "x" and "x_terminal" in ocp.soft and ocp.soft["x_terminal"] is ocp.soft["x"]

@@ -97,6 +97,35 @@ def test_bad_tuning_is_refused_by_name() -> None:
     plain(cm.X0_STABILIZE, weights={"stage_cost": W_BUILD})
 
 
+def test_run_time_weights_keep_the_hessians_sparsity() -> None:
+  """The costs read their run-time weights on the weights' patterns (diagonal here): the Lagrangian Hessian derived
+  from the NLP has fewer entries than with full patterns (which let a call couple the residuals' components: x_N's
+  block, which no dynamics fill, turns dense), the same solution with the same weights; a weight outside the pattern
+  is refused by name; a full pattern takes a coupled weight as a controller built with it does."""
+  F = cm.dynamics("tune_pattern_F")
+
+  def make(name: str, weight: np.ndarray, full: bool = False) -> MPCFunction:
+    r = NumericalFunction(f"{name}_r", lambda x, u: x.cat(u), (Arg(4), Arg(1)))
+    rN = NumericalFunction(f"{name}_rN", lambda x: x * 1.0, (Arg(4),))
+    pattern, pattern_N = (np.ones((5, 5), dtype=bool), np.ones((4, 4), dtype=bool)) if full else (None, None)
+    return MPCFunction(name, F, LeastSquares(r, weight, pattern), LeastSquares(rN, 10 * Q, pattern_N), horizon=20,
+                       u_bounds=(np.array([-20.0]), np.array([20.0])),
+                       options=MPCOptions(integrator_derivatives=False))  # fmt: skip
+
+  sparse, dense = make("tune_pattern_diag", W_BUILD), make("tune_pattern_full", W_BUILD, full=True)
+  assert sparse.sqp.hessian.nnz < dense.sqp.hessian.nnz
+  np.testing.assert_allclose(sparse(X0).u, dense(X0).u, rtol=1e-10, atol=1e-12)
+  coupled = np.diag(W_BUILD)
+  coupled[0, 4] = coupled[4, 0] = 0.05
+  with pytest.raises(ValueError, match=r"nonzeros outside the pattern .* \(0, 4\)"):
+    sparse(X0, weights={"stage_cost": coupled})
+  dense.reset()
+  np.testing.assert_allclose(dense(X0, weights={"stage_cost": coupled}).u, make("tune_pattern_coupled", coupled)(X0).u,
+                             rtol=1e-10, atol=1e-12)  # fmt: skip
+  with pytest.raises(ValueError, match="pattern must hold the weight's nonzeros"):
+    LeastSquares(NumericalFunction("tune_pattern_bad", lambda x: x * 1.0, (Arg(5),)), coupled, np.eye(5, dtype=bool))
+
+
 def test_the_cpp_call_takes_the_tuning(tmp_path: Path) -> None:
   """The generated call() with a tuning vector equals the Python call with the same weights (and nullptr: defaults)."""
   mpc = controller("tune_cpp", W_BUILD, 10 * Q, Soft(l1=100.0, l2=10.0), MPCOptions())

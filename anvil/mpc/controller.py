@@ -304,7 +304,7 @@ class MPCFunction(TemplatedFunction):
              _rate_key(ocp.rate), f"{ocp.N}|{ocp.nx}|{ocp.nu}|{ocp.np}|{ocp.nh}|{ocp.nhN}"]  # fmt: skip
     for fn in (ocp.dynamics, ocp.stage_cost, ocp.terminal_cost, ocp.constraints, ocp.terminal_constraints):
       if isinstance(fn, LeastSquares):
-        parts.append(f"{fn.residual.key}|{fn.weight.tobytes().hex()}")
+        parts.append(f"{fn.residual.key}|{fn.weight.tobytes().hex()}|{np.packbits(fn.pattern).tobytes().hex()}")
       else:
         parts.append("-" if fn is None else fn.key)
     return library_key("mpc|" + hashlib.sha256("\0".join(parts).encode()).hexdigest())

@@ -113,6 +113,8 @@ def test_run_time_weights_keep_the_hessians_sparsity() -> None:
                        options=MPCOptions(integrator_derivatives=False))  # fmt: skip
 
   sparse, dense = make("tune_pattern_diag", W_BUILD), make("tune_pattern_full", W_BUILD, full=True)
+  # the pattern is part of the controller's cache key (else the second would load the first's library)
+  assert make("tune_pattern_key", W_BUILD)._problem_key != make("tune_pattern_key", W_BUILD, full=True)._problem_key
   assert sparse.sqp.hessian.nnz < dense.sqp.hessian.nnz
   np.testing.assert_allclose(sparse(X0).u, dense(X0).u, rtol=1e-10, atol=1e-12)
   coupled = np.diag(W_BUILD)

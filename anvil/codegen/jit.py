@@ -20,8 +20,12 @@ import numpy as np
 from anvil.codegen.cache import cache_dir, find_artifact, publish, read_artifact, temporary_beside, write_atomic
 from anvil.version import __version__
 
-#: Flags of every JIT build; extra flags may be appended through the ANVIL_CXXFLAGS environment variable.
-CXXFLAGS = ("-O3", "-std=c++17", "-fPIC", "-shared", "-fno-math-errno")
+#: Flags of every JIT build; extra flags may be appended through the ANVIL_CXXFLAGS environment variable. Symbols are
+#: hidden but for the entry points (ANVIL_EXPORT): two libraries of functions with one name (a controller rebuilt with
+#: another model in one session) would otherwise share their vague-linkage symbols process-wide (GCC binds the static
+#: tables of class templates as STB_GNU_UNIQUE), the second computing with the first's tables.
+CXXFLAGS = ("-O3", "-std=c++17", "-fPIC", "-shared", "-fno-math-errno", "-fvisibility=hidden",
+            "-fvisibility-inlines-hidden")  # fmt: skip
 #: Flags that fit a JIT build to the CPU it is built on, where it also runs, the first set the compiler takes: the
 #: vector units the baseline ISA leaves idle (AVX2 on x86-64) run the dense stage kernels and sensitivities 1.2-1.5x
 #: faster. No fused multiply-adds (-ffp-contract=off): results stay the baseline build's. Two vectorizer paths stay off,
@@ -35,7 +39,8 @@ HOST_FLAGS = (
 COMPILERS = ("c++", "g++", "clang++")
 #: Flags of every CUDA module build: nvcc drives the host C++ compiler; the module loads the CUDA driver and NVRTC at
 #: run time, so it links neither the CUDA runtime nor the driver. ANVIL_CXXFLAGS does not apply to it.
-NVCC_FLAGS = ("-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC,-fno-math-errno", "--cudart", "none")
+NVCC_FLAGS = ("-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC,-fno-math-errno,-fvisibility=hidden", "--cudart",
+              "none")  # fmt: skip
 
 
 class CompilerNotFoundError(RuntimeError):

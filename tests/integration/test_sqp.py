@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import anvil as av
-from anvil import Arg, Tensor
+from anvil import Arg, NumericalFunction, Tensor
 from anvil.codegen import templated
 from anvil.sqp import SQPFunction, SQPOptions
 
@@ -242,3 +242,16 @@ def test_call_time_limits(rosenbrock: SQPFunction) -> None:
   for bad in ({"max_iter": 10_000}, {"max_iter": -1}, {"tol": 0.0}, {"max_time": -1.0}):
     with pytest.raises(ValueError, match=next(iter(bad))):
       rosenbrock(*args, **bad)  # type: ignore[arg-type]
+
+
+def test_two_solvers_of_one_name_keep_their_own_code() -> None:
+  """Two SQP solvers named alike but of different problems (a model rebuilt in one session), loaded in one process:
+  each solves its own. Their libraries' symbols are hidden: GCC binds the static tables of class templates process-
+  wide (STB_GNU_UNIQUE), and the second solved with the first's sparsity tables."""
+  args = (Arg(2), Arg(0))
+  f = NumericalFunction("twin_f", lambda x, p: ((x - Tensor([1.0, 2.0])) ** 2).sum(), args)
+  first = SQPFunction("twin", f, NumericalFunction("twin_g", lambda x, p: (x[0] + x[1]).reshape(1), args))
+  second = SQPFunction("twin", f, NumericalFunction("twin_g", lambda x, p: (x[1] * 1.0).reshape(1), args))
+  bounds = (np.full(2, -np.inf), np.full(2, np.inf), [-np.inf], [1.0])
+  np.testing.assert_allclose(first(np.zeros(2), None, *bounds).x, [0.0, 1.0], atol=1e-8)  # x0 + x1 <= 1
+  np.testing.assert_allclose(second(np.zeros(2), None, *bounds).x, [1.0, 1.0], atol=1e-8)  # x1 <= 1

@@ -38,15 +38,15 @@ class MPCSensitivityFunction(TemplatedFunction):
   Hessian (MPCSolution.du0_dx0 and du0_dp compute the same in Python).
 
   Args:
-    mpc: the controller (full-SQP mode, exact Hessian).
+    mpc: the controller (full-SQP mode; exact or Gauss-Newton Hessian: the sensitivity generates its own exact one).
   """
 
   template = "mpc_sensitivity"
 
   def __init__(self, mpc: MPCFunction) -> None:
-    if mpc.options.mode != "sqp" or mpc.options.hessian != "exact":
-      raise ValueError(f"{mpc.name}: sensitivities are those of a converged full-SQP solution with the exact Hessian; "
-                       f"this controller runs mode={mpc.options.mode!r}, hessian={mpc.options.hessian!r}")  # fmt: skip
+    if mpc.options.mode != "sqp":
+      raise ValueError(f"{mpc.name}: sensitivities are those of a converged full-SQP solution; this controller runs "
+                       f"mode={mpc.options.mode!r}")  # fmt: skip
     self.name = f"{mpc.name}_sensitivity"
     self.mpc = mpc
 

@@ -479,11 +479,8 @@ class SQPFunction(TemplatedFunction):
   def sensitivity_at(self, x: ArrayLike, p: ArrayLike, lam_g: ArrayLike, lam_x: ArrayLike,
                      bounds: tuple[ArrayLike, ...]) -> Sensitivity:  # fmt: skip
     """The derivatives of the solution (x, lam_g, lam_x) at parameter p, with bounds (lbx, ubx, lbg, ubg), with
-    respect to p (`anvil.sqp.sensitivity`): ValueError where the Hessian is an approximation (convex_hessian) or the
-    KKT matrix is singular."""
-    if self.convex_hessian:
-      raise ValueError(f"{self.name}: sensitivities need the exact Hessian of the Lagrangian; this solver's is an "
-                       "approximation declared positive semidefinite (Gauss-Newton)")  # fmt: skip
+    respect to p (`anvil.sqp.sensitivity`, whose exact Hessian is its own: a solver with an approximate one, as
+    Gauss-Newton, converges to the same KKT point and multipliers); ValueError where the KKT matrix is singular."""
     n, m = self.n, self.m
     x_, p_ = self._vector("x", x, n, finite=True), self._vector("p", p, self.np, finite=True)
     lam_g_, lam_x_ = self._vector("lam_g", lam_g, m, finite=True), self._vector("lam_x", lam_x, n, finite=True)

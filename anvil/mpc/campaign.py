@@ -87,7 +87,7 @@ def campaign(
 
   tasks = _tasks(controllers, plant, scenarios, steps, seed, store is not None)
   registry = Registry(controllers, plant)
-  registry.prepare()  # NOTE: each controller built once here: forked workers inherit it, others find its library
+  registry.warm()  # NOTE: each controller built once here: forked workers inherit it, others find its library
   results: list[tuple[dict[str, Any], dict[str, F64]] | None] = [None] * len(tasks)
   show = progress if progress is not None else sys.stderr.isatty()
   with tqdm(total=len(tasks), desc="campaign", unit="run", disable=not show) as bar:

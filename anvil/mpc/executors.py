@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from functools import cached_property
 from typing import Any, TypeVar
 
 from anvil.codegen.base import FunctionBase
@@ -35,7 +36,6 @@ class Registry:
   def __init__(self, controllers: Mapping[str, Controller], plant: Callable[..., Any]) -> None:
     self.controllers, self.plant = dict(controllers), plant
     self.built: dict[str, MPCFunction] = {}
-    self.libraries: tuple[ShippedLibrary, ...] = ()
     self.token = os.urandom(8).hex()  # which campaign: a worker keeps one registry per campaign
 
   def controller(self, name: str) -> MPCFunction:
@@ -63,14 +63,17 @@ class Registry:
       _ = f.handle
     return functions
 
-  def prepare(self) -> None:
-    """Warm up here and keep the libraries for workers elsewhere."""
+  @cached_property
+  def libraries(self) -> tuple[ShippedLibrary, ...]:
+    """The libraries a run loads here (after `warm`), for workers elsewhere: read when the registry is first pickled
+    (a serial or forked campaign never reads them)."""
     paths = dict.fromkeys(str(p) for f in self.warm() for p in getattr(f, "library_paths", (f.library,)))
-    self.libraries = tuple(ShippedLibrary.of(p) for p in paths)
+    return tuple(ShippedLibrary.of(p) for p in paths)
 
   def __getstate__(self) -> dict[str, Any]:
-    """What ships to another process: not what this one built (a worker builds its own, finding the libraries)."""
-    return {**self.__dict__, "built": {}}
+    """What ships to another process: the libraries, not what this one built (a worker builds its own, finding the
+    libraries in its cache)."""
+    return {**self.__dict__, "built": {}, "libraries": self.libraries}
 
   def __setstate__(self, state: dict[str, Any]) -> None:
     self.__dict__.update(state)
@@ -220,9 +223,8 @@ def _ray_chunk(run: Callable[[Registry, T], R], token: str, boxed: list[Any], ch
   if _REGISTRY is None or _REGISTRY.token != token:
     import ray
 
-    _installed(ray.get(boxed[0]))
-  assert _REGISTRY is not None
-  return [run(_REGISTRY, task) for task in chunk]
+    return _run_chunk(run, ray.get(boxed[0]), chunk)
+  return _run_chunk(run, _REGISTRY, chunk)
 
 
 def _ray(tasks: Sequence[T], run: Callable[[Registry, T], R], registry: Registry, failed: Callable[[T, str], R],
@@ -273,6 +275,6 @@ def _dask(tasks: Sequence[T], run: Callable[[Registry, T], R], registry: Registr
 
 
 def _run_chunk(run: Callable[[Registry, T], R], registry: Registry, chunk: list[T]) -> list[R]:
-  """Tasks on a Dask worker (the registry: the worker's copy of the scattered one)."""
+  """Tasks on a cluster worker (the registry: the worker's copy of the campaign's)."""
   installed = _installed(registry)
   return [run(installed, task) for task in chunk]

@@ -172,7 +172,7 @@ def test_workers_compile_nothing_with_the_shipped_libraries(controllers: dict[st
   from anvil.mpc.executors import Registry
 
   registry = Registry(controllers, plant)
-  registry.prepare()
+  registry.warm()
   (tmp_path / "registry.pkl").write_bytes(cloudpickle.dumps(registry))
   code = ("import pickle, sys, numpy as np; r = pickle.load(open(sys.argv[1], 'rb')); x0 = np.array([0.2, 0.1, 0, 0]); "
           "print(*r.controller('sqp')(x0).u0, *r.controller('rti')(x0).u0, *r.plant(x0, np.ones(1)))")  # fmt: skip

@@ -85,8 +85,8 @@ def anvil_stage(n_mass: int, reps: int) -> dict[str, float]:
     w = rng.normal(size=ocp.nw) * 0.05
     for k in range(ocp.N + 1):
       w[k * ocp.nz : k * ocp.nz + nx] += chain.rest_state(n_mass)
-    inputs = {"jacobian": (w, chain.initial_state(n_mass)),
-              "hessian": (w, chain.initial_state(n_mass), np.ones(1), rng.normal(size=ocp.ng))}  # fmt: skip
+    params = ocp.parameter(chain.initial_state(n_mass))  # x_0 and the default weights
+    inputs = {"jacobian": (w, params), "hessian": (w, params, np.ones(1), rng.normal(size=ocp.ng))}
     for fn, args in ((jac, inputs["jacobian"]), (hess, inputs["hessian"])):
       fn(*args)
     out = {"build": time.perf_counter() - start}

@@ -96,8 +96,10 @@ struct ExplicitRK {
         real(&DX)[nx][nz] = w.DX[at];
         stage_point(i, w, z);
         for (int c = 0; c < nu; ++c) z[nx + c] = u[c];
-        // DX_i = S + h sum_j a_ij dK_j
-        for (int r = 0; r < nx; ++r) {
+        // DX_i = S + h sum_j a_ij dK_j; S itself, read in place, at a point with a zero row of a (the first) when no
+        // point's sensitivities are kept
+        const bool in_place = !second_order && !coupled(i);
+        for (int r = 0; r < nx && !in_place; ++r) {
           real row[nz];
           for (int c = 0; c < nz; ++c) row[c] = w.S[r][c];
           for (int j = 0; j < i; ++j) {
@@ -109,7 +111,7 @@ struct ExplicitRK {
         }
         eval.rate(z, p, w.K[i]);
         eval.jacobian(z, p, J);
-        stage_sensitivity(J, DX, w.dK[i]);
+        stage_sensitivity(J, in_place ? w.S : DX, w.dK[i]);
       }
       advance(w);
       // S += h sum_i b_i dK_i
@@ -172,6 +174,13 @@ struct ExplicitRK {
   }
 
   /// The step's end: x += h sum_i b_i K_i.
+  /// Whether stage point i depends on earlier stages' derivatives (a nonzero in row i of a).
+  static constexpr bool coupled(int i) {
+    for (int j = 0; j < i; ++j)
+      if (O::a[i][j] != real(0)) return true;
+    return false;
+  }
+
   static void advance(Workspace& w) {
     for (int r = 0; r < nx; ++r)
       for (int i = 0; i < s; ++i) w.x[r] += O::h * O::b[i] * w.K[i][r];
@@ -185,36 +194,30 @@ struct ExplicitRK {
   }
 
   /// dK = J [DX; 0 I] with J sparse, row by row: a combination of DX's rows (the row's state entries, listed first),
-  /// then its input entries added where they sit. Rows of up to 16 entries accumulate in a local array (4 AVX2
-  /// registers: the chain's eval 16% faster at nz = 12); longer ones in dK's row (GCC vectorized a local array of 24
-  /// across the row's entries instead, with gathers: 1.4x slower).
+  /// then its input entries added where they sit.
   static void stage_sensitivity(const real* J, const real (&DX)[nx][nz], real (&dK)[nx][nz]) {
     for (int r = 0; r < nx; ++r) {
-      const int first = O::jac_row_p[r], inputs = O::jac_row_u[r];
-      if constexpr (nz <= 16) {
-        real acc[nz];
-        for (int c = 0; c < nz; ++c) acc[c] = real(0);
-        for (int e = first; e < inputs; ++e) {
-          const real v = J[O::jac_row_e[e]];
-          const real* x = DX[O::jac_row_j[e]];
-          for (int c = 0; c < nz; ++c) acc[c] += v * x[c];
-        }
-        for (int c = 0; c < nz; ++c) dK[r][c] = acc[c];
-      } else {
-        real* ANVIL_RESTRICT out = dK[r];
-        // NOTE: the first entry's product initializes the row: zeroing it first compiled to a memset (rep stos) that
-        // took a fifth of the pass
-        if (first < inputs) {
-          const real v = J[O::jac_row_e[first]];
-          const real* ANVIL_RESTRICT x = DX[O::jac_row_j[first]];
-          for (int c = 0; c < nz; ++c) out[c] = v * x[c];
-        } else {
-          for (int c = 0; c < nz; ++c) out[c] = 0.0;
-        }
-        for (int e = first + 1; e < inputs; ++e) axpy<nz>(J[O::jac_row_e[e]], DX[O::jac_row_j[e]], out);
-      }
-      for (int e = inputs; e < O::jac_row_p[r + 1]; ++e) dK[r][O::jac_row_j[e]] += J[O::jac_row_e[e]];
+      combine_block<0>(J, O::jac_row_p[r], O::jac_row_u[r], DX, dK[r]);
+      for (int e = O::jac_row_u[r]; e < O::jac_row_p[r + 1]; ++e) dK[r][O::jac_row_j[e]] += J[O::jac_row_e[e]];
     }
+  }
+
+  /// out[c0:] = sum_e J_e DX[j_e][c0:] over the entries [first, last) of a row, in blocks of up to 128 bytes of
+  /// columns, each accumulated in a local array of compile-time length that compilers keep in vector registers (4
+  /// AVX2 registers: 1.4x the speed of accumulating in `out` at nz = 12; GCC vectorized a local array of a whole
+  /// row of 24 across the entries instead, with gathers, 1.4x slower than in memory).
+  template <int c0>
+  static void combine_block(const real* J, int first, int last, const real (&DX)[nx][nz], real* out) {
+    constexpr int block = 128 / int(sizeof(real)), width = nz - c0 < block ? nz - c0 : block;
+    real acc[width];
+    for (int c = 0; c < width; ++c) acc[c] = real(0);
+    for (int e = first; e < last; ++e) {
+      const real v = J[O::jac_row_e[e]];
+      const real* x = DX[O::jac_row_j[e]] + c0;
+      for (int c = 0; c < width; ++c) acc[c] += v * x[c];
+    }
+    for (int c = 0; c < width; ++c) out[c0 + c] = acc[c];
+    if constexpr (c0 + width < nz) combine_block<c0 + width>(J, first, last, DX, out);
   }
 
   /// Q += DZ' Hf DZ (lower triangle), Hf symmetric given by its upper triangle (CSC) in w.hf: on DZ's rows that Hf

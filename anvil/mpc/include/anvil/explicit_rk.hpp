@@ -22,6 +22,8 @@
 // sensitivities for hessian() (else one is reused, which keeps a Jacobian-only pass in the L1 cache).
 #ifndef ANVIL_EXPLICIT_RK_HPP
 #define ANVIL_EXPLICIT_RK_HPP
+#include <utility>
+
 #include "anvil/dense.hpp"
 #include "anvil/support.hpp"
 
@@ -89,30 +91,7 @@ struct ExplicitRK {
       for (int c = 0; c < nz; ++c) w.S[r][c] = c == r ? real(1) : real(0);
     }
     for (int n = 0; n < steps; ++n) {
-      for (int i = 0; i < s; ++i) {
-        const int at = second_order ? n * s + i : 0;
-        real* z = w.z[at];
-        real* J = w.J[at];
-        real(&DX)[nx][nz] = w.DX[at];
-        stage_point(i, w, z);
-        for (int c = 0; c < nu; ++c) z[nx + c] = u[c];
-        // DX_i = S + h sum_j a_ij dK_j; S itself, read in place, at a point with a zero row of a (the first) when no
-        // point's sensitivities are kept
-        const bool in_place = !second_order && !coupled(i);
-        for (int r = 0; r < nx && !in_place; ++r) {
-          real row[nz];
-          for (int c = 0; c < nz; ++c) row[c] = w.S[r][c];
-          for (int j = 0; j < i; ++j) {
-            const real f = O::h * O::a[i][j];
-            if (f == real(0)) continue;
-            for (int c = 0; c < nz; ++c) row[c] += f * w.dK[j][r][c];
-          }
-          for (int c = 0; c < nz; ++c) DX[r][c] = row[c];
-        }
-        eval.rate(z, p, w.K[i]);
-        eval.jacobian(z, p, J);
-        stage_sensitivity(J, in_place ? w.S : DX, w.dK[i]);
-      }
+      sensitivity_points(n, u, p, w, eval, std::make_integer_sequence<int, s>{});
       advance(w);
       // S += h sum_i b_i dK_i
       for (int r = 0; r < nx; ++r) {
@@ -130,6 +109,60 @@ struct ExplicitRK {
       for (int c = 0; c < nz; ++c) jac[r * nz + c] = w.S[r][c];
     }
     return true;
+  }
+
+  /// The stage points i... of step n in order: each point, its rate and Jacobian, and dK_i = J_i [DX_i; 0 I].
+  template <class E, int... i>
+  ANVIL_KERNEL void sensitivity_points(int n, const real* u, const real* p, Workspace& w, E& eval,
+                                       std::integer_sequence<int, i...>) {
+    (sensitivity_point<i>(n, u, p, w, eval), ...);
+  }
+
+  /// Stage point i of step n (i known at compile time: the zero coefficients of a drop out of DX_i's sum).
+  template <int i, class E>
+  ANVIL_KERNEL void sensitivity_point(int n, const real* u, const real* p, Workspace& w, E& eval) {
+    const int at = second_order ? n * s + i : 0;
+    real* z = w.z[at];
+    real* J = w.J[at];
+    real(&DX)[nx][nz] = w.DX[at];
+    stage_point(i, w, z);
+    for (int c = 0; c < nu; ++c) z[nx + c] = u[c];
+    eval.rate(z, p, w.K[i]);
+    eval.jacobian(z, p, J);
+    // DX_i = S + h sum_j a_ij dK_j; at a point with a zero row of a (the first), S itself, read in place (copied
+    // only where the point's sensitivities are kept), and at the first step's S = [I 0], dK_i = J itself
+    if constexpr (!coupled(i)) {
+      if constexpr (second_order)
+        for (int r = 0; r < nx; ++r)
+          for (int c = 0; c < nz; ++c) DX[r][c] = w.S[r][c];
+      if (n == 0) {
+        for (int r = 0; r < nx; ++r) {
+          for (int c = 0; c < nz; ++c) w.dK[i][r][c] = real(0);
+          for (int e = O::jac_row_p[r]; e < O::jac_row_p[r + 1]; ++e) w.dK[i][r][O::jac_row_j[e]] = J[O::jac_row_e[e]];
+        }
+      } else {
+        stage_sensitivity(J, w.S, w.dK[i]);
+      }
+    } else {
+      for (int r = 0; r < nx; ++r) {
+        real row[nz];
+        for (int c = 0; c < nz; ++c) row[c] = w.S[r][c];
+        add_coupling<i, 0>(r, w, row);
+        for (int c = 0; c < nz; ++c) DX[r][c] = row[c];
+      }
+      stage_sensitivity(J, DX, w.dK[i]);
+    }
+  }
+
+  /// row += h sum_{j' >= j, j' < i} a_ij' dK_j'[r] (only the nonzero coefficients, all known at compile time).
+  template <int i, int j>
+  ANVIL_KERNEL void add_coupling(int r, const Workspace& w, real (&row)[nz]) {
+    if constexpr (j < i) {
+      constexpr real f = O::h * O::a[i][j];
+      if constexpr (f != real(0))
+        for (int c = 0; c < nz; ++c) row[c] += f * w.dK[j][r][c];
+      add_coupling<i, j + 1>(r, w, row);
+    }
   }
 
   /// H (row-major nz x nz, upper triangle) += the Hessian of lam'F in [x; u] at the point of the last forward().
@@ -194,30 +227,47 @@ struct ExplicitRK {
   }
 
   /// dK = J [DX; 0 I] with J sparse, row by row: a combination of DX's rows (the row's state entries, listed first),
-  /// then its input entries added where they sit.
+  /// then its input entries added where they sit. The pattern is the generated tables' (constexpr): every row and
+  /// entry is unrolled at compile time, with no index loads or loop control at run time.
   static void stage_sensitivity(const real* J, const real (&DX)[nx][nz], real (&dK)[nx][nz]) {
-    for (int r = 0; r < nx; ++r) {
-      combine_block<0>(J, O::jac_row_p[r], O::jac_row_u[r], DX, dK[r]);
-      for (int e = O::jac_row_u[r]; e < O::jac_row_p[r + 1]; ++e) dK[r][O::jac_row_j[e]] += J[O::jac_row_e[e]];
-    }
+    sensitivity_rows(J, DX, dK, std::make_integer_sequence<int, nx>{});
+  }
+
+  template <int... r>
+  ANVIL_KERNEL void sensitivity_rows(const real* J, const real (&DX)[nx][nz], real (&dK)[nx][nz],
+                               std::integer_sequence<int, r...>) {
+    (sensitivity_row<r>(J, DX, dK[r]), ...);
+  }
+
+  template <int r>
+  ANVIL_KERNEL void sensitivity_row(const real* J, const real (&DX)[nx][nz], real* out) {
+    combine_block<O::jac_row_p[r], O::jac_row_u[r], 0>(J, DX, out);
+    for (int e = O::jac_row_u[r]; e < O::jac_row_p[r + 1]; ++e) out[O::jac_row_j[e]] += J[O::jac_row_e[e]];
   }
 
   /// out[c0:] = sum_e J_e DX[j_e][c0:] over the entries [first, last) of a row, in blocks of up to 128 bytes of
   /// columns, each accumulated in a local array of compile-time length that compilers keep in vector registers (4
   /// AVX2 registers: 1.4x the speed of accumulating in `out` at nz = 12; GCC vectorized a local array of a whole
   /// row of 24 across the entries instead, with gathers, 1.4x slower than in memory).
-  template <int c0>
-  static void combine_block(const real* J, int first, int last, const real (&DX)[nx][nz], real* out) {
+  template <int first, int last, int c0>
+  ANVIL_KERNEL void combine_block(const real* J, const real (&DX)[nx][nz], real* out) {
     constexpr int block = 128 / int(sizeof(real)), width = nz - c0 < block ? nz - c0 : block;
     real acc[width];
     for (int c = 0; c < width; ++c) acc[c] = real(0);
-    for (int e = first; e < last; ++e) {
+    accumulate<first, last, c0, width>(J, DX, acc);
+    for (int c = 0; c < width; ++c) out[c0 + c] = acc[c];
+    if constexpr (c0 + width < nz) combine_block<first, last, c0 + width>(J, DX, out);
+  }
+
+  /// acc += J_e DX[j_e][c0 : c0 + width] for the entries e in [e, last).
+  template <int e, int last, int c0, int width>
+  ANVIL_KERNEL void accumulate(const real* J, const real (&DX)[nx][nz], real (&acc)[width]) {
+    if constexpr (e < last) {
       const real v = J[O::jac_row_e[e]];
       const real* x = DX[O::jac_row_j[e]] + c0;
       for (int c = 0; c < width; ++c) acc[c] += v * x[c];
+      accumulate<e + 1, last, c0, width>(J, DX, acc);
     }
-    for (int c = 0; c < width; ++c) out[c0 + c] = acc[c];
-    if constexpr (c0 + width < nz) combine_block<c0 + width>(J, first, last, DX, out);
   }
 
   /// Q += DZ' Hf DZ (lower triangle), Hf symmetric given by its upper triangle (CSC) in w.hf: on DZ's rows that Hf

@@ -206,7 +206,6 @@ struct ExplicitRK {
     }
   }
 
-  /// The step's end: x += h sum_i b_i K_i.
   /// Whether stage point i depends on earlier stages' derivatives (a nonzero in row i of a).
   static constexpr bool coupled(int i) {
     for (int j = 0; j < i; ++j)
@@ -214,6 +213,7 @@ struct ExplicitRK {
     return false;
   }
 
+  /// The step's end: x += h sum_i b_i K_i.
   static void advance(Workspace& w) {
     for (int r = 0; r < nx; ++r)
       for (int i = 0; i < s; ++i) w.x[r] += O::h * O::b[i] * w.K[i][r];

@@ -719,7 +719,17 @@ class Solver {
 
   /// Index of the first non-finite entry, or -1.
   static int first_nonfinite(const real* v, int n) {
-    for (int i = 0; i < n; ++i)
+    // NOTE: v - v is 0 for a finite entry and NaN for a NaN/inf, so the sum of eight such accumulators (vector lanes,
+    // no branch per entry) is 0 exactly when every entry is finite; only then a non-finite one is looked for
+    real lanes[8] = {};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+      for (int j = 0; j < 8; ++j) lanes[j] += v[i + j] - v[i + j];
+    real sum = 0;
+    for (int j = 0; j < 8; ++j) sum += lanes[j];
+    for (; i < n; ++i) sum += v[i] - v[i];
+    if (sum == real(0)) return -1;
+    for (i = 0; i < n; ++i)
       if (!std::isfinite(v[i])) return i;
     return -1;
   }

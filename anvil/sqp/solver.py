@@ -447,7 +447,9 @@ class SQPFunction(TemplatedFunction):
     tol: float | None = None,
     max_time: float | None = None,
   ) -> SQPResult:
-    """Solve from x0 (optionally warm-starting the multipliers); ±inf bounds mean none. max_iter (at most the
+    """Solve from x0 (optionally warm-starting the multipliers: without lam_g0 the equality rows' are estimated at
+    x0, as IPOPT's least-squares start, by the QP of the equalities with the identity for Hessian, and kept if none
+    exceeds 1e3; the inequality rows' start at 0); ±inf bounds mean none. max_iter (at most the
     options' max_iter), tol and max_time (seconds) replace the options' for this call. p may be None when the
     problem has no parameters (np = 0)."""
     n, m = self.n, self.m
@@ -459,7 +461,7 @@ class SQPFunction(TemplatedFunction):
     for lo, hi, what in ((inputs[2], inputs[3], "x"), (inputs[4], inputs[5], "g")):
       check_bounds(self.name, f"bounds lb{what}, ub{what}", lo, hi, lambda i: f"index {i[0]}")
     self._check_equality_rows(inputs[4], inputs[5])
-    limits = self.limits(max_iter, tol, max_time)
+    limits = np.append(self.limits(max_iter, tol, max_time), float(lam_g0 is None))  # no lam_g0: estimated
     dtype = np.dtype(self.scalar)
     inputs = [a.astype(dtype, copy=False) for a in inputs]
     outs = [np.empty(n, dtype), np.empty(1, dtype), np.empty(m, dtype), np.empty(n, dtype)]

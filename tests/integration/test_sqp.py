@@ -255,3 +255,44 @@ def test_two_solvers_of_one_name_keep_their_own_code() -> None:
   bounds = (np.full(2, -np.inf), np.full(2, np.inf), [-np.inf], [1.0])
   np.testing.assert_allclose(first(np.zeros(2), None, *bounds).x, [0.0, 1.0], atol=1e-8)  # x0 + x1 <= 1
   np.testing.assert_allclose(second(np.zeros(2), None, *bounds).x, [1.0, 1.0], atol=1e-8)  # x1 <= 1
+
+
+def hanging_chain(n: int) -> tuple[SQPFunction, tuple[np.ndarray, ...]]:
+  """COPS' hanging chain: n links of length 1.5 / n between (0, 0) and (1, 0) (the ends fixed by bounds), least
+  potential energy (a linear cost), the links' lengths as equalities: the solver and (x0, lbx, ubx, lbg, ubg)."""
+  length = 1.5 / n
+
+  def links(w: Tensor, p: Tensor) -> Tensor:
+    x, y = w[: n + 1], w[n + 1 :]
+    dx, dy = x[1:] - x[:-1], y[1:] - y[:-1]
+    return dx * dx + dy * dy
+
+  args = (Arg(2 * (n + 1)), Arg(0))
+  f = NumericalFunction(f"sqp_chain{n}_f", lambda w, p: w[n + 1 :].sum() / n, args)
+  solver = SQPFunction(f"sqp_chain{n}", f, NumericalFunction(f"sqp_chain{n}_g", links, args))
+  lbx, ubx = np.full(2 * (n + 1), -INF), np.full(2 * (n + 1), INF)
+  lbx[[0, n, n + 1, 2 * n + 1]] = ubx[[0, n, n + 1, 2 * n + 1]] = [0.0, 1.0, 0.0, 0.0]
+  t = np.linspace(0.0, 1.0, n + 1)
+  return solver, (np.concatenate([t, -0.6 * np.sin(np.pi * t)]), lbx, ubx, np.full(n, length**2), np.full(n, length**2))
+
+
+def test_equality_multipliers_are_estimated_at_a_cold_start() -> None:
+  """Without lam_g0 the equalities' multipliers start at IPOPT's least-squares estimate. With zeros the Lagrangian's
+  Hessian is the cost's alone, zero for the chain's linear cost: the first QP is an LP bounded only by the
+  regularization and the iterates left for a violation of 1e3 (numerical_error, f = -73; 29 iterations at n = 20,
+  6 with the estimate). The solution is checked against scipy's SLSQP on the same NLP."""
+  from scipy.optimize import minimize
+
+  n = 10
+  solver, (w0, lbx, ubx, lbg, ubg) = hanging_chain(n)
+  res = solver(w0, None, lbx, ubx, lbg, ubg)
+  assert res.status == "converged" and res.iterations <= 10, res.stats["message"]
+  links = lambda w: np.diff(w[: n + 1]) ** 2 + np.diff(w[n + 1 :]) ** 2 - lbg
+  ref = minimize(lambda w: w[n + 1 :].sum() / n, w0, method="SLSQP", bounds=list(zip(lbx, ubx, strict=True)),
+                 constraints=[{"type": "eq", "fun": links}], options={"maxiter": 500, "ftol": 1e-12})  # fmt: skip
+  assert ref.success
+  assert res.f == pytest.approx(ref.fun, rel=1e-7)
+  np.testing.assert_allclose(res.x, ref.x, atol=1e-5)
+  assert np.abs(links(res.x)).max() < 1e-10 and np.all(res.lam_g > 0), "every link in tension"
+  warm = solver(res.x, None, lbx, ubx, lbg, ubg, lam_g0=res.lam_g, lam_x0=res.lam_x)  # given: used as they are
+  assert warm.status == "converged" and warm.iterations == 0

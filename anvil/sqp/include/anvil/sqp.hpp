@@ -63,6 +63,8 @@ struct Limits {
   /// x0 is the previous call's solution shifted by one stage (a receding horizon's guess): the first QP starts warm
   /// from the previous call's last QP solution, shifted alike (QP::shift)
   bool shifted = false;
+  /// lam_g0 is unknown (zeros): at x0 the equality rows' multipliers are estimated first (estimate_multipliers())
+  bool estimate_multipliers = false;
 };
 /// Functions whose output is checked for NaN/inf (Stats::failed_function).
 enum Evaluated : int {
@@ -205,6 +207,7 @@ class Solver {
         status = numerical_error;
         break;
       }
+      if (k == 0 && limits.estimate_multipliers) estimate_multipliers(x, g, lbx, ubx, lbg, ubg, lam_g, ws);
       // *** KKT residuals and the termination tests ***
       const Residuals kkt = residuals(x, g, lbx, ubx, lbg, ubg, lam_g, lam_x, ws);
       stats.time_evaluation += lap(clock);
@@ -906,6 +909,41 @@ class Solver {
       if (status == anvil::qp::solved && curvature(v.hess.data(), QP::primal(ws.qp), reg) >= real(0)) return status;
       reg = reg > real(0) ? reg * real(10) : P::reg_min;
       if (reg > P::reg_max) return anvil::qp::nonconvex;
+    }
+  }
+
+  /// Multipliers where the caller has none (IPOPT's least-squares start, constr_mult_init_max): the equality rows'
+  /// are those of the QP with the identity for Hessian at x and the equalities alone (the inequality rows and the
+  /// bounds not fixing a variable left out), min 1/2 d'd + grad'd s.t. the linearized equalities: the multipliers
+  /// closest to stationarity. Kept where that QP is solved and none exceeds 1e3, else the zeros stay; inequality
+  /// rows keep zero (an active set guessed with the identity for Hessian misled hs104's iterates). Zero multipliers
+  /// leave the Lagrangian's Hessian the cost's alone: with a linear cost and nonlinear equalities (a hanging chain)
+  /// the first QP is then an LP bounded only by the regularization, whose step the filter may still accept.
+  static void estimate_multipliers(const real* x, const real* g, const real* lbx, const real* ubx, const real* lbg,
+                                   const real* ubg, real* lam_g, WS& ws) {
+    if constexpr (ng > 0) {
+      auto& v = ws.v;
+      int equalities = 0;
+      for (int i = 0; i < ng; ++i) equalities += lbg[i] == ubg[i];
+      if (equalities == 0) return;
+      for (int e = 0; e < P::nnz_hess; ++e) v.hess[e] = 0.0;
+      assemble_A(ws);
+      assemble_bounds(x, g, lbx, ubx, lbg, ubg, ws);
+      for (int i = 0; i < nA; ++i) {
+        const bool equality = i < ng ? lbg[i] == ubg[i] : lbx[i - ng] == ubx[i - ng];
+        if (!equality) {
+          v.l[i] = -real(HUGE_VAL);
+          v.u[i] = real(HUGE_VAL);
+        }
+      }
+      if (load<QP>(real(1), false, ws.qp, ws) != anvil::qp::solved) return;
+      if (QP::solve(v.grad.data(), v.l.data(), v.u.data(), real(1e-6), false, ws.qp) != anvil::qp::solved) return;
+      const real* y = QP::dual(ws.qp);
+      real largest = 0.0;
+      for (int i = 0; i < ng; ++i) largest = std::fmax(largest, std::fabs(y[i]));
+      if (!(largest <= real(1e3))) return;
+      for (int i = 0; i < ng; ++i)
+        if (lbg[i] == ubg[i]) lam_g[i] = y[i];
     }
   }
 

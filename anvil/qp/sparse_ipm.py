@@ -47,7 +47,8 @@ class SparseIPMBackend(UsesQDLDL, QPBackend[SparseIPMOptions]):
     p = problem.p_pattern
     tables = {**self.kkt.tables, "P_p": tuple(int(v) for v in p.indptr), "P_i": tuple(int(v) for v in p.indices)}
     n, m = problem.n, problem.m
-    doubles = [("x", n), ("dx", n), ("r", n), ("z", m), ("y", m), ("magnitude", m)]
+    doubles = [("x", n), ("dx", n), ("r", n), ("z", m), ("y", m), ("magnitude", m), ("A_scaled", problem.a_pattern.nnz),
+               ("row_scale", m), ("l_scaled", m), ("u_scaled", m), ("y_out", m)]  # fmt: skip
     buffers = (*self.kkt.buffers, *(("double", name, size) for name, size in doubles),
                ("anvil::qp::ipm::Row<double>", "rows", m), ("int", "live", m))  # fmt: skip
     return _SparseIPMContext(

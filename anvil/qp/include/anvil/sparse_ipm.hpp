@@ -17,7 +17,9 @@
 //
 // Layout L: n, m, nK, nnz_P, nnz_A, max_iter, tol_min, the tables of anvil::qp::ActiveSetKKT, P_p[n + 1], P_i[nnz_P]
 // (P's pattern). Workspace W: the buffers of ActiveSetKKT (polish's included: the screening uses them), x, dx, r (n),
-// z, y, magnitude (m), rows (ipm::Row, m), live (int, m: the rows with a bound), n_live, P, A (the loaded matrices),
+// z, y, magnitude (m), A_scaled (nnz_A), row_scale, l_scaled, u_scaled, y_out (m: the equilibrated rows, their
+// bounds and the multipliers of the rows as given), rows (ipm::Row, m), live (int, m: the rows with a bound), n_live,
+// P, A (the loaded matrices, A equilibrated),
 // delta (the regularization of the last factorization), iterations, warm (the iterate holds a solution a warm start
 // can begin from), polished (the solution is the polish's).
 #ifndef ANVIL_SPARSE_IPM_HPP
@@ -54,17 +56,21 @@ struct SparseIPMBackend {
   /// No stage structure to shift: the next solve starts cold.
   static void shift(W& ws) { reset(ws); }
 
-  /// Keeps P and A; screens them when asked (the interior point tells a nonconvex QP itself when it solves it).
+  /// Keeps P and A with its rows equilibrated (equilibrate()); screens them when asked (the interior point tells a
+  /// nonconvex QP itself when it solves it).
   static int load(const double* P, const double* A, const double* l, const double* u, bool screen, W& ws) {
     ws.P = P;
-    ws.A = A;
-    return screen && !KKT::convex_on_active_set(P, A, l, u, ws) ? nonconvex : solved;
+    ws.A = equilibrate(A, ws);
+    if (!screen) return solved;
+    scale_bounds(l, u, ws);
+    return KKT::convex_on_active_set(P, ws.A, ws.l_scaled.data(), ws.u_scaled.data(), ws) ? solved : nonconvex;
   }
 
   /// Solves to tol within [tol_min, 1e-6] (at least the rounding level of q: ipm::attainable), cold from d = 0 or
   /// warm from the previous solution when it was solved.
   static int solve(const double* q, const double* l, const double* u, double tol, bool warm, W& ws) {
-    const Problem d{ws.P, ws.A, q, l, u};
+    scale_bounds(l, u, ws);
+    const Problem d{ws.P, ws.A, q, ws.l_scaled.data(), ws.u_scaled.data()};
     const bool from_solution = warm && ws.warm;
     if (!from_solution)
       for (int j = 0; j < n; ++j) ws.x[j] = 0.0;
@@ -77,12 +83,14 @@ struct SparseIPMBackend {
     // bound moves off it by that much, uphill, and its filter then refuses the step back ("acceptable" where the
     // exact QP solution, d = 0, converges). The polish solves the KKT system of the active set read from the
     // solution, which makes it exact; the iterate stays as it is for the next warm start
-    ws.polished = ws.warm && KKT::polish(ws.P, ws.A, q, l, u, ws.x.data(), ws.y.data(), ws) == KKT::polish_ok;
+    ws.polished = ws.warm && KKT::polish(ws.P, ws.A, q, d.l, d.u, ws.x.data(), ws.y.data(), ws) == KKT::polish_ok;
+    const double* y = ws.polished ? ws.polish_y.data() : ws.y.data();
+    for (int i = 0; i < m; ++i) ws.y_out[i] = ws.row_scale[i] * y[i];  // the multipliers of the rows as given
     return status;
   }
 
   static const double* primal(const W& ws) { return ws.polished ? ws.polish_d.data() : ws.x.data(); }
-  static const double* dual(const W& ws) { return ws.polished ? ws.polish_y.data() : ws.y.data(); }
+  static const double* dual(const W& ws) { return ws.y_out.data(); }
   static int iterations(const W& ws) { return ws.iterations; }
 
   /// f(row) for every row with a bound (the others are inert).
@@ -97,6 +105,30 @@ struct SparseIPMBackend {
                            ipm::Residuals<typename S::real>& res, int& iterations);
   template <class S, class D, class WS>
   friend void ipm::mehrotra_start(const D& d, WS& ws, ipm::Residuals<typename S::real>& res);
+
+  /// A with each row scaled by the power of two that brings its largest entry into [1, 2) (exact: no rounding; a row
+  /// already there is left as it is), into ws.A_scaled. The equality rows' regularization is absolute
+  /// (ipm::equality_regularization): rows of entries near 0.01 (a hanging chain's of 200 links) under a Hessian of
+  /// 1e3 I gave the Newton systems' Schur complement eigenvalues near 1e-11, far below it, and the refined steps
+  /// stalled (stationarity fixed at 2e-3: max_iterations where OSQP, which equilibrates, solves).
+  static const double* equilibrate(const double* A, W& ws) {
+    double* scaled = ws.A_scaled.data();
+    double* scale = ws.row_scale.data();
+    for (int i = 0; i < m; ++i) scale[i] = 0.0;
+    for (int e = 0; e < L::nnz_A; ++e) scale[L::A_i[e]] = std::fmax(scale[L::A_i[e]], std::fabs(A[e]));
+    for (int i = 0; i < m; ++i)
+      scale[i] = scale[i] > 0.0 && std::isfinite(scale[i]) ? std::ldexp(1.0, -std::ilogb(scale[i])) : 1.0;
+    for (int e = 0; e < L::nnz_A; ++e) scaled[e] = A[e] * scale[L::A_i[e]];
+    return scaled;
+  }
+
+  /// The bounds of the equilibrated rows, into ws.l_scaled and ws.u_scaled (infinite ones stay so).
+  static void scale_bounds(const double* l, const double* u, W& ws) {
+    for (int i = 0; i < m; ++i) {
+      ws.l_scaled[i] = l[i] * ws.row_scale[i];
+      ws.u_scaled[i] = u[i] * ws.row_scale[i];
+    }
+  }
 
   /// One QP: the loaded matrices and this solve's vectors.
   struct Problem {

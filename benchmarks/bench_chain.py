@@ -94,10 +94,9 @@ def target_lines(loops: list[Loop]) -> list[str]:
     kind = lp.name.removeprefix("anvil ")
     if kind == lp.name or kind not in issue:
       continue
-    verdicts = []
+    verdicts, ms = [], here[lp.name]
     for y in YARDSTICKS:
       limit = issue[kind] * here[y] / issue[y]
-      ms = here[lp.name]
       verdicts.append(f"by {y.removeprefix('CasADi ')} {ms:.3f} <= {limit:.3f} ms: {verdict(ms, limit)}")
     lines.append(f"  nx {lp.nx} {lp.name} (acados {issue[kind]} ms in issue 14): " + "; ".join(verdicts))
   return lines

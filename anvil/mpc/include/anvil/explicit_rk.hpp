@@ -111,6 +111,38 @@ struct ExplicitRK {
     return true;
   }
 
+  /// H (row-major nz x nz, upper triangle) += the Hessian of lam'F in [x; u] at the point of the last forward().
+  template <class E>
+  static void hessian(const real* lam, const real* p, real* H, Workspace& w, E& eval) {
+    static_assert(second_order, "hessian() needs the sensitivities of every stage point: ExplicitRK<O, true>");
+    for (int r = 0; r < nx; ++r) w.lam[r] = lam[r];
+    for (int r = 0; r < nz; ++r)
+      for (int c = 0; c < nz; ++c) w.Q[r][c] = real(0);
+    for (int n = steps - 1; n >= 0; --n) {
+      for (int i = s - 1; i >= 0; --i) {
+        const int at = n * s + i;
+        for (int r = 0; r < nx; ++r) {
+          real v = O::h * O::b[i] * w.lam[r];
+          for (int j = i + 1; j < s; ++j) v += O::h * O::a[j][i] * w.xi[j][r];
+          w.kappa[i][r] = v;
+        }
+        // xi_i = J_x' kappa_i: the adjoint of the stage point
+        for (int q = 0; q < nx; ++q) {
+          real v = 0.0;
+          for (int e = O::jac_p[q]; e < O::jac_p[q + 1]; ++e) v += w.J[at][e] * w.kappa[i][O::jac_i[e]];
+          w.xi[i][q] = v;
+        }
+        eval.hessian(w.z[at], w.kappa[i], p, w.hf);
+        add_second_order(w.DX[at], w);
+      }
+      for (int i = 0; i < s; ++i)
+        for (int r = 0; r < nx; ++r) w.lam[r] += w.xi[i][r];
+    }
+    for (int r = 0; r < nz; ++r)  // Q's lower triangle is H's upper one
+      for (int c = r; c < nz; ++c) H[r * nz + c] += w.Q[c][r];
+  }
+
+ private:
   /// The stage points i... of step n in order: each point, its rate and Jacobian, and dK_i = J_i [DX_i; 0 I].
   template <class E, int... i>
   ANVIL_KERNEL void sensitivity_points(int n, const real* u, const real* p, Workspace& w, E& eval,
@@ -165,38 +197,6 @@ struct ExplicitRK {
     }
   }
 
-  /// H (row-major nz x nz, upper triangle) += the Hessian of lam'F in [x; u] at the point of the last forward().
-  template <class E>
-  static void hessian(const real* lam, const real* p, real* H, Workspace& w, E& eval) {
-    static_assert(second_order, "hessian() needs the sensitivities of every stage point: ExplicitRK<O, true>");
-    for (int r = 0; r < nx; ++r) w.lam[r] = lam[r];
-    for (int r = 0; r < nz; ++r)
-      for (int c = 0; c < nz; ++c) w.Q[r][c] = real(0);
-    for (int n = steps - 1; n >= 0; --n) {
-      for (int i = s - 1; i >= 0; --i) {
-        const int at = n * s + i;
-        for (int r = 0; r < nx; ++r) {
-          real v = O::h * O::b[i] * w.lam[r];
-          for (int j = i + 1; j < s; ++j) v += O::h * O::a[j][i] * w.xi[j][r];
-          w.kappa[i][r] = v;
-        }
-        // xi_i = J_x' kappa_i: the adjoint of the stage point
-        for (int q = 0; q < nx; ++q) {
-          real v = 0.0;
-          for (int e = O::jac_p[q]; e < O::jac_p[q + 1]; ++e) v += w.J[at][e] * w.kappa[i][O::jac_i[e]];
-          w.xi[i][q] = v;
-        }
-        eval.hessian(w.z[at], w.kappa[i], p, w.hf);
-        add_second_order(w.DX[at], w);
-      }
-      for (int i = 0; i < s; ++i)
-        for (int r = 0; r < nx; ++r) w.lam[r] += w.xi[i][r];
-    }
-    for (int r = 0; r < nz; ++r)  // Q's lower triangle is H's upper one
-      for (int c = r; c < nz; ++c) H[r * nz + c] += w.Q[c][r];
-  }
-
- private:
   /// The states of stage point i: z = x + h sum_j a_ij K_j.
   static void stage_point(int i, const Workspace& w, real* z) {
     for (int r = 0; r < nx; ++r) {
@@ -233,12 +233,14 @@ struct ExplicitRK {
     sensitivity_rows(J, DX, dK, std::make_integer_sequence<int, nx>{});
   }
 
+  /// stage_sensitivity()'s rows r..., each unrolled at compile time.
   template <int... r>
   ANVIL_KERNEL void sensitivity_rows(const real* J, const real (&DX)[nx][nz], real (&dK)[nx][nz],
                                std::integer_sequence<int, r...>) {
     (sensitivity_row<r>(J, DX, dK[r]), ...);
   }
 
+  /// Row r of dK into out: its state entries' combination of DX's rows, then its input entries.
   template <int r>
   ANVIL_KERNEL void sensitivity_row(const real* J, const real (&DX)[nx][nz], real* out) {
     combine_block<O::jac_row_p[r], O::jac_row_u[r], 0>(J, DX, out);

@@ -923,19 +923,18 @@ class Solver {
                                    const real* ubg, real* lam_g, WS& ws) {
     if constexpr (ng > 0) {
       auto& v = ws.v;
+      const auto equality = [&](int i) { return i < ng ? lbg[i] == ubg[i] : lbx[i - ng] == ubx[i - ng]; };
       int equalities = 0;
-      for (int i = 0; i < ng; ++i) equalities += lbg[i] == ubg[i];
+      for (int i = 0; i < ng; ++i) equalities += equality(i);
       if (equalities == 0) return;
       for (int e = 0; e < P::nnz_hess; ++e) v.hess[e] = 0.0;
       assemble_A(ws);
       assemble_bounds(x, g, lbx, ubx, lbg, ubg, ws);
-      for (int i = 0; i < nA; ++i) {
-        const bool equality = i < ng ? lbg[i] == ubg[i] : lbx[i - ng] == ubx[i - ng];
-        if (!equality) {
+      for (int i = 0; i < nA; ++i)
+        if (!equality(i)) {
           v.l[i] = -real(HUGE_VAL);
           v.u[i] = real(HUGE_VAL);
         }
-      }
       if (load<QP>(real(1), false, ws.qp, ws) != anvil::qp::solved) return;
       if (QP::solve(v.grad.data(), v.l.data(), v.u.data(), real(1e-6), false, ws.qp) != anvil::qp::solved) return;
       const real* y = QP::dual(ws.qp);
@@ -943,7 +942,7 @@ class Solver {
       for (int i = 0; i < ng; ++i) largest = std::fmax(largest, std::fabs(y[i]));
       if (!(largest <= real(1e3))) return;
       for (int i = 0; i < ng; ++i)
-        if (lbg[i] == ubg[i]) lam_g[i] = y[i];
+        if (equality(i)) lam_g[i] = y[i];
     }
   }
 

@@ -7,18 +7,54 @@
 namespace anvil {
 namespace dense {
 
-/// out = sum_l a[l] M[l][:len], a combination of M's rows (their first len entries) accumulated in a local array of
-/// compile-time length, which compilers keep in vector registers: 1.4x (SSE2) to 3x (AVX2) the speed of updating
-/// `out` in memory term by term.
+/// The bytes of the widest vector registers the target compiles for (GCC and clang predefine __AVX__, __SSE2__,
+/// __ARM_NEON); 0 without any: the kernels are then plain loops.
+#if defined(__AVX__)
+inline constexpr int vector_bytes = 32;
+#elif defined(__SSE2__) || defined(__ARM_NEON)
+inline constexpr int vector_bytes = 16;
+#else
+inline constexpr int vector_bytes = 0;
+#endif
+
+/// out = sum_l a[l] M[l][:len], a combination of M's rows (their first len entries) accumulated in local vectors of
+/// the target's register width (GCC's and clang's vector extension; the remainder in a local array): 1.4x (SSE2) to
+/// 3x (AVX2) the speed of updating `out` in memory term by term. Plain loops over one local array are left to the
+/// auto-vectorizer, which GCC 12 turns, for some lengths (8 and 16 of 12 rows and more), into a transposition of M
+/// several times slower (combine_rows<12, 16>: 105 ns, with vectors 12 ns). Each entry sums its terms in the same
+/// order either way (the same roundings).
 template <int rows, int n, int len = n, class T>
 void combine_rows(const T* a, const T (&M)[rows][n], T* out) {
-  T acc[len];
-  for (int j = 0; j < len; ++j) acc[j] = a[0] * M[0][j];
-  for (int l = 1; l < rows; ++l) {
-    const T c = a[l];
-    for (int j = 0; j < len; ++j) acc[j] += c * M[l][j];
+  constexpr int per_vector = vector_bytes / static_cast<int>(sizeof(T));
+  constexpr int lanes = per_vector > 1 ? per_vector : 1;
+  constexpr int vectors = lanes > 1 ? len / lanes : 0, done = vectors * lanes, rest = len - done;
+  if constexpr (vectors > 0) {
+    typedef T vec __attribute__((vector_size(lanes * sizeof(T))));
+    vec acc[vectors];
+    for (int j = 0; j < vectors; ++j) {
+      vec m;
+      __builtin_memcpy(&m, &M[0][lanes * j], sizeof m);
+      acc[j] = a[0] * m;
+    }
+    for (int l = 1; l < rows; ++l) {
+      const T c = a[l];
+      for (int j = 0; j < vectors; ++j) {
+        vec m;
+        __builtin_memcpy(&m, &M[l][lanes * j], sizeof m);
+        acc[j] += c * m;
+      }
+    }
+    __builtin_memcpy(out, acc, sizeof acc);
   }
-  for (int j = 0; j < len; ++j) out[j] = acc[j];
+  if constexpr (rest > 0) {
+    T acc[rest];
+    for (int j = 0; j < rest; ++j) acc[j] = a[0] * M[0][done + j];
+    for (int l = 1; l < rows; ++l) {
+      const T c = a[l];
+      for (int j = 0; j < rest; ++j) acc[j] += c * M[l][done + j];
+    }
+    for (int j = 0; j < rest; ++j) out[done + j] = acc[j];
+  }
 }
 
 /// out = M x (the first len columns of M): the products accumulated column by column in a local array, so the rows'

@@ -7,6 +7,7 @@ Run from the repository root (an anvil controller's cold build takes 5-10 s at n
   .venv/bin/python -m benchmarks.bench_chain --sizes 3 5 --controllers sqp gn rti
   .venv/bin/python -m benchmarks.bench_chain --sizes 5 --tol 1e-6                 # acados's default tolerance
   .venv/bin/python -m benchmarks.bench_chain --sizes 5 --controllers rti rti_unrolled  # stage-wise vs unrolled
+  .venv/bin/python -m benchmarks.bench_chain --sizes 5 8 --condensing 1 3 6      # the stage QPs partially condensed
 
 Controllers: sqp (full SQP, exact Hessian), gn (full SQP, Gauss-Newton), rti (real-time iteration, Gauss-Newton);
 each also as <name>_unrolled, whose derivatives differentiate the NLP as one graph instead of stage by stage from the
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import tempfile
 import time
 from collections import defaultdict
@@ -48,6 +50,7 @@ from anvil.codegen.module import toposort
 from anvil.mpc import MPCFunction, MPCOptions
 from anvil.mpc.ode import OdeContext, OdeDerivatives
 from anvil.problems import chain
+from anvil.qp import RiccatiOptions
 from anvil.qp.riccati import RiccatiQP
 from anvil.sqp import SQPOptions
 from benchmarks.bench_riccati import iteration_flops
@@ -119,19 +122,24 @@ class Loop:
   note: str = ""
 
 
-def build(n_mass: int, kind: str, cache: Path, recorder: StageRecorder) -> tuple[MPCFunction, dict[str, float]]:
+def build(
+  n_mass: int, kind: str, cache: Path, recorder: StageRecorder, blocks: int = 1
+) -> tuple[MPCFunction, dict[str, float]]:
   """The controller built and called once on `cache` (empty: cold), then again (warm): its build seconds, the cold
-  build's per stage (what the log does not count is "rest": schedule and render in forked workers)."""
+  build's per stage (what the log does not count is "rest": schedule and render in forked workers). `blocks`: its
+  stage QPs' partial condensing (RiccatiOptions.condensing)."""
   x0 = chain.initial_state(n_mass)
+  options = dataclasses.replace(CONTROLLERS[kind], qp=RiccatiOptions(condensing=blocks))
+  name = f"bench_chain{n_mass}_{kind}" + (f"_blocks{blocks}" if blocks > 1 else "")
   recorder.take()
   with anvil_cache(cache):
     start = time.perf_counter()
-    mpc = chain.chain_mpc(f"bench_chain{n_mass}_{kind}", n_mass, CONTROLLERS[kind])
+    mpc = chain.chain_mpc(name, n_mass, options)
     mpc(x0)
     cold = time.perf_counter() - start
     logged = stage_seconds(recorder.take())
     start = time.perf_counter()
-    chain.chain_mpc(f"bench_chain{n_mass}_{kind}", n_mass, CONTROLLERS[kind])(x0)
+    chain.chain_mpc(name, n_mass, options)(x0)
     warm = time.perf_counter() - start
   return mpc, {"cold": cold, "warm": warm, **logged, "rest": cold - sum(logged.values())}
 
@@ -269,6 +277,8 @@ def main() -> None:
   parser.add_argument("--sizes", type=int, nargs="+", default=[3], help="n_mass values (3 4 5 6 8: nx 9 ... 39)")
   parser.add_argument("--controllers", nargs="+", default=list(DEFAULT_CONTROLLERS), choices=list(CONTROLLERS))
   parser.add_argument("--steps", type=int, default=chain.CLOSED_LOOP_STEPS, help="closed-loop steps")
+  parser.add_argument("--condensing", type=int, nargs="+", default=[1],
+                      help="stages per block of the stage QPs' partial condensing, each a row (1: none)")  # fmt: skip
   parser.add_argument(
     "--tol",
     type=float,
@@ -279,11 +289,13 @@ def main() -> None:
   ca, notes, targets, recorder = load_casadi(), [], [], StageRecorder()
   for n_mass in args.sizes:
     loops, models = [], {}
-    for kind in args.controllers:
+    for kind, blocks in itertools.product(args.controllers, args.condensing):
       with tempfile.TemporaryDirectory(prefix="bench_chain_") as cache:
-        mpc, seconds = build(n_mass, kind, Path(cache), recorder)
+        mpc, seconds = build(n_mass, kind, Path(cache), recorder, blocks)
         loop = anvil_loop(mpc, n_mass, kind, args.steps, args.tol)
-        if not kind.endswith("_unrolled"):
+        if blocks > 1:
+          loop.name += f" M={blocks}"
+        elif not kind.endswith("_unrolled"):
           models[loop.name] = FlopModel.of(mpc)
       loop.build = seconds
       loops.append(loop)

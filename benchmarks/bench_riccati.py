@@ -4,6 +4,7 @@ Run from the repository root:
 
   .venv/bin/python -m benchmarks.bench_riccati                 # the chain's stage sizes, n_mass 3 4 5 6 8
   .venv/bin/python -m benchmarks.bench_riccati --sizes 5 --reps 50
+  .venv/bin/python -m benchmarks.bench_riccati --condensing                    # partial condensing: block sizes
 
 Instances: for each chain size (anvil.problems.chain: nx = 3 (2M + 1) states, 3 inputs, M + 1 wall slacks, which
 the MPC makes inputs of their stage that enter no dynamics), a random OCP QP of N = 40 stages with those sizes
@@ -14,18 +15,26 @@ iterations, median over the instances; per stage: divided by N. Flops per stage 
 factorization ([A B]'P[A B] on the nx + nud columns that see the dynamics, the input elimination) and of the three
 vector passes (residuals, predictor, corrector), 2 flops per multiply-add, as `iteration_flops` counts them; the
 row updates, O(rows), are left out. GFlop/s = their ratio: how close the recursion runs to the machine.
+
+--condensing: RiccatiQP's partial condensing in blocks of M stages against none, on random OCP QPs (input boxes, a
+soft row on the states per stage: elastic, priced L1 + L2) of sizes (nx, nu, N) from 4 to 39 states: per solve, cold
+and warm started (the data nudged by 1-2%), medians over the instances and rounds (all block sizes of one size in
+the same round, round robin); `auto` marks auto_condensing's choice.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
+from typing import Any
 
 import numpy as np
 
 from anvil.problems import chain
 from anvil.problems.ocp_qp import random_qp
 from anvil.qp import RiccatiQP
+from anvil.qp.riccati import auto_condensing
 
 N = 40
 
@@ -86,11 +95,59 @@ def run(n_mass: int, reps: int) -> dict[str, float]:
           "flops": flops, "gflops": flops / seconds * 1e-9}  # fmt: skip
 
 
+#: (nx, nu, N) of the condensing table: the chain's stage sizes (n_mass 3, 5, 8), a quadrotor's, a cart-pole's.
+CONDENSING_SIZES = ((4, 1, 100), (9, 3, 40), (12, 4, 40), (21, 3, 40), (39, 3, 40))
+
+
+def soft_instance(rng: np.random.Generator, nx: int, nu: int, n: int) -> dict[str, np.ndarray]:
+  """A random OCP QP of n stages for RiccatiQP(boxes=True, quadratic_prices=True): bounds on the inputs, one soft
+  row on the states per stage (elastic: L1 price 10, L2 price 100)."""
+  nz = nx + nu
+  d = random_qp(rng, nx, nu, n, nz + 1, 1, 1.0)
+  d["G"] = d["G"][:, nz:]
+  d["lo"][:, :nx], d["hi"][:, :nx] = -np.inf, np.inf
+  d["lo"][:, nz:], d["hi"][:, nz:] = -0.3, np.inf
+  d["z"], d["w"] = np.zeros((n, nz + 1)), np.zeros((n, nz + 1))
+  d["z"][:, nz:], d["w"][:, nz:] = 10.0, 100.0
+  d["loN"], d["hiN"] = np.append(np.full(nx, -np.inf), d["loN"]), np.append(np.full(nx, np.inf), d["hiN"])
+  return d
+
+
+def condensing_row(nx: int, nu: int, n: int, blocks: list[int], reps: int) -> str:
+  """One size's cold and warm solve times (ms) and iterations per block size, and their ratio to none."""
+  blocks = sorted({1, *(b for b in blocks if b <= n)})
+  kw: dict[str, Any] = dict(ng=nx + nu + 1, ngN=nx + 1, boxes=True, quadratic_prices=True)
+  qps = {b: RiccatiQP(f"bench_condensing_{nx}_{nu}_{n}_{b}", nx, nu, n, condensing=b, **kw) for b in blocks}
+  rng = np.random.default_rng(nx * 1000 + n)
+  instances = [soft_instance(rng, nx, nu, n) for _ in range(6)]
+  cold, warm = {b: [] for b in blocks}, {b: [] for b in blocks}
+  for _, d, b in itertools.product(range(reps), instances, blocks):
+    first = qps[b](1e-8, **d)
+    second = qps[b](1e-8, warm_start=True, **{**d, "x0": 1.02 * d["x0"], "g": 1.01 * d["g"]})
+    if first.status != "solved" or second.status != "solved":
+      raise RuntimeError(f"bench_riccati: ({nx}, {nu}, {n}) blocks {b}: {first.status}, {second.status}")
+    cold[b].append((first.solve_time, first.iterations))
+    warm[b].append((second.solve_time, second.iterations))
+  ms = lambda runs: statistics.median(t for t, _ in runs) * 1e3
+  cell = lambda runs, none: f"{ms(runs):7.3f} ({ms(runs) / ms(none):4.2f}x, {statistics.mean(i for _, i in runs):4.1f})"
+  auto = auto_condensing(nx, nu, n)
+  cells = [f"M {b}{'*' if b == auto else ' '} {cell(cold[b], cold[1])} {cell(warm[b], warm[1])}" for b in blocks]
+  return f"  {nx:>3} {nu:>3} {n:>4} | " + " | ".join(cells)
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--sizes", type=int, nargs="+", default=list(chain.SIZES), help="chain n_mass values")
   parser.add_argument("--reps", type=int, default=20, help="instances per size")
+  parser.add_argument("--condensing", action="store_true", help="the partial condensing table instead")
+  parser.add_argument("--blocks", type=int, nargs="+", default=[1, 2, 3, 4, 6], help="--condensing: block sizes")
   args = parser.parse_args()
+  if args.condensing:
+    print("RiccatiQP, partial condensing in blocks of M stages: per solve, cold then warm: ms (ratio to none, mean")
+    print("iterations); * = auto_condensing's choice")
+    for nx, nu, n in CONDENSING_SIZES:
+      print(condensing_row(nx, nu, n, args.blocks, max(1, args.reps // 5)))
+    return
   print(f"Riccati interior point, N = {N}: per stage and iteration (median over {args.reps} instances)")
   print(f"  {'n_mass':>6} {'nx':>4} {'nu':>4} {'nud':>4} {'its':>5} {'kflop':>8} {'us':>8} {'GFlop/s':>8}")
   for n_mass in args.sizes:

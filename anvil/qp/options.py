@@ -88,10 +88,21 @@ class RiccatiOptions(InteriorPointOptions):
 
   Example:
     >>> MPCOptions(qp=RiccatiOptions(max_iter=40))
+    >>> MPCOptions(qp=RiccatiOptions(condensing=4))  # blocks of 4 stages
   """
 
   solver: ClassVar[str] = "riccati"
   """The solver's name, as `SQPResult.stats["qp_solver"]` reports it."""
+  condensing: int | str = 1
+  """Partial condensing of the stage QPs: stages per block, or "auto", chosen from their sizes as a RiccatiQP's
+  (`anvil.qp.riccati.auto_condensing`). None by default: an MPC's QPs start warm and take 3-8 iterations, too few to
+  repay the condensing at the sizes measured (the chain of masses, nx 21 and 39, nu 3: blocks of 3-6 stages cost
+  8-30% more QP time, `python -m benchmarks.bench_chain --condensing`); cold solves of many iterations gain."""
+
+  def __post_init__(self) -> None:
+    super().__post_init__()
+    if self.condensing != "auto":
+      check_int("RiccatiOptions", "condensing", self.condensing)
 
   def backend(self, name: str, problem: QPProblem) -> QPBackend[RiccatiOptions]:
     """The Riccati backend for `problem` (which must carry its stage layout), C++ namespace `name`."""

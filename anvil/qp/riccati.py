@@ -26,6 +26,7 @@ from numpy.typing import ArrayLike
 
 from anvil.codegen.base import check_identifier
 from anvil.codegen.precision import check_scalar, cpp_real
+from anvil.codegen.runtime import runtime_include
 from anvil.codegen.templated import TemplatedFunction
 from anvil.qp.options import RiccatiOptions
 from anvil.qp.result import OCPQPSolution, QPStatus
@@ -49,6 +50,7 @@ class _RiccatiContext:
   real: str
   boxes: bool
   quadratic_prices: bool
+  condensing: int
 
 
 class RiccatiQP(TemplatedFunction):
@@ -65,6 +67,11 @@ class RiccatiQP(TemplatedFunction):
     boxes: the first nx + nu rows of each stage k < N (nx + nuN at stage N) bound its variables one by one (row j of
       z_k = [x_k; u_k]): G and GN then hold only the rows after them (ng and ngN count all rows).
     quadratic_prices: the data fields w and wN (rows' prices of their squared violation) exist (else every w is 0).
+    condensing: stages per block of partial condensing (HPIPM's; 1: none), or "auto" (`auto_condensing`): the
+      interior point solves the QP of ceil(N / condensing) stages of nx states and condensing * nu inputs, the states
+      inside each block eliminated through the dynamics (anvil/condensing.hpp), and its solution is expanded to every
+      stage (the status and residual norms are the condensed QP's). Fewer, larger stages: worth it where nx is large
+      against nu (`python -m benchmarks.bench_riccati --condensing`).
 
   Example:
     >>> qp = RiccatiQP("qp", nx=4, nu=1, N=30, ng=5, ngN=4)
@@ -75,7 +82,6 @@ class RiccatiQP(TemplatedFunction):
   #: Fields that default to zeros: the rows' prices (every row hard).
   PRICES = ("z", "zN", "w", "wN")
   template = "riccati"
-  header_runtime = ("riccati",)
 
   def __init__(
     self,
@@ -91,6 +97,7 @@ class RiccatiQP(TemplatedFunction):
     scalar: str = "float64",
     boxes: bool = False,
     quadratic_prices: bool = False,
+    condensing: int | str = "auto",
   ) -> None:
     self.name = check_identifier(name, "RiccatiQP name")
     self.scalar = check_scalar(f"RiccatiQP({name})", scalar)
@@ -99,6 +106,12 @@ class RiccatiQP(TemplatedFunction):
       if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise ValueError(f"RiccatiQP({name}): {what} must be an int >= {least}, got {value!r}")
     self.nx, self.nu, self.N, self.ng, self.ngN, self.max_iter, self.nuN = nx, nu, N, ng, ngN, max_iter, nuN
+    if condensing == "auto":
+      condensing = auto_condensing(nx, nu, N)
+    if isinstance(condensing, bool) or not isinstance(condensing, int) or not 1 <= condensing <= N:
+      raise ValueError(f"RiccatiQP({name}): condensing must be \"auto\" or an int in [1, N = {N}] (stages per block), "
+                       f"got {condensing!r}")  # fmt: skip
+    self.condensing: int = condensing
     self.nud = nu if nud is None else nud
     if isinstance(self.nud, bool) or not isinstance(self.nud, int) or not 0 <= self.nud <= nu:
       raise ValueError(f"RiccatiQP({name}): nud must be an int in [0, nu = {nu}], got {nud!r}")
@@ -108,6 +121,12 @@ class RiccatiQP(TemplatedFunction):
     self.boxes, self.quadratic_prices = boxes, quadratic_prices
     if boxes and (ng < nx + nu or ngN < nx + nuN):
       raise ValueError(f"RiccatiQP({name}): boxes=True needs ng >= nx + nu and ngN >= nx + nuN (the box rows)")
+
+  @property
+  def header_includes(self) -> tuple[str, ...]:
+    """The runtime headers of the declarations: the solver's, with condensing the condensing layer's (which
+    includes it)."""
+    return (runtime_include("condensing" if self.condensing > 1 else "riccati"),)
 
   @property
   def shapes(self) -> dict[str, tuple[int, ...]]:
@@ -143,7 +162,7 @@ class RiccatiQP(TemplatedFunction):
       name=self.name, nx=self.nx, nu=self.nu, N=self.N, ng=self.ng, ngN=self.ngN, nuN=self.nuN, nud=self.nud,
       max_iter=self.max_iter, uN_offset=flat_offsets(self.solution_shapes)[0]["uN"],
       pi_offset=flat_offsets(self.iterate_shapes)[0]["pi"], real=cpp_real(self.scalar), boxes=self.boxes,
-      quadratic_prices=self.quadratic_prices,
+      quadratic_prices=self.quadratic_prices, condensing=self.condensing,
     )  # fmt: skip
 
   @cached_property
@@ -193,6 +212,17 @@ class RiccatiQP(TemplatedFunction):
     status = QPStatus.from_code(int(info[0]))
     return OCPQPSolution(x.reshape(N + 1, nx), u.reshape(N, nu), pi.reshape(N, nx), lam, lamN[: self.ngN], status,
                          int(info[1]), residuals, float(res[4]), uN[: self.nuN])  # fmt: skip
+
+
+def auto_condensing(nx: int, nu: int, N: int) -> int:
+  """The stages per block RiccatiQP condenses by default: nx // (2 nu) where that is 3 or more (capped at N), else 1
+  (none). Measured on random OCP QPs with input boxes and elastic state rows (`python -m benchmarks.bench_riccati
+  --condensing`: nx 4 to 39, nu 1 to 4, N 20 to 100, cold and warm solves): condensing pays from nx >= 6 nu on (21
+  states, 3 inputs: blocks of 3-4 stages 10-15% faster; 39 and 3: blocks of 6 up to 2.2x), the block's nu M near
+  nx / 2 or a little less; it costs 5-50% below (the inner states' rows turn into dense rows of the block's inputs,
+  and the condensing itself, once per solve, is no longer repaid)."""
+  block = nx // (2 * nu)
+  return min(block, N) if block >= 3 else 1
 
 
 def flat_offsets(shapes: Mapping[str, tuple[int, ...]]) -> tuple[dict[str, int], int]:

@@ -181,7 +181,7 @@ class RiccatiBackend(QPBackend[RiccatiOptions]):
     nz, nzN = self.stages.nx + nu, self.stages.nx + nuN
     self.solver = RiccatiQP(f"{self.name}_ipm", self.stages.nx, nu, self.stages.N, ng=nz + ng, ngN=nzN + ngN,
                             max_iter=options.max_iter, nuN=nuN, nud=nud, scalar=problem.scalar, boxes=True,
-                            quadratic_prices=bool(self.soft))  # fmt: skip
+                            quadratic_prices=bool(self.soft), condensing=options.condensing)  # fmt: skip
     _ = self.tables  # NOTE: a layout the patterns do not fit raises here, when the backend is made
 
   def dependencies(self) -> tuple[RiccatiQP]:

@@ -15,6 +15,7 @@ from anvil.mpc import ClosedLoop, LeastSquares, MPCFunction, MPCOptions, Soft, r
 from anvil.problems import cartpole
 from anvil.problems import cartpole_mpc as cm
 from anvil.problems.backend import TINYGRAD
+from anvil.qp import RiccatiOptions
 from anvil.sqp import SQPStatus
 
 N_SMALL = 10
@@ -528,3 +529,16 @@ def test_simulate_starts_from_a_given_guess() -> None:
   first = swing(cm.X0_SWING_UP)  # the same first solve, started by hand
   assert cl.statuses[0] == "converged" and first.success
   np.testing.assert_allclose(cl.u[0], first.u0, atol=1e-12)
+
+
+@pytest.mark.parametrize("mode", ["sqp", "rti"])
+def test_partial_condensing_steers_as_the_stage_qps(mode: str) -> None:
+  """RiccatiOptions(condensing=4): the cart-pole's stage QPs solved in blocks of 4 stages (N = 30: the last block
+  padded) steer the closed loop as the stage QPs do, the warm starts shifted by one stage through the blocks."""
+  options = MPCOptions(mode=mode, qp=RiccatiOptions(condensing=4))
+  blocks = cm.stabilizing(f"test_mpc_blocks_{mode}", options)
+  stages = cm.stabilizing(f"test_mpc_stages_{mode}", MPCOptions(mode=mode))
+  cl, reference = (simulate(m, cartpole.step_numpy, cm.X0_STABILIZE, 60) for m in (blocks, stages))
+  assert cl.failures == reference.failures == 0 and cl.statuses == reference.statuses
+  np.testing.assert_allclose(cl.u, reference.u, atol=U_ATOL)
+  assert cl.cost == pytest.approx(reference.cost, rel=1e-9)

@@ -36,7 +36,7 @@ def kkt_residuals(d: dict[str, Any], sol: Any) -> tuple[float, float]:
   return max(stat, np.abs(rN).max()), dyn
 
 
-@pytest.mark.parametrize("nx,nu,N,extra", [(4, 1, 30, 1), (2, 2, 10, 0), (6, 3, 20, 2), (3, 1, 50, 1)])
+@pytest.mark.parametrize("nx,nu,N,extra", [(4, 1, 30, 1), (2, 2, 10, 0), (6, 3, 20, 2), (3, 1, 50, 1), (12, 4, 8, 1)])
 def test_random_qps_match_osqp(nx: int, nu: int, N: int, extra: int) -> None:
   rng = np.random.default_rng(nx * 100 + N)
   ng = nx + nu + extra
@@ -352,3 +352,59 @@ def test_box_rows_implied_equal_the_stored_unit_rows() -> None:
       np.testing.assert_allclose(sol.u, osqp_solution(d)[1], atol=1e-6)
   with pytest.raises(ValueError, match="boxes=True needs"):
     RiccatiQP("riccati_t_rows_few", nx, nu, N, ng=nx, boxes=True)
+
+
+def same_solution(a: Any, b: Any, atol: float) -> None:
+  """a and b agree: status, primal, dynamics and row multipliers, terminal inputs."""
+  assert a.status == b.status == "solved"
+  for field in ("x", "u", "uN", "pi", "lam", "lamN"):
+    np.testing.assert_allclose(getattr(a, field), getattr(b, field), atol=atol, err_msg=field)
+
+
+@pytest.mark.parametrize("M", [2, 3, 5])
+def test_partial_condensing_solves_the_same_qp(M: int) -> None:
+  """condensing=M (blocks of M stages; N = 13, so the last block is padded where M does not divide it) gives the
+  stage solver's solution and multipliers, the inner states' dynamics multipliers recovered by stationarity (KKT
+  residuals recomputed in numpy): soft rows whose slacks are inputs outside the dynamics, a terminal input and true
+  equalities; implied box rows with elastic rows priced L1 + L2; warm starts; an inconsistent QP's status."""
+  rng = np.random.default_rng(M)
+  nx, N = 4, 13
+  kw: dict[str, Any] = dict(ng=nx + 3, ngN=nx + 2, nuN=1, nud=1)
+  stages = RiccatiQP("riccati_t_cond_soft", nx, 2, N, **kw)
+  blocks = RiccatiQP(f"riccati_t_cond_soft_{M}", nx, 2, N, condensing=M, **kw)
+  solved = 0
+  while solved < 2:  # instances where x_N = 0 is out of reach end infeasible, in both
+    d = soft_terminal_qp(rng, nx, N)
+    reference, sol = stages(1e-10, **d), blocks(1e-10, **d)
+    assert sol.status == reference.status
+    if sol.status == "solved":
+      same_solution(sol, reference, 1e-6)
+      stat, dyn = kkt_residuals(d, sol)
+      assert stat < 1e-8 and dyn < 1e-8
+      solved += 1
+  nudged = {**d, "g": d["g"] * 1.01, "x0": d["x0"] * 0.99}
+  same_solution(blocks(1e-10, warm_start=True, **nudged), stages(1e-10, **nudged), 1e-6)
+
+  nu, ng = 2, nx + 2 + 2
+  kw = dict(ng=ng, ngN=nx + 1, boxes=True, quadratic_prices=True)
+  stages = RiccatiQP("riccati_t_cond_boxes", nx, nu, N, **kw)
+  blocks = RiccatiQP(f"riccati_t_cond_boxes_{M}", nx, nu, N, condensing=M, **kw)
+  d = random_qp(rng, nx, nu, N, ng, 1, 3.0)
+  d["lo"][1:, 0], d["hi"][1:, 0] = d["x0"][0] + 5.0, d["x0"][0] + 6.0  # out of reach: hard, the QP is infeasible
+  d["G"] = d["G"][:, nx + nu :]
+  d["loN"], d["hiN"] = np.append(np.full(nx, -2.0), d["loN"]), np.append(np.full(nx, 2.0), d["hiN"])
+  assert blocks(1e-10, **d).status == stages(1e-10, **d).status == "infeasible"
+  d["z"], d["w"] = np.full((N, ng), 1.0), np.full((N, ng), 2.0)
+  d["z"][:, nx : nx + nu] = d["w"][:, nx : nx + nu] = 0.0  # the input boxes stay hard
+  reference, sol = stages(1e-10, **d), blocks(1e-10, **d)
+  assert reference.status == "solved" and np.abs(sol.lam[:, 0]).max() > 1e-3, "an elastic row is violated"
+  same_solution(sol, reference, 1e-6)
+
+
+def test_partial_condensing_is_checked_and_chosen_from_the_sizes() -> None:
+  for bad in (11, 0, "some", 2.0):
+    with pytest.raises(ValueError, match='condensing must be "auto" or an int in'):
+      RiccatiQP("riccati_t_cond_bad", 2, 1, 10, condensing=bad)  # type: ignore[arg-type]
+  auto = lambda nx, nu, N: RiccatiQP("riccati_t_cond_auto", nx, nu, N).condensing
+  assert auto(4, 1, 30) == auto(12, 4, 30) == auto(9, 3, 30) == 1, "small states against the inputs: none"
+  assert auto(21, 3, 40) == 3 and auto(39, 3, 40) == 6 and auto(39, 3, 4) == 4

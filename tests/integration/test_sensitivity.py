@@ -15,6 +15,7 @@ from anvil import Arg, NumericalFunction
 from anvil.mpc import LeastSquares, MPCFunction, MPCOptions
 from anvil.problems import cartpole
 from anvil.problems import cartpole_mpc as cm
+from anvil.qp import RiccatiOptions
 from anvil.sqp import SQPFunction, SQPOptions
 
 H_FD = 1e-6  # central differences of solves converged to 1e-12: error ~1e-10 + rounding 1e-16 / 1e-6
@@ -188,10 +189,15 @@ int main() {
 """
 
 
+@pytest.mark.parametrize("blocks", [1, 4], ids=["stages", "condensed"])
 @pytest.mark.parametrize("x0", [[0.5, 0.3, 0.0, 0.0], [1.5, 0.6, 0.0, 0.0]], ids=["free", "saturated"])
-def test_generated_du0_dx0_equals_python(mpc: MPCFunction, x0: list[float], tmp_path: Any) -> None:
-  """The generated C++ du0_dx0 (the Riccati QP's last factorization at the solution) equals the KKT system's."""
+def test_generated_du0_dx0_equals_python(mpc: MPCFunction, x0: list[float], blocks: int, tmp_path: Any) -> None:
+  """The generated C++ du0_dx0 (the Riccati QP's last factorization at the solution: with partial condensing, the
+  first block's) equals the KKT system's."""
   import subprocess
+
+  if blocks > 1:
+    mpc = cm.stabilizing(f"sens_cartpole_{blocks}", MPCOptions(qp=RiccatiOptions(condensing=blocks)), horizon=20)
 
   from anvil.codegen import find_compiler
   from examples.cpp.harness import INCLUDES, write_module

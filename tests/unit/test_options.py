@@ -27,6 +27,10 @@ def test_qp_options_are_checked_field_by_field() -> None:
     RiccatiOptions(tol_min=1e-3)
   with pytest.raises(ValueError, match=r"RiccatiOptions\.max_iter"):
     RiccatiOptions(max_iter=0)
+  for blocks in (0, "some", 2.0):
+    with pytest.raises(ValueError, match=r"RiccatiOptions\.condensing"):
+      RiccatiOptions(condensing=blocks)  # type: ignore[arg-type]
+  assert RiccatiOptions().condensing == 1 and RiccatiOptions(condensing="auto").condensing == "auto"
   with pytest.raises(ValueError, match=r"SparseIPMOptions\.tol_min"):
     SparseIPMOptions(tol_min=0.0)
   with pytest.raises(ValueError, match=r"SparseIPMOptions\.max_iter"):

@@ -149,6 +149,34 @@ struct Pattern {
   }
 };
 
+/// A stage solver's solve() (Riccati's, Condensed's): S::solve_in_place, then the Solution from the iterate it
+/// leaves in ws (x, u, uN, pi and the rows).
+template <class S>
+int solve(const typename S::Data& d, typename S::real tol, int max_iter, typename S::Solution& sol,
+          typename S::Workspace& ws, bool warm_start) {
+  const double start = anvil::now();
+  ipm::Residuals<typename S::real> res;
+  int it = 0;
+  const int status = S::solve_in_place(d, tol, max_iter, ws, warm_start, res, it);
+  sol.residual_stationarity = res.stationarity;
+  sol.residual_equality = res.equality;
+  sol.residual_inequality = res.inequality;
+  sol.complementarity = res.complementarity;
+  for (int k = 0; k <= S::N; ++k)
+    for (int i = 0; i < S::nx; ++i) sol.x[k][i] = ws.x[k][i];
+  for (int k = 0; k < S::N; ++k) {
+    for (int i = 0; i < S::nu; ++i) sol.u[k][i] = ws.u[k][i];
+    for (int i = 0; i < S::nx; ++i) sol.pi[k][i] = ws.pi[k][i];
+    for (int m = 0; m < S::mg; ++m) sol.lam[k][m] = S::multiplier(ws.rows[k][m]);
+  }
+  for (int m = 0; m < S::mgN; ++m) sol.lamN[m] = S::multiplier(ws.rowsN[m]);
+  for (int i = 0; i < S::muN; ++i) sol.uN[i] = ws.uN[i];
+  sol.status = status;
+  sol.iterations = it;
+  sol.solve_time = anvil::now() - start;
+  return status;
+}
+
 }  // namespace riccati
 
 /// The solver for one set of sizes: states nx, inputs nu and horizon N; ng rows per stage k < N and ngN at stage N;
@@ -176,6 +204,7 @@ struct Riccati {
   static constexpr int mG = ng - nb > 0 ? ng - nb : 1;  ///< stored rows of G (those after the boxes)
   static constexpr int mGN = ngN - nbN > 0 ? ngN - nbN : 1;
   static constexpr int muN = nuN > 0 ? nuN : 1;
+  static constexpr bool box_rows = boxes, squared_prices = quadratic_prices;  ///< the template's flags
   /// The tightest tolerance a solve is held to: none in double; in float, 1e-4 (tighter, the slacks of active rows
   /// shrink until the weights l/t swamp the factorization's precision and a convex QP looks nonconvex)
   static constexpr T tol_floor = anvil::by_precision<T>(0.0, 1e-4f);
@@ -222,6 +251,10 @@ struct Riccati {
     int n_live[N], n_liveN;
     T r_z[N][nz], r_N[nzN], r_dyn[N][nx];
     T P[N + 1][nx][nx], p[N + 1][nx], L[N][nu][nu], K[N][nu][nx], k[N][nu], LN[muN][muN], KN[muN][nx], kN[muN];
+    /// [A_k B_k]' (the inputs that enter the dynamics), set at the start of each solve: the rollouts' and residuals'
+    /// products [A B] z as combinations of its rows (vectorized; A's rows strided across a product column by column
+    /// compile to scalar code, 3-4x slower at nx = 21)
+    T ABt[N][nd][nx];
     bool warm;  ///< the iterates hold a solution a warm start can begin from
   };
 
@@ -229,27 +262,7 @@ struct Riccati {
   /// norms) in at most max_iter iterations, from a cold start, or with warm_start from the previous solution kept in
   /// ws (when there is one). Never allocates; returns the status (also in sol.status).
   static int solve(const Data& d, T tol, int max_iter, Solution& sol, Workspace& ws, bool warm_start) {
-    const double start = anvil::now();
-    ipm::Residuals<T> res;
-    int it = 0;
-    const int status = solve_in_place(d, tol, max_iter, ws, warm_start, res, it);
-    sol.residual_stationarity = res.stationarity;
-    sol.residual_equality = res.equality;
-    sol.residual_inequality = res.inequality;
-    sol.complementarity = res.complementarity;
-    for (int k = 0; k <= N; ++k)
-      for (int i = 0; i < nx; ++i) sol.x[k][i] = ws.x[k][i];
-    for (int k = 0; k < N; ++k) {
-      for (int i = 0; i < nu; ++i) sol.u[k][i] = ws.u[k][i];
-      for (int i = 0; i < nx; ++i) sol.pi[k][i] = ws.pi[k][i];
-      for (int m = 0; m < mg; ++m) sol.lam[k][m] = multiplier(ws.rows[k][m]);
-    }
-    for (int m = 0; m < mgN; ++m) sol.lamN[m] = multiplier(ws.rowsN[m]);
-    for (int i = 0; i < muN; ++i) sol.uN[i] = ws.uN[i];
-    sol.status = status;
-    sol.iterations = it;
-    sol.solve_time = anvil::now() - start;
-    return status;
+    return riccati::solve<Riccati>(d, tol, max_iter, sol, ws, warm_start);
   }
 
   /// solve() leaving the solution in ws (x, u, uN, pi; a row's multiplier: multiplier(ws.rows[k][m]); r_z and r_N:
@@ -267,6 +280,9 @@ struct Riccati {
 
   /// A row's multiplier lam_hi - lam_lo (an equality's free one).
   static T multiplier(const ipm::Row<T>& r) { return r.hi.l - r.lo.l; }
+
+  /// The next solve starts cold.
+  static void reset(Workspace& ws) { ws.warm = false; }
 
   /// Prepares a warm start for the next QP of a receding horizon, in step form (an SQP's, whose zero is the guess
   /// shifted by one stage): the multipliers and the rows' slacks move one stage earlier (the last stage keeps its
@@ -366,13 +382,11 @@ struct Riccati {
   }
 
   /// b + A_k x + B_k u (the inputs that enter the dynamics), into v.
-  static void dynamics(const Data& d, int k, const T* x, const T* u, const T* b, T* v) {
-    T bu[nx];
-    dense::multiply<nx, nx>(d.A[k], x, v);
-    if constexpr (nud > 0) {
-      dense::multiply<nx, nu, nud>(d.B[k], u, bu);
-      for (int i = 0; i < nx; ++i) v[i] += bu[i];
-    }
+  static void dynamics(const Workspace& ws, int k, const T* x, const T* u, const T* b, T* v) {
+    T z[nd];
+    for (int i = 0; i < nx; ++i) z[i] = x[i];
+    for (int i = 0; i < nud; ++i) z[nx + i] = u[i];
+    dense::combine_rows<nd, nx>(z, ws.ABt[k], v);
     for (int i = 0; i < nx; ++i) v[i] += b[i];
   }
 
@@ -397,7 +411,7 @@ struct Riccati {
         add_to(ws.pattern[k], d.G[k], nb, m, lam, r);
       }
       for (int i = k == 0 ? nx : 0; i < nz; ++i) stat = std::fmax(stat, std::fabs(r[i]));  // x_0 is fixed
-      dynamics(d, k, ws.x[k], ws.u[k], d.c[k], ws.r_dyn[k]);
+      dynamics(ws, k, ws.x[k], ws.u[k], d.c[k], ws.r_dyn[k]);
       for (int i = 0; i < nx; ++i) {
         ws.r_dyn[k][i] -= ws.x[k + 1][i];
         n.equality = std::fmax(n.equality, std::fabs(ws.r_dyn[k][i]));
@@ -516,7 +530,7 @@ struct Riccati {
     for (int k = 0; k < N; ++k) {
       dense::multiply<nu, nx>(ws.K[k], ws.dx[k], ws.du[k]);
       for (int i = 0; i < nu; ++i) ws.du[k][i] += ws.k[k][i];
-      dynamics(d, k, ws.dx[k], ws.du[k], ws.r_dyn[k], ws.dx[k + 1]);
+      dynamics(ws, k, ws.dx[k], ws.du[k], ws.r_dyn[k], ws.dx[k + 1]);
     }
     for (int i = 0; i < nuN; ++i) {
       T v = ws.kN[i];
@@ -551,7 +565,7 @@ struct Riccati {
   }
 
   /// Cold start: x_k = x0, u = 0, pi = 0. Warm start: the previous primal-dual point (x_0 replaced by x0). Either
-  /// way the rows' nonzeros are found; `start_rows` then starts the rows.
+  /// way the rows' nonzeros are found and [A B]' formed; `start_rows` then starts the rows.
   static void initialize(const Data& d, bool warm, Workspace& ws) {
     if (!warm) {
       ws = Workspace{};
@@ -560,6 +574,11 @@ struct Riccati {
     }
     for (int i = 0; i < nx; ++i) ws.x[0][i] = d.x0[i];
     find_patterns(d, ws);
+    for (int k = 0; k < N; ++k)
+      for (int l = 0; l < nx; ++l) {
+        for (int j = 0; j < nx; ++j) ws.ABt[k][j][l] = d.A[k][l][j];
+        for (int j = 0; j < nud; ++j) ws.ABt[k][nx + j][l] = d.B[k][l][j];
+      }
   }
 
   /// The nonzeros of every stored row with a bound (a box row has one, its variable: nothing to find).

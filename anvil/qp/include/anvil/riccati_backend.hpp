@@ -47,7 +47,7 @@ struct RiccatiBackend {
   static_assert(sizeof(typename IPM::Data) == L::data_size * sizeof(real), "Data is a flat array of reals");
 
   static void reset(W& ws) {
-    ws.ipm.warm = false;
+    IPM::reset(ws.ipm);
     ws.iterations = 0;
   }
 

@@ -205,6 +205,11 @@ struct Riccati {
   static constexpr int mGN = ngN - nbN > 0 ? ngN - nbN : 1;
   static constexpr int muN = nuN > 0 ? nuN : 1;
   static constexpr bool box_rows = boxes, squared_prices = quadratic_prices;  ///< the template's flags
+  /// Whether a solve keeps [A B]' (Workspace::ABt), so the rollouts' and residuals' products [A B] z are
+  /// combinations of its rows (vectorized; with A's rows strided, a product compiles to scalar code, 3-4x slower at
+  /// nx = 21): from nx = 8 on (random QPs of 9 to 21 states solve 6-11% faster; of 4 and 6 states no faster, and a
+  /// microcontroller's memory counts more).
+  static constexpr bool transposed_dynamics = nx >= 8;
   /// The tightest tolerance a solve is held to: none in double; in float, 1e-4 (tighter, the slacks of active rows
   /// shrink until the weights l/t swamp the factorization's precision and a convex QP looks nonconvex)
   static constexpr T tol_floor = anvil::by_precision<T>(0.0, 1e-4f);
@@ -251,10 +256,9 @@ struct Riccati {
     int n_live[N], n_liveN;
     T r_z[N][nz], r_N[nzN], r_dyn[N][nx];
     T P[N + 1][nx][nx], p[N + 1][nx], L[N][nu][nu], K[N][nu][nx], k[N][nu], LN[muN][muN], KN[muN][nx], kN[muN];
-    /// [A_k B_k]' (the inputs that enter the dynamics), set at the start of each solve: the rollouts' and residuals'
-    /// products [A B] z as combinations of its rows (vectorized; A's rows strided across a product column by column
-    /// compile to scalar code, 3-4x slower at nx = 21)
-    T ABt[N][nd][nx];
+    /// [A_k B_k]' (the inputs that enter the dynamics; with transposed_dynamics, else one unused entry), set at the
+    /// start of each solve
+    T ABt[transposed_dynamics ? N : 1][transposed_dynamics ? nd : 1][transposed_dynamics ? nx : 1];
     bool warm;  ///< the iterates hold a solution a warm start can begin from
   };
 
@@ -382,11 +386,18 @@ struct Riccati {
   }
 
   /// b + A_k x + B_k u (the inputs that enter the dynamics), into v.
-  static void dynamics(const Workspace& ws, int k, const T* x, const T* u, const T* b, T* v) {
-    T z[nd];
-    for (int i = 0; i < nx; ++i) z[i] = x[i];
-    for (int i = 0; i < nud; ++i) z[nx + i] = u[i];
-    dense::combine_rows<nd, nx>(z, ws.ABt[k], v);
+  static void dynamics(const Data& d, const Workspace& ws, int k, const T* x, const T* u, const T* b, T* v) {
+    if constexpr (transposed_dynamics) {
+      T z[nd];
+      for (int i = 0; i < nx; ++i) z[i] = x[i];
+      for (int i = 0; i < nud; ++i) z[nx + i] = u[i];
+      dense::combine_rows<nd, nx>(z, ws.ABt[k], v);
+    } else {
+      T bu[nx];
+      dense::multiply<nx, nx>(d.A[k], x, v);
+      dense::multiply<nx, nu, nud>(d.B[k], u, bu);
+      for (int i = 0; i < nx; ++i) v[i] += bu[i];
+    }
     for (int i = 0; i < nx; ++i) v[i] += b[i];
   }
 
@@ -411,7 +422,7 @@ struct Riccati {
         add_to(ws.pattern[k], d.G[k], nb, m, lam, r);
       }
       for (int i = k == 0 ? nx : 0; i < nz; ++i) stat = std::fmax(stat, std::fabs(r[i]));  // x_0 is fixed
-      dynamics(ws, k, ws.x[k], ws.u[k], d.c[k], ws.r_dyn[k]);
+      dynamics(d, ws, k, ws.x[k], ws.u[k], d.c[k], ws.r_dyn[k]);
       for (int i = 0; i < nx; ++i) {
         ws.r_dyn[k][i] -= ws.x[k + 1][i];
         n.equality = std::fmax(n.equality, std::fabs(ws.r_dyn[k][i]));
@@ -530,7 +541,7 @@ struct Riccati {
     for (int k = 0; k < N; ++k) {
       dense::multiply<nu, nx>(ws.K[k], ws.dx[k], ws.du[k]);
       for (int i = 0; i < nu; ++i) ws.du[k][i] += ws.k[k][i];
-      dynamics(ws, k, ws.dx[k], ws.du[k], ws.r_dyn[k], ws.dx[k + 1]);
+      dynamics(d, ws, k, ws.dx[k], ws.du[k], ws.r_dyn[k], ws.dx[k + 1]);
     }
     for (int i = 0; i < nuN; ++i) {
       T v = ws.kN[i];
@@ -574,11 +585,12 @@ struct Riccati {
     }
     for (int i = 0; i < nx; ++i) ws.x[0][i] = d.x0[i];
     find_patterns(d, ws);
-    for (int k = 0; k < N; ++k)
-      for (int l = 0; l < nx; ++l) {
-        for (int j = 0; j < nx; ++j) ws.ABt[k][j][l] = d.A[k][l][j];
-        for (int j = 0; j < nud; ++j) ws.ABt[k][nx + j][l] = d.B[k][l][j];
-      }
+    if constexpr (transposed_dynamics)
+      for (int k = 0; k < N; ++k)
+        for (int l = 0; l < nx; ++l) {
+          for (int j = 0; j < nx; ++j) ws.ABt[k][j][l] = d.A[k][l][j];
+          for (int j = 0; j < nud; ++j) ws.ABt[k][nx + j][l] = d.B[k][l][j];
+        }
   }
 
   /// The nonzeros of every stored row with a bound (a box row has one, its variable: nothing to find).

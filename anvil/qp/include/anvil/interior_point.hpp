@@ -125,14 +125,14 @@ inline T elastic_residual(const Side<T>& q, const Price<T>& price) {
 template <class T>
 inline void side_residuals(Side<T>& q, same_t<T> distance, const Price<T>& price, Norms<T>& n) {
   q.r = distance - q.t + q.s;
-  n.inequality = std::fmax(n.inequality, std::fabs(q.r));
+  n.inequality = anvil::running_max(n.inequality, std::fabs(q.r));
   n.sum += q.l * q.t;
-  n.complementarity = std::fmax(n.complementarity, q.l * q.t);
+  n.complementarity = anvil::running_max(n.complementarity, q.l * q.t);
   ++n.count;
   if (price.elastic()) {
-    n.inequality = std::fmax(n.inequality, std::fabs(elastic_residual(q, price)));
+    n.inequality = anvil::running_max(n.inequality, std::fabs(elastic_residual(q, price)));
     n.sum += q.m * q.s;
-    n.complementarity = std::fmax(n.complementarity, q.m * q.s);
+    n.complementarity = anvil::running_max(n.complementarity, q.m * q.s);
     ++n.count;
   }
 }
@@ -142,7 +142,7 @@ template <class T>
 inline T row_residuals(Row<T>& r, same_t<T> v, same_t<T> lo, same_t<T> hi, const Price<T>& price, Norms<T>& n) {
   if (r.eq) {
     r.lo.r = v - lo;
-    n.equality = std::fmax(n.equality, std::fabs(r.lo.r));
+    n.equality = anvil::running_max(n.equality, std::fabs(r.lo.r));
     return r.hi.l;
   }
   if (r.lo_on) side_residuals(r.lo, v - lo, price, n);
@@ -224,7 +224,7 @@ inline void row_step(Row<T>& r, same_t<T> gd, const Price<T>& price, same_t<T> t
 template <class T>
 inline void row_limit(const Row<T>& r, T& alpha) {
   const auto limit = [&](T v, T dv) {
-    if (dv < T(0)) alpha = std::fmin(alpha, -v / dv);
+    if (dv < T(0)) alpha = anvil::running_min(alpha, -v / dv);
   };
   each_side(r, [&](const Side<T>& q) {
     limit(q.t, q.dt);
@@ -269,7 +269,7 @@ inline void row_take(Row<T>& r, same_t<T> alpha) {
 template <class T>
 inline T attainable(same_t<T> tol, const T* q, int n) {
   T q_max = 0;
-  for (int j = 0; j < n; ++j) q_max = std::fmax(q_max, std::fabs(q[j]));
+  for (int j = 0; j < n; ++j) q_max = anvil::running_max(q_max, std::fabs(q[j]));
   return std::fmax(tol, T(1e3) * std::numeric_limits<T>::epsilon() * std::fmax(q_max, T(1)));
 }
 
@@ -311,8 +311,8 @@ void mehrotra_start(const D& d, W& ws, Residuals<typename S::real>& res) {
   const auto each_present_side = [&](auto&& f) { S::for_rows(ws, [&](Row<T>& r) { each_side(r, f); }); };
   T t_min = T(HUGE_VAL), l_min = T(HUGE_VAL);
   each_present_side([&](Side<T>& q) {
-    t_min = std::fmin(t_min, q.t);
-    l_min = std::fmin(l_min, q.l);
+    t_min = anvil::running_min(t_min, q.t);
+    l_min = anvil::running_min(l_min, q.l);
   });
   const T t_shift = std::fmax(T(-1.5) * t_min, T(0)), l_shift = std::fmax(T(-1.5) * l_min, T(0));
   T products = 0.0, t_sum = 0.0, l_sum = 0.0;

@@ -421,11 +421,11 @@ struct Riccati {
         const T lam = ipm::row_residuals(ws.rows[k][m], v, d.lo[k][m], d.hi[k][m], price(d, k, m), n);
         add_to(ws.pattern[k], d.G[k], nb, m, lam, r);
       }
-      for (int i = k == 0 ? nx : 0; i < nz; ++i) stat = std::fmax(stat, std::fabs(r[i]));  // x_0 is fixed
+      for (int i = k == 0 ? nx : 0; i < nz; ++i) stat = anvil::running_max(stat, std::fabs(r[i]));  // x_0 is fixed
       dynamics(d, ws, k, ws.x[k], ws.u[k], d.c[k], ws.r_dyn[k]);
       for (int i = 0; i < nx; ++i) {
         ws.r_dyn[k][i] -= ws.x[k + 1][i];
-        n.equality = std::fmax(n.equality, std::fabs(ws.r_dyn[k][i]));
+        n.equality = anvil::running_max(n.equality, std::fabs(ws.r_dyn[k][i]));
       }
     }
     T zN[nzN];
@@ -439,7 +439,7 @@ struct Riccati {
       const T lam = ipm::row_residuals(ws.rowsN[m], v, d.loN[m], d.hiN[m], final_price(d, m), n);
       add_to(ws.patternN, d.GN, nbN, m, lam, ws.r_N);
     }
-    for (int i = 0; i < nzN; ++i) stat = std::fmax(stat, std::fabs(ws.r_N[i]));
+    for (int i = 0; i < nzN; ++i) stat = anvil::running_max(stat, std::fabs(ws.r_N[i]));
     res.stationarity = stat;
     res.equality = n.equality;
     res.inequality = n.inequality;

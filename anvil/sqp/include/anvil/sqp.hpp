@@ -670,8 +670,8 @@ class Solver {
   static bool is_tiny(const real* x, const real* d) {
     real dmax = 0.0, xmax = 1.0;
     for (int j = 0; j < nx; ++j) {
-      dmax = std::fmax(dmax, std::fabs(d[j]));
-      xmax = std::fmax(xmax, std::fabs(x[j]));
+      dmax = anvil::running_max(dmax, std::fabs(d[j]));
+      xmax = anvil::running_max(xmax, std::fabs(x[j]));
     }
     return dmax <= real(1e-11) * xmax;
   }
@@ -691,7 +691,7 @@ class Solver {
   /// The price of a unit of violation in an elastic QP: 100 x max(1, |lam_g|, |grad f|).
   static real penalty_weight(const real* lam_g, const Residuals& kkt) {
     real lam_max = 0.0;
-    for (int i = 0; i < ng; ++i) lam_max = std::fmax(lam_max, std::fabs(lam_g[i]));
+    for (int i = 0; i < ng; ++i) lam_max = anvil::running_max(lam_max, std::fabs(lam_g[i]));
     return real(1e2) * std::fmax(real(1), std::fmax(lam_max, kkt.gradient_scale));
   }
 
@@ -795,7 +795,7 @@ class Solver {
       const real lo = i < ng ? lbg[i] : lbx[i - ng], hi = i < ng ? ubg[i] : ubx[i - ng];
       if (lam == real(0)) continue;
       const real distance = lam > real(0) ? hi - value : value - lo;
-      worst = std::fmax(worst, std::isfinite(distance) ? std::fabs(lam * distance) : real(HUGE_VAL));
+      worst = anvil::running_max(worst, std::isfinite(distance) ? std::fabs(lam * distance) : real(HUGE_VAL));
     }
     return worst;
   }
@@ -808,8 +808,8 @@ class Solver {
     for (int j = 0; j < nx; ++j) {  // the Lagrangian's gradient, a column of the Jacobian at a time
       real stationarity = grad[j] + lam_x[j];
       for (int e = P::jac_p[j]; e < P::jac_p[j + 1]; ++e) stationarity += jac[e] * lam_g[P::jac_i[e]];
-      r.gradient_scale = std::fmax(r.gradient_scale, std::fabs(grad[j]));
-      r.dual = std::fmax(r.dual, std::fabs(stationarity));
+      r.gradient_scale = anvil::running_max(r.gradient_scale, std::fabs(grad[j]));
+      r.dual = anvil::running_max(r.dual, std::fabs(stationarity));
     }
     r.primal = violation(x, g, lbx, ubx, lbg, ubg, &r.l1, &r.worst, &r.l1_hard);
     r.complementarity = complementarity(x, g, lbx, ubx, lbg, ubg, lam_x, lam_g);
@@ -939,7 +939,7 @@ class Solver {
       if (QP::solve(v.grad.data(), v.l.data(), v.u.data(), real(1e-6), false, ws.qp) != anvil::qp::solved) return;
       const real* y = QP::dual(ws.qp);
       real largest = 0.0;
-      for (int i = 0; i < ng; ++i) largest = std::fmax(largest, std::fabs(y[i]));
+      for (int i = 0; i < ng; ++i) largest = anvil::running_max(largest, std::fabs(y[i]));
       if (!(largest <= real(1e3))) return;
       for (int i = 0; i < ng; ++i)
         if (equality(i)) lam_g[i] = y[i];

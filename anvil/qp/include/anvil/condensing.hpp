@@ -154,9 +154,15 @@ struct Condensed {
         for (int i = 0; i < nu; ++i) H[column(j, i)][column(j, i)] += 1;
         continue;
       }
-      add_cost(d.H[s], d.g[s], Phi, e, j, H, c.g[b]);
-      add_rows(d, s, j, Phi, e, c, b);
-      advance(d.A[s], d.B[s], d.c[s], j, Phi, e);
+      if (j == 0) {  // Phi = [I 0], e = 0: the products are copies
+        add_first_cost(d.H[s], d.g[s], H, c.g[b]);
+        add_rows(d, s, j, Phi, e, c, b);
+        first_advance(d.A[s], d.B[s], d.c[s], Phi, e);
+      } else {
+        add_cost(d.H[s], d.g[s], Phi, e, j, H, c.g[b]);
+        add_rows(d, s, j, Phi, e, c, b);
+        advance(d.A[s], d.B[s], d.c[s], j, Phi, e);
+      }
     }
     for (int i = 0; i < nzB; ++i)
       for (int q = 0; q < i; ++q) H[q][i] = H[i][q];
@@ -189,6 +195,25 @@ struct Condensed {
     dense::combine_rows<nx, nphi>(h, Phi, phi_h);
     for (int q = 0; q < nphi; ++q) g[q] += phi_h[q];
     for (int i = 0; i < nu; ++i) g[column(j, i)] += h[nx + i];
+  }
+
+  /// add_cost at the block's first stage (T_0 = [I 0; 0 E_0], e = 0): H += Hs, g += gs, in the block's order.
+  static void add_first_cost(const T (&Hs)[nz][nz], const T (&gs)[nz], T (&H)[nzB][nzB], T (&g)[nzB]) {
+    for (int r = 0; r < nz; ++r) {
+      const int cr = r < nx ? r : column(0, r - nx);
+      for (int q = 0; q <= r; ++q) H[cr][q < nx ? q : column(0, q - nx)] += Hs[r][q];
+      g[cr] += gs[r];
+    }
+  }
+
+  /// advance from the block's first stage: Phi = [A B E_0], e = c.
+  static void first_advance(const T (&A)[nx][nx], const T (&B)[nx][nu], const T (&c)[nx], T (&Phi)[nx][nphi],
+                            T (&e)[nx]) {
+    for (int i = 0; i < nx; ++i) {
+      for (int q = 0; q < nx; ++q) Phi[i][q] = A[i][q];
+      for (int k = 0; k < nud; ++k) Phi[i][column(0, k)] = B[i][k];
+      e[i] = c[i];
+    }
   }
 
   /// Stage s's rows (stage j of its block) as rows of the block, a'T_j, their bounds less a'[e; 0]; prices as they

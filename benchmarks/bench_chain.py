@@ -8,6 +8,7 @@ Run from the repository root (an anvil controller's cold build takes 5-10 s at n
   .venv/bin/python -m benchmarks.bench_chain --sizes 5 --tol 1e-6                 # acados's default tolerance
   .venv/bin/python -m benchmarks.bench_chain --sizes 5 --controllers rti rti_unrolled  # stage-wise vs unrolled
   .venv/bin/python -m benchmarks.bench_chain --sizes 5 8 --condensing 1 3 6      # the stage QPs partially condensed
+  .venv/bin/python -m benchmarks.bench_chain --sqpmethod-qp qpoases --sqpmethod-primal-start  # sqpmethod as configured
 
 Controllers: sqp (full SQP, exact Hessian), gn (full SQP, Gauss-Newton), rti (real-time iteration, Gauss-Newton);
 each also as <name>_unrolled, whose derivatives differentiate the NLP as one graph instead of stage by stage from the
@@ -18,8 +19,9 @@ build's seconds per stage (trace+derive, schedule, render, compile, summed over 
 solve time of the closed-loop calls (median, p95; the evaluation and QP shares from the SQP's own timers), the mean
 SQP iterations and the mean interior-point iterations per step (all its QPs). Closed-loop cost: the sum of the stage
 costs; the full-SQP controllers' against IPOPT's closed loop on the same NLP (relative difference; target 1e-6).
-CasADi: nlpsol ipopt and sqpmethod (qrqp, exact Hessian), each warm-started from its previous solution shifted by
-one stage; time = the solver's t_wall_total. --tol sets the SQP tolerance of anvil's controllers (a call-time
+CasADi: nlpsol ipopt and sqpmethod (qrqp, or --sqpmethod-qp; exact Hessian), each warm-started from its previous
+solution shifted by one stage (sqpmethod: primal and dual, or primal only with --sqpmethod-primal-start); time = the
+solver's t_wall_total. --tol sets the SQP tolerance of anvil's controllers (a call-time
 argument) and sqpmethod's tol_pr and tol_du alike (default anvil's 1e-8; acados's defaults are 1e-6); IPOPT keeps
 its settings (the reference).
 
@@ -28,7 +30,9 @@ expressed against sqpmethod in the same run (0.093 / 0.045 / 0.041 x sqpmethod f
 0.029 / 0.014 x at nx = 21), and also against IPOPT in the same run (acados's time x IPOPT here / IPOPT there); each
 yardstick's drift (its time here over the issue's) is printed beside them. IPOPT's iterations do not depend on the
 warm start's multipliers, sqpmethod's do: its steps converge in 0.2 iterations at nx = 9 here, and its times here are
-a fifth of the issue's at nx = 9 and two fifths at nx = 21 while IPOPT's agree within 15%. Targets are printed with
+a twelfth to a fifth of the issue's at nx = 9 and two fifths at nx = 21 while IPOPT's are 0.6-1.2x; started from the
+primal solution alone it takes 1.1 iterations a step at nx = 9 and 40x (qrqp) to 150x (qpoases) the time, so its
+time per step depends on a configuration the issue does not give. Targets are printed with
 PASS/MISS; they are informational and the script exits 0.
 """
 
@@ -220,14 +224,16 @@ def shifted(nlp: chain.CasadiChain, sol: chain.CasadiSolution) -> dict[str, np.n
   return {"x0": w, "lam_g0": lam_g, "lam_x0": lam_x}
 
 
-def casadi_loop(nlp: chain.CasadiChain, solver: Any, name: str, steps: int) -> Loop:
+def casadi_loop(nlp: chain.CasadiChain, solver: Any, name: str, steps: int, duals: bool = True) -> Loop:
   """The same closed loop with a CasADi solver, warm-started from its previous solution shifted by one stage
-  (primal and dual: IPOPT takes only the primal start)."""
+  (primal and, with `duals`, dual: IPOPT takes only the primal start)."""
   n_mass = nlp.n_mass
   plant, x = chain.step_numpy(n_mass), chain.initial_state(n_mass)
   times, its, cost, statuses, sol = [], [], 0.0, defaultdict(int), None
   for _ in range(steps):
     start = None if sol is None else shifted(nlp, sol)
+    if start is not None and not duals:
+      start = {"x0": start["x0"]}
     sol = nlp.solve(solver, x, start)
     times.append(sol.seconds)
     its.append(sol.iterations)
@@ -237,17 +243,21 @@ def casadi_loop(nlp: chain.CasadiChain, solver: Any, name: str, steps: int) -> L
   return Loop(name, nlp.nx, np.array(times), np.array(its), cost, statuses=dict(statuses))
 
 
-def casadi_loops(ca: Any, n_mass: int, steps: int, tol: float, notes: list[str]) -> list[Loop]:
-  """IPOPT and sqpmethod (solved to `tol`) closed loops on the same NLP."""
+def casadi_loops(
+  ca: Any, n_mass: int, steps: int, tol: float, notes: list[str], qpsol: str = "qrqp", duals: bool = True
+) -> list[Loop]:
+  """IPOPT and sqpmethod (solved to `tol`, its QPs by `qpsol`, warm-started with the shifted duals too or not)
+  closed loops on the same NLP."""
   nlp = chain.CasadiChain(n_mass)
-  sqp_options = {"qpsol": "qrqp", "hessian_approximation": "exact", "max_iter": 100, "tol_pr": tol, "tol_du": tol,
+  qp_options = {"printLevel": "none"} if qpsol == "qpoases" else {"print_iter": False, "print_header": False}
+  sqp_options = {"qpsol": qpsol, "hessian_approximation": "exact", "max_iter": 100, "tol_pr": tol, "tol_du": tol,
                  "print_header": False, "print_iteration": False, "print_status": False, "print_time": False,
                  "record_time": True,
-                 "qpsol_options": {"print_iter": False, "print_header": False, "error_on_fail": False}}  # fmt: skip
+                 "qpsol_options": {**qp_options, "error_on_fail": False}}  # fmt: skip
   sqpmethod = casadi_solver(ca, f"bench_chain_sqp{n_mass}", "sqpmethod", nlp.nlp, sqp_options, notes)
   ipopt_options = {**nlp.ipopt_options(), "record_time": True}
   ipopt = casadi_solver(ca, f"bench_chain_ipopt{n_mass}", "ipopt", nlp.nlp, ipopt_options, notes)
-  return [casadi_loop(nlp, ipopt, "CasADi IPOPT", steps), casadi_loop(nlp, sqpmethod, "CasADi sqpmethod", steps)]
+  return [casadi_loop(nlp, ipopt, "CasADi IPOPT", steps), casadi_loop(nlp, sqpmethod, "CasADi sqpmethod", steps, duals)]
 
 
 def print_loops(loops: list[Loop], reference: float | None) -> None:
@@ -277,6 +287,9 @@ def main() -> None:
   parser.add_argument("--sizes", type=int, nargs="+", default=[3], help="n_mass values (3 4 5 6 8: nx 9 ... 39)")
   parser.add_argument("--controllers", nargs="+", default=list(DEFAULT_CONTROLLERS), choices=list(CONTROLLERS))
   parser.add_argument("--steps", type=int, default=chain.CLOSED_LOOP_STEPS, help="closed-loop steps")
+  parser.add_argument("--sqpmethod-qp", default="qrqp", choices=["qrqp", "qpoases"], help="sqpmethod's QP solver")
+  parser.add_argument("--sqpmethod-primal-start", action="store_true",
+                      help="start sqpmethod from the shifted primal solution alone (default: and duals)")  # fmt: skip
   parser.add_argument("--condensing", type=int, nargs="+", default=[1],
                       help="stages per block of the stage QPs' partial condensing, each a row (1: none)")  # fmt: skip
   parser.add_argument(
@@ -301,7 +314,7 @@ def main() -> None:
       loops.append(loop)
     reference = None
     if ca is not None:
-      loops += casadi_loops(ca, n_mass, args.steps, args.tol, notes)
+      loops += casadi_loops(ca, n_mass, args.steps, args.tol, notes, args.sqpmethod_qp, not args.sqpmethod_primal_start)
       reference = loops[-2].cost
       targets += target_lines(loops)
     nx = chain.state_size(n_mass)

@@ -96,8 +96,9 @@ class RiccatiOptions(InteriorPointOptions):
   condensing: int | str = 1
   """Partial condensing of the stage QPs: stages per block, or "auto", chosen from their sizes as a RiccatiQP's
   (`anvil.qp.riccati.auto_condensing`). None by default: an MPC's QPs start warm and take 3-8 iterations, too few to
-  repay the condensing at the sizes measured (the chain of masses, nx 21 and 39, nu 3: blocks of 3-6 stages cost
-  8-30% more QP time, `python -m benchmarks.bench_chain --condensing`); cold solves of many iterations gain."""
+  repay the condensing at the sizes measured (the chain of masses, nx 21 and 39, nu 3: blocks of 3 and 6 stages cost
+  13-63% more QP time, `python -m benchmarks.bench_chain --sizes 5 8 --condensing 1 3 6 --controllers rti sqp`);
+  cold solves of many iterations gain."""
 
   def __post_init__(self) -> None:
     super().__post_init__()

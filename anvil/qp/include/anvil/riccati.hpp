@@ -15,6 +15,7 @@
 #ifndef ANVIL_RICCATI_HPP
 #define ANVIL_RICCATI_HPP
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 
 #include "anvil/dense.hpp"
@@ -579,7 +580,9 @@ struct Riccati {
   /// way the rows' nonzeros are found and [A B]' formed; `start_rows` then starts the rows.
   static void initialize(const Data& d, bool warm, Workspace& ws) {
     if (!warm) {
-      ws = Workspace{};
+      // NOTE: zeroed in place; `ws = Workspace{}` builds the whole workspace as a temporary on the stack at clang -O0
+      static_assert(std::is_trivially_copyable_v<Workspace>, "the workspace is plain data");
+      std::memset(static_cast<void*>(&ws), 0, sizeof ws);
       for (int k = 0; k <= N; ++k)
         for (int i = 0; i < nx; ++i) ws.x[k][i] = d.x0[i];
     }

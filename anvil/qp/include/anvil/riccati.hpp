@@ -394,10 +394,12 @@ struct Riccati {
       for (int i = 0; i < nud; ++i) z[nx + i] = u[i];
       dense::combine_rows<nd, nx>(z, ws.ABt[k], v);
     } else {
-      T bu[nx];
       dense::multiply<nx, nx>(d.A[k], x, v);
-      dense::multiply<nx, nu, nud>(d.B[k], u, bu);
-      for (int i = 0; i < nx; ++i) v[i] += bu[i];
+      if constexpr (nud > 0) {
+        T bu[nx];
+        dense::multiply<nx, nu, nud>(d.B[k], u, bu);
+        for (int i = 0; i < nx; ++i) v[i] += bu[i];
+      }
     }
     for (int i = 0; i < nx; ++i) v[i] += b[i];
   }

@@ -199,7 +199,8 @@ class MPCFunction(TemplatedFunction):
     """The SQP solver of the multiple-shooting NLP (its QPs laid out by stage, for the Riccati QP solver)."""
     cost, constraints = self.ocp.functions()
     name, gauss_newton = f"{self.name}_sqp", self.options.hessian == "gauss_newton"
-    stagewise = self.ocp.stagewise(name, not gauss_newton) if self.options.integrator_derivatives else None
+    rti, derivatives = self.options.mode == "rti", self.options.integrator_derivatives
+    stagewise = self.ocp.stagewise(name, not gauss_newton, keep_steps=rti) if derivatives else None
     code, jacobian, exact = stagewise or (None, None, None)
     hessian = self.ocp.gauss_newton_hessian() if gauss_newton else exact
     # NOTE: the Gauss-Newton Hessian, 2 sigma J'WJ + diag(2 l2), is PSD (LeastSquares checks W, Soft checks l2)

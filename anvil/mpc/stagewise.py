@@ -64,6 +64,7 @@ class _Context:
   tables: tuple[tuple[str, tuple[int, ...]], ...]
   real: str
   ode: OdeContext
+  keeps_steps: bool
 
 
 class _StageWise(TemplatedFunction):
@@ -82,9 +83,9 @@ class _StageWise(TemplatedFunction):
 
   def __init__(
     self, name: str, rest: NumericalFunction[..., Any], ode: OdeDerivatives, N: int, stride: int, p_offset: int,
-    lam_offset: int, states: int,
+    lam_offset: int, states: int, *, keep_steps: bool = False,
   ) -> None:  # fmt: skip
-    self.name, self.rest, self.ode = name, rest, ode
+    self.name, self.rest, self.ode, self.keep_steps = name, rest, ode, keep_steps
     self.N, self.stride, self.p_offset, self.lam_offset, self.states = N, stride, p_offset, lam_offset, states
     self.inputs = rest.inputs
     self.scalar = "float32" if rest.inputs[0].dtype == dtypes.float32 else "float64"  # NOTE: the rest's, the NLP's
@@ -119,6 +120,19 @@ class _StageWise(TemplatedFunction):
     """The scatter tables of this part."""
     return {}
 
+  @property
+  def keeps_steps(self) -> bool:
+    """Whether this constraint Jacobian keeps the steps its forward sensitivities take, with their stages' inputs
+    (C++ `call_keeping`), or these constraints take them (`call_reusing`): asked for (`keep_steps`: N (nx + nu + np
+    + nx) numbers of the caller's memory) and an explicit integrator's, whose step() and forward() compute the same
+    x_next."""
+    return self.keep_steps and self.kind in ("values", "jacobian") and not self.ode.integrator.implicit
+
+  @property
+  def _place(self) -> tuple[int, ...]:
+    """Where the stages sit in the NLP (two functions over the same stages have the same)."""
+    return (self.N, self.stride, self.p_offset, self.lam_offset, self.states)
+
   @cached_property
   def context(self) -> _Context:
     """Names, sizes, where the stages sit, the ODE and the method, and the tables."""
@@ -128,7 +142,7 @@ class _StageWise(TemplatedFunction):
       rest_size=self.rest.outputs[0].size, nx=self.nx, nu=self.nu, np=self.np, N=self.N, stride=self.stride,
       p_offset=self.p_offset, lam_offset=self.lam_offset, states=self.states,
       terms=tuple((t.name, t.outputs[0].size) for t in self.terms), tables=tuple(self.tables.items()),
-      real=cpp_real(self.scalar), ode=ode,
+      real=cpp_real(self.scalar), ode=ode, keeps_steps=self.keeps_steps,
     )  # fmt: skip
 
   def _native(self, args: tuple[Any, ...]) -> NDArray[np.float64]:
@@ -156,6 +170,15 @@ class StageConstraints(_StageWise):
 
   kind = "values"
 
+  def takes_steps_from(self, jacobian: object) -> bool:
+    """Whether `jacobian` is the constraint Jacobian over the same stages and ODE that keeps its steps: the SQP
+    solver's constraints then take them where a stage's inputs are those of the last Jacobian evaluation (C++
+    `call_reusing`: a real-time iteration's feedback evaluates g at its linearization point without stepping)."""
+    return (
+      isinstance(jacobian, StageDerivative) and jacobian.kind == "jacobian" and self.keeps_steps
+      and jacobian.keeps_steps and jacobian.ode is self.ode and jacobian._place == self._place
+    )  # fmt: skip
+
   def __call__(self, *args: Any) -> NDArray[np.float64]:
     """Evaluate in this process at numpy inputs shaped as `inputs`; thread-safe."""
     return self._native(args)
@@ -178,13 +201,14 @@ class StageDerivative(_StageWise):
   def __init__(
     self, name: str, kind: str, rest: SparseNumericalFunction, ode: OdeDerivatives, N: int, stride: int,
     p_offset: int, lam_offset: int, states: int, *, terms: tuple[SparseNumericalFunction, ...] = (),
+    keep_steps: bool = False,
   ) -> None:  # fmt: skip
     if kind not in KINDS or (kind == "hessian" and ode.hessian is None):
       raise ValueError(f"{name}: kind must be one of {KINDS} (a hessian needs the ODE's Hessian), got {kind!r}")
     if terms and kind != "hessian":
       raise ValueError(f"{name}: only a Lagrangian Hessian adds further terms to its rest")
     self.kind, self.terms = kind, terms
-    super().__init__(name, rest, ode, N, stride, p_offset, lam_offset, states)
+    super().__init__(name, rest, ode, N, stride, p_offset, lam_offset, states, keep_steps=keep_steps)
     rows, cols = self._block_entries()
     union = sp.csc_array((np.ones(rows.size), (rows, cols)), shape=rest.shape)
     for part in (rest, *terms):

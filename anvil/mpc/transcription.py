@@ -357,11 +357,13 @@ class Transcription:
     return cost, self._function(f"{self.name}_nlp_constraints", self.constraint_values, args)
 
   def stagewise(
-    self, name: str, hessian: bool
+    self, name: str, hessian: bool, keep_steps: bool = False
   ) -> tuple[StageConstraints, StageDerivative, StageDerivative | None] | None:
     """The NLP's constraints, constraint Jacobian and (with `hessian`) Lagrangian Hessian with the dynamics' part
     computed stage by stage from their ODE (anvil.mpc.stagewise), when the dynamics are made by `rk4` or `irk`; else
-    None. `name` prefixes the functions' names (the SQP solver's)."""
+    None. `name` prefixes the functions' names (the SQP solver's). `keep_steps`: the constraints take the steps the
+    Jacobian's evaluation kept where a stage's inputs are the same (a real-time iteration's feedback evaluates g at
+    the point of its preparation's Jacobian; a full SQP's line search never does: no memory spent)."""
     F = self.dynamics
     if not isinstance(F, (ExplicitIntegrator, ImplicitIntegrator)) or self.nu == 0:
       return None
@@ -370,9 +372,10 @@ class Transcription:
                           lambda w, params: self.constraint_values(w, params, dynamics=False), args)  # fmt: skip
     ode = OdeDerivatives.of(F, hessian, self.scalar)
     place: dict[str, Any] = dict(N=self.N, stride=self.nz, p_offset=self.nx, lam_offset=self.nx, states=self.nx)
-    constraints = StageConstraints(f"{name}_constraints", rest, ode, **place)
+    constraints = StageConstraints(f"{name}_constraints", rest, ode, **place, keep_steps=keep_steps)
     jacobian = StageDerivative(f"{name}_constraint_jacobian", "jacobian",
-                               spjacobian(rest, 0, name=f"{name}_rest_jacobian"), ode, **place)  # fmt: skip
+                               spjacobian(rest, 0, name=f"{name}_rest_jacobian"), ode, **place,
+                               keep_steps=keep_steps)  # fmt: skip
     if not hessian:
       return constraints, jacobian, None
     # NOTE: least-squares costs with affine residuals have their Gauss-Newton blocks as exact Hessian: one small

@@ -53,6 +53,15 @@ class Sized(Protocol):
   def size(self) -> int: ...
 
 
+@runtime_checkable
+class StepTaker(Protocol):
+  """Generated constraints that can take the integrator steps a constraint Jacobian's evaluation kept (anvil.mpc's
+  stage-wise constraints: C++ `call_reusing(x, p, g, ws, kept)`, each stage's step reused where its inputs are the
+  last Jacobian evaluation's, the same values to the bit)."""
+
+  def takes_steps_from(self, jacobian: object) -> bool: ...
+
+
 class SparseDerivative(Protocol):
   """What the solver reads of a sparse derivative besides its generated code (a SparseNumericalFunction, or a
   generated function with the same C++ interface: namespace, IN/OUT types, WS_t, init_ws and call)."""
@@ -99,6 +108,7 @@ class _SolverContext:
   elastic: str
   elastic_rows: bool
   direct_load: bool
+  reuses_steps: bool
   equality_rows: tuple[int, ...]
   convex_hessian: bool
   options: SQPOptions
@@ -403,6 +413,14 @@ class SQPFunction(TemplatedFunction):
       deps[2:2] = [self.constraints_code or self.constraints, cast(FunctionBase, self.jacobian)]
     return (*deps, self.qp, *([] if self.elastic is None else [self.elastic]))
 
+  @property
+  def reuses_steps(self) -> bool:
+    """Whether g's evaluation takes the integrator steps the last ∂g/∂x evaluation kept, where a stage's inputs are
+    the same (`constraints_code` a StepTaker of `jacobian`): a real-time iteration's feedback then evaluates g at its
+    linearization point without stepping the dynamics again."""
+    code = self.constraints_code
+    return isinstance(code, StepTaker) and self.jacobian is not None and code.takes_steps_from(self.jacobian)
+
   @cached_property
   def labels(self) -> NLPLabels:
     """Names of the NLP's functions, rows and variables, for messages."""
@@ -421,7 +439,7 @@ class SQPFunction(TemplatedFunction):
       nnz_jac=0 if jac is None else jac.nnz, nnz_hess=self.hessian.nnz, nnz_P=normal.p_pattern.nnz,
       nnz_A=normal.a_pattern.nnz, nnz_Ae=elastic.a_pattern.nnz, qp=self.qp.name,
       elastic="" if self.elastic is None else self.elastic.name, elastic_rows=self.layout is not None,
-      direct_load=self.direct_load, equality_rows=self.equality_rows,
+      direct_load=self.direct_load, equality_rows=self.equality_rows, reuses_steps=self.reuses_steps,
       convex_hessian=self.convex_hessian,
       options=self.options, tables=tuple(tables.items()), real=cpp_real(self.scalar),
     )  # fmt: skip

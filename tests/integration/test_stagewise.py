@@ -4,10 +4,14 @@ and the controllers built on them equal to those built without."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
+import anvil as av
 from anvil import Arg, NumericalFunction, Tensor
 from anvil.ad import sphessian, spjacobian
 from anvil.mpc import LeastSquares, MPCFunction, MPCOptions, Soft, rk4, simulate
@@ -106,6 +110,75 @@ def test_stage_functions_equal_the_nlp_functions(mpc: MPCFunction, affine: bool)
   constants = sqp.jacobian.constant_entries
   assert constants is not None and np.isnan(constants[sqp.jacobian.block_to_out]).all()
   assert np.sum(constants == 1.0) >= NX * (N + 1)
+
+
+def _array(name: str, values: np.ndarray) -> str:
+  """A C++ array of doubles, exact (hexadecimal literals)."""
+  return f"static const double {name}[] = {{{', '.join(float(v).hex() for v in values)}}};"
+
+
+def test_constraints_take_the_steps_the_jacobian_kept(mpc: MPCFunction, tmp_path: Path) -> None:
+  """The constraints at the point of the last Jacobian evaluation (a real-time iteration's feedback) take the steps
+  its forward sensitivities computed instead of stepping again: the generated pair, run in C++, gives g equal to the
+  bit to the constraints' own stepping, and a stage whose input or parameter changed since is stepped again."""
+  constraints, jacobian, _ = mpc.ocp.stagewise("test_stagewise_kept", hessian=False, keep_steps=True)
+  assert constraints.takes_steps_from(jacobian) and not constraints.takes_steps_from(mpc.sqp.jacobian)
+  assert not mpc.sqp.reuses_steps  # a full SQP's line search never evaluates g where the Jacobian was: no memory
+  assert ocp("test_stagewise_kept_rti", MPCOptions(mode="rti")).sqp.reuses_steps
+  av.generate_module("kept", [constraints, jacobian], out_dir=tmp_path)
+  rng = np.random.default_rng(7)
+  w, params = rng.normal(size=mpc.ocp.nw), rng.normal(size=mpc.ocp.n_params)
+  stage, u_at, p_at = 1, 1 * (NX + NU) + NX, mpc.ocp.nx + 1 * NP  # stage 1's first input and first parameter
+  row = mpc.ocp.nx + stage * NX  # its first defect row
+  c, j = constraints.name, jacobian.name
+  main = f"""#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include "kept.hpp"
+{_array("w0", w)}
+{_array("p0", params)}
+static {c}::WS_t wc;
+static {j}::WS_t wj;
+static {c}::Kept kept;
+static {c}::IN0_t w;
+static {c}::IN1_t p;
+static {c}::OUT0_t g, reused;
+static {j}::OUT0_t jac;
+// 1 where call_reusing gives what call gives, to the bit
+static int same() {{
+  {c}::call(w, p, g, wc);
+  {c}::call_reusing(w, p, reused, wc, kept);
+  return std::memcmp(g.data(), reused.data(), sizeof(double) * {c}::OUT0_t::size) == 0;
+}}
+int main() {{
+  {c}::init(wc);
+  {j}::init(wj);
+  for (std::size_t k = 0; k < {c}::IN0_t::size; ++k) w[k] = w0[k];
+  for (std::size_t k = 0; k < {c}::IN1_t::size; ++k) p[k] = p0[k];
+  std::printf("%d\\n", same());  // nothing kept yet
+  {j}::call_keeping(w, p, jac, wj, kept);
+  std::printf("%d\\n", same());  // every stage's step taken from the Jacobian's
+  kept.x_next[{stage}][0] += 1.0;  // a kept step marked: taken where the stage's inputs match
+  const int marked = !same() && std::fabs(reused[{row}] - (g[{row}] - 1.0)) < 1e-12;
+  reused[{row}] = g[{row}];
+  std::printf("%d\\n", marked && std::memcmp(g.data(), reused.data(), sizeof(double) * {c}::OUT0_t::size) == 0);
+  w[{u_at}] = std::nextafter(w[{u_at}], 1e300);  // another input: stepped again
+  std::printf("%d\\n", same());
+  w[{u_at}] = w0[{u_at}];
+  p[{p_at}] = -p[{p_at}];  // another parameter: stepped again
+  std::printf("%d\\n", same());
+  p[{p_at}] = p0[{p_at}];
+  std::printf("%d\\n", !same());  // the marked step again
+  return 0;
+}}
+"""
+  (tmp_path / "main.cpp").write_text(main)
+  build = subprocess.run(["g++", "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", "-fsanitize=address,undefined",
+                          "-fno-sanitize-recover=all", "main.cpp", "kept.cpp", "-o", "kept"], cwd=tmp_path,
+                         capture_output=True, text=True)  # fmt: skip
+  assert build.returncode == 0, build.stderr
+  run = subprocess.run([str(tmp_path / "kept")], capture_output=True, text=True)
+  assert run.returncode == 0 and run.stdout.split() == ["1"] * 6, run.stdout + run.stderr
 
 
 def test_controllers_equal_the_ones_without_stage_derivatives() -> None:

@@ -100,8 +100,9 @@ class _StageWise(TemplatedFunction):
 
   @property
   def header_includes(self) -> tuple[str, ...]:
-    """The runtime of the dynamics' integrator (explicit or implicit Runge-Kutta)."""
-    return (runtime_include("implicit_rk" if self.ode.integrator.implicit else "explicit_rk"),)
+    """The runtime of the dynamics' integrator (explicit or implicit Runge-Kutta) and the stage loops."""
+    integrator = "implicit_rk" if self.ode.integrator.implicit else "explicit_rk"
+    return (runtime_include(integrator), runtime_include("stagewise"))
 
   def dependencies(self) -> tuple[FunctionBase, ...]:
     """The rest and the ODE's functions this part calls."""

@@ -140,6 +140,7 @@ class _RiccatiBackendContext:
   n_soft: int
   n_hess: int
   n_jac: int
+  n_unloaded: int
   loads_derivatives: bool
   tables: tuple[tuple[str, tuple[float, ...]], ...]
   scales: tuple[tuple[str, tuple[float, ...]], ...]
@@ -202,6 +203,7 @@ class RiccatiBackend(QPBackend[RiccatiOptions]):
       nnz_A=problem.a_pattern.nnz, nx=self.stages.nx, data_size=flat_offsets(self.solver.shapes)[1],
       options=self.options, n_elastic=len(self.tables["elastic_to_data"]), n_soft=len(self.soft),
       n_hess=len(self.tables.get("hess_to_data", ())), n_jac=len(self.tables.get("jac_from", ())),
+      n_unloaded=len(self.tables.get("unloaded_to_data", ())),
       loads_derivatives=problem.sources is not None,
       tables=tuple((k, v) for k, v in self.tables.items() if k not in SCALES),
       scales=tuple((k, v) for k, v in self.tables.items() if k in SCALES), real=cpp_real(problem.scalar),
@@ -293,7 +295,11 @@ class _StageTables:
     matrices = self.matrices
     into = lambda table, positions: tuple(matrices[table][e] for e in positions)
     jac = [e for e, a in enumerate(sources.jac_to_A) if matrices["A_to_data"][a] >= 0]
+    loaded = set(sources.hess_to_P)
+    unloaded = [e for e in range(len(matrices["P_to_data"])) if e not in loaded]  # a diagonal entry H lacks
+    places = (*into("P_to_data", unloaded), *into("P_mirror", unloaded))
     return {"hess_to_data": into("P_to_data", sources.hess_to_P), "hess_mirror": into("P_mirror", sources.hess_to_P),
+            "unloaded_to_data": tuple(at for at in places if at >= 0),
             "diag_to_data": into("P_to_data", sources.diag_P), "diag_mirror": into("P_mirror", sources.diag_P),
             "jac_from": tuple(jac),
             "jac_to_data": into("A_to_data", (sources.jac_to_A[e] for e in jac)),

@@ -22,7 +22,6 @@
 // sensitivities for hessian() (else one is reused, which keeps a Jacobian-only pass in the L1 cache).
 #ifndef ANVIL_EXPLICIT_RK_HPP
 #define ANVIL_EXPLICIT_RK_HPP
-#include <cstring>
 #include <utility>
 
 #include "anvil/dense.hpp"
@@ -30,34 +29,6 @@
 
 namespace anvil {
 namespace integrators {
-
-/// The steps x_{k+1} = F(x_k, u_k, p_k) a pass over a horizon's N stages took (forward() computes each as a
-/// by-product of its Jacobian), with the inputs each was taken at: a later pass at the same inputs (the constraints at
-/// the point of the last Jacobian, as a real-time iteration's feedback evaluates them) takes them instead of stepping
-/// again, the same values to the bit (step() and forward() do the same operations on x). Inputs match bit for bit
-/// (-0.0 is not 0.0; a NaN matches only its own bits). A workspace starts zeroed: nothing kept.
-template <class real, int N, int nx, int nu, int np>
-struct KeptSteps {
-  real x[N][nx], u[N][nu > 0 ? nu : 1], p[N][np > 0 ? np : 1], x_next[N][nx];
-  bool kept;  ///< every stage's entry is set
-
-  /// Stage k's inputs (after its step was written into x_next[k]).
-  void keep(int k, const real* xk, const real* uk, const real* pk) {
-    std::memcpy(x[k], xk, sizeof x[k]);
-    if constexpr (nu > 0) std::memcpy(u[k], uk, sizeof u[k]);
-    if constexpr (np > 0) std::memcpy(p[k], pk, sizeof p[k]);
-  }
-
-  /// Stage k's kept step where its inputs are the ones it was taken at, else null.
-  const real* find(int k, const real* xk, const real* uk, const real* pk) const {
-    if (!kept || std::memcmp(x[k], xk, sizeof x[k]) != 0) return nullptr;
-    if constexpr (nu > 0)
-      if (std::memcmp(u[k], uk, sizeof u[k]) != 0) return nullptr;
-    if constexpr (np > 0)
-      if (std::memcmp(p[k], pk, sizeof p[k]) != 0) return nullptr;
-    return x_next[k];
-  }
-};
 
 template <class O, bool second_order>
 struct ExplicitRK {

@@ -21,7 +21,8 @@
 // soft_var[n_soft], soft_box[n_soft] and, per side (2 n_soft: the lower row, the upper row), soft_row (-1: none),
 // soft_qrow, soft_bound, soft_z, soft_w; loads_derivatives, and with it (an SQP's QP, load_derivatives) n_hess,
 // hess_to_data[n_hess], hess_mirror[n_hess], diag_to_data[n], diag_mirror[n] (an eliminated slack's second row;
-// -1: none), n_jac, jac_from[n_jac] (the Jacobian's entries that enter
+// -1: none), n_unloaded, unloaded_to_data[n_unloaded] (the places of P's entries H has none for, a diagonal's
+// regularization alone), n_jac, jac_from[n_jac] (the Jacobian's entries that enter
 // the stage QP), jac_to_data[n_jac] and jac_scale[n_jac]. Workspace W: data, ipm (the solver's Data and Workspace,
 // where its solve leaves the solution), d (n), y (m), iterations. The screening before a solve is the solver's own
 // Riccati factorization on the equalities (IPM::convex_on_equalities), so the backend needs no memory beyond the stage
@@ -71,10 +72,14 @@ struct RiccatiBackend {
   /// triu(hess) + reg I and A = [jac; I], scattered straight into the stage blocks (the SQP keeps no P and A).
   static int load_derivatives(const real* hess, real reg, const real* jac, const real* l, const real* u, bool screen,
                               W& ws) {
-    real* data = clear(ws);
+    // NOTE: every place of P takes one entry: H's are assigned (after the elastic prices are cleared: a soft slack's
+    // curvature is its rows' price), the others cleared for the regularization, not the whole of P cleared first
+    real* data = reinterpret_cast<real*>(&ws.data);
+    for (int e = 0; e < L::n_elastic; ++e) data[L::elastic_to_data[e]] = 0.0;
+    for (int e = 0; e < L::n_unloaded; ++e) data[L::unloaded_to_data[e]] = 0.0;
     for (int e = 0; e < L::n_hess; ++e) {
-      data[L::hess_to_data[e]] += hess[e];
-      if (L::hess_mirror[e] >= 0) data[L::hess_mirror[e]] += hess[e];
+      data[L::hess_to_data[e]] = hess[e];
+      if (L::hess_mirror[e] >= 0) data[L::hess_mirror[e]] = hess[e];
     }
     for (int j = 0; j < L::n; ++j) {
       data[L::diag_to_data[j]] += reg;

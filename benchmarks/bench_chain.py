@@ -9,6 +9,7 @@ Run from the repository root (an anvil controller's cold build takes 5-10 s at n
   .venv/bin/python -m benchmarks.bench_chain --sizes 5 --controllers rti rti_unrolled  # stage-wise vs unrolled
   .venv/bin/python -m benchmarks.bench_chain --sizes 5 8 --condensing 1 3 6      # the stage QPs partially condensed
   .venv/bin/python -m benchmarks.bench_chain --sqpmethod-qp qpoases --sqpmethod-primal-start  # sqpmethod as configured
+  .venv/bin/python -m benchmarks.bench_chain --sizes 3 5 --acados /path/to/acados/install  # acados in the same run
 
 Controllers: sqp (full SQP, exact Hessian), gn (full SQP, Gauss-Newton), rti (real-time iteration, Gauss-Newton);
 each also as <name>_unrolled, whose derivatives differentiate the NLP as one graph instead of stage by stage from the
@@ -24,6 +25,10 @@ solution shifted by one stage (sqpmethod: primal and dual, or primal only with -
 solver's t_wall_total. --tol sets the SQP tolerance of anvil's controllers (a call-time
 argument) and sqpmethod's tol_pr and tol_du alike (default anvil's 1e-8; acados's defaults are 1e-6); IPOPT keeps
 its settings (the reference).
+
+acados (--acados, an installed acados and casadi; benchmarks.acados_chain): the same OCP in the same run, each
+controller at its fastest configuration (HPIPM SPEED, warm-started and shifted; the partial condensing and an exact
+Hessian's regularization swept), and each anvil controller's median against its acados counterpart's.
 
 Targets (issue 14): at nx = 9 and 21, per step at or below acados's best configuration measured in issue 14,
 expressed against sqpmethod in the same run (0.093 / 0.045 / 0.041 x sqpmethod for sqp / gn / rti at nx = 9, 0.071 /
@@ -57,6 +62,7 @@ from anvil.problems import chain
 from anvil.qp import RiccatiOptions
 from anvil.qp.riccati import RiccatiQP
 from anvil.sqp import SQPOptions
+from benchmarks import acados_chain
 from benchmarks.bench_riccati import iteration_flops
 from benchmarks.common import (
   STAGES,
@@ -85,6 +91,33 @@ ISSUE_MS = {
   21: {"sqp": 7.3, "gn": 3.0, "rti": 1.45, "CasADi sqpmethod": 103.0, "CasADi IPOPT": 518.0},
 }
 YARDSTICKS = ("CasADi sqpmethod", "CasADi IPOPT")
+
+
+def acados_loops(prefix: Path, n_mass: int, kinds: list[str], steps: int) -> list[Loop]:
+  """acados's closed loops on the same OCP (benchmarks.acados_chain): each controller's fastest configuration."""
+  best = acados_chain.best_loops(prefix, n_mass, [k for k in kinds if k in acados_chain.CONTROLLERS], steps)
+  loops = []
+  for kind, lp in best.items():
+    if lp is None:
+      continue
+    statuses = {"status 0": steps - lp.failures} | ({"failed": lp.failures} if lp.failures else {})
+    loops.append(Loop(f"acados {kind}", chain.state_size(n_mass), lp.seconds, lp.sqp_iterations, lp.cost,
+                      statuses=statuses, qp_iterations=lp.qp_iterations, note=lp.configuration))  # fmt: skip
+  return loops
+
+
+def acados_lines(loops: list[Loop]) -> list[str]:
+  """Each anvil controller's median against acados's same controller in the same run (the issue's target, on this
+  machine)."""
+  here = {lp.name: float(np.median(lp.times)) * 1e3 for lp in loops}
+  lines = []
+  for lp in loops:
+    kind = lp.name.removeprefix("anvil ")
+    if lp.name.startswith("anvil ") and (theirs := here.get(f"acados {kind}")) is not None:
+      ms = here[lp.name]
+      lines.append(f"  nx {lp.nx} {lp.name} {ms:.3f} <= acados {kind} {theirs:.3f} ms (same run, {theirs / ms:.2f}x): "
+                   f"{verdict(ms, theirs)}")  # fmt: skip
+  return lines
 
 
 def target_lines(loops: list[Loop]) -> list[str]:
@@ -274,7 +307,7 @@ def print_loops(loops: list[Loop], reference: float | None) -> None:
     if lp.build:
       stages = " / ".join(f"{lp.build[s]:.1f}" for s in (*STAGES, "rest"))
       build = f"; cold {lp.build['cold']:.1f} s ({'/'.join(STAGES)}/rest: {stages}), warm {lp.build['warm']:.1f} s"
-    statuses = ", ".join(f"{k} {v}" for k, v in lp.statuses.items())
+    statuses = ", ".join(f"{k} {v}" for k, v in lp.statuses.items()) + (f" ({lp.note})" if lp.note else "")
     qp_its = f"{lp.qp_iterations.mean():6.1f}" if lp.qp_iterations.size else f"{'-':>6}"
     print(
       f"  {lp.name:<18} {np.median(lp.times) * 1e3:10.3f} {np.percentile(lp.times, 95) * 1e3:8.3f} "
@@ -292,6 +325,8 @@ def main() -> None:
                       help="start sqpmethod from the shifted primal solution alone (default: and duals)")  # fmt: skip
   parser.add_argument("--condensing", type=int, nargs="+", default=[1],
                       help="stages per block of the stage QPs' partial condensing, each a row (1: none)")  # fmt: skip
+  parser.add_argument("--acados", type=Path, default=None,
+                      help="acados's install prefix: its closed loops on the same OCP (needs casadi)")  # fmt: skip
   parser.add_argument(
     "--tol",
     type=float,
@@ -299,7 +334,7 @@ def main() -> None:
     help="SQP tolerance of anvil's controllers and of sqpmethod (default anvil's; acados's is 1e-6)",
   )
   args = parser.parse_args()
-  ca, notes, targets, recorder = load_casadi(), [], [], StageRecorder()
+  ca, notes, targets, same_run, recorder = load_casadi(), [], [], [], StageRecorder()
   for n_mass in args.sizes:
     loops, models = [], {}
     for kind, blocks in itertools.product(args.controllers, args.condensing):
@@ -316,6 +351,9 @@ def main() -> None:
     if ca is not None:
       loops += casadi_loops(ca, n_mass, args.steps, args.tol, notes, args.sqpmethod_qp, not args.sqpmethod_primal_start)
       reference = loops[-2].cost
+      if args.acados is not None:
+        loops += acados_loops(args.acados, n_mass, args.controllers, args.steps)
+        same_run += acados_lines(loops)
       targets += target_lines(loops)
     nx = chain.state_size(n_mass)
     print(
@@ -329,6 +367,8 @@ def main() -> None:
     print("\ncasadi is not installed: no IPOPT or sqpmethod rows, no targets")
   for note in notes:
     print(f"note: {note}")
+  if same_run:
+    print("\nagainst acados's fastest configuration in this run:\n" + "\n".join(same_run))
   if targets:
     print("\ntargets (acados's best per step, issue 14):\n" + "\n".join(targets))
 

@@ -78,6 +78,24 @@ def test_equals_the_hand_augmented_formulation(hessian: str) -> None:
   assert one.cost == pytest.approx(ref.cost, rel=1e-9)
 
 
+def test_real_time_iteration_takes_its_jacobians_steps() -> None:
+  """A real-time iteration with input-rate terms (the NLP's states: the model's, then the previous inputs) takes the
+  dynamics' steps its preparation's Jacobian computed (SQPFunction.reuses_steps): its closed loop equals the one of
+  the same controller whose derivatives differentiate the NLP as one graph (nothing kept)."""
+  F = rk4("rate_rti_F", bicycle, 0.1, nx=NX, nu=NU)
+  residual = NumericalFunction("rate_rti_r", tracking, (Arg(NX), Arg(NU)))
+  make = lambda name, stagewise: MPCFunction(
+    name, F, LeastSquares(residual, np.eye(5)), horizon=N, u_bounds=U_BOUNDS, u_rate_bounds=(RATE_LO, RATE_HI),
+    u_rate_weight=RATE_WEIGHT, options=MPCOptions(hessian="gauss_newton", mode="rti", integrator_derivatives=stagewise,
+                                                  **OPTIONS),
+  )  # fmt: skip
+  kept, unrolled = make("rate_rti", True), make("rate_rti_unrolled", False)
+  assert kept.sqp.reuses_steps and not unrolled.sqp.reuses_steps
+  a, b = simulate(kept, F, X0, 25, progress=False), simulate(unrolled, F, X0, 25, progress=False)
+  assert a.failures == 0 and a.cost == pytest.approx(b.cost, rel=1e-12)
+  np.testing.assert_allclose(a.u, b.u, atol=1e-12)
+
+
 def test_implicit_dynamics_and_its_derivatives() -> None:
   F = irk("rate_irk_F", bicycle, 0.1, nx=NX, nu=NU, stages=2)
   rate = MPCFunction("rate_irk", F, LeastSquares(NumericalFunction("rate_irk_r", tracking, (Arg(NX), Arg(NU))),

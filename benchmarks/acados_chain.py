@@ -1,13 +1,17 @@
 """acados on the chain-of-masses OCP (anvil.problems.chain), in closed loop, for bench_chain's same-run comparison.
 
-Needs an acados installation (its include/ and lib/ under one prefix, e.g. `cmake -DCMAKE_INSTALL_PREFIX=...` of
-acados built from source with BLASFEO and HPIPM) and casadi. The model's functions are generated from the same model
-code anvil's controllers trace (chain.ode, through CasADi's SX), with the signatures acados's ERK integrator calls
-(expl_ode_fun, expl_vde_forw, expl_vde_adj, expl_ode_hess, as acados's own code generation builds them); the driver
-benchmarks/acados/chain.c sets up the same OCP (LINEAR_LS cost, the wall as soft bounds, x_0 fixed) and runs its
-closed loop. acados is configured as its users tune it for speed: HPIPM in SPEED mode, warm-started, every call from
-the previous solution shifted; the stages' partial condensing (and an exact Hessian's regularization) are swept and
-the fastest configuration whose closed loop has no failed call is kept.
+Needs an acados installation (its include/ and lib/ under one prefix) and casadi. Measured with acados built from
+source with its pinned BLASFEO and HPIPM (`git submodule update --init external/blasfeo external/hpipm`):
+  cmake .. -DCMAKE_BUILD_TYPE=Release -DBLASFEO_TARGET=X64_INTEL_HASWELL -DHPIPM_TARGET=AVX
+    -DACADOS_WITH_{QPOASES,OSQP,DAQP,QPDUNES,HPMPC,CLARABEL}=OFF -DCMAKE_INSTALL_PREFIX=<prefix>, then make install.
+
+The model's functions are generated from the same model code anvil's controllers trace (chain.ode, through CasADi's
+SX), with the signatures acados's ERK integrator calls (expl_ode_fun, expl_vde_forw, expl_vde_adj, expl_ode_hess, as
+acados's own code generation builds them); the driver benchmarks/acados/chain.c sets up the same OCP (LINEAR_LS cost,
+the wall as soft bounds, x_0 fixed) and runs its closed loop. acados is configured as its users tune it for speed:
+HPIPM in SPEED mode, warm-started, every call from the previous solution shifted; the stages' partial condensing (and
+an exact Hessian's regularization) are swept and the fastest configuration whose closed loop has no failed call is
+kept.
 
 Standalone: `.venv/bin/python -m benchmarks.acados_chain --acados /path/to/acados/install --sizes 3 5`.
 """

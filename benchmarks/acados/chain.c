@@ -225,10 +225,12 @@ static void destroy_solver(solver_t *s, const config_t *c) {
   }
 }
 
-// the plant: RK4_STEPS classical RK4 steps of TS / RK4_STEPS of the generated ODE
+// the plant: RK4_STEPS classical RK4 steps of TS / RK4_STEPS of the generated ODE (its work arrays: checked in main)
+#define ODE_W 4096
+#define ODE_IW 256
 static void ode(const double *x, const double *u, double *xdot) {
-  static double w[4096];
-  static int iw[256];
+  static double w[ODE_W];
+  static int iw[ODE_IW];
   const double *arg[3] = {x, u, NULL};
   double *res[1] = {xdot};
   chain_expl_ode_fun(arg, res, iw, w, 0);
@@ -328,6 +330,9 @@ int main(int argc, char **argv) {
   if (argc < 4) return fprintf(stderr, "usage: chain <rti|sqp|sqp_exact> <cond_N> <repeats> [regularization]\n"), 2;
   config_t c = {strcmp(argv[1], "rti") == 0, strcmp(argv[1], "sqp_exact") == 0, atoi(argv[2]), NO_REGULARIZE};
   const int repeats = atoi(argv[3]);
+  int n_arg, n_res, n_iw, n_w;
+  chain_expl_ode_fun_work(&n_arg, &n_res, &n_iw, &n_w);
+  if (n_w > ODE_W || n_iw > ODE_IW) return fprintf(stderr, "chain: the ODE's work arrays exceed the plant's\n"), 1;
   int k = 0, n = (int)(sizeof regularizations / sizeof regularizations[0]);
   while (argc > 4 && k < n && strcmp(argv[4], regularizations[k]) != 0) k++;
   if (k == n) return fprintf(stderr, "chain: unknown regularization %s\n", argv[4]), 2;

@@ -74,8 +74,7 @@ struct RiccatiBackend {
                               W& ws) {
     // NOTE: every place of P takes one entry: H's are assigned (after the elastic prices are cleared: a soft slack's
     // curvature is its rows' price), the others cleared for the regularization, not the whole of P cleared first
-    real* data = reinterpret_cast<real*>(&ws.data);
-    for (int e = 0; e < L::n_elastic; ++e) data[L::elastic_to_data[e]] = 0.0;
+    real* data = clear_elastic(ws);
     for (int e = 0; e < L::n_unloaded; ++e) data[L::unloaded_to_data[e]] = 0.0;
     for (int e = 0; e < L::n_hess; ++e) {
       data[L::hess_to_data[e]] = hess[e];
@@ -146,14 +145,20 @@ struct RiccatiBackend {
  private:
   /// The stage QP's data, its entries of P and the elastic prices zeroed, ready for a load.
   static real* clear(W& ws) {
-    real* data = reinterpret_cast<real*>(&ws.data);
     // NOTE: the data starts zeroed (Workspace) and only the tables write it, so a load clears what it accumulates
     // into (P) and the elastic prices of the last set_elastic(), not the whole (mostly structurally zero) stage QP;
     // rows no table writes (padding inputs fixed at 0) keep lower = upper = 0: equalities
+    real* data = clear_elastic(ws);
     for (int e = 0; e < L::nnz_P; ++e) {
       data[L::P_to_data[e]] = 0.0;
       if (L::P_mirror[e] >= 0) data[L::P_mirror[e]] = 0.0;
     }
+    return data;
+  }
+
+  /// The stage QP's data, the elastic prices of the last set_elastic() zeroed.
+  static real* clear_elastic(W& ws) {
+    real* data = reinterpret_cast<real*>(&ws.data);
     for (int e = 0; e < L::n_elastic; ++e) data[L::elastic_to_data[e]] = 0.0;
     return data;
   }

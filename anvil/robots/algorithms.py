@@ -1,0 +1,328 @@
+"""Rigid-body algorithms on Tensors, in each joint's local frame as Pinocchio runs them (Featherstone's RNEA, CRBA and
+ABA; frame kinematics and Jacobians; centre of mass; energies).
+
+Each takes the joints of a tree (anvil.robots.model, topological order) and Tensors q, v, ... and returns Tensors:
+traced inside a NumericalFunction they become straight-line C++ whose constants (placements, axes, inertias) are
+folded in, and `anvil.ad` differentiates them like any other Tensor math. External wrenches are {joint index: Force in
+that joint's frame}.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from tinygrad import Tensor
+
+from anvil.robots import spatial as sp
+from anvil.robots.model import Joint, JointType
+from anvil.robots.spatial import (
+  Force,
+  Motion,
+  SpatialInertia,
+  Transform,
+  V,
+  _combine,
+  add,
+  dot,
+  is_const,
+  scale,
+  skew,
+  sub,
+  transpose,
+)
+
+Joints = Sequence[Joint]
+Wrenches = Mapping[int, Force]
+_ZERO = np.zeros(3)
+_ZERO_MOTION = Motion(_ZERO, _ZERO)
+_ZERO_FORCE = Force(_ZERO, _ZERO)
+
+
+def _rotation(axis: np.ndarray, c: Tensor, s: Tensor) -> V:
+  """The rotation by the angle of cosine c and sine s about a unit axis (Rodrigues)."""
+  k = skew(axis)
+  aligned = np.flatnonzero(axis)
+  if aligned.size == 1:  # NOTE: about ±e_k the (k, k) entry is exactly 1 and the others of row and column k are 0
+    e = np.zeros((3, 3))
+    e[aligned[0], aligned[0]] = 1.0
+    return _combine([(c, np.eye(3) - e), (s, k), (1.0, e)], (3, 3))
+  return _combine([(c, np.eye(3)), (s, k), (1.0 - c, np.outer(axis, axis))], (3, 3))
+
+
+def quaternion_matrix(x: Tensor, y: Tensor, z: Tensor, w: Tensor) -> Tensor:
+  """The rotation matrix of the unit quaternion (x, y, z, w)."""
+  xx, yy, zz, xy, xz, yz, wx, wy, wz = x * x, y * y, z * z, x * y, x * z, y * z, w * x, w * y, w * z
+  return Tensor.stack(1 - 2 * (yy + zz), 2 * (xy - wz), 2 * (xz + wy), 2 * (xy + wz), 1 - 2 * (xx + zz),
+                      2 * (yz - wx), 2 * (xz - wy), 2 * (yz + wx), 1 - 2 * (xx + yy)).reshape(3, 3)  # fmt: skip
+
+
+def joint_motion(joint: Joint, q: Tensor) -> Transform:
+  """The transform the joint makes at configuration q (its child frame in its frame at q = 0)."""
+  i = joint.idx_q
+  match joint.type:
+    case JointType.REVOLUTE:
+      return Transform(_rotation(joint.axis, q[i].cos(), q[i].sin()), _ZERO)
+    case JointType.CONTINUOUS:
+      return Transform(_rotation(joint.axis, q[i], q[i + 1]), _ZERO)
+    case JointType.PRISMATIC:
+      return Transform(np.eye(3), scale(q[i], joint.axis))
+    case JointType.FREE_FLYER:
+      return Transform(quaternion_matrix(q[i + 3], q[i + 4], q[i + 5], q[i + 6]), q[i : i + 3])
+  raise AssertionError(joint.type)
+
+
+def subspace(joint: Joint) -> list[Motion]:
+  """The joint's motion subspace S, one constant motion per velocity coordinate, in its child frame."""
+  if joint.type is JointType.FREE_FLYER:
+    eye = np.eye(3)
+    return [Motion(eye[k], _ZERO) for k in range(3)] + [Motion(_ZERO, eye[k]) for k in range(3)]
+  return [Motion(joint.axis, _ZERO)] if joint.type is JointType.PRISMATIC else [Motion(_ZERO, joint.axis)]
+
+
+def _apply(columns: list[Motion], coefficients: Sequence[V]) -> Motion:
+  """Σ_k columns_k coefficients_k."""
+  out = _ZERO_MOTION
+  for col, c in zip(columns, coefficients, strict=True):
+    out = out + Motion(scale(c, col.linear), scale(c, col.angular))
+  return out
+
+
+def _project(columns: list[Motion], f: Force) -> list[V]:
+  """Sᵀ f, one scalar per column."""
+  return [col.dot(f) for col in columns]
+
+
+def _coordinates(joint: Joint, x: Tensor | None) -> list[V]:
+  """The joint's velocity coordinates in x (zeros for None)."""
+  return [np.zeros(()) if x is None else x[joint.idx_v + k] for k in range(joint.nv)]
+
+
+def local_transforms(joints: Joints, q: Tensor) -> list[Transform]:
+  """Each joint's frame in its parent joint's frame at q."""
+  return [Transform.of(j.placement) * joint_motion(j, q) for j in joints]
+
+
+def placements(joints: Joints, q: Tensor) -> list[Transform]:
+  """Each joint's frame in the world at q (forward kinematics)."""
+  out: list[Transform] = []
+  for j, x in zip(joints, local_transforms(joints, q), strict=True):
+    out.append(out[j.parent] * x if j.parent >= 0 else x)
+  return out
+
+
+def _gravity_motion(gravity: np.ndarray) -> Motion:
+  """The world's acceleration that stands for gravity (the base accelerating upwards)."""
+  return Motion(-np.asarray(gravity, dtype=np.float64), _ZERO)
+
+
+def _velocities(joints: Joints, xs: list[Transform], v: Tensor | None) -> tuple[list[Motion], list[Motion]]:
+  """Each body's spatial velocity and each joint's velocity vJ, in local frames."""
+  vel: list[Motion] = []
+  vj: list[Motion] = []
+  for j, x in zip(joints, xs, strict=True):
+    vj.append(_apply(subspace(j), _coordinates(j, v)))
+    parent = vel[j.parent].to_child(x) if j.parent >= 0 else _ZERO_MOTION
+    vel.append(parent + vj[-1])
+  return vel, vj
+
+
+def rnea(
+  joints: Joints, gravity: np.ndarray, q: Tensor, v: Tensor | None, a: Tensor | None, fext: Wrenches | None = None
+) -> list[V]:
+  """τ = M(q) a + C(q, v) v + g(q) - Σ Jᵀ fext, one scalar per velocity coordinate (None: zero v or a)."""
+  xs = local_transforms(joints, q)
+  vel, vj = _velocities(joints, xs, v)
+  acc: list[Motion] = []
+  forces: list[Force] = []
+  for i, (j, x) in enumerate(zip(joints, xs, strict=True)):
+    parent = acc[j.parent] if j.parent >= 0 else _gravity_motion(gravity)
+    acc.append(parent.to_child(x) + _apply(subspace(j), _coordinates(j, a)) + vel[i].cross(vj[i]))
+    inertia = SpatialInertia.of(j.inertia)
+    f = inertia * acc[i] + vel[i].cross_force(inertia * vel[i])
+    forces.append(f - fext[i] if fext and i in fext else f)
+  tau: list[list[V]] = [[] for _ in joints]
+  for i in reversed(range(len(joints))):
+    j = joints[i]
+    tau[i] = _project(subspace(j), forces[i])
+    if j.parent >= 0:
+      forces[j.parent] = forces[j.parent] + forces[i].to_parent(xs[i])
+  return [t for ts in tau for t in ts]
+
+
+def crba(joints: Joints, q: Tensor) -> list[list[V]]:
+  """The joint-space inertia matrix M(q) (symmetric, both triangles), as rows of scalars."""
+  xs = local_transforms(joints, q)
+  nv = sum(j.nv for j in joints)
+  m: list[list[V]] = [[np.zeros(()) for _ in range(nv)] for _ in range(nv)]
+  composite = [SpatialInertia.of(j.inertia) for j in joints]
+  for i in reversed(range(len(joints))):
+    j = joints[i]
+    columns = [composite[i] * s for s in subspace(j)]
+    k = i
+    while k >= 0:
+      rows = subspace(joints[k])
+      for c, f in enumerate(columns):
+        for r, s in enumerate(rows):
+          value = s.dot(f)
+          m[joints[k].idx_v + r][j.idx_v + c] = value
+          m[j.idx_v + c][joints[k].idx_v + r] = value
+      if joints[k].parent >= 0:
+        columns = [f.to_parent(xs[k]) for f in columns]
+      k = joints[k].parent
+    if j.parent >= 0:
+      composite[j.parent] = composite[j.parent] + composite[i].to_parent(xs[i])
+  return m
+
+
+def aba(
+  joints: Joints, gravity: np.ndarray, q: Tensor, v: Tensor | None, tau: list[V], fext: Wrenches | None = None
+) -> list[V]:
+  """The joint accelerations of forward dynamics (Featherstone's articulated-body algorithm), one scalar each."""
+  xs = local_transforms(joints, q)
+  vel, vj = _velocities(joints, xs, v)
+  bias = [vel[i].cross(vj[i]) for i in range(len(joints))]
+  ia = [SpatialInertia.of(j.inertia) for j in joints]
+  pa: list[Force] = []
+  for i in range(len(joints)):
+    f = vel[i].cross_force(ia[i] * vel[i])
+    pa.append(f - fext[i] if fext and i in fext else f)
+  solves: list[tuple[list[Force], list[V]]] = [([], [])] * len(joints)
+  for i in reversed(range(len(joints))):
+    j, s = joints[i], subspace(joints[i])
+    u_cols = [ia[i] * c for c in s]
+    u = [sub(tau[j.idx_v + k], t) for k, t in enumerate(_project(s, pa[i]))]
+    if j.type is JointType.FREE_FLYER:
+      assert j.parent < 0, "a free flyer is the root"
+      solves[i] = (u_cols, u)
+      continue
+    d_inv = 1.0 / s[0].dot(u_cols[0])
+    scaled = Force(scale(d_inv, u_cols[0].force), scale(d_inv, u_cols[0].torque))  # U / D
+    solves[i] = ([scaled], [scale(d_inv, u[0])])
+    if j.parent >= 0:
+      articulated = ia[i].minus_outer(u_cols[0], scaled)
+      pa_i = pa[i] + articulated * bias[i] + Force(scale(u[0], scaled.force), scale(u[0], scaled.torque))
+      ia[j.parent] = ia[j.parent] + articulated.to_parent(xs[i])
+      pa[j.parent] = pa[j.parent] + pa_i.to_parent(xs[i])
+  qdd: list[V] = []
+  acc: list[Motion] = []
+  for i, j in enumerate(joints):
+    parent = acc[j.parent] if j.parent >= 0 else _gravity_motion(gravity)
+    a_i = parent.to_child(xs[i]) + bias[i]
+    columns, values = solves[i]
+    if j.type is JointType.FREE_FLYER:
+      # NOTE: U = Ia, so q̈ = Ia⁻¹ u - a and the body's acceleration is Ia⁻¹ u
+      body = solve_spd(_inertia_matrix(ia[i]), values)
+      qdd.extend(sub(body[k], c) for k, c in enumerate((*_vec(a_i.linear), *_vec(a_i.angular))))
+      acc.append(Motion(_stack3(body[:3]), _stack3(body[3:])))
+      continue
+    step = sub(values[0], a_i.dot(columns[0]))  # D⁻¹ (u - Uᵀ a)
+    qdd.append(step)
+    acc.append(a_i + _apply(subspace(j), [step]))
+  return qdd
+
+
+def _vec(x: V) -> list[V]:
+  return [float(e) for e in np.asarray(x)] if is_const(x) else [x[k] for k in range(3)]
+
+
+def _stack3(xs: Sequence[V]) -> V:
+  if all(is_const(x) for x in xs):
+    return np.array([float(x) for x in xs])
+  like = next(x for x in xs if isinstance(x, Tensor))
+  return Tensor.stack(*[x if isinstance(x, Tensor) else like.const_like(float(x)) for x in xs])
+
+
+def _inertia_matrix(ia: SpatialInertia) -> list[list[V]]:
+  """The 6x6 matrix of a spatial inertia, as rows of scalars."""
+  entry = lambda m, r, c: float(np.asarray(m)[r, c]) if is_const(m) else m[r, c]
+  bt = transpose(ia.b)
+  top = [[entry(ia.a, r, c) for c in range(3)] + [entry(ia.b, r, c) for c in range(3)] for r in range(3)]
+  bottom = [[entry(bt, r, c) for c in range(3)] + [entry(ia.c, r, c) for c in range(3)] for r in range(3)]
+  return top + bottom
+
+
+def solve_spd(m: list[list[V]], b: list[V]) -> list[V]:
+  """m⁻¹ b for a symmetric positive definite m (an LDLᵀ factorization, unrolled)."""
+  n = len(b)
+  lower: list[list[V]] = [[0.0] * n for _ in range(n)]
+  d: list[V] = [0.0] * n
+  for c in range(n):
+    dc = m[c][c]
+    for k in range(c):
+      dc = sub(dc, lower[c][k] * lower[c][k] * d[k])
+    d[c] = dc
+    inv = 1.0 / dc
+    for r in range(c + 1, n):
+      e = m[r][c]
+      for k in range(c):
+        e = sub(e, lower[r][k] * lower[c][k] * d[k])
+      lower[r][c] = e * inv
+  y = list(b)
+  for r in range(n):
+    for k in range(r):
+      y[r] = sub(y[r], lower[r][k] * y[k])
+  x: list[V] = [0.0] * n
+  for r in reversed(range(n)):
+    x[r] = y[r] / d[r]
+    for k in range(r + 1, n):
+      x[r] = sub(x[r], lower[k][r] * x[k])
+  return x
+
+
+def center_of_mass(joints: Joints, q: Tensor) -> tuple[V, float]:
+  """The centre of mass in the world at q, and the total mass."""
+  total = sum(j.inertia.mass for j in joints)
+  weighted: V = _ZERO
+  for j, x in zip(joints, placements(joints, q), strict=True):
+    if j.inertia.mass:
+      weighted = add(weighted, scale(j.inertia.mass, x.point(j.inertia.com)))
+  return scale(1.0 / total, weighted), total
+
+
+def world_columns(joints: Joints, xs: list[Transform]) -> list[Motion]:
+  """Each velocity coordinate's motion subspace column in the world frame (at the world's origin)."""
+  return [s.to_parent(x) for j, x in zip(joints, xs, strict=True) for s in subspace(j)]
+
+
+def support(joints: Joints, i: int) -> list[int]:
+  """The velocity coordinates that move joint i (its own and its ancestors')."""
+  out: list[int] = []
+  while i >= 0:
+    out.extend(range(joints[i].idx_v, joints[i].idx_v + joints[i].nv))
+    i = joints[i].parent
+  return sorted(out)
+
+
+def kinetic_energy(joints: Joints, q: Tensor, v: Tensor) -> V:
+  """½ vᵀ M(q) v."""
+  vel, _ = _velocities(joints, local_transforms(joints, q), v)
+  energy: V = np.zeros(())
+  for j, m in zip(joints, vel, strict=True):
+    energy = add(energy, m.dot(SpatialInertia.of(j.inertia) * m))
+  return scale(0.5, energy)
+
+
+def potential_energy(joints: Joints, gravity: np.ndarray, q: Tensor) -> V:
+  """-Σ m_i gᵀ c_i (zero at the world's origin)."""
+  com, mass = center_of_mass(joints, q)
+  return scale(-mass, dot(gravity, com))
+
+
+def com_jacobian(joints: Joints, q: Tensor) -> list[list[V]]:
+  """The Jacobian (3, nv) of the centre of mass in the world, as rows of scalars: column k is the velocity the
+  subtree that coordinate k moves gives the centre of mass, (m_sub v_k + ω_k x Σ m_i c_i) / m."""
+  xs = placements(joints, q)
+  total = sum(j.inertia.mass for j in joints)
+  mass = [j.inertia.mass for j in joints]
+  moment: list[V] = [scale(j.inertia.mass, x.point(j.inertia.com)) for j, x in zip(joints, xs, strict=True)]
+  for i in reversed(range(len(joints))):
+    if (p := joints[i].parent) >= 0:
+      mass[p] += mass[i]
+      moment[p] = add(moment[p], moment[i])
+  columns: list[V] = []
+  for i, (j, x) in enumerate(zip(joints, xs, strict=True)):
+    for s in subspace(j):
+      c = s.to_parent(x)
+      columns.append(scale(1.0 / total, add(scale(mass[i], c.linear), sp.cross(c.angular, moment[i]))))
+  return [[c[r] if isinstance(c, Tensor) else float(np.asarray(c)[r]) for c in columns] for r in range(3)]

@@ -1,0 +1,339 @@
+"""Spatial algebra on small Tensors, with numpy arrays standing for constants.
+
+Rigid-body algorithms mix the robot's constants (joint placements, axes, inertias) with the variables a traced function
+computes. Every helper here takes either: numpy operands give numpy results (folded in Python, no graph at all),
+a constant matrix times a Tensor becomes one sum per row over its nonzero entries (no zero or unit factor ever enters
+the graph), and Tensors combine with tinygrad's ops. The scalar lowering of straight-line C++ folds what remains.
+
+Vectors are (3,) and matrices (3, 3); a spatial motion is (linear, angular), a force (force, torque), a spatial inertia
+the blocks (A, B, C) of [[A, B], [Bᵀ, C]] mapping a motion to a force, all in one frame. A transform (R, p) places a
+child frame in its parent (x_parent = R x_child + p).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import numpy as np
+from tinygrad import Tensor
+
+from anvil.robots.model import Inertia, Placement
+
+#: A value of the algorithms: a Tensor, or a numpy array or float standing for a constant. (Any: numpy's and tinygrad's
+#: operator stubs cannot type their mixture, which the helpers here sort out at run time.)
+V = Any
+
+
+class Transform(NamedTuple):
+  """A placement whose rotation and translation may be Tensors."""
+
+  rotation: V
+  translation: V
+
+  @staticmethod
+  def of(p: Placement) -> Transform:
+    """The constant transform of a placement."""
+    return Transform(p.rotation, p.translation)
+
+  def __mul__(self, other: Transform) -> Transform:  # type: ignore[override]
+    """The composition self * other."""
+    return Transform(mm(self.rotation, other.rotation), add(mv(self.rotation, other.translation), self.translation))
+
+  def point(self, x: V) -> V:
+    """A point of the child frame in the parent's."""
+    return add(mv(self.rotation, x), self.translation)
+
+
+class Motion(NamedTuple):
+  """A spatial motion (linear, angular)."""
+
+  linear: V
+  angular: V
+
+  def __add__(self, other: Motion) -> Motion:  # type: ignore[override]
+    return Motion(add(self.linear, other.linear), add(self.angular, other.angular))
+
+  def cross(self, m: Motion) -> Motion:
+    """self x m (the motion cross product)."""
+    return Motion(add(cross(self.angular, m.linear), cross(self.linear, m.angular)), cross(self.angular, m.angular))
+
+  def cross_force(self, f: Force) -> Force:
+    """self x* f (the force cross product)."""
+    return Force(cross(self.angular, f.force), add(cross(self.angular, f.torque), cross(self.linear, f.force)))
+
+  def to_child(self, x: Transform) -> Motion:
+    """This motion, given in x's parent frame, in its child's."""
+    rt = transpose(x.rotation)
+    return Motion(mv(rt, sub(self.linear, cross(x.translation, self.angular))), mv(rt, self.angular))
+
+  def to_parent(self, x: Transform) -> Motion:
+    """This motion, given in x's child frame, in its parent's."""
+    angular = mv(x.rotation, self.angular)
+    return Motion(add(mv(x.rotation, self.linear), cross(x.translation, angular)), angular)
+
+  def dot(self, f: Force) -> V:
+    """The power of force f along this motion."""
+    return add(dot(self.linear, f.force), dot(self.angular, f.torque))
+
+
+class Force(NamedTuple):
+  """A spatial force (force, torque)."""
+
+  force: V
+  torque: V
+
+  def __add__(self, other: Force) -> Force:  # type: ignore[override]
+    return Force(add(self.force, other.force), add(self.torque, other.torque))
+
+  def __sub__(self, other: Force) -> Force:
+    return Force(sub(self.force, other.force), sub(self.torque, other.torque))
+
+  def to_parent(self, x: Transform) -> Force:
+    """This force, given in x's child frame, in its parent's."""
+    force = mv(x.rotation, self.force)
+    return Force(force, add(mv(x.rotation, self.torque), cross(x.translation, force)))
+
+  def to_child(self, x: Transform) -> Force:
+    """This force, given in x's parent frame, in its child's."""
+    rt = transpose(x.rotation)
+    return Force(mv(rt, self.force), mv(rt, sub(self.torque, cross(x.translation, self.force))))
+
+
+class SpatialInertia(NamedTuple):
+  """The blocks of a symmetric spatial inertia [[A, B], [Bᵀ, C]] (articulated or rigid)."""
+
+  a: V
+  b: V
+  c: V
+
+  @staticmethod
+  def of(inertia: Inertia) -> SpatialInertia:
+    """The constant blocks of a rigid body's inertia."""
+    m, h = inertia.mass, skew(inertia.com)
+    return SpatialInertia(m * np.eye(3), -m * h, inertia.rotational - m * h @ h)
+
+  def __add__(self, other: SpatialInertia) -> SpatialInertia:  # type: ignore[override]
+    return SpatialInertia(add(self.a, other.a), add(self.b, other.b), add(self.c, other.c))
+
+  def __mul__(self, m: Motion) -> Force:  # type: ignore[override]
+    """The force of this inertia moving with m."""
+    return Force(add(mv(self.a, m.linear), mv(self.b, m.angular)),
+                 add(mv(transpose(self.b), m.linear), mv(self.c, m.angular)))  # fmt: skip
+
+  def minus_outer(self, u: Force, w: Force) -> SpatialInertia:
+    """self - u wᵀ (u, w as 6-vectors: forces)."""
+    return SpatialInertia(sub(self.a, outer(u.force, w.force)), sub(self.b, outer(u.force, w.torque)),
+                          sub(self.c, outer(u.torque, w.torque)))  # fmt: skip
+
+  def to_parent(self, x: Transform) -> SpatialInertia:
+    """This inertia, given in x's child frame, in its parent's: X* I X⁻¹."""
+    r, rt = x.rotation, transpose(x.rotation)
+    a, b, c = mm(mm(r, self.a), rt), mm(mm(r, self.b), rt), mm(mm(r, self.c), rt)
+    h = skew(x.translation)
+    hb, ah = mm(h, b), mm(a, h)
+    return SpatialInertia(a, sub(b, ah), sub(add(add(c, hb), transpose(hb)), mm(h, ah)))
+
+
+def constant(x: V, like: Tensor) -> Tensor:
+  """The constant array x as a Tensor of like's dtype (a constant of the graph: folded by the scalar lowering)."""
+  a = np.asarray(x, dtype=np.float64)
+  scalar = like.reshape(-1)[0] if like.ndim else like
+  if a.ndim == 0:
+    return scalar.const_like(float(a))
+  return Tensor.stack(*[scalar.const_like(float(e)) for e in a.reshape(-1)]).reshape(a.shape)
+
+
+def is_const(x: object) -> bool:
+  """Whether x is a constant (a numpy array or a Python number)."""
+  return not isinstance(x, Tensor)
+
+
+def _zero(x: V) -> bool:
+  return is_const(x) and not np.any(x)
+
+
+def _lift(a: V, b: V) -> tuple[V, V]:
+  """a and b, a constant among them made a Tensor when the other is one (numpy would otherwise broadcast over the
+  Tensor as an object array)."""
+  if isinstance(a, Tensor) and is_const(b):
+    return a, constant(b, a)
+  if isinstance(b, Tensor) and is_const(a):
+    return constant(a, b), b
+  return a, b
+
+
+def add(a: V, b: V) -> V:
+  """a + b."""
+  if _zero(a):
+    return b
+  if _zero(b):
+    return a
+  a, b = _lift(a, b)
+  return a + b
+
+
+def sub(a: V, b: V) -> V:
+  """a - b."""
+  if _zero(b):
+    return a
+  if _zero(a):
+    return -b
+  a, b = _lift(a, b)
+  return a - b
+
+
+def scale(s: Tensor | float, a: V) -> V:
+  """s a for a scalar s."""
+  if is_const(s) and is_const(a):
+    return float(s) * a  # type: ignore[arg-type]
+  if _zero(a) or (is_const(s) and s == 0):
+    return np.zeros(np.shape(a))
+  if is_const(a):
+    return _combine([(s, np.asarray(a))], np.shape(a))
+  return a * s
+
+
+def transpose(m: V) -> V:
+  """mᵀ."""
+  return m.T
+
+
+def _combine(terms: list[tuple[Tensor | float, np.ndarray]], shape: tuple[int, ...]) -> V:
+  """Σ s_k C_k for scalars s_k and constant arrays C_k: each element a sum over its nonzero coefficients only."""
+  flat = [(s, np.asarray(c).reshape(-1)) for s, c in terms]
+  elements: list[Tensor | float] = []
+  for e in range(math.prod(shape)):
+    acc: Tensor | float = 0.0
+    for s, c in flat:
+      if c[e] == 0:
+        continue
+      term = s if c[e] == 1 else -s if c[e] == -1 else s * float(c[e])
+      acc = term if is_const(acc) and acc == 0 else acc + term
+    elements.append(acc)
+  if all(is_const(e) for e in elements):
+    return np.array(elements, dtype=np.float64).reshape(shape)
+  like = next(e for e in elements if isinstance(e, Tensor))
+  return Tensor.stack(*[e if isinstance(e, Tensor) else like.const_like(e) for e in elements]).reshape(shape)
+
+
+def _elements(t: Tensor, n: int) -> list[Tensor]:
+  return [t[i] for i in range(n)]
+
+
+def mv(m: V, v: V) -> V:
+  """m @ v for a (3, 3) matrix and a (3,) vector."""
+  if _zero(v) or _zero(m):
+    return np.zeros(3)
+  if is_const(m) and is_const(v):
+    return np.asarray(m) @ np.asarray(v)
+  if is_const(m):
+    if np.array_equal(m, np.eye(3)):
+      return v
+    vs = _elements(v, 3)
+    return _combine([(vs[j], np.asarray(m)[:, j]) for j in range(3)], (3,))
+  if is_const(v):
+    return _matrix_const_vector(m, np.asarray(v))
+  vs = _elements(v, 3)
+  return m[:, 0] * vs[0] + m[:, 1] * vs[1] + m[:, 2] * vs[2]
+
+
+def _matrix_const_vector(m: Tensor, v: np.ndarray) -> V:
+  terms = [m[:, j] if v[j] == 1 else -m[:, j] if v[j] == -1 else m[:, j] * float(v[j]) for j in range(3) if v[j] != 0]
+  out = terms[0]
+  for t in terms[1:]:
+    out = out + t
+  return out
+
+
+def mm(a: V, b: V) -> V:
+  """a @ b for (3, 3) matrices."""
+  if _zero(a) or _zero(b):
+    return np.zeros((3, 3))
+  if is_const(a) and is_const(b):
+    return np.asarray(a) @ np.asarray(b)
+  if is_const(a) and np.array_equal(a, np.eye(3)):
+    return b
+  if is_const(b) and np.array_equal(b, np.eye(3)):
+    return a
+  if is_const(a):
+    rows = _elements(b, 3)
+    return _stack_rows([mv_rows(np.asarray(a)[i], rows) for i in range(3)])
+  if is_const(b):
+    return transpose(mm(transpose(b), transpose(a)))
+  rows = _elements(b, 3)
+  return Tensor.stack(*[a[i, 0] * rows[0] + a[i, 1] * rows[1] + a[i, 2] * rows[2] for i in range(3)])
+
+
+def mv_rows(coefficients: np.ndarray, rows: list[Tensor]) -> V:
+  """Σ_j c_j rows_j over the nonzero coefficients (a row of a constant matrix times a Tensor matrix)."""
+  out: V = np.zeros(3)
+  for c, row in zip(coefficients, rows, strict=True):
+    if c != 0:
+      out = add(out, row if c == 1 else -row if c == -1 else row * float(c))
+  return out
+
+
+def _stack_rows(rows: list[V]) -> V:
+  if all(is_const(r) for r in rows):
+    return np.stack([np.asarray(r) for r in rows])
+  like = next(r for r in rows if isinstance(r, Tensor))
+  return Tensor.stack(*[r if isinstance(r, Tensor) else constant(r, like) for r in rows])
+
+
+def cross(a: V, b: V) -> V:
+  """a x b."""
+  if _zero(a) or _zero(b):
+    return np.zeros(3)
+  if is_const(a) and is_const(b):
+    return np.cross(a, b)
+  if is_const(a):
+    return mv(skew(np.asarray(a)), b)
+  if is_const(b):
+    return mv(-skew(np.asarray(b)), a)
+  x, y = _elements(a, 3), _elements(b, 3)
+  return Tensor.stack(x[1] * y[2] - x[2] * y[1], x[2] * y[0] - x[0] * y[2], x[0] * y[1] - x[1] * y[0])
+
+
+def dot(a: V, b: V) -> V:
+  """a · b."""
+  if _zero(a) or _zero(b):
+    return np.zeros(())
+  if is_const(a) and is_const(b):
+    return np.dot(a, b)
+  if is_const(a):
+    a, b = b, a
+  if is_const(b):
+    cs = np.asarray(b)
+    terms = [a[i] if cs[i] == 1 else -a[i] if cs[i] == -1 else a[i] * float(cs[i]) for i in range(3) if cs[i] != 0]
+    out = terms[0]
+    for t in terms[1:]:
+      out = out + t
+    return out
+  return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
+
+
+def outer(u: V, w: V) -> V:
+  """u wᵀ."""
+  if _zero(u) or _zero(w):
+    return np.zeros((3, 3))
+  if is_const(u) and is_const(w):
+    return np.outer(u, w)
+  if is_const(u) or is_const(w):
+    return _stack_rows([scale(w_i, u) for w_i in _scalars(w)]).T if is_const(u) else _stack_rows(
+      [scale(u_i, w) for u_i in _scalars(u)])  # fmt: skip
+  return Tensor.stack(*[w * u_i for u_i in _elements(u, 3)])
+
+
+def _scalars(v: V) -> list[V]:
+  return [float(x) for x in np.asarray(v)] if is_const(v) else _elements(v, 3)
+
+
+def skew(v: V) -> V:
+  """The matrix [v]x with [v]x w = v x w."""
+  if is_const(v):
+    x, y, z = np.asarray(v, dtype=np.float64)
+    return np.array([[0, -z, y], [z, 0, -x], [-y, x, 0]])
+  x, y, z = _elements(v, 3)
+  zero = x * 0.0
+  return Tensor.stack(zero, -z, y, z, zero, -x, -y, x, zero).reshape(3, 3)

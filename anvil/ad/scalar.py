@@ -69,6 +69,35 @@ def scalar_gradient(fn: NumericalFunction[..., Any], wrt: int) -> DerivedCode:
   return _derived_code(fn, f"gradient in input {wrt}", fn.inputs[wrt].shape, build)
 
 
+def scalar_dense(fn: NumericalFunction[..., Any], kind: str, wrt: int) -> DerivedCode:
+  """The code of the dense Jacobian (output size, input size) or, for `kind` "hessian", the dense Hessian of `fn`'s
+  single output in input `wrt`, derived on its scalar expressions as the sparse ones are (every entry the pattern
+  lacks a zero); its build falls back (None) where the scalar lowering does not apply."""
+  n = fn.inputs[wrt].size
+  m = n if kind == "hessian" else fn.outputs[0].size
+
+  def build() -> Program | None:
+    traced = fn.traced
+    try:
+      lowered = lower(traced)
+      g, slot = lowered.graph, traced.output_slots[0]
+      outputs = lowered.values[slot].tolist()
+      if kind == "hessian":
+        columns = _hessian_columns(g, outputs[0], wrt, n)
+        columns = [
+          {**c, **{i: columns[i][j] for i in range(j + 1, n) if j in columns[i]}} for j, c in enumerate(columns)
+        ]
+      else:
+        columns = _jacobian_columns(g, outputs, wrt, n)
+    except Unsupported:
+      return None
+    zero = g.const(0.0, traced.stores[slot].dtype)
+    writes = [(0, r * n + c, columns[c].get(r, zero)) for r in range(m) for c in range(n)]
+    return emit_program(g, writes, [u.dtype for u in traced.inputs], [traced.stores[slot].dtype])
+
+  return _derived_code(fn, f"dense {kind} in input {wrt}", (m, n), build)
+
+
 def scalar_sparse(
   fn: NumericalFunction[..., Any], kind: str, wrt: int
 ) -> tuple[sp.csc_array, DerivedCode, NDArray[np.float64]] | None:

@@ -13,7 +13,7 @@ from typing import Any
 from tinygrad import Tensor, dtypes
 
 from anvil.ad.batching import batch_graph, to_batch_last
-from anvil.ad.scalar import scalar_gradient, scalar_route
+from anvil.ad.scalar import scalar_dense, scalar_gradient, scalar_route
 from anvil.codegen import Arg, NumericalFunction
 from anvil.codegen.build import stage
 
@@ -161,14 +161,20 @@ def batched_graph(
 def jacobian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> Fn:
   """The dense Jacobian, shape (output size, input `wrt` size), built as one batched pass with an identity seed."""
   check_wrt(fn, wrt, "jacobian")
-  return _derived(fn, name, "jac", lambda *xs: jacobian_graph(fn, xs, wrt), fn.inputs)
+  derivative = _derived(fn, name, "jac", lambda *xs: jacobian_graph(fn, xs, wrt), fn.inputs)
+  if scalar_route(fn):  # NOTE: many small tensors (a rigid-body algorithm, a loop over stages): forward mode there
+    derivative.derived = scalar_dense(fn, "jacobian", wrt)
+  return derivative
 
 
 def hessian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> Fn:
   """The dense Hessian (n, n) of a scalar-valued function with respect to input `wrt`: one batched Hessian-vector
   product over an identity seed."""
   check_wrt(fn, wrt, "hessian")
-  return _derived(fn, name, "hess", lambda *xs: hessian_graph(fn, xs, wrt), fn.inputs)
+  derivative = _derived(fn, name, "hess", lambda *xs: hessian_graph(fn, xs, wrt), fn.inputs)
+  if scalar_route(fn):
+    derivative.derived = scalar_dense(fn, "hessian", wrt)
+  return derivative
 
 
 def hessian_graph(fn: Fn, xs: Sequence[Tensor], wrt: int, what: str = "hessian") -> Tensor:

@@ -113,6 +113,11 @@ class Robot:
     """The velocity coordinates torques act on (a free flyer's are not)."""
     return tuple(j.idx_v + k for j in self.joints if j.type is not JointType.FREE_FLYER for k in range(j.nv))
 
+  @cached_property
+  def identifier(self) -> str:
+    """The robot's name made a C++ identifier (the prefix of the functions it builds)."""
+    return _identifier(self.name)
+
   @property
   def joint_names(self) -> tuple[str, ...]:
     """The movable joints' names, in the order of q and v."""
@@ -341,7 +346,7 @@ class Robot:
       inputs = tuple(Arg(n) for n in shapes) + tuple(Arg(6) for _ in names)
       k = len(shapes)
       self._built[key] = NumericalFunction(
-        _identifier(f"{self.name}_{what}" + (f"_fext{len(self._built)}" if names else "")),
+        _identifier(f"{self.identifier}_{what}" + (f"_fext{len(self._built)}" if names else "")),
         lambda *ts: body(*ts[:k], self._wrenches(ts[0], frames, list(ts[k:]), ref)), inputs)  # fmt: skip
     values = [_as_array(a, n, f"{self.name}.{what}", name) for a, n, name in
               zip(args, shapes, _ARG_NAMES.get(what.split("_")[0], ("q", "v", "a")), strict=False)]  # fmt: skip

@@ -1,0 +1,227 @@
+"""anvil.robots against Pinocchio on real robots (example-robot-data): dynamics, kinematics, Jacobians, centre of mass
+and energies at 50 random states; derivatives by anvil.ad against Pinocchio's analytical ones; the free flyer's and
+continuous joints' configuration space."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import numpy as np
+import pinocchio as pin
+import pytest
+from tinygrad import Tensor
+
+import anvil as av
+from anvil.ad import jacobian
+from anvil.robots import FrameType, Robot
+from tests.robots import CASES, anvil_robot, close, pinocchio_model
+
+STATES = 50
+REFERENCES = {"local": pin.LOCAL, "world": pin.WORLD, "local_world_aligned": pin.LOCAL_WORLD_ALIGNED}
+#: The robots checked against Pinocchio (talos itself is left to the benchmark: its build is the slow one).
+CHECKED = ("panda", "ur5", "talos_arm", "solo12", "double_pendulum", "z1")
+
+
+@cache
+def pair(name: str) -> tuple[Robot, Any]:
+  """anvil's robot and Pinocchio's model of it, built once per process."""
+  return anvil_robot(name), pinocchio_model(name)
+
+
+#: anvil's frame types as Pinocchio's.
+FRAME_TYPES = {FrameType.BODY: pin.BODY, FrameType.FIXED_JOINT: pin.FIXED_JOINT, FrameType.JOINT: pin.JOINT}
+
+
+def checked_frames(robot: Robot, model: Any) -> list[tuple[int, int]]:
+  """A few frames of each kind, as (index in robot.frames, Pinocchio's frame id): the last body, the last fixed
+  joint, a joint mid-tree."""
+  out = []
+  for kind, pin_type in FRAME_TYPES.items():
+    found = [(i, model.getFrameId(f.name, pin_type)) for i, f in enumerate(robot.frames)
+             if f.type is kind and f.joint >= 0 and model.existFrame(f.name, pin_type)]  # fmt: skip
+    out += found[-1:] if kind is not FrameType.JOINT else found[len(found) // 2 : len(found) // 2 + 1]
+  return out
+
+
+def everything(robot: Robot, frames: list[tuple[int, int]]) -> av.NumericalFunction[..., Any]:
+  """One function of (q, v, a) computing every algorithm at once (one build per robot)."""
+  nq, nv = robot.nq, robot.nv
+
+  def body(q: Tensor, v: Tensor, a: Tensor) -> tuple[Tensor, ...]:
+    outs = [robot.rnea(q, v, a), robot.aba(q, v, a), robot.crba(q).reshape(-1), robot.nonlinear_effects(q, v),
+            robot.generalized_gravity(q), robot.center_of_mass(q), robot.center_of_mass_jacobian(q).reshape(-1),
+            robot.kinetic_energy(q, v).reshape(1), robot.potential_energy(q).reshape(1)]  # fmt: skip
+    for f, _ in frames:
+      rotation, translation = robot.frame_placement(q, f)
+      outs += [rotation.reshape(-1), translation]
+      for ref in REFERENCES:
+        outs += [robot.frame_jacobian(q, f, ref).reshape(-1), robot.frame_velocity(q, v, f, ref)]
+    return tuple(outs)
+
+  return av.NumericalFunction(f"{robot.identifier}_everything", body, (av.Arg(nq), av.Arg(nv), av.Arg(nv)))
+
+
+def reference(
+  model: Any, frames: list[tuple[int, int]], q: np.ndarray, v: np.ndarray, a: np.ndarray
+) -> list[np.ndarray]:
+  """Pinocchio's values of what `everything` computes, in the same order."""
+  data = model.createData()
+  nv = model.nv
+  m = pin.crba(model, data, q)
+  m = np.triu(m) + np.triu(m, 1).T
+  out = [pin.rnea(model, data, q, v, a), pin.aba(model, data, q, v, a), m.reshape(-1),
+         pin.nonLinearEffects(model, data, q, v), pin.computeGeneralizedGravity(model, data, q),
+         pin.centerOfMass(model, data, q), pin.jacobianCenterOfMass(model, data, q).reshape(-1),
+         np.array([pin.computeKineticEnergy(model, data, q, v)]), np.array([pin.computePotentialEnergy(model, data, q)])]  # fmt: skip
+  pin.forwardKinematics(model, data, q, v)
+  pin.updateFramePlacements(model, data)
+  for _, fid in frames:
+    out += [data.oMf[fid].rotation.reshape(-1), data.oMf[fid].translation]
+    for ref in REFERENCES.values():
+      out += [pin.computeFrameJacobian(model, data, q, fid, ref).reshape(6 * nv),
+              pin.getFrameVelocity(model, data, fid, ref).vector]  # fmt: skip
+  return out
+
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_algorithms_equal_pinocchio(name: str) -> None:
+  robot, model = pair(name)
+  assert (robot.nq, robot.nv) == (model.nq, model.nv)
+  assert robot.joint_names == tuple(model.names)[1:]
+  frames = checked_frames(robot, model)
+  fn = everything(robot, frames)
+  rng = np.random.default_rng(7)
+  for _ in range(STATES):
+    q = robot.random_configuration(rng)
+    v, a = rng.standard_normal(robot.nv), rng.standard_normal(robot.nv)
+    for got, want in zip(fn(q, v, a), reference(model, frames, q, v, a), strict=True):
+      close(got, want)
+
+
+def _on_tangent(robot: Robot, what: str) -> av.NumericalFunction[..., Any]:
+  """rnea or aba of (dq, q, v, x): at integrate(q, dq), so the Jacobian in dq at 0 is Pinocchio's (tangent space)."""
+  nq, nv = robot.nq, robot.nv
+  algorithm = robot.rnea if what == "rnea" else robot.aba
+  return av.NumericalFunction(f"{robot.identifier}_{what}_tangent",
+                              lambda dq, q, v, x: algorithm(robot.integrate(q, dq), v, x),
+                              (av.Arg(nv), av.Arg(nq), av.Arg(nv), av.Arg(nv)))  # fmt: skip
+
+
+@pytest.mark.parametrize("name", CHECKED)
+@pytest.mark.parametrize("what", ["rnea", "aba"])
+def test_derivatives_equal_pinocchio(name: str, what: str) -> None:
+  robot, model = pair(name)
+  fn = _on_tangent(robot, what)
+  d_dq, d_dv, d_dx = jacobian(fn, 0), jacobian(fn, 2), jacobian(fn, 3)
+  data = model.createData()
+  rng = np.random.default_rng(11)
+  zero = np.zeros(robot.nv)
+  for _ in range(5):
+    q = robot.random_configuration(rng)
+    v, x = rng.standard_normal(robot.nv), rng.standard_normal(robot.nv)
+    derivatives = pin.computeRNEADerivatives if what == "rnea" else pin.computeABADerivatives
+    want = [np.array(d) for d in derivatives(model, data, q, v, x)]
+    if what == "rnea":
+      want[2] = np.triu(want[2]) + np.triu(want[2], 1).T  # ∂τ/∂a = M, upper triangle filled
+    for got, expected in zip((d_dq(zero, q, v, x), d_dv(zero, q, v, x), d_dx(zero, q, v, x)), want, strict=True):
+      close(got, expected, rtol=1e-8)
+
+
+@pytest.mark.parametrize("name", ["solo12", "double_pendulum"])
+def test_integrate_and_difference_equal_pinocchio(name: str) -> None:
+  robot, model = pair(name)
+  nq, nv = robot.nq, robot.nv
+  fn = av.NumericalFunction(f"{name}_manifold", lambda q0, q1, v: (robot.integrate(q0, v), robot.difference(q0, q1)),
+                            (av.Arg(nq), av.Arg(nq), av.Arg(nv)))  # fmt: skip
+  rng = np.random.default_rng(3)
+  for k in range(STATES):
+    q0, q1 = robot.random_configuration(rng), robot.random_configuration(rng)
+    v = rng.standard_normal(nv) * (1e-5 if k % 5 == 0 else 1.0)  # small angles: the Taylor branches
+    if k % 7 == 0:
+      q1 = pin.integrate(model, q0, v)  # nearby configurations: a small relative rotation
+    integrated, difference = fn(q0, q1, v)
+    close(integrated, pin.integrate(model, q0, v))
+    close(difference, pin.difference(model, q0, q1))
+
+
+def test_external_wrenches_equal_pinocchio() -> None:
+  robot, model = pair("solo12")
+  feet = ["FL_FOOT", "HR_FOOT"]
+  nq, nv = robot.nq, robot.nv
+  fn = av.NumericalFunction(
+    "solo12_contacts",
+    lambda q, v, a, f0, f1: (robot.rnea(q, v, a, {feet[0]: f0, feet[1]: f1}, "local_world_aligned"),
+                             robot.aba(q, v, a, {feet[0]: f0, feet[1]: f1}, "local")),
+    (av.Arg(nq), av.Arg(nv), av.Arg(nv), av.Arg(6), av.Arg(6)))  # fmt: skip
+  data = model.createData()
+  rng = np.random.default_rng(5)
+  for _ in range(10):
+    q = robot.random_configuration(rng)
+    v, a, f0, f1 = (rng.standard_normal(n) for n in (nv, nv, 6, 6))
+    pin.framesForwardKinematics(model, data, q)
+    world_aligned, local = [pin.Force.Zero() for _ in model.joints], [pin.Force.Zero() for _ in model.joints]
+    for frame, wrench in zip(feet, (f0, f1), strict=True):
+      fr = model.frames[model.getFrameId(frame)]
+      rotation = data.oMf[model.getFrameId(frame)].rotation
+      local_wrench = pin.Force(rotation.T @ wrench[:3], rotation.T @ wrench[3:])
+      world_aligned[fr.parentJoint] += fr.placement.act(local_wrench)
+      local[fr.parentJoint] += fr.placement.act(pin.Force(wrench[:3], wrench[3:]))
+    tau, ddq = fn(q, v, a, f0, f1)
+    close(tau, pin.rnea(model, data, q, v, a, world_aligned))
+    close(ddq, pin.aba(model, data, q, v, a, local))
+
+
+def test_numpy_calls_build_once_and_check_their_inputs() -> None:
+  robot, model = pair("double_pendulum")
+  q, v = robot.neutral(), np.array([0.3, -0.2])
+  close(robot.aba(q, v, np.zeros(2)), pin.aba(model, model.createData(), q, v, np.zeros(2)))
+  assert len(robot._built) == 1
+  robot.aba(q, v, np.ones(2))
+  assert len(robot._built) == 1
+  with pytest.raises(ValueError, match=r"tau must have shape \(2,\)"):
+    robot.aba(q, v, np.zeros(3))
+  with pytest.raises(ValueError, match="q holds NaN"):
+    robot.aba(np.full(robot.nq, np.nan), v, v)
+  with pytest.raises(ValueError, match="no frame named 'tip'"):
+    robot.frame_placement(q, "tip")
+  with pytest.raises(ValueError, match="reference"):
+    robot.frame_jacobian(q, "link2", "global")
+
+
+def test_forward_dynamics_adds_damping_and_friction_to_aba() -> None:
+  robot, model = pair("panda")
+  data = model.createData()
+  nq, nv = robot.nq, robot.nv
+  fn = av.NumericalFunction("panda_dynamics", lambda x, u: (robot.forward_dynamics(x, u), robot.ode(x, u)),
+                            (av.Arg(robot.nx), av.Arg(robot.nu)))  # fmt: skip
+  damping = np.concatenate([j.damping for j in robot.joints])
+  friction = np.concatenate([j.friction for j in robot.joints])
+  assert damping.any()
+  rng = np.random.default_rng(2)
+  for _ in range(10):
+    q, v, u = robot.random_configuration(rng), rng.standard_normal(nv), rng.standard_normal(nv)
+    losses = damping * v + friction * np.tanh(v / robot.friction_velocity)
+    ddq, xdot = fn(np.concatenate([q, v]), u)
+    close(ddq, pin.aba(model, data, q, v, u - losses))
+    close(xdot, np.concatenate([v, ddq]))
+  assert (nq, robot.nu) == (7, 7)
+
+
+def test_free_flyer_ode_and_bounds() -> None:
+  robot, model = pair("solo12")
+  assert robot.nu == robot.nv - 6 and robot.actuated == tuple(range(6, robot.nv))
+  fn = av.NumericalFunction("solo12_ode", robot.ode, (av.Arg(robot.nx), av.Arg(robot.nu)))
+  rng = np.random.default_rng(9)
+  q, v, u = robot.random_configuration(rng), rng.standard_normal(robot.nv), rng.standard_normal(robot.nu)
+  xdot = fn(np.concatenate([q, v]), u)
+  h = 1e-6  # the configuration rate is the derivative of integrate along v
+  rate = (pin.integrate(model, q, v * h) - pin.integrate(model, q, -v * h)) / (2 * h)
+  close(xdot[: robot.nq], rate, rtol=1e-8)
+  close(xdot[robot.nq :], pin.aba(model, model.createData(), q, v, np.concatenate([np.zeros(6), u])))
+  bounds = robot.bounds()
+  (lbx, ubx), (lbu, ubu) = bounds["x_bounds"], bounds["u_bounds"]
+  assert lbx.shape == ubx.shape == (robot.nx,) and lbu.shape == (robot.nu,)
+  np.testing.assert_array_equal(ubu, model.effortLimit[6:])
+  np.testing.assert_array_equal(ubx[robot.nq + 6 :], model.velocityLimit[6:])
+  np.testing.assert_array_equal(lbx[7 : robot.nq], model.lowerPositionLimit[7:])

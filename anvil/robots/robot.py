@@ -7,6 +7,7 @@ that algorithm and returns numpy arrays, as Pinocchio's Python API does.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -143,9 +144,8 @@ class Robot:
       raise TypeError(f"frame: expected a frame name or index, got {type(frame).__name__}")
     found = [f for f in self.frames if f.name == frame]
     if not found:
-      close = [n for n in self.frame_names if frame.lower() in n.lower()][:8]
-      raise ValueError(f"frame: {self.name} has no frame named {frame!r}" + (f" (did you mean one of {close}?)"
-                                                                               if close else ""))  # fmt: skip
+      close = difflib.get_close_matches(frame, self.frame_names, n=5, cutoff=0.3) or list(self.frame_names[:10])
+      raise ValueError(f"frame: {self.name} has no frame named {frame!r} (did you mean one of {close}?)")
     return next((f for f in found if f.type is FrameType.BODY), found[0])
 
   def neutral(self) -> Array:

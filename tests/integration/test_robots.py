@@ -15,7 +15,7 @@ from tinygrad import Tensor
 import anvil as av
 from anvil.ad import jacobian
 from anvil.robots import FrameType, Robot
-from tests.robots import CASES, anvil_robot, close, pinocchio_model
+from tests.robots import anvil_robot, close, pinocchio_model
 
 STATES = 50
 REFERENCES = {"local": pin.LOCAL, "world": pin.WORLD, "local_world_aligned": pin.LOCAL_WORLD_ALIGNED}
@@ -73,7 +73,8 @@ def reference(
   out = [pin.rnea(model, data, q, v, a), pin.aba(model, data, q, v, a), m.reshape(-1),
          pin.nonLinearEffects(model, data, q, v), pin.computeGeneralizedGravity(model, data, q),
          pin.centerOfMass(model, data, q), pin.jacobianCenterOfMass(model, data, q).reshape(-1),
-         np.array([pin.computeKineticEnergy(model, data, q, v)]), np.array([pin.computePotentialEnergy(model, data, q)])]  # fmt: skip
+         np.array([pin.computeKineticEnergy(model, data, q, v)]),
+         np.array([pin.computePotentialEnergy(model, data, q)])]  # fmt: skip
   pin.forwardKinematics(model, data, q, v)
   pin.updateFramePlacements(model, data)
   for _, fid in frames:

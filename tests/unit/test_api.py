@@ -53,6 +53,7 @@ SUBPACKAGES = {
   "anvil.mpc": {"ClosedLoop", "LeastSquares", "MHEEstimate", "MHEFunction", "MPCFunction", "MPCOptions", "MPCSolution",
                 "Soft", "campaign", "campaign_report", "plot_closed_loop", "irk", "rk4", "scenario_grid",
                 "scenario_lhs", "shooting_layout", "simulate"},
+  "anvil.robots": {"Frame", "FrameType", "Inertia", "Joint", "JointType", "Placement", "Robot", "URDFError"},
 }  # fmt: skip
 
 
@@ -64,13 +65,15 @@ def test_subpackage_names_are_frozen_and_documented(package: str, names: set[str
     assert getattr(module, name).__doc__, f"{package}.{name}"
 
 
-# the layers: mpc -> sqp -> qp -> codegen, with ad beside qp; the reference problems use everything, nothing uses them
+# the layers: mpc -> sqp -> qp -> codegen, with ad beside qp; robots beside ad (the codegen core only, so a model
+# from a URDF can be traced into any function); the reference problems use everything, nothing uses them
 LAYERS = [
-  ("codegen", ("anvil.ad", "anvil.qp", "anvil.sqp", "anvil.mpc", "anvil.problems")),
-  ("ad", ("anvil.qp", "anvil.sqp", "anvil.mpc", "anvil.problems")),
-  ("qp", ("anvil.ad", "anvil.sqp", "anvil.mpc", "anvil.problems")),
-  ("sqp", ("anvil.mpc", "anvil.problems")),
-  ("mpc", ("anvil.problems",)),
+  ("codegen", ("anvil.ad", "anvil.qp", "anvil.sqp", "anvil.mpc", "anvil.robots", "anvil.problems")),
+  ("ad", ("anvil.qp", "anvil.sqp", "anvil.mpc", "anvil.robots", "anvil.problems")),
+  ("qp", ("anvil.ad", "anvil.sqp", "anvil.mpc", "anvil.robots", "anvil.problems")),
+  ("sqp", ("anvil.mpc", "anvil.robots", "anvil.problems")),
+  ("mpc", ("anvil.robots", "anvil.problems")),
+  ("robots", ("anvil.ad", "anvil.qp", "anvil.sqp", "anvil.mpc", "anvil.problems")),
 ]
 
 

@@ -241,9 +241,15 @@ def harness_source(include: str, setup: str, inputs: Sequence[np.ndarray], ny: i
 
 
 def anvil_harness(
-  label: str, fn: av.NumericalFunction[..., Any], inputs: Sequence[np.ndarray], ny: int, out: Path, compile_runs: int
+  label: str,
+  fn: av.NumericalFunction[..., Any],
+  inputs: Sequence[np.ndarray],
+  ny: int,
+  out: Path,
+  compile_runs: int,
+  flags: Sequence[str] = CXX_FLAGS,
 ) -> Exe:
-  """generate_module + the harness calling `fn` in a loop."""
+  """generate_module + the harness calling `fn` in a loop (the generated code compiled with `flags`)."""
   _, source = av.generate_module(label, [fn], out_dir=out)
   ns, k = fn.name, len(inputs)
   setup = [f"  {ns}::IN{i}_t b{i};\n  double* in{i} = b{i}.data();" for i in range(k)]
@@ -252,7 +258,7 @@ def anvil_harness(
   setup.append(f"  auto eval = [&]() {{ {ns}::call({bufs}, bout, ws); }};")
   harness = out / "harness.cpp"
   harness.write_text(harness_source(f'#include "{label}.hpp"', "\n".join(setup), inputs, ny))
-  cmd = [find_compiler(), *CXX_FLAGS, "-I", str(out), str(source)]
+  cmd = [find_compiler(), *flags, "-I", str(out), str(source)]
   return link_harness(label, cmd, harness, out, compile_runs=compile_runs)
 
 

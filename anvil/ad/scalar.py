@@ -34,13 +34,13 @@ from anvil.codegen.function import DerivedCode, NumericalFunction
 from anvil.codegen.jit import sources_fingerprint
 from anvil.codegen.program import Program
 from anvil.codegen.renderer import COS_MARK
-from anvil.codegen.scalar import ScalarGraph, Unsupported, lower
+from anvil.codegen.scalar import TANGENT, ScalarGraph, Unsupported, lower
 from anvil.codegen.straight_line import emit_program, suits_straight_line
 from anvil.codegen.trace import OutputSpec
 
 #: Ops whose derivative is zero where it exists (comparisons, integer and bit ops, rounding).
 _FLAT = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.TRUNC, Ops.CDIV, Ops.CMOD, Ops.AND, Ops.OR, Ops.XOR,
-                   Ops.SHL, Ops.SHR, Ops.CONST, Ops.LOAD})  # fmt: skip
+                   Ops.SHL, Ops.SHR, Ops.CONST, Ops.LOAD, Ops.DETACH})  # fmt: skip
 Tangent = dict[int, int]
 #: This package's sources: part of the keys of what is derived here.
 _FINGERPRINT = sources_fingerprint(Path(__file__).parent)
@@ -60,7 +60,7 @@ def scalar_gradient(fn: NumericalFunction[..., Any], wrt: int) -> DerivedCode:
     try:
       lowered = lower(traced)
       slot = traced.output_slots[0]
-      entries = gradient(lowered.graph, int(lowered.values[slot][0]), wrt, fn.inputs[wrt].size)
+      entries = gradient(lowered.graph, int(lowered.values[slot][0]), wrt, fn.inputs[wrt].size, final=True)
     except Unsupported:
       return None
     return emit_program(lowered.graph, [(0, k, e) for k, e in enumerate(entries)], [u.dtype for u in traced.inputs],
@@ -153,6 +153,12 @@ def _derive(fn: NumericalFunction[..., Any], kind: str, wrt: int) -> _Derivation
       columns, rows = _jacobian_columns(g, outputs, wrt, size), len(outputs)
   except Unsupported:
     return None
+  # NOTE: emitted expressions first (DETACH and TANGENT nodes substituted), so the pattern holds no entry they zero
+  entries = [(c, r, d) for c, column in enumerate(columns) for r, d in column.items()]
+  g, emitted = g.substituted([d for _, _, d in entries])
+  columns = [{} for _ in columns]
+  for (c, r, _), d in zip(entries, emitted, strict=True):
+    columns[c][r] = d
   indices = [sorted(r for r, d in column.items() if not _is_zero(g, d)) for column in columns]
   indptr = np.cumsum([0] + [len(i) for i in indices])
   flat = [r for i in indices for r in i]
@@ -201,6 +207,8 @@ def _partials(g: ScalarGraph, i: int) -> list[tuple[int, int]]:
   match op:
     case Ops.ADD:
       return [(src[0], one), (src[1], one)]
+    case _ if op is TANGENT:
+      return [(src[0], one)]
     case Ops.SUB:
       return [(src[0], one), (src[1], g.const(-1.0, dt))]
     case Ops.NEG:
@@ -252,24 +260,53 @@ def _accumulate(g: ScalarGraph, into: Tangent, tangent: Tangent, partial: int, d
     into[column] = term if (old := into.get(column)) is None else g.alu(Ops.ADD, dt, old, term)  # type: ignore[arg-type]
 
 
-def tangents(g: ScalarGraph, roots: Sequence[int], wrt: int) -> dict[int, Tangent]:
-  """The sparse tangent {element of input `wrt`: ∂node/∂element} of every node the roots depend on."""
+def tangents(g: ScalarGraph, roots: Sequence[int], wrt: int, final: bool = True) -> dict[int, Tangent]:
+  """The sparse tangent {element of input `wrt`: ∂node/∂element} of every node the roots depend on. In the `final`
+  derivative pass (its expressions are emitted, not differentiated again), terms whose factor is zero once emitted
+  (`ScalarGraph.zero_valued`) are dropped, and the tangents only they would read are not formed."""
+  zero = g.zero_valued(roots) if final else bytearray(len(g))
+  needed = _needed(g, roots, zero)
   out: dict[int, Tangent] = {}
   for i in g.live(roots):
     if g.ops[i] is Ops.LOAD:
       out[i] = {g.args[i].element: g.const(1.0, g.dtypes[i])} if g.args[i].index == wrt else {}
       continue
     t: Tangent = {}
-    if any(out[s] for s in g.srcs[i]):
+    if needed[i] and any(out[s] for s in g.srcs[i]):
       for s, partial in _partials(g, i):
-        _accumulate(g, t, out[s], partial, g.dtypes[i])
+        if not _zero_at(zero, partial):
+          _accumulate(g, t, out[s], partial, g.dtypes[i])
     out[i] = t
   return out
 
 
-def gradient(g: ScalarGraph, root: int, wrt: int, size: int) -> list[int]:
-  """The expression of ∂root/∂x_j for each element j of input `wrt` (reverse mode)."""
+def _zero_at(zero: bytearray, i: int) -> bool:
+  return i < len(zero) and bool(zero[i])
+
+
+def _needed(g: ScalarGraph, roots: Sequence[int], zero: bytearray) -> bytearray:
+  """The nodes whose tangent reaches a root through a factor that is not zero once emitted."""
+  needed = bytearray(len(g))
+  for r in roots:
+    needed[r] = 1
+  for i in range(len(needed) - 1, -1, -1):
+    if not needed[i] or g.ops[i] in _FLAT:
+      continue
+    src = g.srcs[i]
+    if g.ops[i] is Ops.MUL:
+      needed[src[0]] |= not zero[src[1]]
+      needed[src[1]] |= not zero[src[0]]
+    else:
+      for s in src:
+        needed[s] = 1
+  return needed
+
+
+def gradient(g: ScalarGraph, root: int, wrt: int, size: int, final: bool = False) -> list[int]:
+  """The expression of ∂root/∂x_j for each element j of input `wrt` (reverse mode); in the `final` pass, terms whose
+  factor is zero once emitted are dropped (as in `tangents`)."""
   dt = g.dtypes[root]
+  zero = g.zero_valued([root]) if final else bytearray(len(g))
   adjoint: dict[int, int] = {root: g.const(1.0, dt)}
   grad = [g.const(0.0, dt)] * size
   for i in reversed(g.live([root])):
@@ -278,6 +315,8 @@ def gradient(g: ScalarGraph, root: int, wrt: int, size: int) -> list[int]:
     if g.ops[i] is Ops.LOAD and g.args[i].index == wrt:
       grad[g.args[i].element] = a
     for s, partial in _partials(g, i):
+      if _zero_at(zero, partial):
+        continue
       term = g.cast(g.alu(Ops.MUL, g.dtypes[i], partial, a), g.dtypes[s])
       adjoint[s] = term if (old := adjoint.get(s)) is None else g.alu(Ops.ADD, g.dtypes[s], old, term)
   return grad
@@ -296,7 +335,7 @@ def _jacobian_columns(g: ScalarGraph, outputs: Sequence[int], wrt: int, size: in
 def _hessian_columns(g: ScalarGraph, root: int, wrt: int, size: int) -> list[Tangent]:
   """Column j of the upper triangle of the Hessian of `root` in x_wrt as {row i <= j: expression}."""
   grad = gradient(g, root, wrt, size)
-  found = tangents(g, grad, wrt)
+  found = tangents(g, grad, wrt, final=True)
   # NOTE: the tangent of ∂root/∂x_j holds column j of the (symmetric) Hessian
   return [{i: d for i, d in found[grad[j]].items() if i <= j} for j in range(size)]
 

@@ -6,6 +6,7 @@ import functools
 import importlib.metadata
 import inspect
 import json
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -40,7 +41,7 @@ from anvil.codegen.native import NativeHandle
 from anvil.codegen.program import Program, build_program, schedule
 from anvil.codegen.renderer import render_kernel
 from anvil.codegen.runtime import inline_runtime_headers
-from anvil.codegen.straight_line import straight_line_program, suits_straight_line
+from anvil.codegen.straight_line import split_chunks, straight_line_program, suits_straight_line
 from anvil.codegen.trace import OutputSpec, TracedGraph, graph_key, tensor_values, trace
 from anvil.validation import as_array, check_shape
 
@@ -406,15 +407,20 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
     code = module_code(module, [self])
     ctx = self._context()
     sources = {f"{module}.hpp": code.header}
+    parts: list[str] = []
     if self.device == "CPU":
-      sources[f"{module}.cpp"] = code.source
+      kernels = self.program.kernel_sources
+      units = (os.cpu_count() or 1) if len(code.functions) == 1 else 1  # NOTE: a part repeats what precedes fn
+      sources[f"{module}.cpp"], parts = split_chunks(code.source, self.name, kernels, units)
+      sources.update({f"{module}_part{k}.cpp": text for k, text in enumerate(parts, 1)})
       wrapper = render_template("jit.cpp.j2", fn=ctx, module=module, data_offset=array_data_offset() or 0)
     else:
       wrapper = render_template("gpu_jit.cpp.j2", fn=ctx, device=self.device, module=module)
     sources["jit.cpp"] = inline_runtime_headers(wrapper)
     with stage(self.name, "compile"):
       toolchain = Toolchain.for_device(self.device)
-      return str(compile_library(lib_key, sources, "jit.cpp", self.name, toolchain=toolchain))
+      names = [f"{module}_part{k}.cpp" for k in range(1, len(parts) + 1)]
+      return str(compile_library(lib_key, sources, "jit.cpp", self.name, toolchain=toolchain, cxx_parts=names))
 
   # *** calling ***
 

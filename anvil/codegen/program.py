@@ -18,7 +18,7 @@ from anvil.codegen.arg import cpp_type
 from anvil.codegen.build import Progress
 from anvil.codegen.parallel import render_in_parallel
 from anvil.codegen.renderer import RenderedKernel, render_kernel
-from anvil.codegen.trace import HOST_DEVICES, TracedGraph, constant_bytes
+from anvil.codegen.trace import HOST_DEVICES, TracedGraph, constant_bytes, unmarked
 
 ALIGNMENT = 64
 #: Kernels are inlined into `call()` while their sources add up to at most this many characters.
@@ -155,7 +155,7 @@ def schedule(traced: TracedGraph) -> tuple[UOp, ...]:
   # keeps its COPY from host memory and every later trace still sees its data. Without the memory planner each
   # intermediate is its own BUFFER, laid out below.
   with Context(NO_MEMORY_PLANNER=1):
-    linear, _ = create_linear_with_vars(traced.call)
+    linear, _ = create_linear_with_vars(unmarked(traced.call))
   return tuple(linear.src)
 
 

@@ -22,12 +22,16 @@ from tinygrad.uop.ops import GroupOp, Ops, UOp
 from anvil.codegen.arg import CPP_TYPES
 from anvil.codegen.elements import EVAL, Array, move, np_dtype, stored_value, toposort
 from anvil.codegen.renderer import COS_MARK
-from anvil.codegen.trace import HOST_DEVICES, TracedGraph, constant_bytes
+from anvil.codegen.trace import HOST_DEVICES, STOP_GRADIENT, TracedGraph, constant_bytes
 
 #: Ops whose operands may be swapped: their nodes keep operands sorted, so `a*b` and `b*a` are one node.
 COMMUTATIVE = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR})
 #: Ops that pass their operand's value through.
-PASS_THROUGH = frozenset({Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.COPY})
+PASS_THROUGH = frozenset({Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.COPY})
+#: The node of `x - detach(x)`: value zero, derivative that of x (a custom derivative's carrier: `y.detach() + J @ (x
+#: - x.detach())` has y's value and the derivative J dx). Graphs with such nodes (or DETACH ones) are emitted through
+#: `ScalarGraph.substituted`, where they become 0 (and x) and fold away.
+TANGENT = Ops.CUSTOM
 #: The ALU ops the straight-line C++ renders (THREEFRY and the floor ops are left to tinygrad's path).
 SCALAR_OPS = frozenset(GroupOp.ALU - {Ops.THREEFRY, Ops.FLOORDIV, Ops.FLOORMOD})
 
@@ -103,6 +107,8 @@ class ScalarGraph:
       return self.const(value, dtype)
     if (simple := self._simplified(op, dtype, src)) is not None or (simple := self._cosine(op, dtype, src)) is not None:
       return simple
+    if (tangent := self._tangent(op, dtype, src)) is not None:
+      return tangent
     if op is Ops.POW and self.is_const(src[1]):
       return self._power(dtype, src[0], self.args[src[1]])
     if dtype in dtypes.weaks:
@@ -159,6 +165,63 @@ class ScalarGraph:
   def cos(self, x: int) -> int:
     """cos(x): a SIN over x marked COS_MARK."""
     return self._node(Ops.SIN, self.dtypes[x], (x,), COS_MARK)
+
+  def detach(self, x: int) -> int:
+    """x with no derivative (tinygrad's detach: a stop-gradient)."""
+    return x if self.is_const(x) or self.ops[x] is Ops.DETACH else self._node(Ops.DETACH, self.dtypes[x], (x,))
+
+  def _tangent(self, op: Ops, dtype: DType, src: tuple[int, ...]) -> int | None:
+    """The TANGENT node of x for x + (-1 * detach(x)) (how tinygrad writes x - x.detach()), else None."""
+    if op is not Ops.ADD:
+      return None
+    for x, m in (src, src[::-1]):
+      if self.ops[m] is Ops.MUL:
+        a, b = self.srcs[m]
+        d = b if self.is_const(a) and self.args[a] == -1 else a if self.is_const(b) and self.args[b] == -1 else None
+        if d is not None and self.ops[d] is Ops.DETACH and self.srcs[d][0] == x:
+          return self._node(TANGENT, dtype, (x,))
+    return None
+
+  def zero_valued(self, roots: Sequence[int]) -> bytearray:
+    """Which nodes `substituted` makes zero: TANGENT nodes and what they multiply, divide or alone make up. A
+    derivative's term with such a factor vanishes in the emitted code: the last derivative pass drops it."""
+    zero = bytearray(len(self.ops))
+    for i in self.live(roots):
+      op, src = self.ops[i], self.srcs[i]
+      if op is TANGENT or (op is Ops.DETACH and zero[src[0]]):
+        zero[i] = 1
+      elif op is Ops.MUL or op is Ops.MULACC:
+        zero[i] = zero[src[0]] or zero[src[1]] if op is Ops.MUL else (zero[src[0]] or zero[src[1]]) and zero[src[2]]
+      elif op in (Ops.ADD, Ops.SUB, Ops.NEG, Ops.CAST):
+        zero[i] = all(zero[s] for s in src)
+      elif op is Ops.FDIV or (op is Ops.WHERE and zero[src[1]] and zero[src[2]]):
+        zero[i] = zero[src[0]] if op is Ops.FDIV else 1
+    return zero
+
+  def substituted(self, roots: Sequence[int]) -> tuple[ScalarGraph, list[int]]:
+    """The roots in a graph without DETACH and TANGENT nodes (x and 0), refolded: what is emitted. The graph itself
+    when it has none."""
+    live = self.live(roots)
+    if not any(self.ops[i] is Ops.DETACH or self.ops[i] is TANGENT for i in live):
+      return self, list(roots)
+    g, new = ScalarGraph(), dict[int, int]()
+    for i in live:
+      op, dt, src = self.ops[i], self.dtypes[i], [new[s] for s in self.srcs[i]]
+      if op is Ops.CONST:
+        new[i] = g.const(self.args[i], dt)
+      elif op is Ops.LOAD:
+        new[i] = g.load(self.args[i].index, self.args[i].element, dt)
+      elif op is Ops.DETACH:
+        new[i] = src[0]
+      elif op is TANGENT:
+        new[i] = g.const(0, dt)
+      elif op is Ops.CAST:
+        new[i] = g.cast(src[0], dt)
+      elif op is Ops.SIN and self.args[i] == COS_MARK:
+        new[i] = g.cos(src[0])
+      else:
+        new[i] = g.alu(op, dt, *src)
+    return g, [new[r] for r in roots]
 
   def live(self, roots: Sequence[int]) -> list[int]:
     """The nodes the roots depend on, in creation (topological) order."""
@@ -262,6 +325,8 @@ class _Lowering:
       return move(u, self.values[u.src[0]], shape, self.graph.const(0, u.dtype))
     if u.op in PASS_THROUGH:
       return self.values[u.src[0]]
+    if u.op is STOP_GRADIENT:
+      return _each(self.graph.detach, [self.values[u.src[0]]], shape)
     if u.op is Ops.AFTER:
       return self.values[_stored_value(u)]
     if u.op is Ops.PARAM:
@@ -327,7 +392,7 @@ def _stored_value(u: UOp) -> UOp:
 
 def _operands(u: UOp) -> tuple[UOp, ...]:
   """The value sources of u (shape arguments, store targets and parameters are not values)."""
-  if u.op in GroupOp.Movement or u.op in PASS_THROUGH:
+  if u.op in GroupOp.Movement or u.op in PASS_THROUGH or u.op is STOP_GRADIENT:
     return (u.src[0],)
   if u.op is Ops.AFTER:
     return (_stored_value(u),)

@@ -42,6 +42,9 @@ MAX_ELEMENTS_PER_OP = 4
 MAX_ELEMENTS = 1_000_000
 #: Assignments per generated function.
 CHUNK_STATEMENTS = 2000
+#: Characters of straight-line chunks per translation unit of a JIT build: a larger program's chunks are compiled side
+#: by side (`split_chunks`), one compiler per core (ABA's Jacobian of a 38-dof humanoid, 14 MB: 21 s in one unit).
+CHARS_PER_UNIT = 2_000_000
 
 
 def suits_straight_line(traced: TracedGraph) -> bool:
@@ -90,7 +93,10 @@ def emit_program(graph: ScalarGraph, writes: Sequence[tuple[int, int, int]], inp
                  outputs: Sequence[DType], copies: Sequence[CopyStep] = ()) -> Program:  # fmt: skip
   """The program computing `writes` (output, element, node) of `graph`, as functions of inputs of `inputs`' dtypes
   into outputs of `outputs`' dtypes, followed by `copies`: the computations repeated with a stride (the stages of a
-  loop) as loops (`anvil.codegen.rolling`), the rest as straight-line chunks."""
+  loop) as loops (`anvil.codegen.rolling`), the rest as straight-line chunks. DETACH and TANGENT nodes are
+  substituted first (`ScalarGraph.substituted`)."""
+  graph, nodes = graph.substituted([n for _, _, n in writes])
+  writes = [(o, k, n) for (o, k, _), n in zip(writes, nodes, strict=True)]
   families, rest = find_families(graph, [(o, k, graph.cast(n, outputs[o])) for o, k, n in writes])
   chunks = _Emitter(graph, rest, tuple(inputs), tuple(outputs)).program() if rest else Program((), (), (), 0)
   loops = [_loop(graph, f, f"r{i}", tuple(inputs), tuple(outputs)) for i, f in enumerate(families)]
@@ -263,3 +269,33 @@ def _temp(dtype: DType) -> str:
 
 def _aligned(n: int) -> int:
   return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+
+
+def split_chunks(source: str, fn: str, kernels: Sequence[str], units: int) -> tuple[str, list[str]]:
+  """A JIT translation unit `source` holding function `fn` with its straight-line `kernels` spread over up to `units`
+  translation units: the first keeps its share (and everything else), each other one defines its share with external
+  linkage in `namespace fn::chunks` (ANVIL_STRAIGHT_LINE_PART), which the first declares and uses. Returns the first
+  unit's text and the others'. The generated module itself (generate_module) stays one unit."""
+  chunks = [k for k in kernels if k.startswith("ANVIL_STRAIGHT_LINE ") and source.count(k) == 1]
+  marker = f"// {fn}: "
+  total = sum(len(k) for k in chunks)
+  units = min(units, math.ceil(total / CHARS_PER_UNIT))
+  if units < 2 or source.count(marker) != 1:
+    return source, []
+  prefix = source[: source.index(marker)]
+  shares: list[list[str]] = [[] for _ in range(units)]
+  done = 0
+  for k in chunks:
+    shares[min(units - 1, done * units // total)].append(k)
+    done += len(k)
+  parts = []
+  for share in shares[1:]:
+    for k in share:
+      prototype = k.split(" {\n", 1)[0].removeprefix("ANVIL_STRAIGHT_LINE ")
+      name = prototype.split("(", 1)[0].removeprefix("void ")
+      declared = f"}}  // namespace\nnamespace chunks {{\n{prototype};\n}}\nnamespace {{\nusing chunks::{name};"
+      source = source.replace(k, declared)
+    body = "\n\n".join(k.replace("ANVIL_STRAIGHT_LINE ", "ANVIL_STRAIGHT_LINE_PART ", 1) for k in share)
+    closing = f"}}  // namespace chunks\n}}  // namespace {fn}\n"
+    parts.append(f"{prefix}namespace {fn} {{\nnamespace chunks {{\n{body}\n{closing}")
+  return source, parts

@@ -17,7 +17,7 @@ from tinygrad.device import Buffer
 from tinygrad.dtype import DType
 from tinygrad.helpers import DEFAULT_FLOAT, DEV, Context
 from tinygrad.tensor import transform_to_call
-from tinygrad.uop.ops import Ops, UOp
+from tinygrad.uop.ops import Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
 from anvil.codegen.arg import Arg, cpp_type
 
@@ -102,7 +102,7 @@ def trace(name: str, fn: Callable[..., Any], args: Sequence[Arg]) -> TracedGraph
       stores.append(dst)
       store_uops.append(dst.uop.after(dst.uop.store(out.uop)))
     slots.append(slot)
-  call, _ = transform_to_call(UOp.sink(*store_uops))
+  call, _ = transform_to_call(_marked_detaches(UOp.sink(*store_uops)))
   return TracedGraph(
     inputs=tuple(t.uop.buf_uop for t in inputs),
     stores=tuple(t.uop.buf_uop for t in stores),
@@ -110,6 +110,23 @@ def trace(name: str, fn: Callable[..., Any], args: Sequence[Arg]) -> TracedGraph
     outputs=tuple(OutputSpec(tuple(int(d) for d in o.shape), o.dtype) for o in outs),
     call=call,
   )
+
+
+#: What a DETACH (a stop-gradient) becomes in the traced graph: tinygrad's lowering drops DETACH, but derivatives taken
+#: on the traced graph (anvil.ad.scalar) must stop there. Scheduling for tinygrad's kernels drops the mark
+#: (`unmarked`); the scalar lowering keeps it.
+STOP_GRADIENT = Ops.NOOP
+_MARK = PatternMatcher([(UPat(Ops.DETACH, name="x"), lambda x: UOp(STOP_GRADIENT, x.dtype, x.src))])
+_UNMARK = PatternMatcher([(UPat(STOP_GRADIENT, name="x"), lambda x: x.src[0])])
+
+
+def _marked_detaches(sink: UOp) -> UOp:
+  return graph_rewrite(sink, _MARK) if any(u.op is Ops.DETACH for u in sink.toposort()) else sink
+
+
+def unmarked(call: UOp) -> UOp:
+  """The traced call without its stop-gradient marks (what tinygrad's scheduler takes)."""
+  return graph_rewrite(call, _UNMARK) if any(u.op is STOP_GRADIENT for u in call.toposort()) else call
 
 
 def default_float(args: Sequence[Arg]) -> DType:

@@ -25,6 +25,7 @@ from anvil.robots.spatial import (
   _combine,
   add,
   dot,
+  inverse,
   is_const,
   scale,
   skew,
@@ -68,7 +69,11 @@ def joint_motion(joint: Joint, q: Tensor) -> Transform:
     case JointType.PRISMATIC:
       return Transform(np.eye(3), scale(q[i], joint.axis))
     case JointType.FREE_FLYER:
-      return Transform(quaternion_matrix(q[i + 3], q[i + 4], q[i + 5], q[i + 6]), q[i : i + 3])
+      # NOTE: the quaternion is normalized first: an integrator's states drift off the unit sphere, and the rotation
+      # (and the derivatives in the quaternion's direction, zero) must not follow them
+      x, y, z, w = (q[i + 3 + k] for k in range(4))
+      inv_norm = 1.0 / (x * x + y * y + z * z + w * w).sqrt()
+      return Transform(quaternion_matrix(x * inv_norm, y * inv_norm, z * inv_norm, w * inv_norm), q[i : i + 3])
   raise AssertionError(joint.type)
 
 
@@ -93,8 +98,8 @@ def _project(columns: list[Motion], f: Force) -> list[V]:
   return [col.dot(f) for col in columns]
 
 
-def _coordinates(joint: Joint, x: Tensor | None) -> list[V]:
-  """The joint's velocity coordinates in x (zeros for None)."""
+def _coordinates(joint: Joint, x: Tensor | Sequence[V] | None) -> list[V]:
+  """The joint's velocity coordinates in x, a Tensor or a sequence of scalars (zeros for None)."""
   return [np.zeros(()) if x is None else x[joint.idx_v + k] for k in range(joint.nv)]
 
 
@@ -128,7 +133,12 @@ def _velocities(joints: Joints, xs: list[Transform], v: Tensor | None) -> tuple[
 
 
 def rnea(
-  joints: Joints, gravity: np.ndarray, q: Tensor, v: Tensor | None, a: Tensor | None, fext: Wrenches | None = None
+  joints: Joints,
+  gravity: np.ndarray,
+  q: Tensor,
+  v: Tensor | None,
+  a: Tensor | Sequence[V] | None,
+  fext: Wrenches | None = None,
 ) -> list[V]:
   """τ = M(q) a + C(q, v) v + g(q) - Σ Jᵀ fext, one scalar per velocity coordinate (None: zero v or a)."""
   xs = local_transforms(joints, q)
@@ -326,3 +336,67 @@ def com_jacobian(joints: Joints, q: Tensor) -> list[list[V]]:
       c = s.to_parent(x)
       columns.append(scale(1.0 / total, add(scale(mass[i], c.linear), sp.cross(c.angular, moment[i]))))
   return [[c[r] if isinstance(c, Tensor) else float(np.asarray(c)[r]) for c in columns] for r in range(3)]
+
+
+def dof_parents(joints: Joints) -> list[int]:
+  """Each velocity coordinate's parent coordinate in the tree (-1 at the root): the one before it within a joint,
+  else the last of its parent joint."""
+  parents: list[int] = []
+  for j in joints:
+    above = joints[j.parent].idx_v + joints[j.parent].nv - 1 if j.parent >= 0 else -1
+    parents += [above, *range(j.idx_v, j.idx_v + j.nv - 1)]
+  return parents
+
+
+def ltdl(m: list[list[V]], parents: Sequence[int]) -> tuple[list[list[V]], list[V]]:
+  """The factors of M = Lᵀ D L with L unit lower triangular and as sparse as the tree (Featherstone's LTDL: L's
+  row k is nonzero at k's ancestors only): (L's entries, rows of scalars; D's diagonal)."""
+  h = [row[:] for row in m]
+  for k in reversed(range(len(h))):
+    i = parents[k]
+    while i >= 0:
+      a = scale(inverse(h[k][k]), h[k][i])
+      j = i
+      while j >= 0:
+        h[i][j] = sub(h[i][j], scale(a, h[k][j]))
+        j = parents[j]
+      h[k][i] = a
+      i = parents[i]
+  return h, [h[k][k] for k in range(len(h))]
+
+
+def ltdl_solve(lower: list[list[V]], diagonal: Sequence[V], parents: Sequence[int], b: Sequence[V]) -> list[V]:
+  """M⁻¹ b from M's LTDL factors (two sparse triangular solves along the tree)."""
+  x = list(b)
+  for i in reversed(range(len(x))):
+    j = parents[i]
+    while j >= 0:
+      x[j] = sub(x[j], scale(lower[i][j], x[i]))
+      j = parents[j]
+  x = [scale(inverse(d), xi) for xi, d in zip(x, diagonal, strict=True)]
+  for i in range(len(x)):
+    j = parents[i]
+    while j >= 0:
+      x[i] = sub(x[i], scale(lower[i][j], x[j]))
+      j = parents[j]
+  return x
+
+
+def tangent(x: V) -> V:
+  """x - detach(x): zero, with x's derivatives (a constant has none)."""
+  return x - x.detach() if isinstance(x, Tensor) else np.zeros(())
+
+
+def forward_dynamics(
+  joints: Joints, gravity: np.ndarray, q: Tensor, v: Tensor | None, tau: list[V], fext: Wrenches | None = None
+) -> list[V]:
+  """ABA's accelerations, carrying their derivatives in the analytical form: with a = ABA(q, v, τ) held constant,
+  a + M(q)⁻¹ (r - detach(r)) for r = τ - RNEA(q, v, a) has a's value and, since RNEA is linear in a, the derivatives
+  of M(q)⁻¹ (τ - b(q, v)) = ABA at every order (Carpentier and Mansard's ∂ABA = M⁻¹ (∂τ - ∂RNEA), for which
+  the derivative passes differentiate RNEA instead of ABA's articulated inertias). The correction's value is zero and
+  folds away in emitted code, so the value costs ABA alone."""
+  fixed = [x.detach() if isinstance(x, Tensor) else x for x in aba(joints, gravity, q, v, tau, fext)]
+  residual = [tangent(sub(t, r)) for t, r in zip(tau, rnea(joints, gravity, q, v, fixed, fext), strict=True)]
+  parents = dof_parents(joints)
+  lower, diagonal = ltdl(crba(joints, q), parents)
+  return [add(f, x) for f, x in zip(fixed, ltdl_solve(lower, diagonal, parents, residual), strict=True)]

@@ -204,7 +204,8 @@ class Robot:
     algorithm (Pinocchio's aba; no joint damping or friction: see `forward_dynamics`). fext as for `rnea`."""
 
     def body(q_: Tensor, v_: Tensor, tau_: Tensor, w: rb.Wrenches | None) -> Tensor:
-      return _stack(rb.aba(self.joints, self.gravity, q_, v_, [tau_[k] for k in range(self.nv)], w), like=q_)
+      tau = [tau_[k] for k in range(self.nv)]
+      return _stack(rb.forward_dynamics(self.joints, self.gravity, q_, v_, tau, w), like=q_)
 
     return self._run("aba", (q, v, tau), fext, reference, body)
 
@@ -215,7 +216,7 @@ class Robot:
 
     def body(x_: Tensor, u_: Tensor, w: rb.Wrenches | None) -> Tensor:
       q_, v_ = x_[: self.nq], x_[self.nq :]
-      return _stack(rb.aba(self.joints, self.gravity, q_, v_, self._torques(u_, v_), w), like=x_)
+      return _stack(rb.forward_dynamics(self.joints, self.gravity, q_, v_, self._torques(u_, v_), w), like=x_)
 
     return self._run("forward_dynamics", (x, u), fext, reference, body)
 
@@ -226,7 +227,7 @@ class Robot:
 
     def body(x_: Tensor, u_: Tensor, w: rb.Wrenches | None) -> Tensor:
       q_, v_ = x_[: self.nq], x_[self.nq :]
-      vdot = _stack(rb.aba(self.joints, self.gravity, q_, v_, self._torques(u_, v_), w), like=x_)
+      vdot = _stack(rb.forward_dynamics(self.joints, self.gravity, q_, v_, self._torques(u_, v_), w), like=x_)
       return cfg.velocity_in_configuration(self.joints, q_, v_).cat(vdot)
 
     return self._run("ode", (x, u), fext, reference, body)

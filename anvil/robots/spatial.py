@@ -183,15 +183,20 @@ def sub(a: V, b: V) -> V:
   return a - b
 
 
-def scale(s: Tensor | float, a: V) -> V:
+def scale(s: V, a: V) -> V:
   """s a for a scalar s."""
   if is_const(s) and is_const(a):
-    return float(s) * a  # type: ignore[arg-type]
+    return float(s) * a
   if _zero(a) or (is_const(s) and s == 0):
     return np.zeros(np.shape(a))
   if is_const(a):
     return _combine([(s, np.asarray(a))], np.shape(a))
-  return a * s
+  return a * (float(s) if is_const(s) else s)
+
+
+def inverse(s: V) -> V:
+  """1 / s for a scalar."""
+  return 1.0 / float(s) if is_const(s) else 1.0 / s
 
 
 def transpose(m: V) -> V:

@@ -3,6 +3,7 @@ finite differences and tinygrad's kernels; long programs split into chunks that 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -133,6 +134,20 @@ def test_chunks_pass_values_through_the_workspace(cache: Path, monkeypatch: pyte
   np.testing.assert_array_equal(head, x[:3])
   assert scaled.dtype == np.float32
   np.testing.assert_array_equal(scaled, p.astype(np.float32) * 2)
+
+
+def test_chunks_compile_side_by_side(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+  """A large program's chunks are spread over translation units compiled in parallel, with the same results."""
+  monkeypatch.setattr(straight_line, "CHUNK_STATEMENTS", 40)
+  monkeypatch.setattr(straight_line, "CHARS_PER_UNIT", 4000)
+  monkeypatch.setattr(rolling, "MIN_MEMBERS", 10**9)
+  monkeypatch.setattr(os, "cpu_count", lambda: 3)
+  g = av.NumericalFunction("sl_split", stages, ARGS)
+  x, p = _point(4)
+  np.testing.assert_allclose(g(x, p), stages_numpy(x, p), rtol=1e-14, atol=1e-14)
+  parts = sorted(cache.glob("src/*/anvil_jit_sl_split_part*.cpp"))
+  assert [f.name[-9:] for f in parts] == ["part1.cpp", "part2.cpp"]
+  assert all("ANVIL_STRAIGHT_LINE_PART void k" in f.read_text() for f in parts)
 
 
 def test_stages_are_rolled_into_loops(cache: Path) -> None:

@@ -31,10 +31,17 @@
 // ANVIL_STRAIGHT_LINE: a chunk of straight-line code (anvil.codegen.straight_line), a function of its own that g++
 // optimizes at -O1 whatever the build's level: a swing-up's Lagrangian Hessian (40 chunks) compiles in 18 s instead of
 // 30 s at -O3 and runs as fast (80 us); other compilers use the build's level.
+// ANVIL_STRAIGHT_LINE_PART: such a chunk defined in a translation unit of its own (a JIT build compiles a large
+// program's chunks side by side), so of external linkage.
 #if defined(__GNUC__) && !defined(__clang__)
 #define ANVIL_STRAIGHT_LINE static __attribute__((noinline, optimize("O1")))
+#define ANVIL_STRAIGHT_LINE_PART __attribute__((noinline, optimize("O1")))
+#elif defined(__clang__)
+#define ANVIL_STRAIGHT_LINE ANVIL_KERNEL_OUTLINED
+#define ANVIL_STRAIGHT_LINE_PART __attribute__((noinline))
 #else
 #define ANVIL_STRAIGHT_LINE ANVIL_KERNEL_OUTLINED
+#define ANVIL_STRAIGHT_LINE_PART
 #endif
 
 namespace anvil {

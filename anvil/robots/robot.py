@@ -273,10 +273,8 @@ class Robot:
       moving = set(rb.support(self.joints, f.joint)) if f.joint >= 0 else set()
       zero = Motion(np.zeros(3), np.zeros(3))
       cols = [_expressed(c, placed, ref) if k in moving else zero for k, c in enumerate(columns)]
-      rows = [_stack([c.linear[r] if isinstance(c.linear, Tensor) else float(c.linear[r]) for c in cols], like=q_)
-              for r in range(3)] + [_stack([c.angular[r] if isinstance(c.angular, Tensor) else float(c.angular[r])
-                                           for c in cols], like=q_) for r in range(3)]  # fmt: skip
-      return Tensor.stack(*rows) if self.nv else q_[:0].reshape(0, 0).pad(((0, 6), (0, 0)))
+      rows = [[_entry(part, r) for part in (c.linear, c.angular) for r in range(3)] for c in cols]
+      return _stack([row[k] for k in range(6) for row in rows], like=q_).reshape(6, self.nv)
 
     return self._run(f"jacobian_{self.frames.index(f)}_{ref}", (q,), None, "local", body)
 
@@ -289,7 +287,7 @@ class Robot:
       local = rb.local_transforms(self.joints, q_)
       velocities, _ = rb._velocities(self.joints, local, v_)
       if f.joint < 0:
-        return q_[:0].pad(((0, 6),)) * 1.0
+        return _tensor(np.zeros(6), q_)
       world = velocities[f.joint].to_parent(xs[f.joint])
       motion = _expressed(world, xs[f.joint] * Transform.of(f.placement), ref)
       return _tensor(motion.linear, q_).cat(_tensor(motion.angular, q_))
@@ -431,13 +429,16 @@ def _tensor(x: V, like: Tensor) -> Tensor:
   return _stack([float(e) for e in np.asarray(x).reshape(-1)], like=like).reshape(np.shape(x))
 
 
+def _entry(x: V, k: int) -> V:
+  """Element k of a vector, a Tensor's or a constant's."""
+  return x[k] if isinstance(x, Tensor) else float(np.asarray(x)[k])
+
+
 def _stack(xs: Sequence[V], like: Tensor) -> Tensor:
   """One Tensor of scalars, Tensors or constants."""
   if not xs:
-    return like[:0] * 1.0
-  zero = like.reshape(-1)[0] * 0.0 if like.numel() else None
-  parts = [x if isinstance(x, Tensor) else (zero + float(x)) if zero is not None else Tensor(float(x)) for x in xs]
-  return Tensor.stack(*parts)
+    return like.reshape(-1)[:0] * 1.0
+  return Tensor.stack(*[x if isinstance(x, Tensor) else sp.constant(x, like) for x in xs])
 
 
 def _expressed(m: Motion, placed: Transform, ref: str) -> Motion:

@@ -138,10 +138,10 @@ class SpatialInertia(NamedTuple):
 def constant(x: V, like: Tensor) -> Tensor:
   """The constant array x as a Tensor of like's dtype (a constant of the graph: folded by the scalar lowering)."""
   a = np.asarray(x, dtype=np.float64)
-  scalar = like.reshape(-1)[0] if like.ndim else like
-  if a.ndim == 0:
-    return scalar.const_like(float(a))
-  return Tensor.stack(*[scalar.const_like(float(e)) for e in a.reshape(-1)]).reshape(a.shape)
+  if a.size == 0:
+    return Tensor.zeros(*a.shape, dtype=like.dtype)
+  one = lambda e: like.reshape(-1)[0].const_like(e) if like.numel() else Tensor(e, dtype=like.dtype)
+  return one(float(a)) if a.ndim == 0 else Tensor.stack(*[one(float(e)) for e in a.reshape(-1)]).reshape(a.shape)
 
 
 def is_const(x: object) -> bool:

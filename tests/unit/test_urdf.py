@@ -111,3 +111,11 @@ def test_unknown_frame_and_reference_are_named() -> None:
     robot.frame(99)
   with pytest.raises(ValueError, match="reference: expected one of"):
     robot.frame_jacobian(robot.neutral(), "l4", reference="global")  # type: ignore[arg-type]
+
+
+def test_a_single_link_has_no_coordinates() -> None:
+  robot = Robot.from_urdf(f'<robot name="block">{link("base", 3.0)}</robot>')
+  assert (robot.nq, robot.nv, robot.nu, robot.joint_names) == (0, 0, 0, ())
+  assert robot.neutral().shape == (0,) and robot.frame("base").joint == -1
+  floating = Robot.from_urdf(f'<robot name="block">{link("base", 3.0)}</robot>', floating_base=True)
+  assert (floating.nq, floating.nv, floating.nu, floating.mass) == (7, 6, 0, 3.0)

@@ -199,30 +199,27 @@ class ScalarGraph:
     return zero
 
   def substituted(self, roots: Sequence[int]) -> tuple[ScalarGraph, list[int]]:
-    """The roots in a graph without DETACH and TANGENT nodes (x and 0), refolded: what is emitted. The graph itself
-    when it has none."""
+    """The roots with DETACH nodes replaced by their operand and TANGENT nodes by 0, what depends on them rebuilt and
+    refolded in this graph (appended; the rest is shared): what is emitted. The graph and the new roots."""
     live = self.live(roots)
     if not any(self.ops[i] is Ops.DETACH or self.ops[i] is TANGENT for i in live):
       return self, list(roots)
-    g, new = ScalarGraph(), dict[int, int]()
+    new: dict[int, int] = {}
     for i in live:
-      op, dt, src = self.ops[i], self.dtypes[i], [new[s] for s in self.srcs[i]]
-      if op is Ops.CONST:
-        new[i] = g.const(self.args[i], dt)
-      elif op is Ops.LOAD:
-        new[i] = g.load(self.args[i].index, self.args[i].element, dt)
-      elif op is Ops.DETACH:
-        new[i] = src[0]
+      op, dt, src = self.ops[i], self.dtypes[i], self.srcs[i]
+      if op is Ops.DETACH:
+        new[i] = new.get(src[0], src[0])
       elif op is TANGENT:
-        new[i] = g.const(0, dt)
-      elif op is Ops.CAST:
-        new[i] = g.cast(src[0], dt)
-      elif op is Ops.SIN and self.args[i] == COS_MARK:
-        new[i] = g.cos(src[0])
-      else:
-        new[i] = g.alu(op, dt, *src)
-    return g, [new[r] for r in roots]
-
+        new[i] = self.const(0, dt)
+      elif any(s in new for s in src):
+        mapped = [new.get(s, s) for s in src]
+        if op is Ops.CAST:
+          new[i] = self.cast(mapped[0], dt)
+        elif op is Ops.SIN and self.args[i] == COS_MARK:
+          new[i] = self.cos(mapped[0])
+        else:
+          new[i] = self.alu(op, dt, *mapped)
+    return self, [new.get(r, r) for r in roots]
   def live(self, roots: Sequence[int]) -> list[int]:
     """The nodes the roots depend on, in creation (topological) order."""
     marked = bytearray(len(self.ops))

@@ -220,6 +220,7 @@ class ScalarGraph:
         else:
           new[i] = self.alu(op, dt, *mapped)
     return self, [new.get(r, r) for r in roots]
+
   def live(self, roots: Sequence[int]) -> list[int]:
     """The nodes the roots depend on, in creation (topological) order."""
     marked = bytearray(len(self.ops))

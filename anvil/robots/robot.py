@@ -174,8 +174,9 @@ class Robot:
 
     Args:
       q, v, a: configuration (nq), velocity (nv), acceleration (nv).
-      fext: external wrenches {frame name: (force, torque) (6,)} applied at each frame's origin, in `reference`
-        coordinates ("local": the frame's axes; "local_world_aligned" or "world": the world's axes).
+      fext: external wrenches {frame name: (force, torque) (6,)} acting on each frame's body, in `reference`
+        coordinates: "local" (the frame's axes, the torque about its origin), "local_world_aligned" (the world's
+        axes, the torque about the frame's origin) or "world" (the world's axes, the torque about its origin).
     """
     return self._run("rnea", (q, v, a), fext, reference, lambda q_, v_, a_, w: self._rnea(q_, v_, a_, w))
 
@@ -365,12 +366,10 @@ class Robot:
     for f, w in zip(frames, values, strict=True):
       if f.joint < 0:
         continue  # NOTE: a wrench on the world moves nothing
-      force, torque = w[:3], w[3:]
-      if ref != "local":  # the world's axes at the frame's origin: into the frame's axes
-        rotation = (xs[f.joint] * Transform.of(f.placement)).rotation  # type: ignore[index]
-        wrench = Force(force, torque).to_child(Transform(rotation, np.zeros(3)))
-      else:
-        wrench = Force(force, torque)
+      wrench = Force(w[:3], w[3:])
+      if ref != "local":  # in the world's axes, about the frame's origin or ("world") the world's: the frame's axes
+        placed = xs[f.joint] * Transform.of(f.placement)  # type: ignore[index]
+        wrench = wrench.to_child(placed if ref == "world" else Transform(placed.rotation, np.zeros(3)))
       at_joint = wrench.to_parent(Transform.of(f.placement))
       out[f.joint] = out[f.joint] + at_joint if f.joint in out else at_joint
     return out

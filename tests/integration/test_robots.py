@@ -152,7 +152,8 @@ def test_external_wrenches_equal_pinocchio() -> None:
   fn = av.NumericalFunction(
     "solo12_contacts",
     lambda q, v, a, f0, f1: (robot.rnea(q, v, a, {feet[0]: f0, feet[1]: f1}, "local_world_aligned"),
-                             robot.aba(q, v, a, {feet[0]: f0, feet[1]: f1}, "local")),
+                             robot.aba(q, v, a, {feet[0]: f0, feet[1]: f1}, "local"),
+                             robot.rnea(q, v, a, {feet[0]: f0, feet[1]: f1}, "world")),
     (av.Arg(nq), av.Arg(nv), av.Arg(nv), av.Arg(6), av.Arg(6)))  # fmt: skip
   data = model.createData()
   rng = np.random.default_rng(5)
@@ -160,16 +161,18 @@ def test_external_wrenches_equal_pinocchio() -> None:
     q = robot.random_configuration(rng)
     v, a, f0, f1 = (rng.standard_normal(n) for n in (nv, nv, 6, 6))
     pin.framesForwardKinematics(model, data, q)
-    world_aligned, local = [pin.Force.Zero() for _ in model.joints], [pin.Force.Zero() for _ in model.joints]
+    world_aligned, local, world = ([pin.Force.Zero() for _ in model.joints] for _ in range(3))
     for frame, wrench in zip(feet, (f0, f1), strict=True):
       fr = model.frames[model.getFrameId(frame)]
-      rotation = data.oMf[model.getFrameId(frame)].rotation
-      local_wrench = pin.Force(rotation.T @ wrench[:3], rotation.T @ wrench[3:])
+      placement = data.oMf[model.getFrameId(frame)]
+      local_wrench = pin.Force(placement.rotation.T @ wrench[:3], placement.rotation.T @ wrench[3:])
       world_aligned[fr.parentJoint] += fr.placement.act(local_wrench)
       local[fr.parentJoint] += fr.placement.act(pin.Force(wrench[:3], wrench[3:]))
-    tau, ddq = fn(q, v, a, f0, f1)
+      world[fr.parentJoint] += fr.placement.act(placement.actInv(pin.Force(wrench[:3], wrench[3:])))
+    tau, ddq, tau_world = fn(q, v, a, f0, f1)
     close(tau, pin.rnea(model, data, q, v, a, world_aligned))
     close(ddq, pin.aba(model, data, q, v, a, local))
+    close(tau_world, pin.rnea(model, data, q, v, a, world))
 
 
 def test_numpy_calls_build_once_and_check_their_inputs() -> None:

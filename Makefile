@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.bench_mpc
 	$(PY) -m benchmarks.bench_qp
 	$(PY) -m benchmarks.bench_robust
+	$(PY) -m benchmarks.bench_robots
 
 # The cart-pole MPC cross-built for aarch64 Linux and a bare-metal Cortex-M7, run under QEMU (installs Debian's cross
 # toolchains and QEMU with apt-get when missing); prints one table: closed-loop cost against x86, flash, RAM, stack.

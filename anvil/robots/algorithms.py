@@ -22,8 +22,8 @@ from anvil.robots.spatial import (
   SpatialInertia,
   Transform,
   V,
-  _combine,
   add,
+  combine,
   dot,
   inverse,
   is_const,
@@ -37,7 +37,6 @@ Joints = Sequence[Joint]
 Wrenches = Mapping[int, Force]
 _ZERO = np.zeros(3)
 _ZERO_MOTION = Motion(_ZERO, _ZERO)
-_ZERO_FORCE = Force(_ZERO, _ZERO)
 
 
 def _rotation(axis: np.ndarray, c: Tensor, s: Tensor) -> V:
@@ -47,8 +46,8 @@ def _rotation(axis: np.ndarray, c: Tensor, s: Tensor) -> V:
   if aligned.size == 1:  # NOTE: about ±e_k the (k, k) entry is exactly 1 and the others of row and column k are 0
     e = np.zeros((3, 3))
     e[aligned[0], aligned[0]] = 1.0
-    return _combine([(c, np.eye(3) - e), (s, k), (1.0, e)], (3, 3))
-  return _combine([(c, np.eye(3)), (s, k), (1.0 - c, np.outer(axis, axis))], (3, 3))
+    return combine([(c, np.eye(3) - e), (s, k), (1.0, e)], (3, 3))
+  return combine([(c, np.eye(3)), (s, k), (1.0 - c, np.outer(axis, axis))], (3, 3))
 
 
 def quaternion_matrix(x: Tensor, y: Tensor, z: Tensor, w: Tensor) -> Tensor:
@@ -121,7 +120,7 @@ def _gravity_motion(gravity: np.ndarray) -> Motion:
   return Motion(-np.asarray(gravity, dtype=np.float64), _ZERO)
 
 
-def _velocities(joints: Joints, xs: list[Transform], v: Tensor | None) -> tuple[list[Motion], list[Motion]]:
+def velocities(joints: Joints, xs: list[Transform], v: Tensor | None) -> tuple[list[Motion], list[Motion]]:
   """Each body's spatial velocity and each joint's velocity vJ, in local frames."""
   vel: list[Motion] = []
   vj: list[Motion] = []
@@ -142,7 +141,7 @@ def rnea(
 ) -> list[V]:
   """τ = M(q) a + C(q, v) v + g(q) - Σ Jᵀ fext, one scalar per velocity coordinate (None: zero v or a)."""
   xs = local_transforms(joints, q)
-  vel, vj = _velocities(joints, xs, v)
+  vel, vj = velocities(joints, xs, v)
   acc: list[Motion] = []
   forces: list[Force] = []
   for i, (j, x) in enumerate(zip(joints, xs, strict=True)):
@@ -190,7 +189,7 @@ def aba(
 ) -> list[V]:
   """The joint accelerations of forward dynamics (Featherstone's articulated-body algorithm), one scalar each."""
   xs = local_transforms(joints, q)
-  vel, vj = _velocities(joints, xs, v)
+  vel, vj = velocities(joints, xs, v)
   bias = [vel[i].cross(vj[i]) for i in range(len(joints))]
   ia = [SpatialInertia.of(j.inertia) for j in joints]
   pa: list[Force] = []
@@ -306,7 +305,7 @@ def support(joints: Joints, i: int) -> list[int]:
 
 def kinetic_energy(joints: Joints, q: Tensor, v: Tensor) -> V:
   """½ vᵀ M(q) v."""
-  vel, _ = _velocities(joints, local_transforms(joints, q), v)
+  vel, _ = velocities(joints, local_transforms(joints, q), v)
   energy: V = np.zeros(())
   for j, m in zip(joints, vel, strict=True):
     energy = add(energy, m.dot(SpatialInertia.of(j.inertia) * m))

@@ -18,6 +18,7 @@ from tinygrad import Tensor
 
 from anvil.robots.algorithms import quaternion_matrix
 from anvil.robots.model import Joint, JointType
+from anvil.robots.spatial import cross
 
 Joints = Sequence[Joint]
 #: Below this squared angle, the exponential's and logarithm's coefficients are their Taylor series (errors ~θ⁴/120).
@@ -104,18 +105,14 @@ def _integrate_free_flyer(q: Tensor, v: Tensor) -> Tensor:
   b = small.where(0.5 - theta2 / 24.0, (1.0 - cos) / theta2.maximum(SMALL_ANGLE2))
   c = small.where(1.0 / 6.0 - theta2 / 120.0, (theta - sin) / (theta * theta2.maximum(SMALL_ANGLE2)))
   om = _vector(*omega)
-  k_nu = _cross(om, nu)
-  p_exp = nu + b * k_nu + c * _cross(om, k_nu)  # V nu with V = I + b K + c K²
+  k_nu = cross(om, nu)
+  p_exp = nu + b * k_nu + c * cross(om, k_nu)  # V nu with V = I + b K + c K²
   rotation = quaternion_matrix(x, y, z, w)
   position = q[:3] + (rotation * p_exp.reshape(1, 3)).sum(1)
   quat = _quat_mul([x, y, z, w], [half_sin * o for o in omega] + [half_cos])
   norm2 = quat[0] * quat[0] + quat[1] * quat[1] + quat[2] * quat[2] + quat[3] * quat[3]
   scale = (3.0 - norm2) * 0.5  # NOTE: Pinocchio's first-order renormalization
   return position.cat(_vector(*[e * scale for e in quat]))
-
-
-def _cross(a: Tensor, b: Tensor) -> Tensor:
-  return _vector(a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0])
 
 
 def atan2(y: Tensor, x: Tensor) -> Tensor:
@@ -168,8 +165,8 @@ def _difference_free_flyer(q0: Tensor, q1: Tensor) -> Tensor:
   safe2 = small.where(1.0, theta2)
   beta = small.where(1.0 / 12.0 + theta2 / 720.0,
                      (1.0 - theta * theta.sin() / (2.0 * (1.0 - theta.cos()))) / safe2)  # fmt: skip
-  k_p = _cross(omega, p)
-  linear = p - 0.5 * k_p + beta * _cross(omega, k_p)
+  k_p = cross(omega, p)
+  linear = p - 0.5 * k_p + beta * cross(omega, k_p)
   return linear.cat(omega)
 
 

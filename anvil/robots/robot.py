@@ -286,10 +286,10 @@ class Robot:
     def body(q_: Tensor, v_: Tensor, _: object) -> Tensor:
       xs = rb.placements(self.joints, q_)
       local = rb.local_transforms(self.joints, q_)
-      velocities, _ = rb._velocities(self.joints, local, v_)
+      moving, _ = rb.velocities(self.joints, local, v_)
       if f.joint < 0:
         return _tensor(np.zeros(6), q_)
-      world = velocities[f.joint].to_parent(xs[f.joint])
+      world = moving[f.joint].to_parent(xs[f.joint])
       motion = _expressed(world, xs[f.joint] * Transform.of(f.placement), ref)
       return _tensor(motion.linear, q_).cat(_tensor(motion.angular, q_))
 

@@ -190,7 +190,7 @@ def scale(s: V, a: V) -> V:
   if _zero(a) or (is_const(s) and s == 0):
     return np.zeros(np.shape(a))
   if is_const(a):
-    return _combine([(s, np.asarray(a))], np.shape(a))
+    return combine([(s, np.asarray(a))], np.shape(a))
   return a * (float(s) if is_const(s) else s)
 
 
@@ -204,7 +204,7 @@ def transpose(m: V) -> V:
   return m.T
 
 
-def _combine(terms: list[tuple[Tensor | float, np.ndarray]], shape: tuple[int, ...]) -> V:
+def combine(terms: list[tuple[Tensor | float, np.ndarray]], shape: tuple[int, ...]) -> V:
   """Σ s_k C_k for scalars s_k and constant arrays C_k: each element a sum over its nonzero coefficients only."""
   flat = [(s, np.asarray(c).reshape(-1)) for s, c in terms]
   elements: list[Tensor | float] = []
@@ -236,7 +236,7 @@ def mv(m: V, v: V) -> V:
     if np.array_equal(m, np.eye(3)):
       return v
     vs = _elements(v, 3)
-    return _combine([(vs[j], np.asarray(m)[:, j]) for j in range(3)], (3,))
+    return combine([(vs[j], np.asarray(m)[:, j]) for j in range(3)], (3,))
   if is_const(v):
     return _matrix_const_vector(m, np.asarray(v))
   vs = _elements(v, 3)

@@ -66,3 +66,20 @@ def close(actual: np.ndarray, expected: np.ndarray, rtol: float = 1e-10) -> None
   expected = np.asarray(expected)
   scale = max(1.0, float(np.abs(expected).max(initial=0.0)))
   np.testing.assert_allclose(actual, expected, rtol=0, atol=rtol * scale)
+
+
+def _link(name: str, mass: float) -> str:
+  inertia = '<inertia ixx="0.02" ixy="0.001" ixz="0" iyy="0.03" iyz="0" izz="0.01"/>'
+  return f'<link name="{name}"><inertial><origin xyz="0.1 0 0.05"/><mass value="{mass}"/>{inertia}</inertial></link>'
+
+
+def _joint(name: str, kind: str, parent: str, child: str, axis: str) -> str:
+  return (f'<joint name="{name}" type="{kind}"><parent link="{parent}"/><child link="{child}"/>'
+          f'<origin xyz="0 0.1 0.3" rpy="0.2 0 0.1"/><axis xyz="{axis}"/>'
+          '<limit lower="-1" upper="1" effort="10" velocity="3"/></joint>')  # fmt: skip
+
+
+#: A free-flying body carrying a revolute, a continuous and a prismatic joint.
+SMALL_URDF = (f'<robot name="small">{_link("base", 3)}{_link("a", 1)}{_link("b", 0.5)}{_link("c", 0.2)}'
+              f'{_joint("ja", "revolute", "base", "a", "0 0 1")}{_joint("jb", "continuous", "a", "b", "0.6 0.8 0")}'
+              f'{_joint("jc", "prismatic", "b", "c", "1 0 0")}</robot>')  # fmt: skip

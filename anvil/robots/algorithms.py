@@ -63,8 +63,9 @@ def joint_motion(joint: Joint, q: Tensor) -> Transform:
   match joint.type:
     case JointType.REVOLUTE:
       return Transform(_rotation(joint.axis, q[i].cos(), q[i].sin()), _ZERO)
-    case JointType.CONTINUOUS:
-      return Transform(_rotation(joint.axis, q[i], q[i + 1]), _ZERO)
+    case JointType.CONTINUOUS:  # NOTE: (cos, sin) normalized, as a free flyer's quaternion below
+      inv_norm = 1.0 / (q[i] * q[i] + q[i + 1] * q[i + 1]).sqrt()
+      return Transform(_rotation(joint.axis, q[i] * inv_norm, q[i + 1] * inv_norm), _ZERO)
     case JointType.PRISMATIC:
       return Transform(np.eye(3), scale(q[i], joint.axis))
     case JointType.FREE_FLYER:

@@ -14,6 +14,7 @@ from anvil.ad import jacobian, spjacobian
 from anvil.codegen import program, straight_line
 from anvil.problems import cartpole, quadrotor
 from anvil.robots import Robot
+from tests.robots import SMALL_URDF
 
 N = av.CodegenIntConstant("N_POINTS", 3)
 TWO_N = av.CodegenIntConstant.from_expr("TWO_N", N * 2)
@@ -67,27 +68,10 @@ def _functions() -> list[av.NumericalFunction]:
   # NOTE: a trajectory written as a loop over steps is straight-line code (anvil.codegen.straight_line)
   loop = av.NumericalFunction("mod_loop", _rollout, (av.Arg(4), av.Arg(10)))
   # NOTE: a URDF robot's ABA: its custom derivative's DETACH and TANGENT nodes are substituted before emission
-  robot = Robot.from_urdf(ROBOT_URDF, floating_base=True)
+  robot = Robot.from_urdf(SMALL_URDF, floating_base=True)
   nq, nv = robot.nq, robot.nv
   aba = av.NumericalFunction("mod_robot", robot.aba, (av.Arg(nq), av.Arg(nv), av.Arg(nv)))
   return [quad, cart, multi, sparse, empty, loop, spjacobian(loop, 1), aba, jacobian(aba, 1)]
-
-
-def _link(name: str, mass: float) -> str:
-  inertia = '<inertia ixx="0.02" ixy="0.001" ixz="0" iyy="0.03" iyz="0" izz="0.01"/>'
-  return f'<link name="{name}"><inertial><origin xyz="0.1 0 0.05"/><mass value="{mass}"/>{inertia}</inertial></link>'
-
-
-def _joint(name: str, kind: str, parent: str, child: str, axis: str) -> str:
-  return (f'<joint name="{name}" type="{kind}"><parent link="{parent}"/><child link="{child}"/>'
-          f'<origin xyz="0 0.1 0.3" rpy="0.2 0 0.1"/><axis xyz="{axis}"/>'
-          '<limit lower="-1" upper="1" effort="10" velocity="3"/></joint>')  # fmt: skip
-
-
-#: A free-flying body carrying a revolute, a continuous and a prismatic joint.
-ROBOT_URDF = (f'<robot name="mod_robot">{_link("base", 3)}{_link("a", 1)}{_link("b", 0.5)}{_link("c", 0.2)}'
-              f'{_joint("ja", "revolute", "base", "a", "0 0 1")}{_joint("jb", "continuous", "a", "b", "0.6 0.8 0")}'
-              f'{_joint("jc", "prismatic", "b", "c", "1 0 0")}</robot>')  # fmt: skip
 
 
 def _rollout(x: av.Tensor, u: av.Tensor) -> av.Tensor:

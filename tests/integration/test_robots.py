@@ -15,7 +15,7 @@ from tinygrad import Tensor
 import anvil as av
 from anvil.ad import jacobian
 from anvil.robots import FrameType, Robot
-from tests.robots import anvil_robot, close, pinocchio_model
+from tests.robots import SMALL_URDF, anvil_robot, close, pinocchio_model
 
 STATES = 50
 REFERENCES = {"local": pin.LOCAL, "world": pin.WORLD, "local_world_aligned": pin.LOCAL_WORLD_ALIGNED}
@@ -258,3 +258,30 @@ def test_mpc_on_a_urdf_arm_in_closed_loop_with_pinocchio_as_plant() -> None:
   assert np.abs(loop.x[-1, :nq] - target).max() < 0.01  # from 0.3
   lbu, ubu = robot.bounds()["u_bounds"]
   assert np.all(loop.u >= lbu - 1e-9) and np.all(loop.u <= ubu + 1e-9)
+
+
+@pytest.mark.parametrize("floating_base", [False, True])
+def test_second_derivatives_of_the_dynamics_are_exact(floating_base: bool) -> None:
+  """The Hessian of μᵀ ABA through the analytical form (the value ABA's, the derivative M⁻¹(∂τ - ∂RNEA)) equals the
+  Hessian of the plain articulated-body algorithm's graph: exact Hessians of robot models stay exact."""
+  from anvil.ad import hessian
+  from anvil.robots.algorithms import aba
+
+  robot = Robot.from_urdf(SMALL_URDF, floating_base=floating_base)
+  nq, nv = robot.nq, robot.nv
+  size = nq + 2 * nv
+
+  def weighted(dynamics: Any) -> Any:
+    return lambda z, mu: (dynamics(z[:nq], z[nq : nq + nv], [z[nq + nv + k] for k in range(nv)]) * mu).sum()
+
+  analytical = weighted(lambda q, v, tau: robot.aba(q, v, Tensor.stack(*tau)))
+  plain = weighted(lambda q, v, tau: Tensor.stack(*aba(robot.joints, robot.gravity, q, v, tau)))
+  inputs = (av.Arg(size), av.Arg(nv))
+  name = f"small_{'floating' if floating_base else 'fixed'}"
+  h_analytical = hessian(av.NumericalFunction(f"{name}_analytical", analytical, inputs))
+  h_plain = hessian(av.NumericalFunction(f"{name}_plain", plain, inputs))
+  rng = np.random.default_rng(8)
+  for _ in range(3):
+    z = np.concatenate([robot.random_configuration(rng), rng.standard_normal(2 * nv)])
+    mu = rng.standard_normal(nv)
+    close(h_analytical(z, mu), h_plain(z, mu), rtol=1e-9)

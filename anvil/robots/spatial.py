@@ -340,5 +340,5 @@ def skew(v: V) -> V:
     x, y, z = np.asarray(v, dtype=np.float64)
     return np.array([[0, -z, y], [z, 0, -x], [-y, x, 0]])
   x, y, z = _elements(v, 3)
-  zero = x * 0.0
+  zero = x.const_like(0.0)
   return Tensor.stack(zero, -z, y, z, zero, -x, -y, x, zero).reshape(3, 3)

@@ -122,17 +122,18 @@ class SpatialInertia(NamedTuple):
                  add(mv(transpose(self.b), m.linear), mv(self.c, m.angular)))  # fmt: skip
 
   def minus_outer(self, u: Force, w: Force) -> SpatialInertia:
-    """self - u wᵀ (u, w as 6-vectors: forces)."""
-    return SpatialInertia(sub(self.a, outer(u.force, w.force)), sub(self.b, outer(u.force, w.torque)),
-                          sub(self.c, outer(u.torque, w.torque)))  # fmt: skip
+    """self - u wᵀ for w a multiple of u (u, w as 6-vectors: forces), which keeps it symmetric."""
+    return SpatialInertia(symmetric(sub(self.a, outer(u.force, w.force))), sub(self.b, outer(u.force, w.torque)),
+                          symmetric(sub(self.c, outer(u.torque, w.torque))))  # fmt: skip
 
   def to_parent(self, x: Transform) -> SpatialInertia:
     """This inertia, given in x's child frame, in its parent's: X* I X⁻¹."""
     r, rt = x.rotation, transpose(x.rotation)
-    a, b, c = mm(mm(r, self.a), rt), mm(mm(r, self.b), rt), mm(mm(r, self.c), rt)
+    # NOTE: A and C are symmetric: only their upper triangles are computed (the rest is mirrored, its code dead)
+    a, b, c = symmetric(mm(mm(r, self.a), rt)), mm(mm(r, self.b), rt), symmetric(mm(mm(r, self.c), rt))
     h = skew(x.translation)
     hb, ah = mm(h, b), mm(a, h)
-    return SpatialInertia(a, sub(b, ah), sub(add(add(c, hb), transpose(hb)), mm(h, ah)))
+    return SpatialInertia(a, sub(b, ah), symmetric(sub(add(add(c, hb), transpose(hb)), mm(h, ah))))
 
 
 def constant(x: V, like: Tensor) -> Tensor:
@@ -332,6 +333,14 @@ def outer(u: V, w: V) -> V:
 
 def _scalars(v: V) -> list[V]:
   return [float(x) for x in np.asarray(v)] if is_const(v) else _elements(v, 3)
+
+
+def symmetric(m: V) -> V:
+  """A symmetric matrix from the upper triangle of m (for a Tensor: its lower entries are never read)."""
+  if is_const(m):
+    return m
+  e = [[m[i, j] for j in range(3)] for i in range(3)]
+  return Tensor.stack(*[e[min(i, j)][max(i, j)] for i in range(3) for j in range(3)]).reshape(3, 3)
 
 
 def skew(v: V) -> V:

@@ -1,6 +1,7 @@
 """anvil.robots' generated C++ against Pinocchio's C++ on real robots, and how builds grow with the number of bodies.
 
     .venv/bin/python -m benchmarks.bench_robots [--robots panda,solo12,talos] [--chain 2,4,8,16,32] [--rounds 5]
+        [--casadi PYTHON [--casadi-robots panda,ur5]]
 
 Per robot (example-robot-data's URDFs): ABA, its Jacobian in (q, v, tau) by anvil.ad (`jacobian` of ABA on the stacked
 z = (q, v, tau): Pinocchio's computeABADerivatives gives the same three blocks, in the tangent space), RNEA and CRBA.
@@ -8,17 +9,22 @@ anvil's functions are compiled with anvil's own JIT flags (-O3 -march=native, no
 harnesses; Pinocchio's C++ runs in benchmarks/pinocchio/driver.cpp (-O3 -march=native, benchmarks/pinocchio_driver.py).
 Both are timed in the same run, round robin, `--rounds` times: each round's best of its repetitions, the median over
 rounds. "cold build" is a fresh process with an empty cache building ABA and its Jacobian (trace, derive, render,
-compile). The chain table builds the same two functions for a synthetic chain of N revolute bodies.
+compile). The chain table builds the same two functions for a synthetic chain of N revolute bodies. With `--casadi
+PYTHON` (a Python with pip `cmeel-casadi-kin-dyn`, in a virtual environment of its own: it pins an old Pinocchio),
+CasADi's generated C of Pinocchio's ABA and of its Jacobian (benchmarks/casadi/kin_dyn_gen.py; gcc -O3 -march=native,
+its build time the compile's) joins the same round robin for `--casadi-robots`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -117,24 +123,48 @@ def harnesses(robot: Robot, out: Path) -> dict[str, tuple[Exe, int]]:
   return made
 
 
-def compare(spec: str, rounds: int, out: Path) -> dict[str, tuple[float, float]]:
-  """{algorithm: (anvil µs, Pinocchio µs)}: medians over rounds of each round's best, alternating who goes first."""
+def casadi_harnesses(python: str, spec: str, out: Path) -> tuple[dict[str, Path], float]:
+  """CasADi's aba and its Jacobian (benchmarks/casadi/kin_dyn_gen.py run by `python`) in tight-loop harnesses:
+  {"aba" | "aba_derivatives": executable}, and the seconds gcc took to build them."""
+  folder = out / spec / "casadi"
+  folder.mkdir(parents=True, exist_ok=True)
+  _, locked = ROBOTS[spec]
+  script = ROOT / "benchmarks" / "casadi" / "kin_dyn_gen.py"
+  subprocess.run([python, str(script), str(robot_urdf(spec)), str(folder), ",".join(locked)], check=True,
+                 capture_output=True, text=True)  # fmt: skip
+  exes, seconds = {}, 0.0
+  for name, fn in (("aba", "cas_aba"), ("aba_derivatives", "cas_daba")):
+    shutil.copy(folder / f"{fn}.h", folder / "fn.h")
+    harness = ROOT / "benchmarks" / "casadi" / "robot_harness.c"
+    start = time.perf_counter()
+    command = ["gcc", "-O3", "-march=native", f"-DFN={fn}", "-I", str(folder), str(harness), str(folder / f"{fn}.c")]
+    subprocess.run([*command, "-o", str(folder / fn), "-lm"], check=True)
+    seconds += time.perf_counter() - start
+    exes[name] = folder / fn
+  return exes, seconds
+
+
+def compare(spec: str, rounds: int, out: Path, casadi: dict[str, Path]) -> dict[str, tuple[float, float, float]]:
+  """{algorithm: (anvil µs, Pinocchio µs, CasADi µs or NaN)}: medians over rounds of each round's best, alternating
+  who goes first."""
   robot = load(spec)
   exes = harnesses(robot, out / spec)
   floating, locked = ROBOTS[spec]
-  anvil_us: dict[str, list[float]] = {k: [] for k in exes}
-  pin_us: dict[str, list[float]] = {k: [] for k in exes}
+  times: dict[str, dict[str, list[float]]] = {side: {k: [] for k in exes} for side in ("anvil", "pinocchio", "casadi")}
   for r in range(rounds):
-    for side in ("anvil", "pinocchio") if r % 2 == 0 else ("pinocchio", "anvil"):
+    for side in ("anvil", "pinocchio", "casadi")[:: 1 if r % 2 == 0 else -1]:
       if side == "pinocchio":
-        times = pinocchio_times(robot_urdf(spec), floating_base=floating, locked_joints=locked, calls=2000, repeats=5)
-        for k in pin_us:
-          pin_us[k].append(times[k][0])
-        continue
-      for k, (exe, _) in exes.items():
+        found = pinocchio_times(robot_urdf(spec), floating_base=floating, locked_joints=locked, calls=2000, repeats=5)
+        for k in exes:
+          times[side][k].append(found[k][0])
+      for k, path in casadi.items() if side == "casadi" else ():
+        lines = subprocess.run([str(path), "2000", "5"], capture_output=True, text=True, check=True).stdout.split("\n")
+        times[side][k].append(min(float(ln.split()[1]) for ln in lines if ln.startswith("ns ")) / 1000)
+      for k, (exe, _) in exes.items() if side == "anvil" else ():
         _, ns = run_exe(exe, 2000, 5, 200)
-        anvil_us[k].append(min(ns) / 1000)
-  return {k: (statistics.median(anvil_us[k]), statistics.median(pin_us[k])) for k in exes}
+        times[side][k].append(min(ns) / 1000)
+  median = lambda xs: statistics.median(xs) if xs else float("nan")
+  return {k: (median(times["anvil"][k]), median(times["pinocchio"][k]), median(times["casadi"][k])) for k in exes}
 
 
 def main() -> None:
@@ -142,16 +172,25 @@ def main() -> None:
   parser.add_argument("--robots", default="panda,solo12,talos")
   parser.add_argument("--chain", default="2,4,8,16,32", help="chain sizes for the growth table ('' for none)")
   parser.add_argument("--rounds", type=int, default=5)
+  parser.add_argument("--casadi", default="", help="a Python with cmeel-casadi-kin-dyn: CasADi's ABA joins the run")
+  parser.add_argument("--casadi-robots", default="panda,ur5", help="the robots CasADi's ABA is generated for")
   args = parser.parse_args()
   out = Path(tempfile.mkdtemp(prefix="bench_robots_"))
   print(f"anvil flags: {' '.join(ANVIL_FLAGS)}; harnesses in {out}\n")
-  print(f"{'robot':<10} {'nq/nv':>6} {'algorithm':<16} {'anvil us':>9} {'pinocchio us':>13} {'ratio':>6}")
-  builds = {}
+  print(f"{'robot':<10} {'nq/nv':>6} {'algorithm':<16} {'anvil us':>9} {'pinocchio us':>13} {'ratio':>6} "
+        f"{'casadi us':>10} {'ratio':>6}")  # fmt: skip
+  builds, casadi_builds = {}, {}
   for spec in [s for s in args.robots.split(",") if s]:
     robot = load(spec)
-    for k, (mine, theirs) in compare(spec, args.rounds, out).items():
-      print(f"{spec:<10} {f'{robot.nq}/{robot.nv}':>6} {k:<16} {mine:>9.3f} {theirs:>13.3f} {mine / theirs:>6.2f}")
+    casadi: dict[str, Path] = {}
+    if args.casadi and spec in args.casadi_robots.split(","):
+      casadi, casadi_builds[spec] = casadi_harnesses(args.casadi, spec, out)
+    for k, (mine, theirs, cas) in compare(spec, args.rounds, out, casadi).items():
+      print(f"{spec:<10} {f'{robot.nq}/{robot.nv}':>6} {k:<16} {mine:>9.3f} {theirs:>13.3f} {mine / theirs:>6.2f} "
+            f"{cas:>10.3f} {mine / cas:>6.2f}")  # fmt: skip
     builds[spec] = cold_build(spec)
+  for spec, seconds in casadi_builds.items():
+    print(f"{spec}: CasADi's aba and Jacobian C compiled in {seconds:.1f} s (gcc -O3 -march=native; generation apart)")
   print(
     f"\n{'robot':<10} {'bodies':>6} {'cold build s (aba + derivatives)':>34} {'aba .cpp KB':>12} {'deriv .cpp KB':>14}"
   )

@@ -108,10 +108,10 @@ def local_transforms(joints: Joints, q: Tensor) -> list[Transform]:
   return [Transform.of(j.placement) * joint_motion(j, q) for j in joints]
 
 
-def placements(joints: Joints, q: Tensor) -> list[Transform]:
-  """Each joint's frame in the world at q (forward kinematics)."""
+def placements(joints: Joints, q: Tensor, local: list[Transform] | None = None) -> list[Transform]:
+  """Each joint's frame in the world at q (forward kinematics), from its `local_transforms` when given."""
   out: list[Transform] = []
-  for j, x in zip(joints, local_transforms(joints, q), strict=True):
+  for j, x in zip(joints, local if local is not None else local_transforms(joints, q), strict=True):
     out.append(out[j.parent] * x if j.parent >= 0 else x)
   return out
 
@@ -221,26 +221,16 @@ def aba(
     a_i = parent.to_child(xs[i]) + bias[i]
     columns, values = solves[i]
     if j.type is JointType.FREE_FLYER:
-      # NOTE: U = Ia, so q̈ = Ia⁻¹ u - a and the body's acceleration is Ia⁻¹ u
-      body = solve_spd(_inertia_matrix(ia[i]), values)
-      qdd.extend(sub(body[k], c) for k, c in enumerate((*_vec(a_i.linear), *_vec(a_i.angular))))
-      acc.append(Motion(_stack3(body[:3]), _stack3(body[3:])))
+      # NOTE: U = Ia, so q̈ = Ia⁻¹ u - a and the body's acceleration is Ia⁻¹ u (Ia dense: LTDL along a chain)
+      chain = list(range(-1, 5))
+      body = ltdl_solve(*ltdl(_inertia_matrix(ia[i]), chain), chain, values)
+      qdd.extend(sub(body[k], c) for k, c in enumerate((*sp.scalars(a_i.linear), *sp.scalars(a_i.angular))))
+      acc.append(Motion(sp.stack(body[:3]), sp.stack(body[3:])))
       continue
     step = sub(values[0], a_i.dot(columns[0]))  # D⁻¹ (u - Uᵀ a)
     qdd.append(step)
     acc.append(a_i + _apply(subspace(j), [step]))
   return qdd
-
-
-def _vec(x: V) -> list[V]:
-  return [float(e) for e in np.asarray(x)] if is_const(x) else [x[k] for k in range(3)]
-
-
-def _stack3(xs: Sequence[V]) -> V:
-  if all(is_const(x) for x in xs):
-    return np.array([float(x) for x in xs])
-  like = next(x for x in xs if isinstance(x, Tensor))
-  return Tensor.stack(*[x if isinstance(x, Tensor) else like.const_like(float(x)) for x in xs])
 
 
 def _inertia_matrix(ia: SpatialInertia) -> list[list[V]]:
@@ -250,34 +240,6 @@ def _inertia_matrix(ia: SpatialInertia) -> list[list[V]]:
   top = [[entry(ia.a, r, c) for c in range(3)] + [entry(ia.b, r, c) for c in range(3)] for r in range(3)]
   bottom = [[entry(bt, r, c) for c in range(3)] + [entry(ia.c, r, c) for c in range(3)] for r in range(3)]
   return top + bottom
-
-
-def solve_spd(m: list[list[V]], b: list[V]) -> list[V]:
-  """m⁻¹ b for a symmetric positive definite m (an LDLᵀ factorization, unrolled)."""
-  n = len(b)
-  lower: list[list[V]] = [[0.0] * n for _ in range(n)]
-  d: list[V] = [0.0] * n
-  for c in range(n):
-    dc = m[c][c]
-    for k in range(c):
-      dc = sub(dc, lower[c][k] * lower[c][k] * d[k])
-    d[c] = dc
-    inv = 1.0 / dc
-    for r in range(c + 1, n):
-      e = m[r][c]
-      for k in range(c):
-        e = sub(e, lower[r][k] * lower[c][k] * d[k])
-      lower[r][c] = e * inv
-  y = list(b)
-  for r in range(n):
-    for k in range(r):
-      y[r] = sub(y[r], lower[r][k] * y[k])
-  x: list[V] = [0.0] * n
-  for r in reversed(range(n)):
-    x[r] = y[r] / d[r]
-    for k in range(r + 1, n):
-      x[r] = sub(x[r], lower[k][r] * x[k])
-  return x
 
 
 def center_of_mass(joints: Joints, q: Tensor) -> tuple[V, float]:
@@ -335,7 +297,7 @@ def com_jacobian(joints: Joints, q: Tensor) -> list[list[V]]:
     for s in subspace(j):
       c = s.to_parent(x)
       columns.append(scale(1.0 / total, add(scale(mass[i], c.linear), sp.cross(c.angular, moment[i]))))
-  return [[c[r] if isinstance(c, Tensor) else float(np.asarray(c)[r]) for c in columns] for r in range(3)]
+  return [[sp.scalars(c)[r] for c in columns] for r in range(3)]
 
 
 def dof_parents(joints: Joints) -> list[int]:

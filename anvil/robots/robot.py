@@ -258,8 +258,7 @@ class Robot:
     return self._run(f"placement_{self.frames.index(f)}", (q,), None, "local", body)
 
   def _frame_transform(self, q: Tensor, f: Frame) -> Transform:
-    local = Transform.of(f.placement)
-    return rb.placements(self.joints, q)[f.joint] * local if f.joint >= 0 else local
+    return _placed(rb.placements(self.joints, q), f)
 
   def frame_jacobian(self, q: Any, frame: str | int, reference: Reference = "local") -> Any:
     """The frame's Jacobian (6, nv): its spatial velocity (linear, angular) is J v. `reference` as Pinocchio's:
@@ -270,11 +269,11 @@ class Robot:
     def body(q_: Tensor, _: object) -> Tensor:
       xs = rb.placements(self.joints, q_)
       columns = rb.world_columns(self.joints, xs)
-      placed = xs[f.joint] * Transform.of(f.placement) if f.joint >= 0 else Transform.of(f.placement)
+      placed = _placed(xs, f)
       moving = set(rb.support(self.joints, f.joint)) if f.joint >= 0 else set()
       zero = Motion(np.zeros(3), np.zeros(3))
       cols = [_expressed(c, placed, ref) if k in moving else zero for k, c in enumerate(columns)]
-      rows = [[_entry(part, r) for part in (c.linear, c.angular) for r in range(3)] for c in cols]
+      rows = [sp.scalars(c.linear) + sp.scalars(c.angular) for c in cols]
       return _stack([row[k] for k in range(6) for row in rows], like=q_).reshape(6, self.nv)
 
     return self._run(f"jacobian_{self.frames.index(f)}_{ref}", (q,), None, "local", body)
@@ -284,13 +283,13 @@ class Robot:
     f, ref = self.frame(frame), _reference(reference)
 
     def body(q_: Tensor, v_: Tensor, _: object) -> Tensor:
-      xs = rb.placements(self.joints, q_)
-      local = rb.local_transforms(self.joints, q_)
-      moving, _ = rb.velocities(self.joints, local, v_)
       if f.joint < 0:
         return _tensor(np.zeros(6), q_)
+      local = rb.local_transforms(self.joints, q_)
+      xs = rb.placements(self.joints, q_, local)
+      moving, _ = rb.velocities(self.joints, local, v_)
       world = moving[f.joint].to_parent(xs[f.joint])
-      motion = _expressed(world, xs[f.joint] * Transform.of(f.placement), ref)
+      motion = _expressed(world, _placed(xs, f), ref)
       return _tensor(motion.linear, q_).cat(_tensor(motion.angular, q_))
 
     return self._run(f"velocity_{self.frames.index(f)}_{ref}", (q, v), None, "local", body)
@@ -368,7 +367,7 @@ class Robot:
         continue  # NOTE: a wrench on the world moves nothing
       wrench = Force(w[:3], w[3:])
       if ref != "local":  # in the world's axes, about the frame's origin or ("world") the world's: the frame's axes
-        placed = xs[f.joint] * Transform.of(f.placement)  # type: ignore[index]
+        placed = _placed(xs, f)  # type: ignore[arg-type]
         wrench = wrench.to_child(placed if ref == "world" else Transform(placed.rotation, np.zeros(3)))
       at_joint = wrench.to_parent(Transform.of(f.placement))
       out[f.joint] = out[f.joint] + at_joint if f.joint in out else at_joint
@@ -428,9 +427,9 @@ def _tensor(x: V, like: Tensor) -> Tensor:
   return _stack([float(e) for e in np.asarray(x).reshape(-1)], like=like).reshape(np.shape(x))
 
 
-def _entry(x: V, k: int) -> V:
-  """Element k of a vector, a Tensor's or a constant's."""
-  return x[k] if isinstance(x, Tensor) else float(np.asarray(x)[k])
+def _placed(xs: Sequence[Transform], f: Frame) -> Transform:
+  """Frame f in the world, from its joints' world placements `xs`."""
+  return xs[f.joint] * Transform.of(f.placement) if f.joint >= 0 else Transform.of(f.placement)
 
 
 def _stack(xs: Sequence[V], like: Tensor) -> Tensor:

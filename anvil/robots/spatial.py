@@ -13,6 +13,7 @@ child frame in its parent (x_parent = R x_child + p).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -205,22 +206,23 @@ def transpose(m: V) -> V:
   return m.T
 
 
-def combine(terms: list[tuple[Tensor | float, np.ndarray]], shape: tuple[int, ...]) -> V:
+def combine(terms: list[tuple[V, np.ndarray]], shape: tuple[int, ...]) -> V:
   """Σ s_k C_k for scalars s_k and constant arrays C_k: each element a sum over its nonzero coefficients only."""
   flat = [(s, np.asarray(c).reshape(-1)) for s, c in terms]
-  elements: list[Tensor | float] = []
-  for e in range(math.prod(shape)):
-    acc: Tensor | float = 0.0
-    for s, c in flat:
-      if c[e] == 0:
-        continue
-      term = s if c[e] == 1 else -s if c[e] == -1 else s * float(c[e])
-      acc = term if is_const(acc) and acc == 0 else acc + term
-    elements.append(acc)
+  elements = [weighted([c[e] for _, c in flat], [s for s, _ in flat], 0.0) for e in range(math.prod(shape))]
   if all(is_const(e) for e in elements):
     return np.array(elements, dtype=np.float64).reshape(shape)
   like = next(e for e in elements if isinstance(e, Tensor))
   return Tensor.stack(*[e if isinstance(e, Tensor) else like.const_like(e) for e in elements]).reshape(shape)
+
+
+def weighted(coefficients: Sequence[float] | np.ndarray, items: Sequence[V], zero: V) -> V:
+  """Σ c_k x_k over the nonzero constant coefficients c_k (±1 as sums and differences), `zero` where every c_k is 0."""
+  out = zero
+  for c, x in zip(coefficients, items, strict=True):
+    if c != 0:
+      out = add(out, x if c == 1 else -x if c == -1 else scale(float(c), x))
+  return out
 
 
 def _elements(t: Tensor, n: int) -> list[Tensor]:
@@ -239,17 +241,9 @@ def mv(m: V, v: V) -> V:
     vs = _elements(v, 3)
     return combine([(vs[j], np.asarray(m)[:, j]) for j in range(3)], (3,))
   if is_const(v):
-    return _matrix_const_vector(m, np.asarray(v))
+    return weighted(np.asarray(v), [m[:, j] for j in range(3)], np.zeros(3))
   vs = _elements(v, 3)
   return m[:, 0] * vs[0] + m[:, 1] * vs[1] + m[:, 2] * vs[2]
-
-
-def _matrix_const_vector(m: Tensor, v: np.ndarray) -> V:
-  terms = [m[:, j] if v[j] == 1 else -m[:, j] if v[j] == -1 else m[:, j] * float(v[j]) for j in range(3) if v[j] != 0]
-  out = terms[0]
-  for t in terms[1:]:
-    out = out + t
-  return out
 
 
 def mm(a: V, b: V) -> V:
@@ -264,23 +258,15 @@ def mm(a: V, b: V) -> V:
     return a
   if is_const(a):
     rows = _elements(b, 3)
-    return _stack_rows([mv_rows(np.asarray(a)[i], rows) for i in range(3)])
+    return stack([weighted(np.asarray(a)[i], rows, np.zeros(3)) for i in range(3)])
   if is_const(b):
     return transpose(mm(transpose(b), transpose(a)))
   rows = _elements(b, 3)
   return Tensor.stack(*[a[i, 0] * rows[0] + a[i, 1] * rows[1] + a[i, 2] * rows[2] for i in range(3)])
 
 
-def mv_rows(coefficients: np.ndarray, rows: list[Tensor]) -> V:
-  """Σ_j c_j rows_j over the nonzero coefficients (a row of a constant matrix times a Tensor matrix)."""
-  out: V = np.zeros(3)
-  for c, row in zip(coefficients, rows, strict=True):
-    if c != 0:
-      out = add(out, row if c == 1 else -row if c == -1 else row * float(c))
-  return out
-
-
-def _stack_rows(rows: list[V]) -> V:
+def stack(rows: Sequence[V]) -> V:
+  """Scalars or vectors, Tensors or constants, stacked (a constant where all are)."""
   if all(is_const(r) for r in rows):
     return np.stack([np.asarray(r) for r in rows])
   like = next(r for r in rows if isinstance(r, Tensor))
@@ -310,12 +296,7 @@ def dot(a: V, b: V) -> V:
   if is_const(a):
     a, b = b, a
   if is_const(b):
-    cs = np.asarray(b)
-    terms = [a[i] if cs[i] == 1 else -a[i] if cs[i] == -1 else a[i] * float(cs[i]) for i in range(3) if cs[i] != 0]
-    out = terms[0]
-    for t in terms[1:]:
-      out = out + t
-    return out
+    return weighted(np.asarray(b), _elements(a, 3), np.zeros(()))
   return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
 
 
@@ -325,13 +306,15 @@ def outer(u: V, w: V) -> V:
     return np.zeros((3, 3))
   if is_const(u) and is_const(w):
     return np.outer(u, w)
-  if is_const(u) or is_const(w):
-    return _stack_rows([scale(w_i, u) for w_i in _scalars(w)]).T if is_const(u) else _stack_rows(
-      [scale(u_i, w) for u_i in _scalars(u)])  # fmt: skip
+  if is_const(u):
+    return stack([scale(w_i, u) for w_i in scalars(w)]).T
+  if is_const(w):
+    return stack([scale(u_i, w) for u_i in scalars(u)])
   return Tensor.stack(*[w * u_i for u_i in _elements(u, 3)])
 
 
-def _scalars(v: V) -> list[V]:
+def scalars(v: V) -> list[V]:
+  """A vector's elements: floats of a constant, scalar Tensors of a Tensor."""
   return [float(x) for x in np.asarray(v)] if is_const(v) else _elements(v, 3)
 
 

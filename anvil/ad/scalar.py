@@ -155,7 +155,7 @@ def _derive(fn: NumericalFunction[..., Any], kind: str, wrt: int) -> _Derivation
     return None
   # NOTE: emitted expressions first (DETACH and TANGENT nodes substituted), so the pattern holds no entry they zero
   entries = [(c, r, d) for c, column in enumerate(columns) for r, d in column.items()]
-  g, emitted = g.substituted([d for _, _, d in entries])
+  emitted = g.substituted([d for _, _, d in entries])
   columns = [{} for _ in columns]
   for (c, r, _), d in zip(entries, emitted, strict=True):
     columns[c][r] = d

@@ -407,20 +407,20 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
     code = module_code(module, [self])
     ctx = self._context()
     sources = {f"{module}.hpp": code.header}
-    parts: list[str] = []
+    parts: dict[str, str] = {}
     if self.device == "CPU":
       kernels = self.program.kernel_sources
       units = (os.cpu_count() or 1) if len(code.functions) == 1 else 1  # NOTE: a part repeats what precedes fn
-      sources[f"{module}.cpp"], parts = split_chunks(code.source, self.name, kernels, units)
-      sources.update({f"{module}_part{k}.cpp": text for k, text in enumerate(parts, 1)})
+      sources[f"{module}.cpp"], texts = split_chunks(code.source, self.name, kernels, units)
+      parts = {f"{module}_part{k}.cpp": text for k, text in enumerate(texts, 1)}
+      sources.update(parts)
       wrapper = render_template("jit.cpp.j2", fn=ctx, module=module, data_offset=array_data_offset() or 0)
     else:
       wrapper = render_template("gpu_jit.cpp.j2", fn=ctx, device=self.device, module=module)
     sources["jit.cpp"] = inline_runtime_headers(wrapper)
     with stage(self.name, "compile"):
       toolchain = Toolchain.for_device(self.device)
-      names = [f"{module}_part{k}.cpp" for k in range(1, len(parts) + 1)]
-      return str(compile_library(lib_key, sources, "jit.cpp", self.name, toolchain=toolchain, cxx_parts=names))
+      return str(compile_library(lib_key, sources, "jit.cpp", self.name, toolchain=toolchain, cxx_parts=list(parts)))
 
   # *** calling ***
 

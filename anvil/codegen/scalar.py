@@ -188,22 +188,26 @@ class ScalarGraph:
     zero = bytearray(len(self.ops))
     for i in self.live(roots):
       op, src = self.ops[i], self.srcs[i]
-      if op is TANGENT or (op is Ops.DETACH and zero[src[0]]):
+      if op is TANGENT:
         zero[i] = 1
-      elif op is Ops.MUL or op is Ops.MULACC:
-        zero[i] = zero[src[0]] or zero[src[1]] if op is Ops.MUL else (zero[src[0]] or zero[src[1]]) and zero[src[2]]
-      elif op in (Ops.ADD, Ops.SUB, Ops.NEG, Ops.CAST):
+      elif op is Ops.MUL:
+        zero[i] = zero[src[0]] or zero[src[1]]
+      elif op is Ops.MULACC:  # a * b + c
+        zero[i] = (zero[src[0]] or zero[src[1]]) and zero[src[2]]
+      elif op is Ops.FDIV:
+        zero[i] = zero[src[0]]
+      elif op is Ops.WHERE:
+        zero[i] = zero[src[1]] and zero[src[2]]
+      elif op in (Ops.ADD, Ops.SUB, Ops.NEG, Ops.CAST, Ops.DETACH):
         zero[i] = all(zero[s] for s in src)
-      elif op is Ops.FDIV or (op is Ops.WHERE and zero[src[1]] and zero[src[2]]):
-        zero[i] = zero[src[0]] if op is Ops.FDIV else 1
     return zero
 
-  def substituted(self, roots: Sequence[int]) -> tuple[ScalarGraph, list[int]]:
+  def substituted(self, roots: Sequence[int]) -> list[int]:
     """The roots with DETACH nodes replaced by their operand and TANGENT nodes by 0, what depends on them rebuilt and
-    refolded in this graph (appended; the rest is shared): what is emitted. The graph and the new roots."""
+    refolded in this graph (appended; the rest is shared): what is emitted."""
     live = self.live(roots)
     if not any(self.ops[i] is Ops.DETACH or self.ops[i] is TANGENT for i in live):
-      return self, list(roots)
+      return list(roots)
     new: dict[int, int] = {}
     for i in live:
       op, dt, src = self.ops[i], self.dtypes[i], self.srcs[i]
@@ -219,7 +223,7 @@ class ScalarGraph:
           new[i] = self.cos(mapped[0])
         else:
           new[i] = self.alu(op, dt, *mapped)
-    return self, [new.get(r, r) for r in roots]
+    return [new.get(r, r) for r in roots]
 
   def live(self, roots: Sequence[int]) -> list[int]:
     """The nodes the roots depend on, in creation (topological) order."""

@@ -95,7 +95,7 @@ def emit_program(graph: ScalarGraph, writes: Sequence[tuple[int, int, int]], inp
   into outputs of `outputs`' dtypes, followed by `copies`: the computations repeated with a stride (the stages of a
   loop) as loops (`anvil.codegen.rolling`), the rest as straight-line chunks. DETACH and TANGENT nodes are
   substituted first (`ScalarGraph.substituted`)."""
-  graph, nodes = graph.substituted([n for _, _, n in writes])
+  nodes = graph.substituted([n for _, _, n in writes])
   writes = [(o, k, n) for (o, k, _), n in zip(writes, nodes, strict=True)]
   families, rest = find_families(graph, [(o, k, graph.cast(n, outputs[o])) for o, k, n in writes])
   chunks = _Emitter(graph, rest, tuple(inputs), tuple(outputs)).program() if rest else Program((), (), (), 0)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -112,17 +112,15 @@ class _Builder:
     self.frames.append(Frame("universe", FrameType.FIXED_JOINT, -1, Placement()))
     root = roots[0]
     if floating_base:
-      inf = np.full(7, np.inf)
       bounds = np.concatenate([np.full(3, -np.inf), -np.ones(4)]), np.concatenate([np.full(3, np.inf), np.ones(4)])
+      unlimited = np.full(6, np.inf)
       self._add_joint(ROOT_JOINT, JointType.FREE_FLYER, -1, Placement(), np.zeros(3), root, bounds,
-                      (inf[:6], inf[:6]), (np.zeros(6), np.zeros(6)))  # fmt: skip
+                      (unlimited, unlimited), (np.zeros(6), np.zeros(6)))  # fmt: skip
       self.frames.append(Frame(ROOT_JOINT, FrameType.JOINT, 0, Placement()))
       self._attach(root, 0, Placement())
     else:
       self._attach(root, -1, Placement())
-    joints = tuple(
-      Joint(**{**j.__dict__, "inertia": self.inertias.get(i, Inertia())}) for i, j in enumerate(self.joints)
-    )
+    joints = tuple(replace(j, inertia=self.inertias.get(i, Inertia())) for i, j in enumerate(self.joints))
     return Tree(self.urdf.name, joints, tuple(self.frames))
 
   def _attach(self, link_name: str, joint: int, placement: Placement) -> None:

@@ -17,4 +17,6 @@ from anvil.codegen import devices as devices
 from anvil.codegen import generate_module as generate_module
 from anvil.codegen import numerical_function as numerical_function
 from anvil.codegen import sparse_numerical_function as sparse_numerical_function
+from anvil.tables import Interpolant as Interpolant
+from anvil.tables import interpolant as interpolant
 from anvil.version import __version__ as __version__

@@ -291,9 +291,38 @@ def lower(traced: TracedGraph) -> LoweredGraph:
   """Every element of every stored output of `traced` as a node of one scalar graph.
 
   Raises:
-    Unsupported: an op, dtype or shape the scalar lowering does not handle.
+    Unsupported: an op, dtype or shape the scalar lowering does not handle, or a gather (`lookups`).
   """
+  if has_lookup(traced):
+    raise Unsupported(
+      "a lookup at a computed index (a table: tinygrad's kernels read the one element the index "
+      "selects, where scalar code would sum the whole table)"
+    )
   return _Lowering(traced).run()
+
+
+def has_lookup(traced: TracedGraph) -> bool:
+  """Whether the graph reads a table at a computed index (tinygrad's gather: `table[i]` for an integer Tensor i is
+  the sum of `where(i == arange(n), table, 0)`)."""
+  computed: dict[UOp, bool] = {}  # NOTE: whether a node depends on an input (an index computed from one)
+  inputs = set(traced.call.src[1:]) - {b for b in traced.call.src[1:] if b.device in HOST_DEVICES}
+  for u in traced.call.src[0].toposort():
+    bound = u.op is Ops.PARAM and u.arg.slot < len(traced.call.src) - 1 and traced.call.src[1 + u.arg.slot] in inputs
+    computed[u] = bound or any(computed[s] for s in u.src)
+    if u.op is Ops.WHERE and u.src[2].op is Ops.CONST and (equal := _equality(u.src[0])) is not None:
+      a, b = equal
+      if dtypes.is_int(a.dtype) and computed[a] != computed[b]:
+        return True
+  return False
+
+
+def _equality(u: UOp) -> tuple[UOp, UOp] | None:
+  """(a, b) of a == b as tinygrad writes it: CMPEQ, or CMPNE(CMPNE(a, b), True)."""
+  if u.op is Ops.CMPEQ:
+    return u.src[0], u.src[1]
+  if u.op is Ops.CMPNE and u.src[1].op is Ops.CONST and u.src[1].arg is True and u.src[0].op is Ops.CMPNE:
+    return u.src[0].src[0], u.src[0].src[1]
+  return None
 
 
 class _Lowering:

@@ -233,10 +233,10 @@ def child_build(kind: str, n: int, cache: Path) -> dict[str, Any]:
 # *** harnesses ***
 
 
-def harness_source(include: str, setup: str, inputs: Sequence[np.ndarray], ny: int) -> str:
+def harness_source(include: str, setup: str, inputs: Sequence[np.ndarray], ny: int, template: str = HARNESS) -> str:
   init = "\n".join(f"static const double INIT{i}[{a.size}] = {{{fmt_array(a)}}};" for i, a in enumerate(inputs))
   copy = "\n".join(f"  std::memcpy(in{i}, INIT{i}, sizeof INIT{i});" for i in range(len(inputs)))
-  text = HARNESS.replace("@INCLUDE@", include).replace("@INIT@", init).replace("@SETUP@", setup)
+  text = template.replace("@INCLUDE@", include).replace("@INIT@", init).replace("@SETUP@", setup)
   return text.replace("@COPY@", copy).replace("@NY@", str(ny))
 
 
@@ -248,8 +248,9 @@ def anvil_harness(
   out: Path,
   compile_runs: int,
   flags: Sequence[str] = CXX_FLAGS,
+  template: str = HARNESS,
 ) -> Exe:
-  """generate_module + the harness calling `fn` in a loop (the generated code compiled with `flags`)."""
+  """generate_module + the harness (`template`) calling `fn` in a loop (the generated code compiled with `flags`)."""
   _, source = av.generate_module(label, [fn], out_dir=out)
   ns, k = fn.name, len(inputs)
   setup = [f"  {ns}::IN{i}_t b{i};\n  double* in{i} = b{i}.data();" for i in range(k)]
@@ -257,7 +258,7 @@ def anvil_harness(
   bufs = ", ".join(f"b{i}" for i in range(k))
   setup.append(f"  auto eval = [&]() {{ {ns}::call({bufs}, bout, ws); }};")
   harness = out / "harness.cpp"
-  harness.write_text(harness_source(f'#include "{label}.hpp"', "\n".join(setup), inputs, ny))
+  harness.write_text(harness_source(f'#include "{label}.hpp"', "\n".join(setup), inputs, ny, template))
   cmd = [find_compiler(), *flags, "-I", str(out), str(source)]
   return link_harness(label, cmd, harness, out, compile_runs=compile_runs)
 
@@ -305,7 +306,13 @@ def compile_limited(cmd: Sequence[str | Path], limit_s: float) -> float | None:
 
 
 def casadi_harness(
-  label: str, ca: Any, fun: Any, inputs: Sequence[np.ndarray], out: Path, limit_s: float | None
+  label: str,
+  ca: Any,
+  fun: Any,
+  inputs: Sequence[np.ndarray],
+  out: Path,
+  limit_s: float | None,
+  template: str = HARNESS,
 ) -> tuple[Exe | None, float | None]:
   """CasADi's generated C compiled (with a time limit, or best of 3 when limit_s is None) and linked with the harness.
 
@@ -313,7 +320,8 @@ def casadi_harness(
   source = casadi_generate(ca, fun, out)
   ny = int(fun.sparsity_out(0).nnz())
   harness = out / "harness.cpp"
-  harness.write_text(harness_source(f'#include "{fun.name()}.h"', casadi_setup(fun.name(), inputs, ny), inputs, ny))
+  setup = casadi_setup(fun.name(), inputs, ny)
+  harness.write_text(harness_source(f'#include "{fun.name()}.h"', setup, inputs, ny, template))
   cmd = [find_c_compiler(), *C_FLAGS, str(source)]
   if limit_s is None:
     return link_harness(label, cmd, harness, out), None

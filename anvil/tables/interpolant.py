@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-import itertools
-import math
+import functools
 from collections.abc import Sequence
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from tinygrad import Tensor, dtypes
+from tinygrad.dtype import DType
 
 from anvil.codegen import Arg, NumericalFunction
-from anvil.tables.grid import Array, Axis
+from anvil.codegen.arg import numpy_dtype
+from anvil.tables.grid import Array, Axis, Constant, take
 
 #: The interpolation methods and their polynomial degree.
 METHODS = {"linear": 1, "cubic": 3, "bspline": 3}
@@ -52,7 +54,9 @@ class Interpolant(NumericalFunction[..., Any]):
     self.axes, self.scalar, self.extrapolation = tuple(axes), scalar, extrapolation
     self.values_as_input = values_as_input
     self.values = values
-    inputs = (Arg(len(axes), name="x"),) + ((Arg(values.shape, name="data"),) if values_as_input else ())
+    self._tensors: dict[tuple[int, str, DType], Tensor] = {}
+    shape = tuple(a.coefficient_count for a in axes) + values.shape[len(axes) :]
+    inputs = (Arg(len(axes), name="x"),) + ((Arg(shape, name="data"),) if values_as_input else ())
     super().__init__(name, self._body, inputs, device=device)
     self.data = self.coefficients(values)
 
@@ -99,27 +103,56 @@ class Interpolant(NumericalFunction[..., Any]):
       x = x.cast(dtypes.default_float)
     if d > 1 and (x.ndim == 0 or x.shape[-1] != d):
       raise ValueError(f"{self.name}: x must have shape (..., {d}), got {x.shape}")
+    constants = [functools.partial(self._constant, x.dtype, k) for k in range(d)]
     points = [x] if d == 1 else [x[..., k] for k in range(d)]
-    table = self._table(data, x.dtype)
-    bases = [axis.basis(p, self.extrapolation) for axis, p in zip(self.axes, points, strict=True)]
-    strides = np.cumprod([1] + [a.size for a in self.axes[:0:-1]])[::-1].astype(np.int32)
-    start = sum((s * int(stride) for (s, _), stride in zip(bases, strides, strict=True)), Tensor(0, dtype=dtypes.int32))
-    value = None
-    for corner in itertools.product(*(range(a.degree + 1) for a in self.axes)):
-      offset = int(np.dot(corner, strides))
-      weight = math.prod(w[..., a] for (_, w), a in zip(bases, corner, strict=True))
-      term = table[start + offset] * weight.unsqueeze(-1)
-      value = term if value is None else value + term
-    assert value is not None
-    return value[..., 0] if self.scalar else value
+    intervals = [axis.interval(p, c) for axis, p, c in zip(self.axes, points, constants, strict=True)]
+    if data is None and d == 1:  # NOTE: one axis, fixed data: each interval's polynomials, read directly
+      values = self.axes[0].polynomials(x, intervals[0], "pieces", self._pieces, constants[0], self.extrapolation)
+    else:
+      values = self._combined(points, intervals, self._table(data, x.dtype), constants)
+    return values[0] if self.scalar else Tensor.stack(*values, dim=-1)
 
-  def _table(self, data: Tensor | None, dtype: Any) -> Tensor:
-    """The coefficients as a (nodes, m) Tensor: the constant table, or the run-time `data`."""
+  def _combined(self, points: list[Tensor], intervals: list[Tensor], table: Tensor, constants: list[Constant]
+                ) -> list[Tensor]:  # fmt: skip
+    """The m values at each point: the coefficients of the cell's corners weighted by the axes' basis functions."""
+    m = self.outputs_per_point
+    weights = [a.polynomials(p, i, "basis", a.basis, c, self.extrapolation)
+               for a, p, i, c in zip(self.axes, points, intervals, constants, strict=True)]  # fmt: skip
+    strides = np.cumprod([1] + [a.coefficient_count for a in self.axes[:0:-1]])[::-1] * m
+    start = sum(a.start(i) * int(s) for a, i, s in zip(self.axes, intervals, strides, strict=True))
+    corners: list[tuple[int, Any]] = [(0, 1.0)]  # NOTE: (offset, weight) products built axis by axis: 4^d products
+    for w, stride in zip(weights, strides, strict=True):
+      corners = [(offset + a * int(stride), weight * wa) for offset, weight in corners for a, wa in enumerate(w)]
+    values: list[Tensor] = []
+    for c in range(m):
+      terms = [take(table, start + (offset + c)) * weight for offset, weight in corners]
+      values.append(functools.reduce(lambda a, b: a + b, terms))
+    return values
+
+  @cached_property
+  def _pieces(self) -> Array:
+    """A 1-D table's polynomial on each interval: (n - 1, k + 1, m), the coefficient of u^j in value c."""
+    axis = self.axes[0]
+    data = self.data.reshape(axis.coefficient_count, -1)
+    corners = data[axis.starts[:, None] + np.arange(axis.degree + 1)]  # (n - 1, k + 1 corners, m)
+    return np.einsum("ija,iac->ijc", axis.basis, corners)
+
+  def _constant(self, dtype: DType, axis: int, name: str, array: np.ndarray) -> Tensor:
+    """The Tensor of one of the table's arrays (of an axis, or -1: the table's own; floats in `dtype`, integers as
+    int32), made once per dtype."""
+    key = (axis, name, dtype)
+    if key not in self._tensors:
+      numpy = numpy_dtype(dtype) if np.issubdtype(array.dtype, np.floating) else np.int32
+      self._tensors[key] = Tensor(np.ascontiguousarray(array, dtype=numpy))
+    return self._tensors[key]
+
+  def _table(self, data: Tensor | None, dtype: DType) -> Tensor:
+    """The coefficients as one flat Tensor: the constant table, or the run-time `data`."""
     if data is None:
-      return Tensor(self.data.reshape(-1, self.outputs_per_point), dtype=dtype)
+      return self._constant(dtype, -1, "data", self.data.reshape(-1))
     if tuple(data.shape) != self.data.shape:
       raise ValueError(f"{self.name}: data must have shape {self.data.shape}, got {tuple(data.shape)}")
-    return data.cast(dtype).reshape(-1, self.outputs_per_point)
+    return data.cast(dtype).reshape(-1)
 
   def _body(self, x: Tensor, data: Tensor | None = None) -> Tensor:
     """The NumericalFunction's body: one point."""

@@ -28,7 +28,17 @@ import scipy.sparse
 from numpy.typing import NDArray
 from tinygrad.uop.ops import GroupOp, Ops, UOp
 
-from anvil.codegen.elements import EVAL, REDUCE_EVAL, embed, move, np_dtype, region, stored_value, toposort
+from anvil.codegen.elements import (
+  EVAL,
+  REDUCE_EVAL,
+  arange_values,
+  embed,
+  move,
+  np_dtype,
+  region,
+  stored_value,
+  toposort,
+)
 from anvil.codegen.trace import HOST_DEVICES, constant_bytes
 
 Array = NDArray[Any]
@@ -210,7 +220,9 @@ def _input_views(u: UOp) -> list[UOp]:
 
 
 def _operands(u: UOp) -> tuple[UOp, ...]:
-  """The value sources of u (shape arguments and store targets are not values)."""
+  """The value sources of u (shape arguments and store targets are not values; an arange is a leaf)."""
+  if arange_values(u) is not None:
+    return ()
   if u.op not in _SUPPORTED:
     raise SparsityError(f"sparsity: unsupported op {u.op.name}")
   if u.op in GroupOp.Movement:
@@ -241,6 +253,8 @@ def _make(u: UOp, deps: Array, val: Array, known: Array | bool) -> _Node:
 
 
 def _evaluate(u: UOp, xs: list[_Node]) -> _Node:
+  if (arange := arange_values(u)) is not None:
+    return _make(u, _objects(()), arange, True)
   if u.op in GroupOp.Movement:
     x = xs[0]
     shape = _shape(u)
@@ -386,6 +400,8 @@ def constant_derivatives(outputs: Sequence[UOp], inputs: Sequence[UOp], wrt: int
 def _tangent(u: UOp, xs: list[_Node], ts: list[Array], count: int) -> Array:
   """u's tangents (its shape plus a trailing axis of seeds) from its operands'."""
   shape = (*_shape(u), count)
+  if not xs:  # NOTE: a leaf (an arange)
+    return np.zeros(shape)
   if u.op in GroupOp.Movement:
     return _move_tangent(u, ts[0])
   if u.op in _CUT or u.op in (Ops.CONST, Ops.BUFFER):

@@ -4,12 +4,13 @@ scalar lowering (one expression per element)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Container, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from tinygrad import dtypes
+from tinygrad import Tensor, dtypes
 from tinygrad.dtype import DType
 from tinygrad.uop.ops import Ops, UOp
 
@@ -69,6 +70,22 @@ def move(u: UOp, a: Array, shape: tuple[int, ...], fill: object) -> Array:
       return a[tuple(slice(o, o + s) for o, s in u.marg)]
     case _:  # PAD
       return embed(a, shape, region(u.marg, a.shape), fill)
+
+
+def arange_values(u: UOp) -> Array | None:
+  """0 .. n - 1 if u is tinygrad's `Tensor.arange(n)` (as indexing by a Tensor makes, `(i == arange(n)).where(table,
+  0).sum()`), else None. Its graph is a cumulative sum over n x 2n elements: element-wise passes take its values from
+  here and never walk that graph (a table of 10^4 entries would be 2 * 10^8 elements)."""
+  if u.op is not Ops.ADD or not dtypes.is_int(u.dtype) or u._shape is None or len(u.shape) != 1:
+    return None
+  n = u.shape[0]
+  return np.arange(n) if isinstance(n, int) and u is _arange(n, u.dtype) else None
+
+
+@functools.lru_cache(maxsize=256)
+def _arange(n: int, dtype: DType) -> UOp:
+  """The UOp of `Tensor.arange(n)` in `dtype` (hash-consed: the same object as any other made alike)."""
+  return Tensor.arange(n, dtype=dtype).uop
 
 
 def toposort(

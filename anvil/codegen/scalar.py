@@ -20,7 +20,7 @@ from tinygrad.dtype import DType
 from tinygrad.uop.ops import GroupOp, Ops, UOp
 
 from anvil.codegen.arg import CPP_TYPES
-from anvil.codegen.elements import EVAL, Array, move, np_dtype, stored_value, toposort
+from anvil.codegen.elements import EVAL, Array, arange_values, move, np_dtype, stored_value, toposort
 from anvil.codegen.renderer import COS_MARK
 from anvil.codegen.trace import HOST_DEVICES, STOP_GRADIENT, TracedGraph, constant_bytes
 
@@ -352,6 +352,8 @@ class _Lowering:
 
   def _lower(self, u: UOp) -> Array:
     shape = _shape(u)
+    if (arange := arange_values(u)) is not None:
+      return np.array([self.graph.const(int(k), u.dtype) for k in arange], np.int64)
     if u.op in GroupOp.Movement:
       return move(u, self.values[u.src[0]], shape, self.graph.const(0, u.dtype))
     if u.op in PASS_THROUGH:
@@ -422,7 +424,9 @@ def _stored_value(u: UOp) -> UOp:
 
 
 def _operands(u: UOp) -> tuple[UOp, ...]:
-  """The value sources of u (shape arguments, store targets and parameters are not values)."""
+  """The value sources of u (shape arguments, store targets and parameters are not values; an arange is a leaf)."""
+  if arange_values(u) is not None:
+    return ()
   if u.op in GroupOp.Movement or u.op in PASS_THROUGH or u.op is STOP_GRADIENT:
     return (u.src[0],)
   if u.op is Ops.AFTER:

@@ -151,10 +151,10 @@ class Axis:
     are constants, the others are read from the table."""
     k, q = table.shape[1], table.shape[2]
     flat = constant(name, table.reshape(-1))
-    u = x - take(constant("grid", self.grid), i)
+    u = x - take(constant("grid", self.grid), i).detach()
     same = np.all(table == table[:1], axis=0)
     row = i * (k * q)
-    coefficient = lambda j, a: float(table[0, j, a]) if same[j, a] else take(flat, row + (j * q + a))
+    coefficient = lambda j, a: float(table[0, j, a]) if same[j, a] else take(flat, row + (j * q + a)).detach()
     values = []
     for a in range(q):
       value = coefficient(k - 1, a)

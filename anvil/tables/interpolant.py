@@ -109,11 +109,11 @@ class Interpolant(NumericalFunction[..., Any]):
     if data is None and d == 1:  # NOTE: one axis, fixed data: each interval's polynomials, read directly
       values = self.axes[0].polynomials(x, intervals[0], "pieces", self._pieces, constants[0], self.extrapolation)
     else:
-      values = self._combined(points, intervals, self._table(data, x.dtype), constants)
+      values = self._combined(points, intervals, self._table(data, x.dtype), constants, data is not None)
     return values[0] if self.scalar else Tensor.stack(*values, dim=-1)
 
-  def _combined(self, points: list[Tensor], intervals: list[Tensor], table: Tensor, constants: list[Constant]
-                ) -> list[Tensor]:  # fmt: skip
+  def _combined(self, points: list[Tensor], intervals: list[Tensor], table: Tensor, constants: list[Constant],
+                runtime: bool) -> list[Tensor]:  # fmt: skip
     """The m values at each point: the coefficients of the cell's corners weighted by the axes' basis functions."""
     m = self.outputs_per_point
     weights = [a.polynomials(p, i, "basis", a.basis, c, self.extrapolation)
@@ -123,9 +123,16 @@ class Interpolant(NumericalFunction[..., Any]):
     corners: list[tuple[int, Any]] = [(0, 1.0)]  # NOTE: (offset, weight) products built axis by axis: 4^d products
     for w, stride in zip(weights, strides, strict=True):
       corners = [(offset + a * int(stride), weight * wa) for offset, weight in corners for a, wa in enumerate(w)]
+    # NOTE: the coefficients read are detached (a derivative through tinygrad's gather keeps a whole masked copy of
+    # the table per call: 30x slower); run-time data gets its derivative back from a term of value zero
     values: list[Tensor] = []
     for c in range(m):
-      terms = [take(table, start + (offset + c)) * weight for offset, weight in corners]
+      terms = []
+      for offset, weight in corners:
+        coefficient = take(table, start + (offset + c))
+        terms.append(coefficient.detach() * weight)
+        if runtime:
+          terms.append((coefficient - coefficient.detach()) * weight.detach())
       values.append(functools.reduce(lambda a, b: a + b, terms))
     return values
 

@@ -189,3 +189,21 @@ def test_wrong_point_shapes() -> None:
     table(np.zeros(3))
   with pytest.raises(ValueError, match=r"plane: x must have shape \(\.\.\., 2\)"):
     _ = av.NumericalFunction("plane_in", lambda x: table(x), (av.Arg(3),)).traced
+
+
+@pytest.mark.parametrize("method", ["linear", "cubic"])
+def test_derivative_in_run_time_data(method: str) -> None:
+  """The table is linear in its data: ∂value/∂data is the weight of each coefficient, by anvil.ad as by numpy."""
+  grid = [np.linspace(0.0, 1.0, 6), np.array([0.0, 0.3, 1.0, 1.2, 2.0])]
+  values = np.random.default_rng(3).standard_normal((6, 5))
+  table = av.interpolant(f"dd_{method}", grid, values, method=method, values_as_input=True)
+  data = table.coefficients(values)
+  x = np.array([0.37, 1.05])
+  by_ad = jacobian(table, 1)(x, data).reshape(data.shape)
+  by_basis = np.zeros(data.shape)
+  for k in np.ndindex(*data.shape):
+    unit = np.zeros(data.shape)
+    unit[k] = 1.0
+    by_basis[k] = table(x, unit)  # NOTE: linear in the data: the value at a unit coefficient is its weight
+  np.testing.assert_allclose(by_ad, by_basis, atol=1e-13)
+  assert np.count_nonzero(by_ad) == (2 if method == "linear" else 4) ** 2

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 from scipy.interpolate import BSpline, make_interp_spline
+from scipy.sparse.linalg import spsolve
 from tinygrad import Tensor, dtypes
 
 Array = NDArray[np.float64]
@@ -25,6 +26,9 @@ Array = NDArray[np.float64]
 Constant = Callable[[str, np.ndarray], Tensor]
 #: The uniform cubic B-spline's four functions on a knot interval, in t = u / h: [j, a] the coefficient of t^j.
 UNIFORM_CUBIC = np.array([[1, 4, 1, 0], [-3, 0, 3, 0], [3, -6, 3, 0], [-1, 3, -3, 1]]) / 6
+#: Where an uneven cubic axis samples each interval's basis functions (fractions of the interval) to read off their
+#: polynomials.
+SAMPLES = np.array([0.0, 0.25, 0.5, 0.75])
 #: Grid spacings equal to this relative tolerance make an axis uniform: its interval is found by one division.
 UNIFORM_TOLERANCE = 1e-12
 
@@ -48,9 +52,9 @@ class Axis:
     return bool(np.all(np.abs(spacing - spacing.mean()) <= UNIFORM_TOLERANCE * spacing.mean()))
 
   @cached_property
-  def _spline(self) -> BSpline:
-    """The cubic B-spline basis with not-a-knot ends: coefficient c_j of node values e_j (identity values)."""
-    return make_interp_spline(self.grid, np.eye(self.size), k=3)
+  def _knots(self) -> Array:
+    """The knots of the cubic B-spline with not-a-knot ends (the nodes but 1 and n - 2; the ends four times)."""
+    return make_interp_spline(self.grid, np.zeros(self.size), k=3).t
 
   @property
   def shifted(self) -> bool:
@@ -80,20 +84,26 @@ class Axis:
     if self.uniform:
       scale = (1 / h.mean()) ** np.arange(4)
       return np.broadcast_to((UNIFORM_CUBIC * scale[:, None])[None], (len(h), 4, 4)).copy()
-    splines = BSpline(self._spline.t, np.eye(self.size), 3)  # basis function j is the spline of coefficients e_j
-    rows = np.arange(self.size - 1)[:, None], self.starts[:, None] + np.arange(4)
-    return np.stack([splines(self.grid[:-1], nu=j)[rows] / math.factorial(j) for j in range(4)], 1)
+    # NOTE: each interval's four functions sampled at four points (sparse: the design matrix), their cubics solved
+    at = h[:, None] * SAMPLES
+    design = BSpline.design_matrix((self.grid[:-1, None] + at).ravel(), self._knots, 3).tocsr()
+    rows = np.repeat(np.arange(design.shape[0]), 4)
+    columns = np.repeat(self.starts, 4)[:, None] + np.arange(4)
+    sampled = np.asarray(design[rows, columns.ravel()]).reshape(len(h), 4, 4)  # [interval, point, function]
+    cubics = np.linalg.solve(np.vander(SAMPLES, 4, increasing=True), sampled)  # [interval, power of t, function]
+    return cubics / h[:, None, None] ** np.arange(4)[None, :, None]
 
-  @cached_property
-  def _to_uniform(self) -> Array:
-    """(n + 2, n): the uniform B-spline coefficients of the not-a-knot spline through unit values (it is a C² cubic
-    with knots at the nodes, so the uniform basis on the extended knots holds it exactly): collocation at the nodes
-    and the end intervals' midpoints."""
+  def _uniform_coefficients(self, values: Array) -> Array:
+    """The uniform B-spline coefficients (n + 2, ...) of the not-a-knot spline through `values` (n, ...): it is a C²
+    cubic with knots at the nodes, so the uniform basis on the extended knots holds it exactly; found by collocation
+    at the nodes and the end intervals' midpoints (a banded system, solved sparse)."""
     g, n = self.grid, self.size
     samples = np.r_[g, (g[0] + g[1]) / 2, (g[-2] + g[-1]) / 2]
     knots = g[0] + (g[-1] - g[0]) / (n - 1) * np.arange(-3, n + 3)
-    collocation = BSpline.design_matrix(samples, knots, 3, extrapolate=True).toarray()
-    return np.linalg.solve(collocation, self._spline(samples))
+    collocation = BSpline.design_matrix(samples, knots, 3, extrapolate=True).tocsc()
+    flat = values.reshape(n, -1)
+    solved = spsolve(collocation, make_interp_spline(g, flat, k=3)(samples))
+    return np.asarray(solved).reshape(n + 2, *values.shape[1:])
 
   @cached_property
   def buckets(self) -> tuple[NDArray[np.int32], int] | None:
@@ -111,7 +121,7 @@ class Axis:
     if self.degree == 1:
       return values
     if self.uniform:
-      return np.moveaxis(np.tensordot(self._to_uniform, values, axes=([1], [axis])), 0, axis)
+      return np.moveaxis(self._uniform_coefficients(np.moveaxis(values, axis, 0)), 0, axis)
     return np.moveaxis(make_interp_spline(self.grid, np.moveaxis(values, axis, 0), k=3).c, 0, axis)
 
   def start(self, i: Tensor) -> Tensor:

@@ -207,3 +207,95 @@ def test_derivative_in_run_time_data(method: str) -> None:
     by_basis[k] = table(x, unit)  # NOTE: linear in the data: the value at a unit coefficient is its weight
   np.testing.assert_allclose(by_ad, by_basis, atol=1e-13)
   assert np.count_nonzero(by_ad) == (2 if method == "linear" else 4) ** 2
+
+
+def test_clustered_nodes_take_the_binary_search() -> None:
+  """Nodes clustered 10^6 times closer in one place than elsewhere: the bucket scan would need too many steps, so the
+  interval is found by bisection; values equal numpy's interpolation everywhere, knots included."""
+  grid = np.r_[np.linspace(0.0, 1.0, 30), 1.0 + np.geomspace(1e-6, 1e-3, 20), np.linspace(1.01, 5.0, 30)]
+  values = np.cos(3 * grid)
+  table = av.interpolant("clustered", grid, values)
+  assert table.axes[0].buckets is None
+  points = np.r_[grid, np.random.default_rng(5).uniform(grid[0], grid[-1], 2000)]
+  batch = av.NumericalFunction("clustered_batch", lambda x: table(x), (av.Arg(len(points)),))
+  np.testing.assert_allclose(batch(points), np.interp(points, grid, values), rtol=0, atol=1e-14)
+
+
+def test_lookups_leave_scalar_code_to_tinygrads_kernels() -> None:
+  """A table read at a computed index, inside a function of many small tensors (the scalar route's kind) and its
+  derivatives on the scalar expressions: built through tinygrad's kernels, which read the one entry (scalar code would
+  sum the whole table per lookup), with a 20000-node table; derivatives equal finite differences."""
+  from anvil.ad import spjacobian
+  from anvil.codegen.scalar import Unsupported, lower
+
+  grid = np.linspace(0.0, 20.0, 20_000)
+  table = av.interpolant("big", grid, np.sin(grid), method="cubic")
+
+  def rollout(x: Tensor) -> Tensor:
+    states = []
+    for _ in range(8):
+      x = Tensor.stack(x[0] + 0.05 * x[1], x[1] + 0.05 * table(x[0]))
+      states.append(x)
+    return Tensor.cat(*states)
+
+  fn = av.NumericalFunction("big_rollout", rollout, (av.Arg(2),))
+  with pytest.raises(Unsupported, match="lookup at a computed index"):
+    lower(fn.traced)
+  jac = spjacobian(fn, scalar=True)
+  x, h = np.array([3.0, 0.5]), 1e-6
+  fd = np.stack([(fn(x + h * e) - fn(x - h * e)) / (2 * h) for e in np.eye(2)], 1)
+  np.testing.assert_allclose(jac(x).toarray(), fd, atol=1e-7)
+
+
+def test_sqp_on_a_table_equals_scipy() -> None:
+  """min (x0 - 2)² + (x1 - 1)² subject to a 2-D cubic table ≤ 0.8 (active: 1.45 at the unconstrained minimum):
+  anvil's SQP and scipy's SLSQP on scipy's spline of the same data agree."""
+  from scipy.interpolate import NdBSpline, make_interp_spline
+  from scipy.optimize import minimize
+
+  from anvil.sqp import SQPFunction
+
+  grid = [np.linspace(0.0, 3.0, 9), np.array([0.0, 0.4, 1.0, 1.5, 2.2, 3.0])]
+  values = np.add.outer(np.sin(grid[0]), np.cos(grid[1]))
+  table = av.interpolant("sqp_table", grid, values, method="cubic")
+  cost = av.NumericalFunction("sqp_f", lambda x, p: (x[0] - 2) ** 2 + (x[1] - 1) ** 2, (av.Arg(2), av.Arg(0)))
+  constraint = av.NumericalFunction("sqp_g", lambda x, p: table(x).reshape(1), (av.Arg(2), av.Arg(0)))
+  result = SQPFunction("sqp_on_table", cost, constraint)(np.array([1.0, 1.0]), np.zeros(0), np.zeros(2),
+                                                          np.full(2, 3.0), [-np.inf], [0.8])  # fmt: skip
+  along0 = make_interp_spline(grid[0], values, k=3)  # the not-a-knot cubic along each axis, in turn
+  along1 = make_interp_spline(grid[1], along0.c.T, k=3)
+  spline = NdBSpline((along0.t, along1.t), along1.c.T, 3)
+  reference = minimize(lambda x: (x[0] - 2) ** 2 + (x[1] - 1) ** 2, np.array([1.0, 1.0]), method="SLSQP",
+                       bounds=[(0, 3), (0, 3)], constraints={"type": "ineq", "fun": lambda x: 0.8 - spline(x)},
+                       options={"ftol": 1e-14})  # fmt: skip
+  assert result.status == "converged"
+  np.testing.assert_allclose(result.x, reference.x, atol=1e-5)  # NOTE: SLSQP stops within a few 1e-6
+  # the KKT conditions on scipy's spline: on the constraint, the cost's gradient against the constraint's
+  assert spline(result.x) == pytest.approx(0.8, abs=1e-10)
+  normal = np.array([spline(result.x, nu=(1, 0)), spline(result.x, nu=(0, 1))])
+  pull = 2 * (result.x - np.array([2.0, 1.0]))
+  assert abs(pull[0] * normal[1] - pull[1] * normal[0]) < 1e-7 * np.linalg.norm(pull) * np.linalg.norm(normal)
+
+
+def test_mhe_inverts_a_calibration_table() -> None:
+  """A cart measured through a sensor's nonlinear calibration table (position -> reading): noise-free readings, the
+  moving-horizon estimate is the true state."""
+  from anvil.mpc import MHEFunction, rk4
+
+  reading = np.linspace(-2.0, 2.0, 41)
+  calibration = av.interpolant("calib", reading, np.tanh(reading) + 0.3 * reading, method="cubic")
+  dynamics = rk4("calib_F", lambda x, u: Tensor.stack(x[1], u[0] - 0.2 * x[1]), 0.05, nx=2, nu=1)
+  measurement = av.NumericalFunction("calib_h", lambda x: calibration(x[0]).reshape(1), (av.Arg(2),))
+  mhe = MHEFunction("calib_mhe", dynamics, measurement, 10, process_noise_weight=1e8, measurement_weight=1e6,
+                    arrival_weight=1e-6)  # fmt: skip
+  x, u = np.array([-0.5, 0.8]), 0.3 * np.ones(1)
+  ys, us = [], []
+  for _ in range(25):
+    ys.append(measurement(x))
+    us.append(u)
+    x = dynamics(x, u)
+  estimate = mhe(np.array(ys[-10:]), np.array(us[-10:-1]))
+  truth = np.array([-0.5, 0.8])
+  for _ in range(24):
+    truth = dynamics(truth, u)
+  np.testing.assert_allclose(estimate.x_hat, truth, atol=1e-4)

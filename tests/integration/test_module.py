@@ -71,7 +71,10 @@ def _functions() -> list[av.NumericalFunction]:
   robot = Robot.from_urdf(SMALL_URDF, floating_base=True)
   nq, nv = robot.nq, robot.nv
   aba = av.NumericalFunction("mod_robot", robot.aba, (av.Arg(nq), av.Arg(nv), av.Arg(nv)))
-  return [quad, cart, multi, sparse, empty, loop, spjacobian(loop, 1), aba, jacobian(aba, 1)]
+  # NOTE: a 2-D lookup table (an even cubic axis, an uneven linear one would do too) read at a computed index
+  grid = [np.linspace(-1.0, 1.0, 9), np.array([-1.0, -0.6, 0.1, 0.3, 1.0])]
+  table = av.interpolant("mod_table", grid, np.add.outer(grid[0] ** 2, np.sin(grid[1])), method="cubic")
+  return [quad, cart, multi, sparse, empty, loop, spjacobian(loop, 1), aba, jacobian(aba, 1), table, jacobian(table)]
 
 
 def _rollout(x: av.Tensor, u: av.Tensor) -> av.Tensor:

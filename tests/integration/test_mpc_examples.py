@@ -13,9 +13,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_example(name: str, out: Path, steps: int) -> str:
-  proc = subprocess.run([sys.executable, f"examples/{name}.py", "--out", str(out), "--steps", str(steps)], cwd=ROOT,
-                        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+def run_example(name: str, out: Path, steps: int, *flags: str) -> str:
+  command = [sys.executable, f"examples/{name}.py", "--out", str(out), "--steps", str(steps), *flags]
+  proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True,
+                        env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
   assert proc.returncode == 0, proc.stderr
   assert (out / f"{name}.png").stat().st_size > 10_000, "the plot was not written"
   return proc.stdout
@@ -67,3 +68,20 @@ def test_cstr_stiff_reaches_the_steady_state(tmp_path: Path) -> None:
   assert error(r"Radau IIA \(3 stages\), 2 step\(s\)") < 0.05 * error(r"Radau IIA \(3 stages\), 1 step\(s\)"), out
   assert metric(out, "status_counts") == "{'converged': 30}"
   assert float(metric(out, "final distance to the steady state")) < 1e-6, out
+
+
+@pytest.mark.slow
+def test_race_car_on_a_track_table_equals_ipopt_and_switches_tracks(tmp_path: Path) -> None:
+  """The race car's MPC on a 1500-node track table: its closed loop equals the same MPC with the table's data in p,
+  IPOPT's on the same OCP, and (to the spline's error) the closed-form curvature's; a second track's data drives
+  the same controller without a rebuild."""
+  pytest.importorskip("casadi")
+  out = run_example("race_car", tmp_path, 60, "--ipopt")
+  found = re.finditer(r"max \|x_table - x\| of (.+?)\s+([0-9.e+-]+)$", out, re.MULTILINE)
+  apart = {m.group(1).strip(): float(m.group(2)) for m in found}
+  assert apart["table, data in p"] < 1e-8, out
+  assert apart["IPOPT"] < 1e-5, out
+  assert apart["closed form"] < 1e-3, out
+  assert "(rebuilt: no)" in out, out
+  raced = re.search(r"track 2, .*: ([0-9.]+) m raced, max \|n\| ([0-9.]+) m", out)
+  assert raced and float(raced.group(1)) > 1.0 and float(raced.group(2)) <= 0.1201, out

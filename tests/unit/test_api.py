@@ -22,17 +22,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 PUBLIC = {
   "Arg", "CodegenIntConstant", "CompileError", "CompilerNotFoundError", "CudaArray", "DeviceInfo",
-  "DeviceUnavailableError", "FunctionBase", "NumericalFunction", "SparseNumericalFunction", "Tensor", "devices",
-  "dtypes", "generate_module", "numerical_function", "sparse_numerical_function", "__version__",
+  "DeviceUnavailableError", "FunctionBase", "Interpolant", "NumericalFunction", "SparseNumericalFunction", "Tensor",
+  "devices", "dtypes", "generate_module", "interpolant", "numerical_function", "sparse_numerical_function",
+  "__version__",
 }  # fmt: skip
+#: The public names anvil.tables (lookup tables) gives the top level.
+TABLES = {"Interpolant", "interpolant"}
 
 
 def test_public_names_are_frozen() -> None:
   names = {n for n in dir(av) if not n.startswith("_") or n == "__version__"}
   assert {n for n in names if not inspect.ismodule(getattr(av, n))} == PUBLIC
   assert av.Tensor is __import__("tinygrad").Tensor
-  for name in PUBLIC - {"Tensor", "dtypes", "__version__", "numerical_function"}:
+  for name in PUBLIC - {"Tensor", "dtypes", "__version__", "numerical_function"} - TABLES:
     assert getattr(anvil.codegen, name) is getattr(av, name)
+  for name in TABLES:
+    assert getattr(importlib.import_module("anvil.tables"), name) is getattr(av, name)
   # NOTE: importing the reference's module path anvil.codegen.numerical_function makes the package attribute that
   # module, which is callable as the decorator
   reference_module = sys.modules.get("anvil.codegen.numerical_function")
@@ -54,6 +59,7 @@ SUBPACKAGES = {
                 "Soft", "campaign", "campaign_report", "plot_closed_loop", "irk", "rk4", "scenario_grid",
                 "scenario_lhs", "shooting_layout", "simulate"},
   "anvil.robots": {"Frame", "FrameType", "Inertia", "Joint", "JointType", "Placement", "Robot", "URDFError"},
+  "anvil.tables": TABLES,
 }  # fmt: skip
 
 
@@ -65,15 +71,18 @@ def test_subpackage_names_are_frozen_and_documented(package: str, names: set[str
     assert getattr(module, name).__doc__, f"{package}.{name}"
 
 
-# the layers: mpc -> sqp -> qp -> codegen, with ad beside qp; robots beside ad (the codegen core only, so a model
-# from a URDF can be traced into any function); the reference problems use everything, nothing uses them
+# the layers: mpc -> sqp -> qp -> codegen, with ad beside qp; robots and tables beside ad (the codegen core only, so
+# a model from a URDF or a table can be traced into any function); the reference problems use everything, nothing
+# uses them
+MODELS = ("anvil.robots", "anvil.tables")
 LAYERS = [
-  ("codegen", ("anvil.ad", "anvil.qp", "anvil.sqp", "anvil.mpc", "anvil.robots", "anvil.problems")),
-  ("ad", ("anvil.qp", "anvil.sqp", "anvil.mpc", "anvil.robots", "anvil.problems")),
-  ("qp", ("anvil.ad", "anvil.sqp", "anvil.mpc", "anvil.robots", "anvil.problems")),
-  ("sqp", ("anvil.mpc", "anvil.robots", "anvil.problems")),
-  ("mpc", ("anvil.robots", "anvil.problems")),
-  ("robots", ("anvil.ad", "anvil.qp", "anvil.sqp", "anvil.mpc", "anvil.problems")),
+  ("codegen", ("anvil.ad", "anvil.qp", "anvil.sqp", "anvil.mpc", *MODELS, "anvil.problems")),
+  ("ad", ("anvil.qp", "anvil.sqp", "anvil.mpc", *MODELS, "anvil.problems")),
+  ("qp", ("anvil.ad", "anvil.sqp", "anvil.mpc", *MODELS, "anvil.problems")),
+  ("sqp", ("anvil.mpc", *MODELS, "anvil.problems")),
+  ("mpc", (*MODELS, "anvil.problems")),
+  ("robots", ("anvil.ad", "anvil.qp", "anvil.sqp", "anvil.mpc", "anvil.tables", "anvil.problems")),
+  ("tables", ("anvil.ad", "anvil.qp", "anvil.sqp", "anvil.mpc", "anvil.robots", "anvil.problems")),
 ]
 
 

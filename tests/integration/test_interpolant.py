@@ -299,3 +299,22 @@ def test_mhe_inverts_a_calibration_table() -> None:
   for _ in range(24):
     truth = dynamics(truth, u)
   np.testing.assert_allclose(estimate.x_hat, truth, atol=1e-4)
+
+
+def test_readme_example() -> None:
+  """The README's interpolant example runs and its numbers are the spline's."""
+  from pathlib import Path
+
+  from scipy.interpolate import make_interp_spline
+
+  readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+  code = readme.split("## Lookup tables and splines")[1].split("```python\n")[1].split("```")[0]
+  scope: dict[str, Any] = {}
+  exec(compile(code, "README.md", "exec"), scope)
+  spline = make_interp_spline(scope["s"], np.sin(scope["s"] / 5), k=3)
+  assert float(scope["value"]) == pytest.approx(float(spline(12.5)), abs=1e-13)
+  assert float(scope["slope"][0, 0]) == pytest.approx(float(spline(12.5, 1)), abs=1e-12)
+  x, u = np.array([12.5, 0.5]), np.array([0.1])
+  expected = x + 0.01 * np.array([0.5, 0.1 - float(spline(12.5)) * 0.25])
+  np.testing.assert_allclose(scope["F"](x, u), expected, atol=1e-14)
+  assert scope["torque"].shape == () and scope["current"].shape == ()

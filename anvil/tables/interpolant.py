@@ -103,7 +103,7 @@ class Interpolant(NumericalFunction[..., Any]):
       x = x.cast(dtypes.default_float)
     if d > 1 and (x.ndim == 0 or x.shape[-1] != d):
       raise ValueError(f"{self.name}: x must have shape (..., {d}), got {x.shape}")
-    constants = [functools.partial(self._constant, x.dtype, k) for k in range(d)]
+    constants = [self._constants(x.dtype, k) for k in range(d)]
     points = [x] if d == 1 else [x[..., k] for k in range(d)]
     intervals = [axis.interval(p, c) for axis, p, c in zip(self.axes, points, constants, strict=True)]
     if data is None and d == 1:  # NOTE: one axis, fixed data: each interval's polynomials, read directly
@@ -119,7 +119,8 @@ class Interpolant(NumericalFunction[..., Any]):
     weights = [a.polynomials(p, i, "basis", a.basis, c, self.extrapolation)
                for a, p, i, c in zip(self.axes, points, intervals, constants, strict=True)]  # fmt: skip
     strides = np.cumprod([1] + [a.coefficient_count for a in self.axes[:0:-1]])[::-1] * m
-    start = sum(a.start(i) * int(s) for a, i, s in zip(self.axes, intervals, strides, strict=True))
+    starts = [a.start(i) * int(s) for a, i, s in zip(self.axes, intervals, strides, strict=True)]
+    start = functools.reduce(lambda a, b: a + b, starts)
     corners: list[tuple[int, Any]] = [(0, 1.0)]  # NOTE: (offset, weight) products built axis by axis: 4^d products
     for w, stride in zip(weights, strides, strict=True):
       corners = [(offset + a * int(stride), weight * wa) for offset, weight in corners for a, wa in enumerate(w)]
@@ -143,6 +144,10 @@ class Interpolant(NumericalFunction[..., Any]):
     data = self.data.reshape(axis.coefficient_count, -1)
     corners = data[axis.starts[:, None] + np.arange(axis.degree + 1)]  # (n - 1, k + 1 corners, m)
     return np.einsum("ija,iac->ijc", axis.basis, corners)
+
+  def _constants(self, dtype: DType, axis: int) -> Constant:
+    """The Tensors of an axis's arrays (-1: the table's own) in `dtype`."""
+    return lambda name, array: self._constant(dtype, axis, name, array)
 
   def _constant(self, dtype: DType, axis: int, name: str, array: np.ndarray) -> Tensor:
     """The Tensor of one of the table's arrays (of an axis, or -1: the table's own; floats in `dtype`, integers as

@@ -23,6 +23,8 @@ from anvil.robots.spatial import cross
 Joints = Sequence[Joint]
 #: Below this squared angle, the exponential's and logarithm's coefficients are their Taylor series (errors ~θ⁴/120).
 SMALL_ANGLE2 = 1e-6
+#: Below this θ², SE(3)'s logarithm takes β (its V⁻¹'s coefficient) from four terms of its series (error < 1e-16).
+BETA_SERIES = 1e-2
 
 
 def neutral(joints: Joints) -> NDArray[np.float64]:
@@ -158,16 +160,38 @@ def _difference_free_flyer(q0: Tensor, q1: Tensor) -> Tensor:
   theta = half * 2.0
   ratio = small.where(2.0 / w, theta / s)  # θ / sin(θ/2)
   omega = _vector(vx * ratio, vy * ratio, vz * ratio)
-  theta2 = theta * theta
   rotation0 = quaternion_matrix(*quat0)
   p = ((q1[:3] - q0[:3]).reshape(3, 1) * rotation0).sum(0)  # R0ᵀ (p1 - p0)
-  # V⁻¹ = I - ½ K + β K², β = (1 - θ sin θ / (2 (1 - cos θ))) / θ²
-  safe2 = small.where(1.0, theta2)
-  beta = small.where(1.0 / 12.0 + theta2 / 720.0,
-                     (1.0 - theta * theta.sin() / (2.0 * (1.0 - theta.cos()))) / safe2)  # fmt: skip
+  return _log_translation(omega, theta, p).cat(omega)
+
+
+def _log_translation(omega: Tensor, theta: Tensor, p: Tensor) -> Tensor:
+  """The linear part of SE(3)'s logarithm: V⁻¹ p = p - ½ K p + β K² p (K = [ω]: the cross product by ω), with
+  β = (1 - θ sin θ / (2 (1 - cos θ))) / θ², by its series in θ² = |ω|² below BETA_SERIES (the closed form cancels
+  there: 1e-11 relative error at θ = 0.01)."""
+  theta2 = (omega * omega).sum()
+  series = theta2 < BETA_SERIES
+  t = series.where(1.0, theta)  # NOTE: an angle the closed form is finite at, where the series is taken
+  closed = (1.0 - t * t.sin() / (2.0 * (1.0 - t.cos()))) / (t * t)
+  beta = series.where(1.0 / 12.0 + theta2 * (1.0 / 720.0 + theta2 * (1.0 / 30240.0 + theta2 / 1209600.0)), closed)
   k_p = cross(omega, p)
-  linear = p - 0.5 * k_p + beta * cross(omega, k_p)
-  return linear.cat(omega)
+  return p - 0.5 * k_p + beta * cross(omega, k_p)
+
+
+def log6(rotation: Tensor, translation: Tensor) -> Tensor:
+  """SE(3)'s logarithm (Pinocchio's log6) of the placement (rotation (3, 3), translation (3,)): the twist (linear,
+  angular) whose exponential it is. The rotation's angle θ = atan2(|a|, (tr R - 1) / 2), where a = sin θ u is the
+  vector of ½ (R - Rᵀ); θ / sin θ by its series where sin θ is small. Near θ = π the axis is ill-conditioned in R's
+  antisymmetric part: the result stays finite but loses accuracy there (a tracking error of half a turn)."""
+  r = rotation
+  a = _vector(r[2, 1] - r[1, 2], r[0, 2] - r[2, 0], r[1, 0] - r[0, 1]) * 0.5
+  s2 = (a * a).sum()
+  c = (r[0, 0] + r[1, 1] + r[2, 2] - 1.0) * 0.5
+  small = _small(s2) & (c > 0)
+  theta = atan2(_safe_angle(s2), c)
+  ratio = small.where(1.0 + s2 / 6.0 + 3.0 * s2 * s2 / 40.0, theta / _safe_angle(s2))  # θ / sin θ
+  omega = a * ratio
+  return _log_translation(omega, theta, translation).cat(omega)
 
 
 def velocity_in_configuration(joints: Joints, q: Tensor, v: Tensor) -> Tensor:

@@ -257,6 +257,22 @@ class Robot:
 
     return self._run(f"placement_{self.frames.index(f)}", (q,), None, "local", body)
 
+  def frame_placement_error(self, q: Any, frame: str | int, rotation: Any, translation: Any) -> Any:
+    """The frame's placement error to a target (rotation (3, 3), translation (3,) in the world): the twist (linear,
+    angular) log6(target⁻¹ · placement), crocoddyl's `ResidualModelFramePlacement` (SE(3)'s logarithm, exact: not a
+    position error beside an orientation approximation). The target may be Tensors (a per-stage reference)."""
+    f = self.frame(frame)
+    flat = rotation.reshape(9) if isinstance(rotation, Tensor) else np.asarray(rotation, dtype=np.float64).reshape(-1)
+
+    def body(q_: Tensor, r: Tensor, p: Tensor, _: object) -> Tensor:
+      x = self._frame_transform(q_, f)
+      target = r.reshape(3, 3)
+      relative = (target.reshape(3, 3, 1) * _tensor(x.rotation, q_).reshape(3, 1, 3)).sum(0)  # targetᵀ R
+      offset = ((_tensor(x.translation, q_) - p).reshape(3, 1) * target).sum(0)  # targetᵀ (p - p_target)
+      return cfg.log6(relative, offset)
+
+    return self._run(f"error_{self.frames.index(f)}", (q, flat, translation), None, "local", body)
+
   def _frame_transform(self, q: Tensor, f: Frame) -> Transform:
     return _placed(rb.placements(self.joints, q), f)
 
@@ -353,7 +369,7 @@ class Robot:
     return self._built[key](*values)
 
   def _size(self, s: str) -> int:
-    return {"nq": self.nq, "nv": self.nv, "nx": self.nx, "nu": self.nu}[s]
+    return {"nq": self.nq, "nv": self.nv, "nx": self.nx, "nu": self.nu, "rotation": 9, "translation": 3}[s]
 
   def _wrenches(self, q: Tensor, frames: list[Frame], values: list[Tensor], ref: str) -> rb.Wrenches | None:
     """{joint index: the wrench in that joint's frame} of wrenches at frames' origins."""
@@ -380,8 +396,10 @@ _SIZES = {
   "aba": ("nq", "nv", "nv"), "forward": ("nx", "nu"), "ode": ("nx", "nu"), "placement": ("nq",),
   "jacobian": ("nq",), "velocity": ("nq", "nv"), "center": ("nq",), "com": ("nq",), "kinetic": ("nq", "nv"),
   "potential": ("nq",), "integrate": ("nq", "nv"), "difference": ("nq", "nq"),
+  "error": ("nq", "rotation", "translation"),
 }  # fmt: skip
-_ARG_NAMES = {"aba": ("q", "v", "tau"), "forward": ("x", "u"), "ode": ("x", "u"), "difference": ("q0", "q1")}
+_ARG_NAMES = {"aba": ("q", "v", "tau"), "forward": ("x", "u"), "ode": ("x", "u"), "difference": ("q0", "q1"),
+              "error": ("q", "rotation (flattened)", "translation")}  # fmt: skip
 
 
 def _reference(reference: object) -> Reference:

@@ -285,3 +285,27 @@ def test_second_derivatives_of_the_dynamics_are_exact(floating_base: bool) -> No
     z = np.concatenate([robot.random_configuration(rng), rng.standard_normal(2 * nv)])
     mu = rng.standard_normal(nv)
     close(h_analytical(z, mu), h_plain(z, mu), rtol=1e-9)
+
+
+@pytest.mark.parametrize("name", ["panda", "solo12"])
+def test_frame_placement_error_equals_crocoddyls_residual(name: str) -> None:
+  """log6(target⁻¹ · placement) equals Pinocchio's log6 at random states and targets (all angles up to 3 rad), and its
+  Jacobian in the tangent space equals Jlog6 · the frame's local Jacobian (crocoddyl's ResidualModelFramePlacement)."""
+  robot, model = pair(name)
+  data, rng = model.createData(), np.random.default_rng(21)
+  frame = robot.frames[-1].name
+  fid = model.getFrameId(frame)
+  nv = robot.nv
+  error = av.NumericalFunction(f"{robot.identifier}_placement_error",
+                               lambda dq, q, r, p: robot.frame_placement_error(robot.integrate(q, dq), frame, r, p),
+                               (av.Arg(nv), av.Arg(robot.nq), av.Arg((3, 3)), av.Arg(3)))  # fmt: skip
+  derivative = jacobian(error)
+  for k in range(10):
+    q = robot.random_configuration(rng)
+    target = pin.SE3(pin.exp3(rng.standard_normal(3) * (0.3 * k) / 3**0.5), rng.standard_normal(3))
+    pin.computeJointJacobians(model, data, q)
+    pin.framesForwardKinematics(model, data, q)
+    relative = target.inverse() * data.oMf[fid]
+    close(robot.frame_placement_error(q, frame, target.rotation, target.translation), pin.log6(relative).vector)
+    expected = pin.Jlog6(relative) @ pin.getFrameJacobian(model, data, fid, pin.LOCAL)
+    close(derivative(np.zeros(nv), q, target.rotation, target.translation), expected, rtol=1e-9)

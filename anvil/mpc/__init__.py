@@ -8,6 +8,7 @@ from anvil.mpc.costs import LeastSquares as LeastSquares
 from anvil.mpc.estimation import MHEFunction as MHEFunction
 from anvil.mpc.implicit import irk as irk
 from anvil.mpc.integrators import rk4 as rk4
+from anvil.mpc.mujoco_plant import MuJoCoPlant as MuJoCoPlant
 from anvil.mpc.options import MPCOptions as MPCOptions
 from anvil.mpc.plotting import plot_closed_loop as plot_closed_loop
 from anvil.mpc.report import campaign_report as campaign_report

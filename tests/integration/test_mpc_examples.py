@@ -85,3 +85,15 @@ def test_race_car_on_a_track_table_equals_ipopt_and_switches_tracks(tmp_path: Pa
   assert "(rebuilt: no)" in out, out
   raced = re.search(r"track 2, .*: ([0-9.]+) m raced, max \|n\| ([0-9.]+) m", out)
   assert raced and float(raced.group(1)) > 1.0 and float(raced.group(2)) <= 0.1201, out
+
+
+@pytest.mark.slow
+def test_arm_reach_in_mujoco_reaches_every_target(tmp_path: Path) -> None:
+  """The Panda from its URDF reaches each of three end-effector targets in MuJoCo within 1 mm and 1e-2 rad, every
+  solve converged, no torque beyond its limit."""
+  out = run_example("arm_reach", tmp_path, 150)
+  errors = re.findall(r"position error ([0-9.]+) mm, orientation error ([0-9.e+-]+) rad", out)
+  assert len(errors) == 3, out
+  assert all(float(p) < 1.0 and float(r) < 1e-2 for p, r in errors), out
+  assert metric(out, "status_counts") == "{'converged': 150}"
+  assert float(metric(out, "largest torque / its limit")) <= 1 + 1e-9, out

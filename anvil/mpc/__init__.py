@@ -7,6 +7,7 @@ from anvil.mpc.controller import MPCFunction as MPCFunction
 from anvil.mpc.costs import LeastSquares as LeastSquares
 from anvil.mpc.estimation import MHEFunction as MHEFunction
 from anvil.mpc.implicit import irk as irk
+from anvil.mpc.integrators import euler as euler
 from anvil.mpc.integrators import rk4 as rk4
 from anvil.mpc.mujoco_plant import MuJoCoPlant as MuJoCoPlant
 from anvil.mpc.options import MPCOptions as MPCOptions

@@ -50,6 +50,31 @@ def rk4(
   return ExplicitIntegrator(name, step, rate, h, steps, RK4_A, RK4_B)
 
 
+def euler(
+  name: str, ode: Callable[..., Tensor], dt: float, nx: int, nu: int, np: int = 0, *, steps: int = 1
+) -> NumericalFunction:
+  """x_next = F(x, u[, p]): `steps` explicit Euler steps x += h ode(x, u[, p]) of h = dt / steps, the input held
+  constant; an MPC differentiates it stage by stage as it does `rk4` (anvil/explicit_rk.hpp). A rate that reads h
+  makes other one-step methods: crocoddyl's semi-implicit Euler of a mechanical system x = (q, v) is this on
+  (v + h a, a).
+
+  Example:
+    >>> F = euler("arm_F", lambda x, u: (x[7:] + h * a(x, u)).cat(a(x, u)), h, nx=14, nu=7)
+  """
+  check_model(f"euler({name})", name, ode, "(x, u[, p]) -> xdot", dt, nx=(nx, 1), nu=(nu, 0), np=(np, 0),
+              steps=(steps, 1))  # fmt: skip
+  h = float(dt) / steps
+  rate = NumericalFunction(f"{name}_ode", lambda x, u, *p: checked_rate(ode, f"euler({name})", nx, x, u, *p),
+                           model_inputs(nx, nu, np))  # fmt: skip
+
+  def step(x: Tensor, u: Tensor, *p: Tensor) -> Tensor:
+    for _ in range(steps):
+      x = x + h * rate.fn(x, u, *p)
+    return x
+
+  return ExplicitIntegrator(name, step, rate, h, steps, ((0.0,),), (1.0,))
+
+
 #: The classical Runge-Kutta method's Butcher tableau (a strictly lower, b).
 RK4_A = ((0.0, 0.0, 0.0, 0.0), (0.5, 0.0, 0.0, 0.0), (0.0, 0.5, 0.0, 0.0), (0.0, 0.0, 1.0, 0.0))
 RK4_B = (1 / 6, 1 / 3, 1 / 3, 1 / 6)

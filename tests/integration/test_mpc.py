@@ -11,7 +11,7 @@ import pytest
 import anvil as av
 from anvil import Arg, Tensor
 from anvil.ad import constant_jacobian
-from anvil.mpc import ClosedLoop, LeastSquares, MPCFunction, MPCOptions, Soft, rk4, simulate
+from anvil.mpc import ClosedLoop, LeastSquares, MPCFunction, MPCOptions, Soft, euler, rk4, simulate
 from anvil.problems import cartpole
 from anvil.problems import cartpole_mpc as cm
 from anvil.problems.backend import TINYGRAD
@@ -404,6 +404,28 @@ def test_rk4_matches_the_reference_model() -> None:
     x + h / 6 * sum(c * k for c, k in zip((1, 2, 2, 1), _stages(lambda y: -a * y + 1.0, x, h), strict=True))
   )
   np.testing.assert_allclose(two(np.array([2.0]), np.array([1.0]), np.array([a])), step(step(2.0)), rtol=1e-14)
+
+
+def test_euler_steps_and_its_stage_derivatives() -> None:
+  """euler: explicit Euler steps; an MPC on it (its derivatives from the run-time integrator, stage by stage) solves
+  as the same MPC on the same step as a plain function (the NLP differentiated as one graph)."""
+  two = euler("test_mpc_euler_2", lambda x, u, p: -p[0] * x * x + u, 0.1, nx=1, nu=1, np=1, steps=2)
+  step = lambda x: x + 0.05 * (-0.7 * x * x + 1.0)
+  np.testing.assert_allclose(two(np.array([2.0]), np.array([1.0]), np.array([0.7])), step(step(2.0)), rtol=1e-15)
+  # crocoddyl's semi-implicit Euler of a pendulum, as explicit Euler on (v + h a, a)
+  h = 0.05
+  accel = lambda x, u: -9.81 * x[0].sin() - 0.1 * x[1] + u[0]
+  rate = lambda x, u: Tensor.stack(x[1] + h * accel(x, u), accel(x, u))
+  plain = av.NumericalFunction("test_mpc_euler_plain", lambda x, u: x + h * rate(x, u), (Arg(2), Arg(1)))
+  up = lambda x, u: ((x - Tensor([np.pi, 0.0])) ** 2).sum() + 1e-2 * (u * u).sum()
+  cost = av.NumericalFunction("test_mpc_euler_l", up, (Arg(2), Arg(1)))
+  solutions = [
+    MPCFunction(f"test_mpc_euler_{k}", F, cost, horizon=30, u_bounds=([-4.0], [4.0]))(np.array([0.3, 0.0]))
+    for k, F in (("runtime", euler("test_mpc_euler_F", rate, h, nx=2, nu=1)), ("graph", plain))
+  ]
+  assert all(s.status == "converged" for s in solutions)
+  np.testing.assert_allclose(solutions[0].u, solutions[1].u, atol=1e-7)
+  assert solutions[0].cost == pytest.approx(solutions[1].cost, rel=1e-10)
 
 
 def _stages(f: Any, x: float, h: float) -> list[float]:

@@ -56,8 +56,8 @@ SUBPACKAGES = {
                "RiccatiQP", "SparseIPMOptions", "StageLayout", "detect_stages"},
   "anvil.sqp": {"SQPFunction", "SQPOptions", "SQPResult", "SQPStatus", "Sensitivity"},
   "anvil.mpc": {"ClosedLoop", "LeastSquares", "MHEEstimate", "MHEFunction", "MPCFunction", "MPCOptions", "MPCSolution",
-                "MuJoCoPlant", "Soft", "campaign", "campaign_report", "plot_closed_loop", "irk", "rk4", "scenario_grid",
-                "scenario_lhs", "shooting_layout", "simulate"},
+                "MuJoCoPlant", "Soft", "euler", "campaign", "campaign_report", "plot_closed_loop", "irk", "rk4",
+                "scenario_grid", "scenario_lhs", "shooting_layout", "simulate"},
   "anvil.robots": {"Frame", "FrameType", "Inertia", "Joint", "JointType", "Placement", "Robot", "URDFError"},
   "anvil.tables": TABLES,
 }  # fmt: skip

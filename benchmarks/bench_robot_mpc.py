@@ -1,0 +1,193 @@
+"""Robot MPC against crocoddyl: crocoddyl's arm-reaching OCP solved by BoxFDDP and by anvil's MPC, same run.
+
+    .venv/bin/python -m benchmarks.bench_robot_mpc [--robots panda,talos_arm] [--rounds 5]
+
+The OCP (crocoddyl's `arm_manipulation` setup, on example-robot-data's URDFs): free forward dynamics (ABA), crocoddyl's
+Euler step (v+ = v + a dt, q+ = q + v+ dt; dt = 0.01), T = 100 knots, from the robot's reference posture at rest;
+costs, each crocoddyl's 0.5 weight |r|^2 and dt-scaled on the running knots: the end effector's placement error to a
+target (log6(target^-1 placement), weight 1 per knot and 1e3 at the end), the state's distance to the start (1e-4) and
+the torque's to gravity compensation (1e-4); the torques boxed by the URDF's effort limits.
+
+Per robot, crocoddyl's BoxFDDP (single thread) and anvil's MPCFunction (Gauss-Newton Hessian, as FDDP's, and the exact
+one) each: a full solve from the start at rest (crocoddyl: its default warm start, the start state repeated and zero
+torques; anvil: its own cold guess, the same), the cost it converges to and its time; then a warm MPC step: from the
+plan's next state x1, started from the plan at x0 shifted by one knot, one iteration (anvil: its real-time iteration
+controller, `mode="rti"`) and up to ten iterations (anvil: SQP to convergence); medians of `--rounds` repetitions.
+anvil's controllers are built from anvil.robots' ABA (`euler` on (v + dt a, a): crocoddyl's Euler step), their build
+time in the last column (cold, or from the cache).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+from tinygrad import Tensor
+
+import anvil as av
+from anvil.mpc import LeastSquares, MPCFunction, MPCOptions, euler
+from anvil.robots import Robot
+from anvil.sqp import SQPOptions
+from benchmarks.pinocchio_driver import robot_urdf
+
+DT, T = 0.01, 100
+#: robot -> (end-effector frame, locked joints, target offset from the start's end-effector position)
+ROBOTS = {
+  "panda": ("panda_hand_tcp", ("panda_finger_joint1", "panda_finger_joint2"), (0.1, -0.2, -0.15)),
+  "talos_arm": ("gripper_left_joint", (), (0.05, 0.15, 0.1)),
+}
+W_GOAL, W_GOAL_END, W_X, W_U = 1.0, 1e3, 1e-4, 1e-4
+
+
+def problem(name: str) -> dict[str, Any]:
+  """The OCP's data: anvil's robot, Pinocchio's model, the start state, the target, the torque limits."""
+  import pinocchio as pin
+
+  frame, locked, offset = ROBOTS[name]
+  urdf = robot_urdf(name)
+  robot = Robot.from_urdf(urdf, locked_joints=list(locked))
+  model = pin.buildModelFromUrdf(urdf)
+  if locked:
+    model = pin.buildReducedModel(model, [model.getJointId(j) for j in locked], pin.neutral(model))
+  q0 = np.clip(0.3 * np.ones(robot.nq), model.lowerPositionLimit, model.upperPositionLimit)
+  x0 = np.concatenate([q0, np.zeros(robot.nv)])
+  rotation, position = robot.frame_placement(q0, frame)
+  return {"robot": robot, "model": model, "frame": frame, "x0": x0, "target": (rotation, position + offset),
+          "effort": np.asarray(model.effortLimit, dtype=np.float64)}  # fmt: skip
+
+
+def crocoddyl_solver(p: dict[str, Any]) -> Any:
+  """crocoddyl's BoxFDDP on the OCP."""
+  import crocoddyl
+  import pinocchio as pin
+
+  state = crocoddyl.StateMultibody(p["model"])
+  actuation = crocoddyl.ActuationModelFull(state)
+  fid = p["model"].getFrameId(p["frame"])
+  goal = crocoddyl.CostModelResidual(state, crocoddyl.ResidualModelFramePlacement(state, fid, pin.SE3(*p["target"])))
+  x_reg = crocoddyl.CostModelResidual(state, crocoddyl.ResidualModelState(state, p["x0"]))
+  u_reg = crocoddyl.CostModelResidual(state, crocoddyl.ResidualModelControlGrav(state))
+  running, terminal = crocoddyl.CostModelSum(state), crocoddyl.CostModelSum(state)
+  running.addCost("goal", goal, W_GOAL)
+  running.addCost("x_reg", x_reg, W_X)
+  running.addCost("u_reg", u_reg, W_U)
+  terminal.addCost("goal", goal, W_GOAL_END)
+  model = crocoddyl.IntegratedActionModelEuler(
+    crocoddyl.DifferentialActionModelFreeFwdDynamics(state, actuation, running), DT
+  )
+  model.u_lb, model.u_ub = -p["effort"], p["effort"]
+  end = crocoddyl.IntegratedActionModelEuler(
+    crocoddyl.DifferentialActionModelFreeFwdDynamics(state, actuation, terminal), 0.0
+  )
+  solver = crocoddyl.SolverBoxFDDP(crocoddyl.ShootingProblem(p["x0"], [model] * T, end))
+  solver.th_stop = 1e-12
+  return solver
+
+
+def anvil_controller(p: dict[str, Any], hessian: str, mode: str = "sqp") -> MPCFunction:
+  """anvil's MPC on the same OCP (its costs as least squares: rᵀ W r with W = 0.5 weight, dt on the running knots)."""
+  robot: Robot = p["robot"]
+  nq, nx, nu = robot.nq, robot.nx, robot.nu
+  rotation, position = (Tensor(a) for a in p["target"])
+  x0 = Tensor(p["x0"])
+  tag = f"{robot.identifier}_{hessian}_{mode}"
+
+  def rate(x: Tensor, u: Tensor) -> Tensor:  # NOTE: explicit Euler on (v + dt a, a) is crocoddyl's Euler step
+    a = robot.aba(x[:nq], x[nq:], u)
+    return (x[nq:] + DT * a).cat(a)
+
+  def running(x: Tensor, u: Tensor) -> Tensor:
+    error = robot.frame_placement_error(x[:nq], p["frame"], rotation, position)
+    return error.cat(x - x0, u - robot.generalized_gravity(x[:nq]))
+
+  weights = DT * 0.5 * np.r_[np.full(6, W_GOAL), np.full(nx, W_X), np.full(nu, W_U)]
+  terminal = av.NumericalFunction(f"reach_{tag}_rN",
+                                  lambda x: robot.frame_placement_error(x[:nq], p["frame"], rotation, position),
+                                  (av.Arg(nx),))  # fmt: skip
+  return MPCFunction(
+    f"reach_{tag}",
+    euler(f"reach_{tag}_F", rate, DT, nx=nx, nu=nu),
+    LeastSquares(av.NumericalFunction(f"reach_{tag}_r", running, (av.Arg(nx), av.Arg(nu))), weights),
+    LeastSquares(terminal, np.full(6, 0.5 * W_GOAL_END)),
+    horizon=T,
+    u_bounds=(-p["effort"], p["effort"]),
+    options=MPCOptions(mode=mode, hessian=hessian, sqp=SQPOptions(max_iter=300, tol=1e-9)),
+  )
+
+
+def timed(fn: Any, rounds: int) -> float:
+  """Median seconds of `rounds` calls."""
+  times = []
+  for _ in range(rounds):
+    start = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
+
+
+def measure(name: str, rounds: int) -> list[list[str]]:
+  """Rows of one robot: crocoddyl, anvil Gauss-Newton, anvil exact. The warm steps: the plan's next state x1, started
+  from the plan at x0 shifted by one knot (crocoddyl: the shifted xs, us given; anvil: its own warm start)."""
+  p = problem(name)
+  solver = crocoddyl_solver(p)
+  start = time.perf_counter()
+  solver.solve([], [], 1000)
+  full, iterations, cost = time.perf_counter() - start, solver.iter, solver.cost
+  xs, us = list(solver.xs), list(solver.us)
+  x1 = np.array(xs[1])
+  shifted_xs, shifted_us = [*xs[1:], xs[-1]], [*us[1:], us[-1]]
+
+  def warm(k: int) -> None:
+    solver.problem.x0 = x1
+    solver.solve(shifted_xs, shifted_us, k)
+
+  one, ten = timed(lambda: warm(1), rounds), timed(lambda: warm(10), rounds)
+  rows = [[name, "crocoddyl BoxFDDP", str(iterations), f"{cost:.9g}", "", f"{1e3 * full:.1f}",
+           f"{1e3 * full / max(iterations, 1):.2f}", f"{1e3 * one:.2f}", f"{1e3 * ten:.2f}", ""]]  # fmt: skip
+  for hessian in ("gauss_newton", "exact"):
+    mpc = anvil_controller(p, hessian)
+    start = time.perf_counter()
+    mpc(p["x0"])
+    build = time.perf_counter() - start
+    mpc.reset()
+    start = time.perf_counter()
+    sol = mpc(p["x0"])
+    full = time.perf_counter() - start
+
+    def step(mpc: MPCFunction, settle: int) -> float:
+      for _ in range(settle):  # NOTE: to the plan at x0 (a real-time iteration takes one iteration per call)
+        mpc(p["x0"])
+      start = time.perf_counter()
+      mpc(x1)
+      return time.perf_counter() - start
+
+    rti_mpc = anvil_controller(p, hessian, "rti")
+    rti = statistics.median(step(rti_mpc, 30) for _ in range(rounds))
+    converged = statistics.median(step(mpc, 1) for _ in range(rounds))
+    rows.append([name, f"anvil SQP, {hessian.replace('_', '-')}", str(sol.iterations), f"{sol.cost:.9g}",
+                 f"{abs(sol.cost - cost) / abs(cost):.1e}", f"{1e3 * full:.1f}",
+                 f"{1e3 * full / max(sol.iterations, 1):.2f}", f"{1e3 * rti:.2f}", f"{1e3 * converged:.2f}",
+                 f"{build:.1f} s"])  # fmt: skip
+  return rows
+
+
+def main() -> None:
+  """Measure every robot; print one table."""
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--robots", default=",".join(ROBOTS))
+  parser.add_argument("--rounds", type=int, default=5)
+  args = parser.parse_args()
+  header = ["robot", "solver", "iterations", "cost", "vs crocoddyl", "full solve ms", "per iteration ms",
+            "warm step, 1 iteration ms", "warm step, ≤ 10 it. / converged ms", "build (cold or cached)"]  # fmt: skip
+  rows = [row for name in args.robots.split(",") for row in measure(name, args.rounds)]
+  print("| " + " | ".join(header) + " |")
+  print("|" + "---|" * len(header))
+  for row in rows:
+    print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+  main()

@@ -61,6 +61,33 @@ def anvil_robot(name: str) -> Any:
   return Robot.from_urdf(urdf_path(name), floating_base=case.floating_base, locked_joints=list(case.locked))
 
 
+def posture_mpc(robot: Any, prefix: str, dt: float) -> tuple[Any, np.ndarray]:
+  """An exact-Hessian MPC driving `robot` from rest at its neutral posture to 0.3 rad from it (robot.ode through rk4,
+  robot.bounds()), and that target posture."""
+  from tinygrad import Tensor
+
+  import anvil as av
+  from anvil.mpc import MPCFunction, rk4
+
+  nq, nx, nu = robot.nq, robot.nx, robot.nu
+  target = robot.neutral() + 0.3
+  aim = lambda q: ((q - Tensor(target)) ** 2).sum()
+  running = lambda x, u: aim(x[:nq]) + 1e-2 * (x[nq:] ** 2).sum() + 1e-6 * (u * u).sum()
+  stage = av.NumericalFunction(f"{prefix}_l", running, (av.Arg(nx), av.Arg(nu)))
+  final = av.NumericalFunction(f"{prefix}_lN", lambda x: 10 * aim(x[:nq]) + (x[nq:] ** 2).sum(), (av.Arg(nx),))
+  mpc = MPCFunction(f"{prefix}_reach", rk4(f"{prefix}_F", robot.ode, dt, nx=nx, nu=nu), stage, final, horizon=20,
+                    **robot.bounds())  # fmt: skip
+  return mpc, target
+
+
+def check_reached_posture(robot: Any, loop: Any, target: np.ndarray) -> None:
+  """Every solve of the closed loop converged, it ends within 0.01 of the target posture, its torques in bounds."""
+  assert loop.failure is None and {str(s) for s in loop.statuses} == {"converged"}
+  assert np.abs(loop.x[-1, : robot.nq] - target).max() < 0.01  # from 0.3
+  lbu, ubu = robot.bounds()["u_bounds"]
+  assert np.all(loop.u >= lbu - 1e-9) and np.all(loop.u <= ubu + 1e-9)
+
+
 def close(actual: np.ndarray, expected: np.ndarray, rtol: float = 1e-10) -> None:
   """actual == expected to `rtol` relative to the expected values' largest magnitude (at least 1)."""
   expected = np.asarray(expected)

@@ -31,11 +31,7 @@ def rk4(
   Example:
     >>> F = rk4("cartpole_F", ode, 0.05, nx=4, nu=1)      # F(x, u) -> x_next
   """
-  check_model(f"rk4({name})", name, ode, "(x, u[, p]) -> xdot", dt, nx=(nx, 1), nu=(nu, 0), np=(np, 0),
-              steps=(steps, 1))  # fmt: skip
-  h = float(dt) / steps
-  inputs = model_inputs(nx, nu, np)
-  rate = NumericalFunction(f"{name}_ode", lambda x, u, *p: checked_rate(ode, f"rk4({name})", nx, x, u, *p), inputs)
+  h, rate = _checked_rate_function(f"rk4({name})", name, ode, dt, nx, nu, np, steps)
 
   def step(x: Tensor, u: Tensor, *p: Tensor) -> Tensor:
     f = lambda x_: rate.fn(x_, u, *p)
@@ -61,11 +57,7 @@ def euler(
   Example:
     >>> F = euler("arm_F", lambda x, u: (x[7:] + h * a(x, u)).cat(a(x, u)), h, nx=14, nu=7)
   """
-  check_model(f"euler({name})", name, ode, "(x, u[, p]) -> xdot", dt, nx=(nx, 1), nu=(nu, 0), np=(np, 0),
-              steps=(steps, 1))  # fmt: skip
-  h = float(dt) / steps
-  rate = NumericalFunction(f"{name}_ode", lambda x, u, *p: checked_rate(ode, f"euler({name})", nx, x, u, *p),
-                           model_inputs(nx, nu, np))  # fmt: skip
+  h, rate = _checked_rate_function(f"euler({name})", name, ode, dt, nx, nu, np, steps)
 
   def step(x: Tensor, u: Tensor, *p: Tensor) -> Tensor:
     for _ in range(steps):
@@ -73,6 +65,16 @@ def euler(
     return x
 
   return ExplicitIntegrator(name, step, rate, h, steps, ((0.0,),), (1.0,))
+
+
+def _checked_rate_function(
+  where: str, name: str, ode: Callable[..., Tensor], dt: float, nx: int, nu: int, np: int, steps: int
+) -> tuple[float, NumericalFunction]:
+  """An explicit integrator's step length and its ODE as the NumericalFunction `<name>_ode` (arguments checked)."""
+  check_model(where, name, ode, "(x, u[, p]) -> xdot", dt, nx=(nx, 1), nu=(nu, 0), np=(np, 0), steps=(steps, 1))
+  rate = NumericalFunction(f"{name}_ode", lambda x, u, *p: checked_rate(ode, where, nx, x, u, *p),
+                           model_inputs(nx, nu, np))  # fmt: skip
+  return float(dt) / steps, rate
 
 
 #: The classical Runge-Kutta method's Butcher tableau (a strictly lower, b).

@@ -52,7 +52,7 @@ class MuJoCoPlant:
     if not math.isfinite(steps) or steps < 1 or abs(steps - round(steps)) > 1e-9 * steps:
       raise ValueError(f"MuJoCoPlant: dt = {dt} must be a whole number of the model's timestep "
                        f"{self.model.opt.timestep} (set model.opt.timestep)")  # fmt: skip
-    self.steps, self.dt = round(steps), float(dt)
+    self.steps = round(steps)
 
   @property
   def nx(self) -> int:
@@ -61,6 +61,23 @@ class MuJoCoPlant:
 
   def __call__(self, x: ArrayLike, u: ArrayLike) -> NDArray[np.float64]:
     """The state after dt under the torques u (held)."""
+    import mujoco
+
+    d = self._loaded(x, u)
+    for _ in range(self.steps):
+      mujoco.mj_step(self.model, d)
+    return np.concatenate([d.qpos[self.qpos], d.qvel[self.qvel]])
+
+  def acceleration(self, x: ArrayLike, u: ArrayLike) -> NDArray[np.float64]:
+    """MuJoCo's joint accelerations at x under u (its forward dynamics, no step taken)."""
+    import mujoco
+
+    d = self._loaded(x, u)
+    mujoco.mj_forward(self.model, d)
+    return d.qacc[self.qvel].copy()
+
+  def _loaded(self, x: ArrayLike, u: ArrayLike) -> Any:
+    """MuJoCo's data reset to the state x with the torques u applied (both checked)."""
     import mujoco
 
     x, u = np.asarray(x, dtype=np.float64), np.asarray(u, dtype=np.float64)
@@ -74,21 +91,7 @@ class MuJoCoPlant:
     mujoco.mj_resetData(self.model, d)
     d.qpos[self.qpos], d.qvel[self.qvel] = x[:n], x[n:]
     d.qfrc_applied[self.torque] = u
-    for _ in range(self.steps):
-      mujoco.mj_step(self.model, d)
-    return np.concatenate([d.qpos[self.qpos], d.qvel[self.qvel]])
-
-  def acceleration(self, x: ArrayLike, u: ArrayLike) -> NDArray[np.float64]:
-    """MuJoCo's joint accelerations at x under u (its forward dynamics, no step taken)."""
-    import mujoco
-
-    n, d = len(self.joints), self.data
-    x = np.asarray(x, dtype=np.float64)
-    mujoco.mj_resetData(self.model, d)
-    d.qpos[self.qpos], d.qvel[self.qvel] = x[:n], x[n:]
-    d.qfrc_applied[self.torque] = np.asarray(u, dtype=np.float64)
-    mujoco.mj_forward(self.model, d)
-    return d.qacc[self.qvel].copy()
+    return d
 
   def _joint(self, name: str) -> int:
     import mujoco

@@ -53,7 +53,6 @@ class Interpolant(NumericalFunction[..., Any]):
   ) -> None:
     self.axes, self.scalar, self.extrapolation = tuple(axes), scalar, extrapolation
     self.values_as_input = values_as_input
-    self.values = values
     self._tensors: dict[tuple[int, str, DType], Tensor] = {}
     shape = tuple(a.coefficient_count for a in axes) + values.shape[len(axes) :]
     inputs = (Arg(len(axes), name="x"),) + ((Arg(shape, name="data"),) if values_as_input else ())

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tinygrad import Tensor
 
-import anvil as av
-from anvil.mpc import MPCFunction, MuJoCoPlant, rk4, simulate
-from tests.robots import anvil_robot, close, urdf_path
+from anvil.mpc import MuJoCoPlant, simulate
+from tests.robots import anvil_robot, check_reached_posture, close, posture_mpc, urdf_path
 
 
 def test_forward_dynamics_equal_anvils_with_the_urdfs_damping() -> None:
@@ -42,21 +40,11 @@ def test_a_sample_is_mujocos_semi_implicit_euler_steps() -> None:
 
 def test_mpc_reaches_a_posture_in_mujoco() -> None:
   """The UR5's MPC (anvil's model: no damping) drives MuJoCo's UR5 to a target posture within the torque limits."""
-  robot = anvil_robot("ur5")
-  nq, nv, dt = robot.nq, robot.nv, 0.02
-  target = robot.neutral() + 0.3
-  aim = lambda q: ((q - Tensor(target)) ** 2).sum()
-  stage = av.NumericalFunction("ur5_mj_l", lambda x, u: aim(x[:nq]) + 1e-2 * (x[nq:] ** 2).sum() + 1e-6 * (u * u).sum(),
-                               (av.Arg(robot.nx), av.Arg(robot.nu)))  # fmt: skip
-  final = av.NumericalFunction("ur5_mj_lN", lambda x: 10 * aim(x[:nq]) + (x[nq:] ** 2).sum(), (av.Arg(robot.nx),))
-  mpc = MPCFunction("ur5_mj_reach", rk4("ur5_mj_F", robot.ode, dt, nx=robot.nx, nu=robot.nu), stage, final,
-                    horizon=20, **robot.bounds())  # fmt: skip
+  robot, dt = anvil_robot("ur5"), 0.02
+  mpc, target = posture_mpc(robot, "ur5_mj", dt)
   plant = MuJoCoPlant(urdf_path("ur5"), robot.joint_names, dt)
-  loop = simulate(mpc, plant, np.concatenate([robot.neutral(), np.zeros(nv)]), 40)
-  assert loop.failure is None and {str(s) for s in loop.statuses} == {"converged"}
-  assert np.abs(loop.x[-1, :nq] - target).max() < 0.01  # from 0.3
-  lbu, ubu = robot.bounds()["u_bounds"]
-  assert np.all(loop.u >= lbu - 1e-9) and np.all(loop.u <= ubu + 1e-9)
+  loop = simulate(mpc, plant, np.concatenate([robot.neutral(), np.zeros(robot.nv)]), 40)
+  check_reached_posture(robot, loop, target)
 
 
 def test_bad_plants_say_what_is_wrong() -> None:

@@ -15,7 +15,7 @@ from tinygrad import Tensor
 import anvil as av
 from anvil.ad import jacobian
 from anvil.robots import FrameType, Robot
-from tests.robots import SMALL_URDF, anvil_robot, close, pinocchio_model
+from tests.robots import SMALL_URDF, anvil_robot, check_reached_posture, close, pinocchio_model, posture_mpc
 
 STATES = 50
 REFERENCES = {"local": pin.LOCAL, "world": pin.WORLD, "local_world_aligned": pin.LOCAL_WORLD_ALIGNED}
@@ -233,18 +233,12 @@ def test_free_flyer_ode_and_bounds() -> None:
 def test_mpc_on_a_urdf_arm_in_closed_loop_with_pinocchio_as_plant() -> None:
   """robot.ode through rk4 and robot.bounds() into an exact-Hessian MPCFunction: every solve converges and the arm
   reaches the target posture, simulated by Pinocchio's ABA."""
-  from anvil.mpc import MPCFunction, rk4, simulate
+  from anvil.mpc import simulate
 
   robot, model = pair("ur5")
   data = model.createData()
   nq, nv, dt = robot.nq, robot.nv, 0.02
-  target = robot.neutral() + 0.3
-  aim = lambda q: ((q - Tensor(target)) ** 2).sum()
-  stage = av.NumericalFunction("ur5_l", lambda x, u: aim(x[:nq]) + 1e-2 * (x[nq:] ** 2).sum() + 1e-6 * (u * u).sum(),
-                               (av.Arg(robot.nx), av.Arg(robot.nu)))  # fmt: skip
-  final = av.NumericalFunction("ur5_lN", lambda x: 10 * aim(x[:nq]) + (x[nq:] ** 2).sum(), (av.Arg(robot.nx),))
-  mpc = MPCFunction("ur5_reach", rk4("ur5_F", robot.ode, dt, nx=robot.nx, nu=robot.nu), stage, final, horizon=20,
-                    **robot.bounds())  # fmt: skip
+  mpc, target = posture_mpc(robot, "ur5", dt)
 
   def plant(x: np.ndarray, u: np.ndarray) -> np.ndarray:
     q, v = x[:nq], x[nq:]
@@ -254,10 +248,7 @@ def test_mpc_on_a_urdf_arm_in_closed_loop_with_pinocchio_as_plant() -> None:
     return np.concatenate([q, v])
 
   loop = simulate(mpc, plant, np.concatenate([robot.neutral(), np.zeros(nv)]), 40)
-  assert loop.failure is None and {str(s) for s in loop.statuses} == {"converged"}
-  assert np.abs(loop.x[-1, :nq] - target).max() < 0.01  # from 0.3
-  lbu, ubu = robot.bounds()["u_bounds"]
-  assert np.all(loop.u >= lbu - 1e-9) and np.all(loop.u <= ubu + 1e-9)
+  check_reached_posture(robot, loop, target)
 
 
 @pytest.mark.parametrize("floating_base", [False, True])

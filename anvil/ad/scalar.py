@@ -98,6 +98,54 @@ def scalar_dense(fn: NumericalFunction[..., Any], kind: str, wrt: int) -> Derive
   return _derived_code(fn, f"dense {kind} in input {wrt}", (m, n), build)
 
 
+def scalar_gauss_newton(fn: NumericalFunction[..., Any], wrt: int, weight_pattern: NDArray[np.bool_]) -> DerivedCode:
+  """The code of Jᵀ (W + Wᵀ) J (dense, n x n), J = ∂fn/∂x_wrt (m x n), W a further last input (m x m) read on
+  `weight_pattern` alone: the Gauss-Newton Hessian of fn(x)ᵀ W fn(x), derived on `fn`'s scalar expressions (forward
+  mode) so that only the products of entries of J and W that are not structurally zero are emitted; its build falls
+  back (None) where the scalar lowering does not apply."""
+  n, m = fn.inputs[wrt].size, fn.outputs[0].size
+  rows, cols = np.nonzero(weight_pattern | weight_pattern.T)
+
+  def build() -> Program | None:
+    traced = fn.traced
+    try:
+      lowered = lower(traced)
+      slot = traced.output_slots[0]
+      columns = _jacobian_columns(lowered.graph, lowered.values[slot].tolist(), wrt, n)
+    except Unsupported:
+      return None
+    g, dt = lowered.graph, traced.stores[slot].dtype
+    weight = lambda a, b: g.load(len(traced.inputs), a * m + b, dt) if weight_pattern[a, b] else None
+    symmetric: dict[tuple[int, int], int] = {}  # (a, b) -> W_ab + W_ba on the pattern
+    for a, b in zip(rows.tolist(), cols.tolist(), strict=True):
+      terms = [t for t in (weight(a, b), weight(b, a)) if t is not None]
+      symmetric[a, b] = terms[0] if len(terms) == 1 else g.alu(Ops.ADD, dt, *terms)
+    by_row: dict[int, list[tuple[int, int]]] = {}
+    for (a, b), s in symmetric.items():
+      by_row.setdefault(a, []).append((b, s))
+    weighted = [_weighted_column(g, dt, by_row, column) for column in columns]  # (W + Wᵀ) J, column by column
+    zero = g.const(0.0, dt)
+    writes = []
+    for i, j in ((a, b) for a in range(n) for b in range(a, n)):  # NOTE: symmetric: each pair once, written twice
+      terms = [g.alu(Ops.MUL, dt, d, weighted[j][a]) for a, d in columns[i].items() if a in weighted[j]]
+      entry = functools.reduce(lambda x, y: g.alu(Ops.ADD, dt, x, y), terms, zero)
+      writes += [(0, i * n + j, entry)] + ([(0, j * n + i, entry)] if i != j else [])
+    return emit_program(g, writes, [*(u.dtype for u in traced.inputs), dt], [dt])
+
+  what = f"gauss-newton hessian in input {wrt} weighted on {np.packbits(weight_pattern).tobytes().hex()}"
+  return _derived_code(fn, what, (n, n), build)
+
+
+def _weighted_column(g: ScalarGraph, dt: Any, by_row: dict[int, list[tuple[int, int]]], column: Tangent) -> Tangent:
+  """{row a: Σ_b S_ab J_bj} of one column {row b: J_bj} of J, S's entries by row."""
+  out: Tangent = {}
+  for a, entries in by_row.items():
+    terms = [g.alu(Ops.MUL, dt, s, column[b]) for b, s in entries if b in column]
+    if terms:
+      out[a] = functools.reduce(lambda x, y: g.alu(Ops.ADD, dt, x, y), terms)
+  return out
+
+
 def scalar_sparse(
   fn: NumericalFunction[..., Any], kind: str, wrt: int
 ) -> tuple[sp.csc_array, DerivedCode, NDArray[np.float64]] | None:

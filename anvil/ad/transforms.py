@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+from numpy.typing import ArrayLike
 from tinygrad import Tensor, dtypes
 
 from anvil.ad.batching import batch_graph, to_batch_last
-from anvil.ad.scalar import scalar_dense, scalar_gradient, scalar_route
+from anvil.ad.scalar import scalar_dense, scalar_gauss_newton, scalar_gradient, scalar_route
 from anvil.codegen import Arg, NumericalFunction
 from anvil.codegen.build import stage
 
@@ -174,6 +176,39 @@ def hessian(fn: Fn, wrt: int = 0, *, name: str | None = None) -> Fn:
   derivative = _derived(fn, name, "hess", lambda *xs: hessian_graph(fn, xs, wrt), fn.inputs)
   if scalar_route(fn):
     derivative.derived = scalar_dense(fn, "hessian", wrt)
+  return derivative
+
+
+def gauss_newton(
+  fn: Fn, wrt: int = 0, *, weight_pattern: ArrayLike | None = None, name: str | None = None, scalar: bool | None = None
+) -> Fn:
+  """The Gauss-Newton Hessian Jᵀ (W + Wᵀ) J of fn(x)ᵀ W fn(x), dense (n, n), J = ∂fn/∂x_wrt (m, n); W (m, m) is a
+  new last input, read on `weight_pattern` (m, m) alone (default: every entry), so the entries outside it never
+  reach the code. For W symmetric it is 2 JᵀWJ, the Hessian of a least-squares cost without its second-order terms.
+
+  A function of many small tensors (or any CPU function with `scalar`=True) has it derived on its scalar expressions:
+  straight-line code holding only the products of entries of J and W that are not structurally zero.
+
+  Example:
+    >>> r = NumericalFunction("r", lambda x: (x[:1] * x[1:]).cat(x.sin()), Arg(2))
+    >>> H = gauss_newton(r)                     # H(x, W), W (3, 3)
+  """
+  check_wrt(fn, wrt, "gauss_newton")
+  if len(fn.outputs) != 1:
+    raise ValueError(f"gauss_newton({fn.name}): the function must return exactly one Tensor, got {len(fn.outputs)}")
+  m, dtype = fn.outputs[0].size, fn.outputs[0].dtype
+  pattern = np.ones((m, m), bool) if weight_pattern is None else np.asarray(weight_pattern)
+  if pattern.shape != (m, m) or pattern.dtype != np.bool_:
+    raise ValueError(f"gauss_newton({fn.name}): weight_pattern must be a ({m}, {m}) bool array, got "
+                     f"{pattern.dtype} {pattern.shape}")  # fmt: skip
+
+  def graph(*xs: Tensor) -> Tensor:
+    J, W = jacobian_graph(fn, xs[:-1], wrt, "gauss_newton"), xs[-1] * Tensor(pattern.astype(np.float64))
+    return J.T @ ((W + W.T).cast(J.dtype) @ J)
+
+  derivative = _derived(fn, name, "gn", graph, (*fn.inputs, Arg((m, m), dtype, "W")))
+  if scalar is not False and (scalar_route(fn) if scalar is None else fn.device == "CPU"):
+    derivative.derived = scalar_gauss_newton(fn, wrt, pattern)
   return derivative
 
 

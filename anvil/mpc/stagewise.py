@@ -24,15 +24,16 @@ import ctypes
 import threading
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 from tinygrad import dtypes
 
-from anvil.codegen import NumericalFunction, SparseNumericalFunction
+from anvil.codegen import Arg, NumericalFunction, SparseNumericalFunction
 from anvil.codegen.base import FunctionBase
+from anvil.codegen.native import NativeHandle
 from anvil.codegen.precision import cpp_real
 from anvil.codegen.runtime import runtime_include
 from anvil.codegen.sparse import entry_positions, stored_coordinates
@@ -40,6 +41,36 @@ from anvil.codegen.templated import TemplatedFunction
 from anvil.mpc.ode import OdeContext, OdeDerivatives
 
 KINDS = ("jacobian", "hessian")
+
+
+class NativelyCalled(Protocol):
+  """A generated function with a JIT `call` entry point taking pointers to its inputs, then to its output."""
+
+  name: str
+  inputs: tuple[Arg, ...]
+
+  @property
+  def handle(self) -> NativeHandle:
+    """Its workspace in its loaded library."""
+
+
+def native_call(fn: NativelyCalled, args: tuple[Any, ...], size: int, scalar: str, lock: threading.Lock
+                ) -> NDArray[np.float64]:  # fmt: skip
+  """The output (`size` values) of `fn` (a function of `fn.inputs`, through its JIT library's `call` entry point:
+  pointers to the inputs then the output) at numpy inputs, on one workspace under `lock`."""
+  if len(args) != len(fn.inputs):
+    raise TypeError(f"{fn.name}: expected {len(fn.inputs)} inputs, got {len(args)}")
+  arrays = []
+  for i, (a, spec) in enumerate(zip(args, fn.inputs, strict=True)):
+    array = np.ascontiguousarray(a, dtype=scalar)
+    if array.shape != tuple(spec.shape):
+      raise ValueError(f"{fn.name}: input {i} must have shape {tuple(spec.shape)}, got {array.shape}")
+    arrays.append(array)
+  out = np.zeros(size, scalar)
+  pointers = (ctypes.c_void_p * (len(arrays) + 1))(*(a.ctypes.data for a in (*arrays, out)))
+  with lock:
+    fn.handle.entry("call", None, ctypes.c_void_p, ctypes.c_void_p)(pointers, fn.handle.pointer)
+  return out
 
 
 @dataclass(frozen=True)
@@ -146,22 +177,6 @@ class _StageWise(TemplatedFunction):
       real=cpp_real(self.scalar), ode=ode, keeps_steps=self.keeps_steps,
     )  # fmt: skip
 
-  def _native(self, args: tuple[Any, ...]) -> NDArray[np.float64]:
-    """The output at numpy inputs shaped as `inputs`, through the JIT library (one workspace, under a lock)."""
-    if len(args) != len(self.inputs):
-      raise TypeError(f"{self.name}: expected {len(self.inputs)} inputs, got {len(args)}")
-    arrays = []
-    for i, (a, spec) in enumerate(zip(args, self.inputs, strict=True)):
-      array = np.ascontiguousarray(a, dtype=self.scalar)
-      if array.shape != tuple(spec.shape):
-        raise ValueError(f"{self.name}: input {i} must have shape {tuple(spec.shape)}, got {array.shape}")
-      arrays.append(array)
-    out = np.zeros(self.size, self.scalar)
-    pointers = (ctypes.c_void_p * (len(arrays) + 1))(*(a.ctypes.data for a in (*arrays, out)))
-    with self._lock:
-      self.handle.entry("call", None, ctypes.c_void_p, ctypes.c_void_p)(pointers, self.handle.pointer)
-    return out
-
 
 class StageConstraints(_StageWise):
   """The constraints g(w, params) of a multiple-shooting NLP: `rest` (g without its dynamics: the defects x_{k+1})
@@ -182,7 +197,7 @@ class StageConstraints(_StageWise):
 
   def __call__(self, *args: Any) -> NDArray[np.float64]:
     """Evaluate in this process at numpy inputs shaped as `inputs`; thread-safe."""
-    return self._native(args)
+    return native_call(self, args, self.size, self.scalar, self._lock)
 
 
 class StageDerivative(_StageWise):
@@ -264,4 +279,5 @@ class StageDerivative(_StageWise):
 
   def __call__(self, *args: Any) -> sp.csc_array:
     """Evaluate in this process at numpy inputs shaped as `inputs` (a csc_array); thread-safe."""
-    return sp.csc_array((self._native(args), self.indices, self.indptr), shape=self.shape)
+    values = native_call(self, args, self.size, self.scalar, self._lock)
+    return sp.csc_array((values, self.indices, self.indptr), shape=self.shape)

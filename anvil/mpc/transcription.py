@@ -18,10 +18,11 @@ import scipy.sparse as sp
 from numpy.typing import NDArray
 from tinygrad import Tensor
 
-from anvil.ad import constant_jacobian, jacobian, sphessian, spjacobian, vmap
+from anvil.ad import constant_jacobian, sphessian, spjacobian, vmap
 from anvil.codegen import Arg, NumericalFunction, SparseNumericalFunction
 from anvil.codegen.precision import SCALARS, in_scalar
 from anvil.mpc.costs import LeastSquares
+from anvil.mpc.gauss_newton import StageGaussNewton, StagePlace
 from anvil.mpc.implicit import ImplicitIntegrator
 from anvil.mpc.integrators import ExplicitIntegrator
 from anvil.mpc.ode import OdeDerivatives
@@ -381,6 +382,7 @@ class Transcription:
     # NOTE: least-squares costs with affine residuals have their Gauss-Newton blocks as exact Hessian: one small
     # product per stage, where the Hessian of the whole cost would be colored Hessian-vector products of it
     cost_hessian = self.gauss_newton_hessian() if self._affine_least_squares() else None
+    assert cost_hessian is None or isinstance(cost_hessian, SparseNumericalFunction)  # NOTE: affine: one traced block
     cost = self.cost
 
     def lagrangian(w: Tensor, params: Tensor, sigma: Tensor, lam: Tensor) -> Tensor:
@@ -394,73 +396,58 @@ class Transcription:
     hessian_fn = StageDerivative(f"{name}_lagrangian_hessian", "hessian", rest_hessian, ode, **place, terms=terms)
     return constraints, jacobian, hessian_fn
 
-  def gauss_newton_hessian(self) -> SparseNumericalFunction:
+  def gauss_newton_hessian(self) -> SparseNumericalFunction | StageGaussNewton:
     """Upper triangle of sigma·(blockdiag(J_kᵀ (W + Wᵀ) J_k, J_Nᵀ (W_N + W_Nᵀ) J_N) + diag(2 l2)): the Gauss-Newton
-    Hessian (2 JᵀWJ for the symmetric weights of every real use)."""
+    Hessian (2 JᵀWJ for the symmetric weights of every real use). Residuals affine in (x, u) have one constant
+    block for every stage (a traced function); others are derived stage by stage (`StageGaussNewton`)."""
     if not self._least_squares():
       raise ValueError(f"MPCFunction({self.name}): hessian='gauss_newton' needs costs given as LeastSquares")
     N, nx, nz = self.N, self.nx, self.nz
-    constant = self._constant_jacobians
-    nxm, extra = self.nx_model, self.nx - self.nx_model  # NOTE: the previous inputs of an input rate: no residual
-    rate = self._rate_hessian()
+    constant, rate = self._constant_jacobians, self._rate_hessian()
     stage_used, final_used = self._gauss_newton_coordinates(constant, rate)
-    blocks = [(stage_used, k * nz) for k in range(N)]
-    blocks += [(final_used, N * nz)] if self.terminal_cost is not None else []
-    # NOTE: where each block's values start: affine residuals have one stage block, computed once, for every stage
-    stage_values = [0] * N if constant is not None else [k * nz * nz for k in range(N)]
-    offsets = [*stage_values, stage_values[-1] + nz * nz]
+    blocks = [(stage_used, k * nz, 0) for k in range(N)]  # NOTE: (used, start, where the traced values hold it)
+    blocks += [(final_used, N * nz, nz * nz)] if self.terminal_cost is not None else []
     rows: list[int] = []
     cols: list[int] = []
     gather: list[int] = []
-    for (used, start), offset in zip(blocks, offsets, strict=False):
-      size = used.size
+    for used, start, offset in blocks:
       for j in map(int, np.flatnonzero(used)):
         for i in map(int, np.flatnonzero(used[: j + 1])):
           rows.append(start + i)
           cols.append(start + j)
-          gather.append(offset + i * size + j)
-    offset = offsets[-1] + (nx * nx if self.terminal_cost is not None else 0)  # the slacks' l2 after the blocks
-    for e in range(self.ns):
-      rows.append(N * nz + nx + e)
-      cols.append(N * nz + nx + e)
-      gather.append(offset + e)
+          gather.append(offset + i * used.size + j)
+    slacks = N * nz + nx + np.arange(self.ns)
+    offset = nz * nz + (nx * nx if self.terminal_cost is not None else 0)  # the slacks' l2 after the blocks
+    rows, cols, gather = rows + slacks.tolist(), cols + slacks.tolist(), gather + list(range(offset, offset + self.ns))
     pattern = sp.csc_array((np.ones(len(rows)), (rows, cols)), shape=(self.nw, self.nw))
     pattern.sort_indices()
-    order = np.lexsort((rows, cols))
+    args = self._args((self.nw, "w"), (self.n_params, "params"), (1, "sigma"), (self.ng, "lam"))
     stage_ls, final_ls = self.stage_cost, self.terminal_cost
-    assert isinstance(stage_ls, LeastSquares)
+    assert isinstance(stage_ls, LeastSquares) and (final_ls is None or isinstance(final_ls, LeastSquares))
+    if constant is None:
+      place = StagePlace(N=N, stride=nz, states=nx, nx=self.nx_model, nu=self.nu, np=self.np, p_offset=nx)
+      weights = {key: self._tuning_start + at for key, (at, _, _) in self.tuning_layout.items()}
+      takes_p = (self.takes_p["stage_cost"], self.takes_p.get("terminal_cost", False))
+      return StageGaussNewton(f"{self.name}_gauss_newton", args, pattern, stage_ls, final_ls, takes_p, place,
+                              (stage_used, final_used), rate, weights, slacks, self.scalar)  # fmt: skip
+    nxm, extra = self.nx_model, self.nx - self.nx_model  # NOTE: the previous inputs of an input rate: no residual
 
     def values(w: Tensor, params: Tensor, sigma: Tensor, lam: Tensor) -> Tensor:
-      X, U, xN, _, _, P = self.split(w, params)
-      # NOTE: W + Wᵀ, the Hessian of rᵀWr whatever W holds (the weights are run-time parameters), on their patterns
-      stage_weight, JN = self.tuning(params, "stage_weight") * Tensor(stage_ls.pattern.astype(np.float64)), None
-      W = stage_weight + stage_weight.T
-      if constant is not None:  # NOTE: affine residuals: the same Jacobians at every point, one block for all stages
-        Jc = np.insert(constant[0], [nxm] * extra, 0.0, axis=1)
-        J = Tensor(Jc)  # NOTE: captured in the trace's float type (anvil.codegen.trace.tracing_in)
-        JN = None if constant[1] is None else Tensor(np.hstack([constant[1], np.zeros((constant[1].shape[0], extra))]))
-        block = J.T @ (W @ J) + (Tensor(rate) if rate is not None else 0)
-        pieces = [block.flatten()]
-      else:
-        Xm, xNm = X[:, :nxm], xN[:nxm]
-        stage_args = (Xm, U, P[:N]) if self.takes_p["stage_cost"] else (Xm, U)
-        Jx = vmap(jacobian(stage_ls.residual, 0), size=N).fn(*stage_args)
-        Ju = vmap(jacobian(stage_ls.residual, 1), size=N).fn(*stage_args)
-        J = Jx.cat(Tensor.zeros(N, Jx.shape[1], extra), Ju, dim=2) if extra else Jx.cat(Ju, dim=2)
-        block = J.permute(0, 2, 1) @ (W @ J) + (Tensor(rate) if rate is not None else 0)
-        pieces = [block.flatten()]
-        if isinstance(final_ls, LeastSquares):
-          JN = jacobian(final_ls.residual, 0).fn(*((xNm, P[N]) if self.takes_p["terminal_cost"] else (xNm,)))
-          JN = JN.cat(Tensor.zeros(JN.shape[0], extra), dim=1) if extra else JN
+      # NOTE: W + Wᵀ, the Hessian of rᵀWr whatever W holds (the weights are run-time parameters), on their patterns;
+      # the Jacobians are the same at every point: one block for all stages
+      stage_weight = self.tuning(params, "stage_weight") * Tensor(stage_ls.pattern.astype(np.float64))
+      J = Tensor(np.insert(constant[0], [nxm] * extra, 0.0, axis=1))  # NOTE: in the trace's float type
+      pieces = [(J.T @ ((stage_weight + stage_weight.T) @ J) + (Tensor(rate) if rate is not None else 0)).flatten()]
       if isinstance(final_ls, LeastSquares):
-        assert JN is not None
+        assert constant[1] is not None
+        JN = Tensor(np.hstack([constant[1], np.zeros((constant[1].shape[0], extra))]))
         WN = self.tuning(params, "terminal_weight") * Tensor(final_ls.pattern.astype(np.float64))
         pieces.append((JN.T @ ((WN + WN.T) @ JN)).flatten())
       if self.ns:
         pieces.append(self.tuning(params, "l2") * 2)
       return pieces[0].cat(*pieces[1:]) * sigma[0]
 
-    args = self._args((self.nw, "w"), (self.n_params, "params"), (1, "sigma"), (self.ng, "lam"))
+    order = np.lexsort((rows, cols))
     return SparseNumericalFunction(f"{self.name}_gauss_newton", in_scalar(values, self.scalar), args, pattern,
                                    gather=np.asarray(gather)[order])  # fmt: skip
 

@@ -24,7 +24,7 @@ import ctypes
 import threading
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 import scipy.sparse as sp
@@ -41,6 +41,31 @@ from anvil.codegen.templated import TemplatedFunction
 from anvil.mpc.ode import OdeContext, OdeDerivatives
 
 KINDS = ("jacobian", "hessian")
+
+
+class SparseTerm(Protocol):
+  """A generated sparse function of a stage-wise Hessian's inputs whose entries it adds (a SparseNumericalFunction,
+  or anvil.mpc.cost_hessian's stage-wise cost Hessian): its name and CSC pattern."""
+
+  @property
+  def name(self) -> str:
+    """The C++ namespace."""
+
+  @property
+  def shape(self) -> tuple[int, int]:
+    """The matrix's shape."""
+
+  @property
+  def indices(self) -> NDArray[np.integer[Any]]:
+    """The stored entries' rows."""
+
+  @property
+  def indptr(self) -> NDArray[np.integer[Any]]:
+    """Where each column's entries start."""
+
+  @property
+  def nnz(self) -> int:
+    """Stored entries."""
 
 
 class NativelyCalled(Protocol):
@@ -110,7 +135,7 @@ class _StageWise(TemplatedFunction):
 
   template = "stagewise"
   kind: str
-  terms: tuple[SparseNumericalFunction, ...] = ()
+  terms: tuple[SparseTerm, ...] = ()
 
   def __init__(
     self, name: str, rest: NumericalFunction[..., Any], ode: OdeDerivatives, N: int, stride: int, p_offset: int,
@@ -140,7 +165,7 @@ class _StageWise(TemplatedFunction):
     ode = self.ode
     called = (ode.jacobian,) if self._calls_jacobian else ()
     second = (ode.hessian,) if self.kind == "hessian" and ode.hessian else ()
-    return (self.rest, *self.terms, ode.rate, *called, *second)
+    return (self.rest, *(cast(FunctionBase, t) for t in self.terms), ode.rate, *called, *second)
 
   @property
   def _calls_jacobian(self) -> bool:
@@ -173,7 +198,7 @@ class _StageWise(TemplatedFunction):
       name=self.name, kind=self.kind, inputs=tuple(a.size for a in self.inputs), size=self.size, rest=self.rest.name,
       rest_size=self.rest.outputs[0].size, nx=self.nx, nu=self.nu, np=self.np, N=self.N, stride=self.stride,
       p_offset=self.p_offset, lam_offset=self.lam_offset, states=self.states,
-      terms=tuple((t.name, t.outputs[0].size) for t in self.terms), tables=tuple(self.tables.items()),
+      terms=tuple((t.name, t.nnz) for t in self.terms), tables=tuple(self.tables.items()),
       real=cpp_real(self.scalar), ode=ode, keeps_steps=self.keeps_steps,
     )  # fmt: skip
 
@@ -206,8 +231,8 @@ class StageDerivative(_StageWise):
   without its dynamics) plus the dynamics' blocks from the integrator's run-time derivatives (module docstring).
 
   `terms` (a Hessian's only) are further sparse functions of the same inputs whose entries are added to the rest's,
-  e.g. the Gauss-Newton blocks of least-squares costs with affine residuals (their exact Hessian, without the colored
-  Hessian-vector products a derivative of the whole cost would evaluate).
+  e.g. the cost's Hessian stage by stage (anvil.mpc.cost_hessian), without the colored Hessian-vector products a
+  derivative of the whole cost would evaluate.
 
   Attributes (those of a SparseNumericalFunction the SQP solver reads): shape, indices, indptr, nnz, inputs,
   constant_entries (the rest's constant entries, NaN on the dynamics' blocks; None where the rest's are unknown, or
@@ -216,7 +241,7 @@ class StageDerivative(_StageWise):
 
   def __init__(
     self, name: str, kind: str, rest: SparseNumericalFunction, ode: OdeDerivatives, N: int, stride: int,
-    p_offset: int, lam_offset: int, states: int, *, terms: tuple[SparseNumericalFunction, ...] = (),
+    p_offset: int, lam_offset: int, states: int, *, terms: tuple[SparseTerm, ...] = (),
     keep_steps: bool = False,
   ) -> None:  # fmt: skip
     if kind not in KINDS or (kind == "hessian" and ode.hessian is None):
@@ -227,7 +252,8 @@ class StageDerivative(_StageWise):
     super().__init__(name, rest, ode, N, stride, p_offset, lam_offset, states, keep_steps=keep_steps)
     rows, cols = self._block_entries()
     union = sp.csc_array((np.ones(rows.size), (rows, cols)), shape=rest.shape)
-    for part in (rest, *terms):
+    parts: tuple[SparseTerm, ...] = (rest, *terms)
+    for part in parts:
       union = sp.csc_array(union + sp.csc_array((np.ones(part.nnz), part.indices, part.indptr), shape=rest.shape))
     union.sort_indices()
     self.shape: tuple[int, int] = rest.shape

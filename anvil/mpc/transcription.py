@@ -21,8 +21,8 @@ from tinygrad import Tensor
 from anvil.ad import constant_jacobian, sphessian, spjacobian, vmap
 from anvil.codegen import Arg, NumericalFunction, SparseNumericalFunction
 from anvil.codegen.precision import SCALARS, in_scalar
+from anvil.mpc.cost_hessian import Block, StageCostHessian, StagePlace
 from anvil.mpc.costs import LeastSquares
-from anvil.mpc.gauss_newton import StageGaussNewton, StagePlace
 from anvil.mpc.implicit import ImplicitIntegrator
 from anvil.mpc.integrators import ExplicitIntegrator
 from anvil.mpc.ode import OdeDerivatives
@@ -381,25 +381,24 @@ class Transcription:
       return constraints, jacobian, None
     # NOTE: least-squares costs with affine residuals have their Gauss-Newton blocks as exact Hessian: one small
     # product per stage, where the Hessian of the whole cost would be colored Hessian-vector products of it
-    cost_hessian = self.gauss_newton_hessian() if self._affine_least_squares() else None
-    assert cost_hessian is None or isinstance(cost_hessian, SparseNumericalFunction)  # NOTE: affine: one traced block
-    cost = self.cost
+    # NOTE: the cost's Hessian stage by stage, a term of its own: for least-squares costs with affine residuals their
+    # Gauss-Newton blocks (exact, one block for every stage), else the exact blocks of each stage's cost
+    cost_hessian = self.gauss_newton_hessian() if self._affine_least_squares() else self.stage_cost_hessian("exact")
 
     def lagrangian(w: Tensor, params: Tensor, sigma: Tensor, lam: Tensor) -> Tensor:
-      g = (self.constraint_values(w, params, dynamics=False) * lam).sum()
-      return g if cost_hessian is not None else sigma[0] * cost(w, params) + g
+      return (self.constraint_values(w, params, dynamics=False) * lam).sum()
 
     lag_args = (*args, *self._args((1, "sigma"), (self.ng, "lam")))
     rest_hessian = sphessian(self._function(f"{name}_lagrangian_without_dynamics", lagrangian, lag_args), 0,
                              name=f"{name}_rest_hessian")  # fmt: skip
-    terms = (cost_hessian,) if cost_hessian is not None else ()
-    hessian_fn = StageDerivative(f"{name}_lagrangian_hessian", "hessian", rest_hessian, ode, **place, terms=terms)
+    hessian_fn = StageDerivative(f"{name}_lagrangian_hessian", "hessian", rest_hessian, ode, **place,
+                                 terms=(cost_hessian,))  # fmt: skip
     return constraints, jacobian, hessian_fn
 
-  def gauss_newton_hessian(self) -> SparseNumericalFunction | StageGaussNewton:
+  def gauss_newton_hessian(self) -> SparseNumericalFunction | StageCostHessian:
     """Upper triangle of sigma·(blockdiag(J_kᵀ (W + Wᵀ) J_k, J_Nᵀ (W_N + W_Nᵀ) J_N) + diag(2 l2)): the Gauss-Newton
     Hessian (2 JᵀWJ for the symmetric weights of every real use). Residuals affine in (x, u) have one constant
-    block for every stage (a traced function); others are derived stage by stage (`StageGaussNewton`)."""
+    block for every stage (a traced function); others are derived stage by stage (`stage_cost_hessian`)."""
     if not self._least_squares():
       raise ValueError(f"MPCFunction({self.name}): hessian='gauss_newton' needs costs given as LeastSquares")
     N, nx, nz = self.N, self.nx, self.nz
@@ -425,11 +424,7 @@ class Transcription:
     stage_ls, final_ls = self.stage_cost, self.terminal_cost
     assert isinstance(stage_ls, LeastSquares) and (final_ls is None or isinstance(final_ls, LeastSquares))
     if constant is None:
-      place = StagePlace(N=N, stride=nz, states=nx, nx=self.nx_model, nu=self.nu, np=self.np, p_offset=nx)
-      weights = {key: self._tuning_start + at for key, (at, _, _) in self.tuning_layout.items()}
-      takes_p = (self.takes_p["stage_cost"], self.takes_p.get("terminal_cost", False))
-      return StageGaussNewton(f"{self.name}_gauss_newton", args, pattern, stage_ls, final_ls, takes_p, place,
-                              (stage_used, final_used), rate, weights, slacks, self.scalar)  # fmt: skip
+      return self.stage_cost_hessian("gauss_newton")
     nxm, extra = self.nx_model, self.nx - self.nx_model  # NOTE: the previous inputs of an input rate: no residual
 
     def values(w: Tensor, params: Tensor, sigma: Tensor, lam: Tensor) -> Tensor:
@@ -450,6 +445,24 @@ class Transcription:
     order = np.lexsort((rows, cols))
     return SparseNumericalFunction(f"{self.name}_gauss_newton", in_scalar(values, self.scalar), args, pattern,
                                    gather=np.asarray(gather)[order])  # fmt: skip
+
+  def stage_cost_hessian(self, kind: str) -> StageCostHessian:
+    """The cost's Hessian (the upper triangle of sigma times it) stage by stage (anvil.mpc.cost_hessian): for `kind`
+    "gauss_newton" the Gauss-Newton blocks of LeastSquares costs, for "exact" the exact Hessian of any cost."""
+    nx, nz, nxm = self.nx, self.nz, self.nx_model
+    place = StagePlace(N=self.N, stride=nz, states=nx, nx=nxm, nu=self.nu, np=self.np, p_offset=nx)
+    stage = Block.of(self.stage_cost, kind, f"{self.name}_stage_{kind}", self.takes_p["stage_cost"], nxm,
+                     nxm + self.nu, self.scalar)  # fmt: skip
+    final = None
+    if self.terminal_cost is not None:
+      takes_p = self.takes_p.get("terminal_cost", False)
+      final = Block.of(self.terminal_cost, kind, f"{self.name}_terminal_{kind}", takes_p, nxm, nxm, self.scalar)
+    weights = {key: self._tuning_start + at for key, (at, _, _) in self.tuning_layout.items()}
+    slacks = self.N * nz + nx + np.arange(self.ns)
+    args = self._args((self.nw, "w"), (self.n_params, "params"), (1, "sigma"), (self.ng, "lam"))
+    suffix = "gauss_newton" if kind == "gauss_newton" else "cost_hessian"
+    return StageCostHessian(f"{self.name}_{suffix}", args, stage, final, place, self._rate_hessian(), weights, slacks,
+                            self.scalar)  # fmt: skip
 
   def _gauss_newton_coordinates(
     self, constant: tuple[np.ndarray, np.ndarray | None] | None, rate: np.ndarray | None

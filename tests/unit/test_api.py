@@ -50,8 +50,8 @@ def test_every_public_object_has_a_docstring() -> None:
 
 
 SUBPACKAGES = {
-  "anvil.ad": {"SparsityError", "VmapError", "constant_jacobian", "gradient", "hessian", "jacobian", "jvp", "sphessian",
-               "spjacobian", "vjp", "vmap"},
+  "anvil.ad": {"SparsityError", "VmapError", "constant_jacobian", "gauss_newton", "gradient", "hessian", "jacobian",
+               "jvp", "sphessian", "spjacobian", "vjp", "vmap"},
   "anvil.qp": {"OCPQPSolution", "OSQPOptions", "QPBackend", "QPOptions", "QPProblem", "QPStatus", "RiccatiOptions",
                "RiccatiQP", "SparseIPMOptions", "StageLayout", "detect_stages"},
   "anvil.sqp": {"SQPFunction", "SQPOptions", "SQPResult", "SQPStatus", "Sensitivity"},

@@ -1,6 +1,6 @@
-"""Gauss-Newton Hessians: `anvil.ad.gauss_newton` (Jᵀ (W + Wᵀ) J of a residual, on the scalar expressions or on
-tinygrad's graph) and the MPC's stage-wise Gauss-Newton Hessian built from it (anvil.mpc.gauss_newton), both against
-numpy products of the residuals' Jacobians."""
+"""Cost Hessians: `anvil.ad.gauss_newton` (Jᵀ (W + Wᵀ) J of a residual, on the scalar expressions or on tinygrad's
+graph), and the MPC's cost Hessian stage by stage (anvil.mpc.cost_hessian): its Gauss-Newton blocks against numpy
+products of the residuals' Jacobians, its exact blocks against the Hessian of the whole cost."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 
 import anvil as av
 from anvil import Arg, NumericalFunction, Tensor
-from anvil.ad import gauss_newton, jacobian
+from anvil.ad import gauss_newton, jacobian, sphessian
 from anvil.mpc import LeastSquares, MPCFunction, MPCOptions, Soft, rk4
-from anvil.mpc.gauss_newton import StageGaussNewton
+from anvil.mpc.cost_hessian import StageCostHessian
 from tests.conftest import available_compilers
 
 NX, NU, NP, N = 3, 2, 2, 5
@@ -80,17 +80,23 @@ def _terminal(x: Tensor, p: Tensor) -> Tensor:
   return (x[0:2] * p[1]).cat(x[2:3].sin() * x[0:1])
 
 
-def _mpc() -> MPCFunction:
-  """An OCP with every part the Hessian holds: nonlinear stage and terminal residuals reading p, a full stage weight,
-  an input rate (previous inputs as extra states, a constant block), soft state bounds (slacks' 2 l2)."""
+def _mpc(hessian: str = "gauss_newton", least_squares: bool = True) -> MPCFunction:
+  """An OCP with every part the Hessian holds: nonlinear stage and terminal costs reading p (least squares with a
+  full stage weight, or a plain stage cost), an input rate (previous inputs as extra states, a constant block), soft
+  state bounds (slacks' 2 l2)."""
   F = rk4("test_gn_mpc_F", _ode, 0.1, nx=NX, nu=NU, np=NP)
   stage = NumericalFunction("test_gn_mpc_r", _stage, (Arg(NX), Arg(NU), Arg(NP)))
   terminal = NumericalFunction("test_gn_mpc_rN", _terminal, (Arg(NX), Arg(NP)))
   A = np.random.default_rng(5).normal(size=(NX + NU + 1, NX + NU + 1))
+  cost = LeastSquares(stage, A @ A.T)
+  if not least_squares:
+    cost = NumericalFunction("test_gn_mpc_l", lambda x, u, p: (_stage(x, u, p) ** 2).sum() * x[1].cosh(),
+                             (Arg(NX), Arg(NU), Arg(NP)))  # fmt: skip
+  name = f"test_gn_mpc_{hessian}_{int(least_squares)}"
   return MPCFunction(
-    "test_gn_mpc", F, LeastSquares(stage, A @ A.T), LeastSquares(terminal, np.array([1.0, 2.0, 3.0])), horizon=N,
+    name, F, cost, LeastSquares(terminal, np.array([1.0, 2.0, 3.0])), horizon=N,
     x_bounds=(np.full(NX, -3.0), np.full(NX, 3.0)), soft={"x": Soft(l1=1.0, l2=10.0)},
-    u_rate_weight=np.array([0.5, 2.0]), options=MPCOptions(hessian="gauss_newton"),
+    u_rate_weight=np.array([0.5, 2.0]), options=MPCOptions(hessian=hessian),
   )  # fmt: skip
 
 
@@ -101,7 +107,7 @@ def test_stage_wise_gauss_newton_equals_the_blocks_of_the_residuals() -> None:
   nr = stage.outputs[0].size
   rng = np.random.default_rng(5)
   ocp, H = mpc.ocp, mpc.sqp.hessian
-  assert isinstance(H, StageGaussNewton) and ocp.nx == NX + NU  # the previous inputs are states
+  assert isinstance(H, StageCostHessian) and ocp.nx == NX + NU  # the previous inputs are states
   w, params = rng.normal(size=ocp.nw), rng.normal(size=ocp.n_params)
   sigma, lam = np.array([0.7]), rng.normal(size=ocp.ng)
   got = H(w, params, sigma, lam).toarray()
@@ -176,3 +182,22 @@ int main() {{
   run = subprocess.run([str(tmp_path / "gn")], capture_output=True, text=True)
   assert run.returncode == 0, run.stderr[:2000]
   np.testing.assert_array_equal([float.fromhex(v) for v in run.stdout.split()], want)
+
+
+@pytest.mark.parametrize("least_squares", [True, False], ids=["least_squares", "plain_cost"])
+def test_exact_stage_wise_cost_hessian_equals_the_hessian_of_the_whole_cost(least_squares: bool) -> None:
+  """The exact Hessian of a nonlinear cost, stage by stage, against sphessian of sigma times the NLP's whole cost."""
+  mpc = _mpc("exact", least_squares)
+  ocp = mpc.ocp
+  (H,) = mpc.sqp.hessian.terms  # the stage-wise Lagrangian Hessian adds it to the constraints' curvature
+  assert isinstance(H, StageCostHessian)
+  args = (Arg(ocp.nw), Arg(ocp.n_params), Arg(1), Arg(ocp.ng))
+  whole = NumericalFunction(f"test_gn_whole_{int(least_squares)}", lambda w, p, s, lam: s[0] * ocp.cost(w, p), args)
+  reference = sphessian(whole, 0)
+  rng = np.random.default_rng(2)
+  for _ in range(2):
+    w, params = rng.normal(size=ocp.nw), rng.normal(size=ocp.n_params)
+    point = (w, params, np.array([0.7]), rng.normal(size=ocp.ng))
+    got, want = H(*point).toarray(), reference(*point).toarray()
+    assert np.count_nonzero(np.triu(want, 1)) > 10
+    np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-11 * np.abs(want).max())

@@ -1,0 +1,264 @@
+"""The Hessian of a multiple-shooting NLP's cost, stage by stage: Gauss-Newton blocks of least-squares costs, or the
+exact Hessian of any cost.
+
+Traced over the horizon, the blocks of N stages are a vmap of the stage cost's derivatives: batched tinygrad kernels
+that recompute the cost's whole computation (a robot's kinematics and SE(3) logarithm) per seed or per color (the panda
+reaching MPC of benchmarks/bench_robot_mpc.py spent half of each Gauss-Newton SQP iteration in them). Here one function
+of one stage's [x; u] (and p, and the run-time weight W of a least-squares cost) gives the stage's block, derived on its
+scalar expressions (straight-line code): `anvil.ad.gauss_newton` of the residual (Jᵀ (W + Wᵀ) J, dense), or the sparse
+Hessian of the cost (rᵀ W r for a LeastSquares). A C++ loop calls it stage after stage and scatters each block into the
+NLP's pattern with the input rate's constant block; then the terminal cost's block and the slacks' 2 l2, all times
+sigma. Its C++ interface is a SparseNumericalFunction's of (w, params, sigma, lam): the SQP solver calls it as its
+Hessian (Gauss-Newton), or a stage-wise Lagrangian Hessian adds it to the constraints' curvature (exact).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from numpy.typing import NDArray
+from tinygrad import Tensor
+
+from anvil.ad import gauss_newton, sphessian
+from anvil.codegen import Arg, NumericalFunction
+from anvil.codegen.base import FunctionBase, render_template
+from anvil.codegen.precision import SCALARS, cpp_real, in_precision
+from anvil.codegen.sparse import entry_positions, stored_coordinates
+from anvil.codegen.templated import TemplatedFunction, module_library
+from anvil.mpc.costs import LeastSquares
+from anvil.mpc.stagewise import native_call
+
+KINDS = ("gauss_newton", "exact")
+
+
+@dataclass(frozen=True)
+class StagePlace:
+  """Where a stage's values sit in the NLP: N stages of `stride` entries of w, each its states (`states`, the model's
+  `nx` first) then its `nu` inputs; p_k at `p_offset` + k np in the parameter; x_N after the stages."""
+
+  N: int
+  stride: int
+  states: int
+  nx: int
+  nu: int
+  np: int
+  p_offset: int
+
+
+@dataclass(frozen=True)
+class Block:
+  """One stage's (or the terminal) block: `fn` of (z[, p][, W]) (z: the stage's [x; u], or x_N) whose output value e
+  is the block's entry (rows[e], cols[e]) in z's coordinates (only those with rows <= cols are read)."""
+
+  fn: FunctionBase
+  rows: tuple[int, ...]
+  cols: tuple[int, ...]
+  takes_p: bool
+  takes_weight: bool
+
+  @staticmethod
+  def of(cost: Any, kind: str, name: str, takes_p: bool, nx: int, size: int, scalar: str) -> Block:
+    """The block of `cost` (a LeastSquares, or for `kind` "exact" a NumericalFunction) on z = [x; u] of `size`
+    entries (x_N alone: `size` = nx), in `scalar`."""
+    weighted = isinstance(cost, LeastSquares)
+    fn = in_precision(cost.residual if weighted else cost, scalar)
+    dtype = SCALARS[scalar]
+    p_args = tuple(Arg(a.size, dtype=dtype, name="p") for a in fn.inputs[-1:] if takes_p)
+    on_z: Callable[..., Tensor] = (lambda z, *p: fn.fn(z[:nx], z[nx:], *p)) if size > nx else fn.fn
+    z_arg = Arg(size, dtype=dtype, name="z")
+    if kind == "gauss_newton":
+      stacked = NumericalFunction(f"{name}_residual", on_z, (z_arg, *p_args))
+      block = gauss_newton(stacked, 0, weight_pattern=cost.pattern, name=f"{name}_gauss_newton", scalar=True)
+      rows, cols = np.divmod(np.arange(size * size), size)
+      return Block(block, tuple(rows.tolist()), tuple(cols.tolist()), takes_p, True)
+    if weighted:
+      nr, mask = fn.outputs[0].size, Tensor(cost.pattern.astype(np.float64))
+      value = lambda z, *rest: (lambda r: (r * ((rest[-1] * mask).cast(r.dtype) @ r)).sum())(on_z(z, *rest[:-1]))
+      args = (z_arg, *p_args, Arg((nr, nr), dtype=dtype, name="W"))
+    else:
+      value, args = (lambda z, *p: on_z(z, *p).reshape(())), (z_arg, *p_args)
+    hessian = sphessian(NumericalFunction(f"{name}_cost", value, args), 0, name=f"{name}_hessian", scalar=True)
+    rows, cols = stored_coordinates(hessian)
+    return Block(hessian, tuple(int(r) for r in rows), tuple(int(c) for c in cols), takes_p, weighted)
+
+  @property
+  def size(self) -> int:
+    """The function's output values."""
+    return len(self.rows)
+
+
+@dataclass(frozen=True)
+class _Context:
+  """What the templates need."""
+
+  name: str
+  real: str
+  inputs: tuple[int, ...]
+  nnz: int
+  N: int
+  stride: int
+  states: int
+  nx_model: int
+  nu: int
+  nz_model: int
+  np: int
+  p_offset: int
+  stage: str
+  stage_size: int
+  stage_args: tuple[str, ...]
+  final: str
+  final_size: int
+  final_args: tuple[str, ...]
+  l2: int
+  stage_step: int
+  stage_to_out: tuple[int, ...]
+  stage_from: tuple[int, ...]
+  rate: tuple[float, ...]
+  final_to_out: tuple[int, ...]
+  final_from: tuple[int, ...]
+  slack_to_out: tuple[int, ...]
+
+
+class StageCostHessian(TemplatedFunction):
+  """The upper triangle of sigma (blockdiag(B_k + R, B_N) + diag(2 l2)) (module docstring): B_k stage k's block of
+  `stage`, R the input rate's constant block `rate` (nz x nz in a stage's coordinates, or None), B_N the terminal
+  block of `final`, the weights W, W_N and the penalties l2 read from the NLP parameter at `weights` ("stage_weight",
+  "terminal_weight", "l2": offsets).
+
+  Args:
+    name: the function's name.
+    inputs: the Args of (w, params, sigma, lam).
+    stage, final: the stage's and the terminal blocks (final None: none).
+    place: where the stages sit.
+    rate: R, or None.
+    weights: offsets in the NLP parameter.
+    slacks: the slacks' columns (each stores 2 l2).
+    scalar: "float64" or "float32".
+
+  Attributes (those of a SparseNumericalFunction the SQP solver reads): shape, indices, indptr, nnz, inputs,
+  constant_entries (None).
+  """
+
+  template = "cost_hessian"
+  constant_entries = None
+
+  def __init__(
+    self, name: str, inputs: tuple[Arg, ...], stage: Block, final: Block | None, place: StagePlace,
+    rate: NDArray[np.float64] | None, weights: dict[str, int], slacks: NDArray[np.int64], scalar: str,
+  ) -> None:  # fmt: skip
+    self.name, self.inputs, self.place, self.scalar = name, inputs, place, scalar
+    self.stage_block, self.final_block, self.weights = stage, final, weights
+    nw = inputs[0].size
+    stage_pairs, final_pairs = self._stage_pairs(rate), self._final_pairs()
+    start = place.N * place.stride
+    rows = [i + k * place.stride for k in range(place.N) for i, _ in stage_pairs] + [start + i for i, _ in final_pairs]
+    cols = [j + k * place.stride for k in range(place.N) for _, j in stage_pairs] + [start + j for _, j in final_pairs]
+    rows, cols = rows + slacks.tolist(), cols + slacks.tolist()
+    pattern = sp.csc_array((np.ones(len(rows)), (rows, cols)), shape=(nw, nw))
+    pattern.sort_indices()
+    self.shape: tuple[int, int] = (nw, nw)
+    self.indices, self.indptr = pattern.indices.astype(np.int64), pattern.indptr.astype(np.int64)
+    self._tables = self._scatter(pattern, stage_pairs, final_pairs, rate, slacks, start)
+    self._lock = threading.Lock()
+
+  def _model(self, i: int) -> int:
+    """A stage's coordinate i in z = [x; u] (the model's states, then the inputs), -1 for a previous input."""
+    place = self.place
+    return i if i < place.nx else i - (place.states - place.nx) if i >= place.states else -1
+
+  def _stage_pairs(self, rate: NDArray[np.float64] | None) -> list[tuple[int, int]]:
+    """The upper entries (i, j) of a stage's block in its w coordinates: the block's and the rate's, column-major."""
+    place, block = self.place, self.stage_block
+    stage = lambda i: i if i < place.nx else i + place.states - place.nx
+    found = {(stage(i), stage(j)) for i, j in zip(block.rows, block.cols, strict=True) if i <= j}
+    if rate is not None:
+      found |= {(int(i), int(j)) for i, j in zip(*np.nonzero(np.triu(rate)), strict=True)}
+    return sorted(found, key=lambda e: (e[1], e[0]))
+
+  def _final_pairs(self) -> list[tuple[int, int]]:
+    """The upper entries of the terminal block, column-major (none without one)."""
+    block = self.final_block
+    found = set() if block is None else {(i, j) for i, j in zip(block.rows, block.cols, strict=True) if i <= j}
+    return sorted(found, key=lambda e: (e[1], e[0]))
+
+  def _scatter(
+    self, pattern: sp.csc_array, stage_pairs: list[tuple[int, int]], final_pairs: list[tuple[int, int]],
+    rate: NDArray[np.float64] | None, slacks: NDArray[np.int64], start: int,
+  ) -> dict[str, Any]:  # fmt: skip
+    """Where each block entry goes in the output and which value of its block's function it reads (the tables)."""
+    place = self.place
+    positions = lambda pairs, at: entry_positions(pattern, [at + i for i, _ in pairs], [at + j for _, j in pairs])
+    stage_to_out = np.stack([positions(stage_pairs, k * place.stride) for k in range(place.N)])
+    steps = np.diff(stage_to_out, axis=0)
+    if steps.size and not np.all(steps == steps[0, 0]):
+      raise ValueError(f"{self.name}: the stages' blocks must sit at a fixed stride in the pattern")
+    stage_values = _values(self.stage_block)
+    final_values = {} if self.final_block is None else _values(self.final_block)
+    stage_from = lambda i, j: stage_values.get((self._model(i), self._model(j)), -1)
+    return {
+      "stage_step": int(steps[0, 0]) if steps.size else 0,
+      "stage_to_out": tuple(int(v) for v in stage_to_out[0]),
+      "stage_from": tuple(stage_from(i, j) for i, j in stage_pairs),
+      "rate": tuple(float(rate[i, j]) if rate is not None else 0.0 for i, j in stage_pairs),
+      "final_to_out": tuple(int(v) for v in positions(final_pairs, start)),
+      "final_from": tuple(final_values.get((i, j), -1) for i, j in final_pairs),
+      "slack_to_out": tuple(int(v) for v in entry_positions(pattern, slacks, slacks)),
+    }
+
+  @property
+  def nnz(self) -> int:
+    """Stored entries."""
+    return int(self.indptr[-1])
+
+  def dependencies(self) -> tuple[FunctionBase, ...]:
+    """The blocks' functions this one calls."""
+    return (self.stage_block.fn, *(() if self.final_block is None else (self.final_block.fn,)))
+
+  @cached_property
+  def context(self) -> _Context:
+    """Names, sizes, where the stages and weights sit, and the scatter tables."""
+    place, stage, final = self.place, self.stage_block, self.final_block
+    at = lambda key: self.weights.get(key, 0)
+    return _Context(
+      name=self.name, real=cpp_real(self.scalar), inputs=tuple(a.size for a in self.inputs), nnz=self.nnz, N=place.N,
+      stride=place.stride, states=place.states, nx_model=place.nx, nu=place.nu, nz_model=place.nx + place.nu,
+      np=place.np, p_offset=place.p_offset, stage=stage.fn.name, stage_size=stage.size,
+      stage_args=tuple(_arguments(stage, f"{place.p_offset} + k * {place.np}", at("stage_weight"))),
+      final="" if final is None else final.fn.name, final_size=0 if final is None else final.size,
+      final_args=() if final is None else tuple(_arguments(final, f"{place.p_offset} + {place.N * place.np}",
+                                                           at("terminal_weight"))),
+      l2=at("l2"), **self._tables,
+    )  # fmt: skip
+
+  @cached_property
+  def library(self) -> str:
+    """Path of the compiled JIT library, with the stage-wise functions' entry points (inputs, then the output)."""
+    folder = Path(__file__).parent / "templates"
+    entry_points = lambda module: render_template("stagewise_jit.cpp.j2", folder=folder, c=self.context, module=module)
+    return module_library(self, entry_points)
+
+  def __call__(self, *args: Any) -> sp.csc_array:
+    """Evaluate in this process at numpy inputs shaped as `inputs` (a csc_array); thread-safe."""
+    values = native_call(self, args, self.nnz, self.scalar, self._lock)
+    return sp.csc_array((values, self.indices, self.indptr), shape=self.shape)
+
+
+def _values(block: Block) -> dict[tuple[int, int], int]:
+  """{(i, j) in z's coordinates: the block function's output value holding it}, upper entries."""
+  found: dict[tuple[int, int], int] = {}
+  for e, (r, c) in enumerate(zip(block.rows, block.cols, strict=True)):
+    if r <= c:
+      found.setdefault((r, c), e)
+  return found
+
+
+def _arguments(block: Block, p_at: str, weight_at: int) -> list[str]:
+  """The C++ offsets into the NLP parameter of the block function's inputs after z: p, then W."""
+  return [*([p_at] if block.takes_p else []), *([str(weight_at)] if block.takes_weight else [])]

@@ -26,14 +26,16 @@ import scipy.sparse as sp
 from numpy.typing import NDArray
 from tinygrad import Tensor
 
-from anvil.ad import gauss_newton, sphessian
+from anvil.ad import SparsityError, gauss_newton, sphessian
+from anvil.ad.sparsity import jacobian_sparsity
+from anvil.ad.transforms import placeholders
 from anvil.codegen import Arg, NumericalFunction
 from anvil.codegen.base import FunctionBase, render_template
 from anvil.codegen.precision import SCALARS, cpp_real, in_precision
 from anvil.codegen.sparse import entry_positions, stored_coordinates
 from anvil.codegen.templated import TemplatedFunction, module_library
 from anvil.mpc.costs import LeastSquares
-from anvil.mpc.stagewise import native_call
+from anvil.mpc.native import native_call
 
 KINDS = ("gauss_newton", "exact")
 
@@ -54,12 +56,13 @@ class StagePlace:
 
 @dataclass(frozen=True)
 class Block:
-  """One stage's (or the terminal) block: `fn` of (z[, p][, W]) (z: the stage's [x; u], or x_N) whose output value e
-  is the block's entry (rows[e], cols[e]) in z's coordinates (only those with rows <= cols are read)."""
+  """One stage's (or the terminal) block: `fn` of (z[, p][, W]) (z: the stage's [x; u], or x_N) with `size` output
+  values; `entries` {(i, j): e}: the upper entries (i <= j, in z's coordinates) that are not structurally zero, each
+  with the output value e holding it."""
 
   fn: FunctionBase
-  rows: tuple[int, ...]
-  cols: tuple[int, ...]
+  size: int
+  entries: dict[tuple[int, int], int]
   takes_p: bool
   takes_weight: bool
 
@@ -76,8 +79,9 @@ class Block:
     if kind == "gauss_newton":
       stacked = NumericalFunction(f"{name}_residual", on_z, (z_arg, *p_args))
       block = gauss_newton(stacked, 0, weight_pattern=cost.pattern, name=f"{name}_gauss_newton", scalar=True)
-      rows, cols = np.divmod(np.arange(size * size), size)
-      return Block(block, tuple(rows.tolist()), tuple(cols.tolist()), takes_p, True)
+      used = _gauss_newton_pattern(stacked, cost.pattern)
+      entries = {(i, j): i * size + j for i in range(size) for j in range(i, size) if used[i, j]}
+      return Block(block, size * size, entries, takes_p, True)
     if weighted:
       nr, mask = fn.outputs[0].size, Tensor(cost.pattern.astype(np.float64))
       value = lambda z, *rest: (lambda r: (r * ((rest[-1] * mask).cast(r.dtype) @ r)).sum())(on_z(z, *rest[:-1]))
@@ -86,12 +90,19 @@ class Block:
       value, args = (lambda z, *p: on_z(z, *p).reshape(())), (z_arg, *p_args)
     hessian = sphessian(NumericalFunction(f"{name}_cost", value, args), 0, name=f"{name}_hessian", scalar=True)
     rows, cols = stored_coordinates(hessian)
-    return Block(hessian, tuple(int(r) for r in rows), tuple(int(c) for c in cols), takes_p, weighted)
+    entries = {(int(i), int(j)): e for e, (i, j) in enumerate(zip(rows, cols, strict=True))}
+    return Block(hessian, hessian.nnz, entries, takes_p, weighted)
 
-  @property
-  def size(self) -> int:
-    """The function's output values."""
-    return len(self.rows)
+
+def _gauss_newton_pattern(residual: NumericalFunction[..., Any], weight: NDArray[np.bool_]) -> NDArray[np.bool_]:
+  """Where Jᵀ (W + Wᵀ) J can be nonzero: J's structural pattern (every entry where it cannot be told) through W's."""
+  probe = placeholders(residual.inputs)
+  try:
+    J = jacobian_sparsity([residual.fn(*probe).uop], [p.uop for p in probe], 0).toarray()
+  except SparsityError:
+    J = np.ones((residual.outputs[0].size, residual.inputs[0].size), bool)
+  S = (weight | weight.T).astype(np.int64)
+  return (J.T.astype(np.int64) @ S @ J.astype(np.int64)) > 0
 
 
 @dataclass(frozen=True)
@@ -177,7 +188,7 @@ class StageCostHessian(TemplatedFunction):
     """The upper entries (i, j) of a stage's block in its w coordinates: the block's and the rate's, column-major."""
     place, block = self.place, self.stage_block
     stage = lambda i: i if i < place.nx else i + place.states - place.nx
-    found = {(stage(i), stage(j)) for i, j in zip(block.rows, block.cols, strict=True) if i <= j}
+    found = {(stage(i), stage(j)) for i, j in block.entries}
     if rate is not None:
       found |= {(int(i), int(j)) for i, j in zip(*np.nonzero(np.triu(rate)), strict=True)}
     return sorted(found, key=lambda e: (e[1], e[0]))
@@ -185,7 +196,7 @@ class StageCostHessian(TemplatedFunction):
   def _final_pairs(self) -> list[tuple[int, int]]:
     """The upper entries of the terminal block, column-major (none without one)."""
     block = self.final_block
-    found = set() if block is None else {(i, j) for i, j in zip(block.rows, block.cols, strict=True) if i <= j}
+    found = set() if block is None else set(block.entries)
     return sorted(found, key=lambda e: (e[1], e[0]))
 
   def _scatter(
@@ -199,8 +210,8 @@ class StageCostHessian(TemplatedFunction):
     steps = np.diff(stage_to_out, axis=0)
     if steps.size and not np.all(steps == steps[0, 0]):
       raise ValueError(f"{self.name}: the stages' blocks must sit at a fixed stride in the pattern")
-    stage_values = _values(self.stage_block)
-    final_values = {} if self.final_block is None else _values(self.final_block)
+    stage_values = self.stage_block.entries
+    final_values = {} if self.final_block is None else self.final_block.entries
     stage_from = lambda i, j: stage_values.get((self._model(i), self._model(j)), -1)
     return {
       "stage_step": int(steps[0, 0]) if steps.size else 0,
@@ -248,15 +259,6 @@ class StageCostHessian(TemplatedFunction):
     """Evaluate in this process at numpy inputs shaped as `inputs` (a csc_array); thread-safe."""
     values = native_call(self, args, self.nnz, self.scalar, self._lock)
     return sp.csc_array((values, self.indices, self.indptr), shape=self.shape)
-
-
-def _values(block: Block) -> dict[tuple[int, int], int]:
-  """{(i, j) in z's coordinates: the block function's output value holding it}, upper entries."""
-  found: dict[tuple[int, int], int] = {}
-  for e, (r, c) in enumerate(zip(block.rows, block.cols, strict=True)):
-    if r <= c:
-      found.setdefault((r, c), e)
-  return found
 
 
 def _arguments(block: Block, p_at: str, weight_at: int) -> list[str]:

@@ -20,82 +20,27 @@ any function, and both are callable from Python (a `scipy.sparse.csc_array`, a n
 
 from __future__ import annotations
 
-import ctypes
 import threading
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Protocol, cast
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 from tinygrad import dtypes
 
-from anvil.codegen import Arg, NumericalFunction, SparseNumericalFunction
+from anvil.codegen import NumericalFunction, SparseNumericalFunction
 from anvil.codegen.base import FunctionBase
-from anvil.codegen.native import NativeHandle
 from anvil.codegen.precision import cpp_real
 from anvil.codegen.runtime import runtime_include
 from anvil.codegen.sparse import entry_positions, stored_coordinates
 from anvil.codegen.templated import TemplatedFunction
+from anvil.mpc.cost_hessian import StageCostHessian
+from anvil.mpc.native import native_call
 from anvil.mpc.ode import OdeContext, OdeDerivatives
 
 KINDS = ("jacobian", "hessian")
-
-
-class SparseTerm(Protocol):
-  """A generated sparse function of a stage-wise Hessian's inputs whose entries it adds (a SparseNumericalFunction,
-  or anvil.mpc.cost_hessian's stage-wise cost Hessian): its name and CSC pattern."""
-
-  @property
-  def name(self) -> str:
-    """The C++ namespace."""
-
-  @property
-  def shape(self) -> tuple[int, int]:
-    """The matrix's shape."""
-
-  @property
-  def indices(self) -> NDArray[np.integer[Any]]:
-    """The stored entries' rows."""
-
-  @property
-  def indptr(self) -> NDArray[np.integer[Any]]:
-    """Where each column's entries start."""
-
-  @property
-  def nnz(self) -> int:
-    """Stored entries."""
-
-
-class NativelyCalled(Protocol):
-  """A generated function with a JIT `call` entry point taking pointers to its inputs, then to its output."""
-
-  name: str
-  inputs: tuple[Arg, ...]
-
-  @property
-  def handle(self) -> NativeHandle:
-    """Its workspace in its loaded library."""
-
-
-def native_call(fn: NativelyCalled, args: tuple[Any, ...], size: int, scalar: str, lock: threading.Lock
-                ) -> NDArray[np.float64]:  # fmt: skip
-  """The output (`size` values) of `fn` (a function of `fn.inputs`, through its JIT library's `call` entry point:
-  pointers to the inputs then the output) at numpy inputs, on one workspace under `lock`."""
-  if len(args) != len(fn.inputs):
-    raise TypeError(f"{fn.name}: expected {len(fn.inputs)} inputs, got {len(args)}")
-  arrays = []
-  for i, (a, spec) in enumerate(zip(args, fn.inputs, strict=True)):
-    array = np.ascontiguousarray(a, dtype=scalar)
-    if array.shape != tuple(spec.shape):
-      raise ValueError(f"{fn.name}: input {i} must have shape {tuple(spec.shape)}, got {array.shape}")
-    arrays.append(array)
-  out = np.zeros(size, scalar)
-  pointers = (ctypes.c_void_p * (len(arrays) + 1))(*(a.ctypes.data for a in (*arrays, out)))
-  with lock:
-    fn.handle.entry("call", None, ctypes.c_void_p, ctypes.c_void_p)(pointers, fn.handle.pointer)
-  return out
 
 
 @dataclass(frozen=True)
@@ -116,7 +61,7 @@ class _Context:
   p_offset: int
   lam_offset: int
   states: int
-  terms: tuple[tuple[str, int], ...]
+  terms: tuple[str, ...]
   tables: tuple[tuple[str, tuple[int, ...]], ...]
   real: str
   ode: OdeContext
@@ -135,7 +80,7 @@ class _StageWise(TemplatedFunction):
 
   template = "stagewise"
   kind: str
-  terms: tuple[SparseTerm, ...] = ()
+  terms: tuple[StageCostHessian, ...] = ()
 
   def __init__(
     self, name: str, rest: NumericalFunction[..., Any], ode: OdeDerivatives, N: int, stride: int, p_offset: int,
@@ -165,7 +110,7 @@ class _StageWise(TemplatedFunction):
     ode = self.ode
     called = (ode.jacobian,) if self._calls_jacobian else ()
     second = (ode.hessian,) if self.kind == "hessian" and ode.hessian else ()
-    return (self.rest, *(cast(FunctionBase, t) for t in self.terms), ode.rate, *called, *second)
+    return (self.rest, *self.terms, ode.rate, *called, *second)
 
   @property
   def _calls_jacobian(self) -> bool:
@@ -198,7 +143,7 @@ class _StageWise(TemplatedFunction):
       name=self.name, kind=self.kind, inputs=tuple(a.size for a in self.inputs), size=self.size, rest=self.rest.name,
       rest_size=self.rest.outputs[0].size, nx=self.nx, nu=self.nu, np=self.np, N=self.N, stride=self.stride,
       p_offset=self.p_offset, lam_offset=self.lam_offset, states=self.states,
-      terms=tuple((t.name, t.nnz) for t in self.terms), tables=tuple(self.tables.items()),
+      terms=tuple(t.name for t in self.terms), tables=tuple(self.tables.items()),
       real=cpp_real(self.scalar), ode=ode, keeps_steps=self.keeps_steps,
     )  # fmt: skip
 
@@ -236,12 +181,12 @@ class StageDerivative(_StageWise):
 
   Attributes (those of a SparseNumericalFunction the SQP solver reads): shape, indices, indptr, nnz, inputs,
   constant_entries (the rest's constant entries, NaN on the dynamics' blocks; None where the rest's are unknown, or
-  with `terms`).
+  with `terms`). The terms add their values into the output themselves (`add_to`: no buffer of their own).
   """
 
   def __init__(
     self, name: str, kind: str, rest: SparseNumericalFunction, ode: OdeDerivatives, N: int, stride: int,
-    p_offset: int, lam_offset: int, states: int, *, terms: tuple[SparseTerm, ...] = (),
+    p_offset: int, lam_offset: int, states: int, *, terms: tuple[StageCostHessian, ...] = (),
     keep_steps: bool = False,
   ) -> None:  # fmt: skip
     if kind not in KINDS or (kind == "hessian" and ode.hessian is None):
@@ -252,9 +197,8 @@ class StageDerivative(_StageWise):
     super().__init__(name, rest, ode, N, stride, p_offset, lam_offset, states, keep_steps=keep_steps)
     rows, cols = self._block_entries()
     union = sp.csc_array((np.ones(rows.size), (rows, cols)), shape=rest.shape)
-    parts: tuple[SparseTerm, ...] = (rest, *terms)
-    for part in parts:
-      union = sp.csc_array(union + sp.csc_array((np.ones(part.nnz), part.indices, part.indptr), shape=rest.shape))
+    for indices, indptr in [(rest.indices, rest.indptr), *((t.indices, t.indptr) for t in terms)]:
+      union = sp.csc_array(union + sp.csc_array((np.ones(indices.size), indices, indptr), shape=rest.shape))
     union.sort_indices()
     self.shape: tuple[int, int] = rest.shape
     self.indices, self.indptr = union.indices.astype(np.int64), union.indptr.astype(np.int64)

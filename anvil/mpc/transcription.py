@@ -382,8 +382,8 @@ class Transcription:
     # NOTE: least-squares costs with affine residuals have their Gauss-Newton blocks as exact Hessian: one small
     # product per stage, where the Hessian of the whole cost would be colored Hessian-vector products of it
     # NOTE: the cost's Hessian stage by stage, a term of its own: for least-squares costs with affine residuals their
-    # Gauss-Newton blocks (exact, one block for every stage), else the exact blocks of each stage's cost
-    cost_hessian = self.gauss_newton_hessian() if self._affine_least_squares() else self.stage_cost_hessian("exact")
+    # Gauss-Newton blocks (exact: the products of constant Jacobians), else the exact blocks of each stage's cost
+    cost_hessian = self.stage_cost_hessian("gauss_newton" if self._affine_least_squares() else "exact")
 
     def lagrangian(w: Tensor, params: Tensor, sigma: Tensor, lam: Tensor) -> Tensor:
       return (self.constraint_values(w, params, dynamics=False) * lam).sum()

@@ -79,7 +79,7 @@ class Block:
     if kind == "gauss_newton":
       stacked = NumericalFunction(f"{name}_residual", on_z, (z_arg, *p_args))
       block = gauss_newton(stacked, 0, weight_pattern=cost.pattern, name=f"{name}_gauss_newton", scalar=True)
-      used = _gauss_newton_pattern(stacked, cost.pattern)
+      used = _gauss_newton_pattern(stacked)
       entries = {(i, j): i * size + j for i in range(size) for j in range(i, size) if used[i, j]}
       return Block(block, size * size, entries, takes_p, True)
     if weighted:
@@ -94,15 +94,18 @@ class Block:
     return Block(hessian, hessian.nnz, entries, takes_p, weighted)
 
 
-def _gauss_newton_pattern(residual: NumericalFunction[..., Any], weight: NDArray[np.bool_]) -> NDArray[np.bool_]:
-  """Where Jᵀ (W + Wᵀ) J can be nonzero: J's structural pattern (every entry where it cannot be told) through W's."""
+def _gauss_newton_pattern(residual: NumericalFunction[..., Any]) -> NDArray[np.bool_]:
+  """Where Jᵀ (W + Wᵀ) J is stored: dense on the coordinates J's structural pattern uses (every one where it cannot be
+  told). Not sparser through W's pattern: the QP solvers' factorizations follow the stored pattern, and the closed
+  loops tested through OSQP were tuned on these dense blocks (a sparser one changes their rounding, and the bicycle's
+  nonconvex OSQP loop then ends elsewhere)."""
   probe = placeholders(residual.inputs)
   try:
     J = jacobian_sparsity([residual.fn(*probe).uop], [p.uop for p in probe], 0).toarray()
   except SparsityError:
-    J = np.ones((residual.outputs[0].size, residual.inputs[0].size), bool)
-  S = (weight | weight.T).astype(np.int64)
-  return (J.T.astype(np.int64) @ S @ J.astype(np.int64)) > 0
+    return np.ones((residual.inputs[0].size,) * 2, bool)
+  used = J.any(axis=0)
+  return np.outer(used, used)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 import time
 from collections import Counter
@@ -22,7 +23,7 @@ from anvil.validation import float_array
 F64 = NDArray[np.float64]
 Plant = Callable[[F64, F64], Any]
 Measure = Callable[[int, F64], Any]
-Params = ArrayLike | Callable[[int], ArrayLike] | None
+Params = ArrayLike | Callable[[int], ArrayLike] | Callable[[int, NDArray[np.float64]], ArrayLike] | None
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,9 @@ def simulate(
     plant: (x, u) -> x_next: a Python callable or a NumericalFunction (e.g. the model itself, or a mismatched one).
     x0: the initial state.
     steps: number of control steps.
-    p: the controller's parameter: an array (the same every step) or a callable t -> p_t (time-varying references).
+    p: the controller's parameter: an array (the same every step), a callable t -> p_t (time-varying references) or
+      (t, x) -> p_t (references that depend on the state: x the plant's state at step t, e.g. where a robot's feet
+      stand).
     guess: optional (x (N + 1, nx), u (N, nu)) trajectory the first solve starts from (e.g. a swing-up's ramp);
       later steps warm-start from the shifted previous solution.
     progress: print a progress bar to stderr (default: for runs of more than 100 steps on a terminal).
@@ -158,9 +161,10 @@ def simulate(
   if guess is not None:
     mpc.set_guess(*guess)
   observer = None if estimator is None else _Observer(estimator, measure)
+  parameter = _parameter(p)
   start = time.perf_counter()
   for t in range(steps):
-    p_t = p(t) if callable(p) else p
+    p_t = parameter(t, x)
     x_seen = observer.estimate(t, x, us) if observer is not None else x if observe is None else _seen(observe, t, x)
     sol = mpc(x_seen, p_t)
     u = sol.u0.copy() if np.all(np.isfinite(sol.u0)) else u_last
@@ -222,6 +226,19 @@ class _Observer:
 def _seen(observe: Measure, t: int, x: F64) -> F64:
   """The state the controller sees at step t."""
   return float_array("simulate", "observe(t, x)", observe(t, x.copy()), x.shape, finite=True)
+
+
+def _parameter(p: Params) -> Callable[[int, F64], Any]:
+  """p as a function of the step and the plant's state: an array as it is, a callable of two positional parameters
+  called with (t, x), any other callable with t."""
+  if not callable(p):
+    return lambda t, x: p
+  try:
+    kinds = [a.kind for a in inspect.signature(p).parameters.values()]
+  except (TypeError, ValueError):  # NOTE: a callable without a signature (a builtin): a function of t
+    kinds = []
+  positional = sum(k in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD) for k in kinds)
+  return (lambda t, x: p(t, x)) if positional >= 2 else (lambda t, x: p(t))  # type: ignore[call-arg]
 
 
 def _plant_step(plant: Plant, x: F64, u: F64) -> tuple[F64, str | None]:

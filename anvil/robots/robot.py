@@ -229,7 +229,7 @@ class Robot:
     def body(x_: Tensor, u_: Tensor, w: rb.Wrenches | None) -> Tensor:
       q_, v_ = x_[: self.nq], x_[self.nq :]
       vdot = _stack(rb.forward_dynamics(self.joints, self.gravity, q_, v_, self._torques(u_, v_), w), like=x_)
-      return cfg.velocity_in_configuration(self.joints, q_, v_).cat(vdot)
+      return self.configuration_rate(q_, v_).cat(vdot)
 
     return self._run("ode", (x, u), fext, reference, body)
 
@@ -340,6 +340,13 @@ class Robot:
     return self._run(f"integrate_{dt!r}", (q, v), None, "local",
                      lambda q_, v_, _: cfg.integrate(self.joints, q_, v_ * dt))  # fmt: skip
 
+  def configuration_rate(self, q: Any, v: Any) -> Any:
+    """q̇ (nq) of the configuration q moving at velocity v: a free flyer's position rate R v_lin and its quaternion's
+    ½ quat ⊗ ω, a continuous joint's (-sin, cos) ω, v itself elsewhere. `ode` starts with it; at v + h a it makes
+    crocoddyl's semi-implicit Euler step with `anvil.mpc.euler`."""
+    return self._run("configuration_rate", (q, v), None, "local",
+                     lambda q_, v_, _: cfg.velocity_in_configuration(self.joints, q_, v_))  # fmt: skip
+
   def difference(self, q0: Any, q1: Any) -> Any:
     """The velocity v (nv) with integrate(q0, v) = q1 (Pinocchio's difference)."""
     return self._run("difference", (q0, q1), None, "local", lambda a, b, _: cfg.difference(self.joints, a, b))
@@ -395,7 +402,7 @@ _SIZES = {
   "rnea": ("nq", "nv", "nv"), "nonlinear": ("nq", "nv"), "generalized": ("nq",), "crba": ("nq",),
   "aba": ("nq", "nv", "nv"), "forward": ("nx", "nu"), "ode": ("nx", "nu"), "placement": ("nq",),
   "jacobian": ("nq",), "velocity": ("nq", "nv"), "center": ("nq",), "com": ("nq",), "kinetic": ("nq", "nv"),
-  "potential": ("nq",), "integrate": ("nq", "nv"), "difference": ("nq", "nq"),
+  "potential": ("nq",), "integrate": ("nq", "nv"), "difference": ("nq", "nq"), "configuration": ("nq", "nv"),
   "error": ("nq", "rotation", "translation"),
 }  # fmt: skip
 _ARG_NAMES = {"aba": ("q", "v", "tau"), "forward": ("x", "u"), "ode": ("x", "u"), "difference": ("q0", "q1"),

@@ -58,6 +58,67 @@ def test_bad_plants_say_what_is_wrong() -> None:
     plant(np.zeros(13), np.zeros(7))
   with pytest.raises(ValueError, match="finite"):
     plant(np.full(14, np.nan), np.zeros(7))
-  free = '<mujoco><worldbody><body name="b"><freejoint name="root"/><geom size="0.1"/></body></worldbody></mujoco>'
-  with pytest.raises(ValueError, match="'root' is a free joint"):
-    MuJoCoPlant(free, ["root"], 0.002)
+  ball = (
+    '<mujoco><worldbody><body name="b"><joint type="ball" name="root"/><geom size="0.1"/></body></worldbody></mujoco>'
+  )
+  with pytest.raises(ValueError, match="'root' is a ball joint"):
+    MuJoCoPlant(ball, ["root"], 0.002)
+
+
+FEET = ("FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT")
+
+
+def test_a_floating_base_is_mujocos_free_joint() -> None:
+  """solo12 with a free joint at its root (floating_base): in the air, MuJoCo's accelerations equal anvil's forward
+  dynamics (the base's linear velocity and acceleration converted between the world's and the base's axes), and a
+  state (quaternion x, y, z, w) goes into MuJoCo's data (w, x, y, z) and comes back unchanged."""
+  robot = anvil_robot("solo12")
+  plant = MuJoCoPlant(urdf_path("solo12"), robot.joint_names, 0.01, floating_base=True)
+  assert plant.free and plant.nq == robot.nq and plant.nx == robot.nx and plant.nu == robot.nu
+  rng = np.random.default_rng(6)
+  for _ in range(5):
+    x = np.concatenate([robot.random_configuration(rng), rng.standard_normal(robot.nv)])
+    tau = rng.standard_normal(robot.nu)
+    close(plant.acceleration(x, tau), robot.forward_dynamics(x, tau), rtol=1e-11)
+    close(plant.state(), x, rtol=1e-15)
+
+
+def test_contact_spheres_hold_a_robot_on_the_ground_and_a_push_moves_it() -> None:
+  """solo12 on its four foot spheres, its joints held by PD torques, settles and stays upright; a lateral push of its
+  base (`apply`, held for 0.1 s) moves it sideways; extra entries of u (contact forces a controller plans) are not
+  applied."""
+  robot, radius = anvil_robot("solo12"), 0.016
+  plant = MuJoCoPlant(urdf_path("solo12"), robot.joint_names, 0.01, floating_base=True,
+                      contact_spheres=dict.fromkeys(FEET, radius), nu=robot.nu + 12)  # fmt: skip
+  q = robot.neutral()
+  q[7:] = np.tile([0.0, 0.8, -1.6], 4) * np.repeat([1.0, 1.0, -1.0, -1.0], 3)
+  q[2] = radius - robot.frame_placement(q, FEET[0])[1][2] + 0.005  # 5 mm above the ground
+  x, hold = np.concatenate([q, np.zeros(robot.nv)]), q[7:].copy()
+  control = lambda x: np.concatenate([8.0 * (hold - x[7:19]) - 0.2 * x[25:], np.full(12, 1e3)])
+  for _ in range(100):
+    x = plant(x, control(x))
+  assert 0.15 < x[2] < q[2] and np.abs(x[3:6]).max() < 1e-3 and np.abs(x[19:25]).max() < 1e-2  # settled, upright
+  rest = x.copy()
+  plant.apply("base_link", [0.0, 20.0, 0.0, 0.0, 0.0, 0.0])
+  for _ in range(10):
+    x = plant(x, control(x))
+  plant.apply("base_link", None)
+  assert x[1] - rest[1] > 1e-3 and not plant.wrenches
+
+
+def test_bad_free_joints_and_wrenches_say_what_is_wrong() -> None:
+  robot = anvil_robot("solo12")
+  floating = MuJoCoPlant(urdf_path("solo12"), robot.joint_names, 0.01, floating_base=True).model
+  with pytest.raises(ValueError, match="a free joint must come first"):
+    MuJoCoPlant(floating, [*robot.joint_names[1:], "root_joint"], 0.01)
+  with pytest.raises(ValueError, match="names 'foot', which is no body"):
+    MuJoCoPlant(urdf_path("solo12"), robot.joint_names, 0.01, floating_base=True, contact_spheres={"foot": 0.01})
+  plant = MuJoCoPlant(floating, robot.joint_names, 0.01)
+  with pytest.raises(ValueError, match="6 finite numbers"):
+    plant.apply("base_link", [1.0, 2.0])
+  with pytest.raises(ValueError, match="no body 'torso'"):
+    plant.apply("torso", np.zeros(6))
+  x = np.concatenate([robot.neutral(), np.zeros(robot.nv)])
+  x[3:7] = [0.0, 0.0, 0.0, 2.0]
+  with pytest.raises(ValueError, match="unit quaternion"):
+    plant(x, np.zeros(robot.nu))

@@ -300,3 +300,15 @@ def test_frame_placement_error_equals_crocoddyls_residual(name: str) -> None:
     close(robot.frame_placement_error(q, frame, target.rotation, target.translation), pin.log6(relative).vector)
     expected = pin.Jlog6(relative) @ pin.getFrameJacobian(model, data, fid, pin.LOCAL)
     close(derivative(np.zeros(nv), q, target.rotation, target.translation), expected, rtol=1e-9)
+
+
+@pytest.mark.parametrize("name", ["solo12", "double_pendulum", "panda"])
+def test_configuration_rate_is_the_derivative_of_pinocchios_integrate(name: str) -> None:
+  """q̇ = d/dt integrate(q, t v) at t = 0: central differences of Pinocchio's integrate (a free flyer's screw motion,
+  a continuous joint's rotation) match to their truncation error."""
+  robot, model = pair(name)
+  rng = np.random.default_rng(8)
+  for _ in range(10):
+    q, v, eps = robot.random_configuration(rng), rng.standard_normal(robot.nv), 1e-5
+    want = (pin.integrate(model, q, eps * v) - pin.integrate(model, q, -eps * v)) / (2 * eps)
+    close(robot.configuration_rate(q, v), want, rtol=1e-8)

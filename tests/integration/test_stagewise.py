@@ -197,6 +197,21 @@ def test_controllers_equal_the_ones_without_stage_derivatives() -> None:
     np.testing.assert_allclose(loops[key].u, loops["exact", True].u, atol=1e-7)
 
 
+def test_simulate_gives_a_parameter_callable_the_plants_state() -> None:
+  """p(t, x): a reference that depends on the state is called with the plant's state of each step (the one the
+  controller then sees); p(t) keeps getting the step alone."""
+  mpc = ocp("test_stagewise_exact_1", MPCOptions(hessian="exact"))
+  F = rk4("test_stagewise_plant", ode, 0.1, nx=NX, nu=NU, np=NP, steps=2)
+  plant = lambda x, u: np.asarray(F(x, u, np.array([1.5, 0.2])))
+  seen: list[tuple[int, np.ndarray]] = []
+  by_state = simulate(mpc, plant, np.array([0.4, -0.3, 0.2]), 5,
+                      p=lambda t, x: seen.append((t, x.copy())) or np.array([1.5, 0.2]))  # fmt: skip
+  assert [t for t, _ in seen] == list(range(5))
+  np.testing.assert_array_equal(np.array([x for _, x in seen]), by_state.x[:-1])
+  by_step = simulate(mpc, plant, np.array([0.4, -0.3, 0.2]), 5, p=lambda t: np.array([1.5, 0.2]))
+  np.testing.assert_array_equal(by_step.u, by_state.u)
+
+
 def test_cartpole_swing_up_with_stage_derivatives_matches_the_reference() -> None:
   """The P2 stabilizing MPC (dynamics from rk4, so stage derivatives by default) reaches the reference cost."""
   stabilizing = cm.stabilizing("test_stagewise_p2", MPCOptions())

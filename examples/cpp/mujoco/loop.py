@@ -52,6 +52,9 @@ def write(
   """Write the controller's module (and the CMake files anvil emits beside it), the plant's model (model.mjb) and
   mujoco_loop_config.hpp into out_dir; `p` as `simulate` takes it (an array, or a callable of the step). Returns the
   module's name (its CMake library)."""
+  if plant.free:
+    raise ValueError("loop.write: mujoco_loop.cpp maps hinge and slide joints (a fixed-base robot); run a floating "
+                     "base's loop with anvil.mpc.simulate")  # fmt: skip
   module = module or f"{mpc.name}_controller"
   out = Path(out_dir)
   anvil.generate_module(module, [mpc], out_dir=out)

@@ -97,3 +97,16 @@ def test_arm_reach_in_mujoco_reaches_every_target(tmp_path: Path) -> None:
   assert all(float(p) < 1.0 and float(r) < 1e-2 for p, r in errors), out
   assert metric(out, "status_counts") == "{'converged': 150}"
   assert float(metric(out, "largest torque / its limit")) <= 1 + 1e-9, out
+
+
+@pytest.mark.slow
+def test_quadruped_stands_shifts_and_takes_a_push_in_mujoco(tmp_path: Path) -> None:
+  """Solo12 from its URDF, contact forces as inputs, stands on MuJoCo's ground, shifts its base toward the target and
+  stays up, upright, under a 20 N push of its base (every real-time iteration's QP solved: RTI's normal status)."""
+  out = run_example("quadruped_stand", tmp_path, 170)
+  assert metric(out, "status_counts") == "{'max_iterations': 170}", out
+  low, high, tilt, x, y, _ = (float(v) for v in re.search(
+    r"base height ([0-9.]+) to ([0-9.]+) m, largest tilt \(quaternion vector part\) ([0-9.]+), base at the end of the "
+    r"shift \[([-0-9. ]+)\s+([-0-9.]+)\s+([-0-9.]+)\s*\] m", out).groups())  # fmt: skip
+  assert 0.2 < low <= high < 0.26 and tilt < 0.05, out  # standing (0.239 m), not fallen or tipped
+  assert x > 0.015 and y > 0.008, out  # most of the way to the shift (0.03, 0.02) against the posture's weight

@@ -131,9 +131,9 @@ def main() -> None:
   args = example_arguments(__doc__, 250, flags={"sqp": "full SQP to convergence instead of real-time iterations"})
   robot, loop = run(args.steps, "sqp" if args.sqp else "rti")
   print(loop.summary())
-  upright = np.abs(loop.x[:, 3:6]).max()
+  upright, shifted = np.abs(loop.x[:, 3:6]).max(), np.round(loop.x[min(SHIFT_STEPS[1], args.steps), :3], 4)
   print(f"base height {loop.x[:, 2].min():.4f} to {loop.x[:, 2].max():.4f} m, largest tilt (quaternion vector part) "
-        f"{upright:.4f}, base at the end of the shift {np.round(loop.x[min(SHIFT_STEPS[1], args.steps), :3], 4)} m")  # fmt: skip
+        f"{upright:.4f}, base at the end of the shift {shifted} m")  # fmt: skip
   median = np.median(loop.solve_times)
   print(
     f"per-step time in the generated C++: median {1e3 * median:.2f} ms, max {1e3 * loop.solve_times.max():.2f} ms: "

@@ -89,8 +89,10 @@ def hvp_graph(fn: Fn, xs: Sequence[Tensor], wrt: int, seed: Tensor, what: str) -
   return (g * seed.cast(g.dtype)).sum().gradient(xs[wrt])[0]
 
 
-def gradient(fn: Fn, wrt: int = 0, *, name: str | None = None) -> Fn:
-  """The gradient of a scalar-valued function with respect to input `wrt`, shaped like that input.
+def gradient(fn: Fn, wrt: int = 0, *, name: str | None = None, scalar: bool | None = None) -> Fn:
+  """The gradient of a scalar-valued function with respect to input `wrt`, shaped like that input. A function of many
+  small tensors (or any CPU function with `scalar`=True; never with False) has it derived on its scalar expressions
+  (reverse mode, straight-line code).
 
   Example:
     >>> f = NumericalFunction("f", lambda x, p: (x * x).sum() * p[0], (Arg(3), Arg(1)))
@@ -105,9 +107,15 @@ def gradient(fn: Fn, wrt: int = 0, *, name: str | None = None) -> Fn:
     return out.gradient(xs[wrt])[0]
 
   derivative = _derived(fn, name, "grad", body, fn.inputs)
-  if scalar_route(fn):
+  if _on_scalars(fn, scalar):
     derivative.derived = scalar_gradient(fn, wrt)
   return derivative
+
+
+def _on_scalars(fn: Fn, scalar: bool | None) -> bool:
+  """Whether a derivative of `fn` is derived on its scalar expressions: `scalar` True on the CPU, None where its graph
+  suits it (many small tensors), False never."""
+  return scalar is not False and (scalar_route(fn) if scalar is None else fn.device == "CPU")
 
 
 def vjp(fn: Fn, wrt: int = 0, *, name: str | None = None) -> Fn:
@@ -207,7 +215,7 @@ def gauss_newton(
     return J.T @ ((W + W.T).cast(J.dtype) @ J)
 
   derivative = _derived(fn, name, "gn", graph, (*fn.inputs, Arg((m, m), dtype, "W")))
-  if scalar is not False and (scalar_route(fn) if scalar is None else fn.device == "CPU"):
+  if _on_scalars(fn, scalar):
     derivative.derived = scalar_gauss_newton(fn, wrt, pattern)
   return derivative
 

@@ -36,9 +36,9 @@ from anvil.codegen.precision import cpp_real
 from anvil.codegen.runtime import runtime_include
 from anvil.codegen.sparse import entry_positions, stored_coordinates
 from anvil.codegen.templated import TemplatedFunction
-from anvil.mpc.cost_hessian import StageCostHessian
 from anvil.mpc.native import native_call
 from anvil.mpc.ode import OdeContext, OdeDerivatives
+from anvil.mpc.stage_cost import StageCostHessian
 
 KINDS = ("jacobian", "hessian")
 
@@ -176,7 +176,7 @@ class StageDerivative(_StageWise):
   without its dynamics) plus the dynamics' blocks from the integrator's run-time derivatives (module docstring).
 
   `terms` (a Hessian's only) are further sparse functions of the same inputs whose entries are added to the rest's,
-  e.g. the cost's Hessian stage by stage (anvil.mpc.cost_hessian), without the colored Hessian-vector products a
+  e.g. the cost's Hessian stage by stage (anvil.mpc.stage_cost), without the colored Hessian-vector products a
   derivative of the whole cost would evaluate.
 
   Attributes (those of a SparseNumericalFunction the SQP solver reads): shape, indices, indptr, nnz, inputs,

@@ -18,16 +18,17 @@ import scipy.sparse as sp
 from numpy.typing import NDArray
 from tinygrad import Tensor
 
-from anvil.ad import constant_jacobian, sphessian, spjacobian, vmap
+from anvil.ad import constant_jacobian, gradient, sphessian, spjacobian, vmap
 from anvil.codegen import Arg, NumericalFunction, SparseNumericalFunction
+from anvil.codegen.base import FunctionBase
 from anvil.codegen.precision import SCALARS, in_scalar
-from anvil.mpc.cost_hessian import Block, StageCostHessian, StagePlace
 from anvil.mpc.costs import LeastSquares
 from anvil.mpc.implicit import ImplicitIntegrator
 from anvil.mpc.integrators import ExplicitIntegrator
 from anvil.mpc.ode import OdeDerivatives
 from anvil.mpc.rate import InputRate
 from anvil.mpc.soft import SOFT_GROUPS, Soft
+from anvil.mpc.stage_cost import Block, StageCostGradient, StageCostHessian, StagePlace, cost_value
 from anvil.mpc.stagewise import StageConstraints, StageDerivative
 from anvil.qp import StageLayout
 from anvil.validation import require_cpu_float64, require_type
@@ -447,7 +448,7 @@ class Transcription:
                                    gather=np.asarray(gather)[order])  # fmt: skip
 
   def stage_cost_hessian(self, kind: str) -> StageCostHessian:
-    """The cost's Hessian (the upper triangle of sigma times it) stage by stage (anvil.mpc.cost_hessian): for `kind`
+    """The cost's Hessian (the upper triangle of sigma times it) stage by stage (anvil.mpc.stage_cost): for `kind`
     "gauss_newton" the Gauss-Newton blocks of LeastSquares costs, for "exact" the exact Hessian of any cost."""
     nx, nz, nxm = self.nx, self.nz, self.nx_model
     place = StagePlace(N=self.N, stride=nz, states=nx, nx=nxm, nu=self.nu, np=self.np, p_offset=nx)
@@ -463,6 +464,26 @@ class Transcription:
     suffix = "gauss_newton" if kind == "gauss_newton" else "cost_hessian"
     return StageCostHessian(f"{self.name}_{suffix}", args, stage, final, place, self._rate_hessian(), weights, slacks,
                             self.scalar)  # fmt: skip
+
+  def stage_cost_gradient(self) -> StageCostGradient:
+    """The cost's gradient stage by stage (anvil.mpc.stage_cost): each stage cost's gradient in its [x; u] from one
+    generated function of the stage, the input rate's, the terminal cost's and the slacks'."""
+    nx, nz, nxm = self.nx, self.nz, self.nx_model
+    place = StagePlace(N=self.N, stride=nz, states=nx, nx=nxm, nu=self.nu, np=self.np, p_offset=nx)
+
+    def part(cost: Cost, key: str, size: int) -> tuple[FunctionBase, bool, bool]:
+      takes_p = self.takes_p.get(key, False)
+      value = cost_value(cost, f"{self.name}_{key}", takes_p, nxm, size, self.scalar)
+      grad = gradient(value, 0, name=f"{self.name}_{key}_gradient", scalar=True)  # NOTE: straight-line, as the ODE's
+      return grad, takes_p, isinstance(cost, LeastSquares)
+
+    stage = part(self.stage_cost, "stage_cost", nxm + self.nu)
+    final = None if self.terminal_cost is None else part(self.terminal_cost, "terminal_cost", nxm)
+    weights = {key: self._tuning_start + at for key, (at, _, _) in self.tuning_layout.items()}
+    rate = self.rate.weight if self.rate is not None and self.rate.weighted else None
+    args = self._args((self.nw, "w"), (self.n_params, "params"))
+    return StageCostGradient(f"{self.name}_cost_gradient", args, stage, final, place, rate, weights,
+                             (self.N * nz + nx, self.ns), self.scalar)  # fmt: skip
 
   def _gauss_newton_coordinates(
     self, constant: tuple[np.ndarray, np.ndarray | None] | None, rate: np.ndarray | None

@@ -15,7 +15,8 @@ import scipy.sparse as sp
 from numpy.typing import ArrayLike, NDArray
 from tinygrad import Tensor
 
-from anvil.ad import gradient, sphessian, spjacobian
+from anvil.ad import gradient as cost_gradient
+from anvil.ad import sphessian, spjacobian
 from anvil.codegen import Arg, FunctionBase, NumericalFunction
 from anvil.codegen.base import check_identifier
 from anvil.codegen.precision import SCALARS, cpp_real, in_precision
@@ -158,6 +159,8 @@ class SQPFunction(TemplatedFunction):
       with a NumericalFunction's C++ interface, same inputs and output, e.g. an MPC's stage-wise constraints, whose
       integrator runs as a loop); `constraints` still defines g for everything else (derivatives not given; the
       number of rows, unless the code states it as `size`).
+    gradient: optional generated code of the cost's gradient in place of `gradient(cost)` (a FunctionBase with a
+      NumericalFunction's C++ interface, of (x, p) returning n values, e.g. an MPC's stage-wise cost gradient).
     convex_hessian: `hessian` is positive semidefinite wherever it is evaluated (Gauss-Newton with PSD weights): the
       real-time iteration's preparation then loads its QP without the inertia test (a sparse KKT factorization) that
       otherwise decides its regularization. Needs `hessian`.
@@ -189,6 +192,7 @@ class SQPFunction(TemplatedFunction):
     convex_hessian: bool = False,
     jacobian: SparseDerivative | None = None,
     constraints_code: FunctionBase | None = None,
+    gradient: FunctionBase | None = None,
   ) -> None:
     self.name = check_identifier(name, "SQPFunction name")
     if options is not None and not isinstance(options, SQPOptions):
@@ -205,7 +209,10 @@ class SQPFunction(TemplatedFunction):
     if stages is None and constraints is None and isinstance(self.options.qp, RiccatiOptions):
       raise ValueError(f"{name}: RiccatiOptions solves QPs with a stage layout: pass stages=StageLayout(...)")
     self.cost, self.constraints, self.stages = cost, constraints, stages
-    self.gradient = gradient(cost, 0, name=f"{name}_cost_gradient")
+    self.gradient = cost_gradient(cost, 0, name=f"{name}_cost_gradient") if gradient is None else gradient
+    if gradient is not None and (not isinstance(gradient, FunctionBase) or [tuple(a.shape) for a in
+                                 getattr(gradient, "inputs", ())] != [(self.n,), (self.np,)]):  # fmt: skip
+      raise TypeError(f"{name}: gradient must be a generated function of (x, p) shaped ({self.n},), ({self.np},)")
     if constraints_code is not None and (constraints is None or not isinstance(constraints_code, FunctionBase)):
       raise TypeError(f"{name}: constraints_code must be a generated function (FunctionBase), with constraints")
     self.constraints_code = constraints_code

@@ -1,5 +1,5 @@
 """Cost Hessians: `anvil.ad.gauss_newton` (Jᵀ (W + Wᵀ) J of a residual, on the scalar expressions or on tinygrad's
-graph), and the MPC's cost Hessian stage by stage (anvil.mpc.cost_hessian): its Gauss-Newton blocks against numpy
+graph), and the MPC's cost Hessian stage by stage (anvil.mpc.stage_cost): its Gauss-Newton blocks against numpy
 products of the residuals' Jacobians, its exact blocks against the Hessian of the whole cost."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 
 import anvil as av
 from anvil import Arg, NumericalFunction, Tensor
-from anvil.ad import gauss_newton, jacobian, sphessian
+from anvil.ad import gauss_newton, gradient, jacobian, sphessian
 from anvil.mpc import LeastSquares, MPCFunction, MPCOptions, Soft, rk4
-from anvil.mpc.cost_hessian import StageCostHessian
+from anvil.mpc.stage_cost import StageCostGradient, StageCostHessian
 from tests.conftest import available_compilers
 
 NX, NU, NP, N = 3, 2, 2, 5
@@ -201,3 +201,20 @@ def test_exact_stage_wise_cost_hessian_equals_the_hessian_of_the_whole_cost(leas
     got, want = H(*point).toarray(), reference(*point).toarray()
     assert np.count_nonzero(np.triu(want, 1)) > 10
     np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-11 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("least_squares", [True, False], ids=["least_squares", "plain_cost"])
+def test_stage_wise_cost_gradient_equals_the_gradient_of_the_whole_cost(least_squares: bool) -> None:
+  """The cost's gradient stage by stage (the stage and terminal costs', the input rate's, the slacks' l1 + 2 l2 s),
+  which the SQP solver calls, against the gradient of the NLP's whole cost traced as one function."""
+  mpc = _mpc("gauss_newton" if least_squares else "exact", least_squares)
+  ocp, G = mpc.ocp, mpc.sqp.gradient
+  assert isinstance(G, StageCostGradient)
+  args = (Arg(ocp.nw), Arg(ocp.n_params))
+  reference = gradient(NumericalFunction(f"test_gn_cost_{int(least_squares)}", ocp.cost, args), 0)
+  rng = np.random.default_rng(4)
+  for _ in range(3):
+    w, params = rng.normal(size=ocp.nw), rng.normal(size=ocp.n_params)
+    want = reference(w, params)
+    assert np.count_nonzero(want) > ocp.nw // 2
+    np.testing.assert_allclose(G(w, params), want, rtol=1e-12, atol=1e-12 * np.abs(want).max())

@@ -1,15 +1,20 @@
-"""The Hessian of a multiple-shooting NLP's cost, stage by stage: Gauss-Newton blocks of least-squares costs, or the
-exact Hessian of any cost.
+"""The derivatives of a multiple-shooting NLP's cost, stage by stage: its gradient, and its Hessian (Gauss-Newton
+blocks of least-squares costs, or the exact Hessian of any cost).
 
-Traced over the horizon, the blocks of N stages are a vmap of the stage cost's derivatives: batched tinygrad kernels
-that recompute the cost's whole computation (a robot's kinematics and SE(3) logarithm) per seed or per color (the panda
-reaching MPC of benchmarks/bench_robot_mpc.py spent half of each Gauss-Newton SQP iteration in them). Here one function
-of one stage's [x; u] (and p, and the run-time weight W of a least-squares cost) gives the stage's block, derived on its
-scalar expressions (straight-line code): `anvil.ad.gauss_newton` of the residual (Jᵀ (W + Wᵀ) J, dense), or the sparse
-Hessian of the cost (rᵀ W r for a LeastSquares). A C++ loop calls it stage after stage and scatters each block into the
-NLP's pattern with the input rate's constant block; then the terminal cost's block and the slacks' 2 l2, all times
-sigma. Its C++ interface is a SparseNumericalFunction's of (w, params, sigma, lam): the SQP solver calls it as its
-Hessian (Gauss-Newton), or a stage-wise Lagrangian Hessian adds it to the constraints' curvature (exact).
+Traced over the horizon, the derivatives of N stages are a vmap of the stage cost's: batched tinygrad kernels that
+recompute the cost's whole computation (a robot's kinematics and SE(3) logarithm) per seed or per color (the panda
+reaching MPC of benchmarks/bench_robot_mpc.py spent half of each Gauss-Newton SQP iteration in its Hessian, and 13 of
+its 32 s of cold build scheduling and rendering its gradient). Here one function of one stage's [x; u] (and p, and the
+run-time weight W of a least-squares cost) gives the stage's part, derived on its scalar expressions (straight-line
+code): the gradient of the stage cost (rᵀ W r for a LeastSquares), `anvil.ad.gauss_newton` of the residual (Jᵀ (W +
+Wᵀ) J, dense on the coordinates it uses), or the sparse Hessian of the cost. A C++ loop calls it stage after stage and
+puts each part in its place with the input rate's (the rate's cost is quadratic: its constant block, its gradient
+from u - u_prev); then the terminal cost's part and the slacks' (l1 + 2 l2 s, 2 l2).
+
+`StageCostGradient` has the C++ interface of a NumericalFunction of (w, params) (the SQP solver's cost gradient);
+`StageCostHessian` that of a SparseNumericalFunction of (w, params, sigma, lam), sigma times the Hessian's upper
+triangle: the SQP solver calls it as its Hessian (Gauss-Newton), or a stage-wise Lagrangian Hessian adds it to the
+constraints' curvature (exact).
 """
 
 from __future__ import annotations
@@ -68,30 +73,43 @@ class Block:
 
   @staticmethod
   def of(cost: Any, kind: str, name: str, takes_p: bool, nx: int, size: int, scalar: str) -> Block:
-    """The block of `cost` (a LeastSquares, or for `kind` "exact" a NumericalFunction) on z = [x; u] of `size`
-    entries (x_N alone: `size` = nx), in `scalar`."""
-    weighted = isinstance(cost, LeastSquares)
-    fn = in_precision(cost.residual if weighted else cost, scalar)
-    dtype = SCALARS[scalar]
-    p_args = tuple(Arg(a.size, dtype=dtype, name="p") for a in fn.inputs[-1:] if takes_p)
-    on_z: Callable[..., Tensor] = (lambda z, *p: fn.fn(z[:nx], z[nx:], *p)) if size > nx else fn.fn
-    z_arg = Arg(size, dtype=dtype, name="z")
+    """The Hessian block of `cost` (a LeastSquares, or for `kind` "exact" a NumericalFunction) on z = [x; u] of
+    `size` entries (x_N alone: `size` = nx), in `scalar`."""
     if kind == "gauss_newton":
-      stacked = NumericalFunction(f"{name}_residual", on_z, (z_arg, *p_args))
+      stacked = on_z(cost.residual, name, takes_p, nx, size, scalar)
       block = gauss_newton(stacked, 0, weight_pattern=cost.pattern, name=f"{name}_gauss_newton", scalar=True)
       used = _gauss_newton_pattern(stacked)
       entries = {(i, j): i * size + j for i in range(size) for j in range(i, size) if used[i, j]}
       return Block(block, size * size, entries, takes_p, True)
-    if weighted:
-      nr, mask = fn.outputs[0].size, Tensor(cost.pattern.astype(np.float64))
-      value = lambda z, *rest: (lambda r: (r * ((rest[-1] * mask).cast(r.dtype) @ r)).sum())(on_z(z, *rest[:-1]))
-      args = (z_arg, *p_args, Arg((nr, nr), dtype=dtype, name="W"))
-    else:
-      value, args = (lambda z, *p: on_z(z, *p).reshape(())), (z_arg, *p_args)
-    hessian = sphessian(NumericalFunction(f"{name}_cost", value, args), 0, name=f"{name}_hessian", scalar=True)
+    value = cost_value(cost, name, takes_p, nx, size, scalar)
+    hessian = sphessian(value, 0, name=f"{name}_hessian", scalar=True)
     rows, cols = stored_coordinates(hessian)
     entries = {(int(i), int(j)): e for e, (i, j) in enumerate(zip(rows, cols, strict=True))}
-    return Block(hessian, hessian.nnz, entries, takes_p, weighted)
+    return Block(hessian, hessian.nnz, entries, takes_p, isinstance(cost, LeastSquares))
+
+
+def on_z(fn: NumericalFunction[..., Any], name: str, takes_p: bool, nx: int, size: int, scalar: str
+         ) -> NumericalFunction[..., Any]:  # fmt: skip
+  """`fn` of (x, u[, p]) (or of (x_N[, p]) when `size` = nx) as a function of the stacked z = [x; u] (and p), in
+  `scalar`, named `name`_on_z."""
+  fn = in_precision(fn, scalar)
+  dtype = SCALARS[scalar]
+  p_args = tuple(Arg(a.size, dtype=dtype, name="p") for a in fn.inputs[-1:] if takes_p)
+  body: Callable[..., Tensor] = (lambda z, *p: fn.fn(z[:nx], z[nx:], *p)) if size > nx else fn.fn
+  return NumericalFunction(f"{name}_on_z", body, (Arg(size, dtype=dtype, name="z"), *p_args))
+
+
+def cost_value(cost: Any, name: str, takes_p: bool, nx: int, size: int, scalar: str) -> NumericalFunction[..., Any]:
+  """The stage (or terminal) cost as a scalar function of (z[, p]), and of the run-time weight W (last) for a
+  LeastSquares: rᵀ W r, W read on its pattern alone."""
+  if not isinstance(cost, LeastSquares):
+    fn = on_z(cost, name, takes_p, nx, size, scalar)
+    return NumericalFunction(f"{name}_cost", lambda *xs: fn.fn(*xs).reshape(()), fn.inputs)
+  residual = on_z(cost.residual, name, takes_p, nx, size, scalar)
+  nr, mask = residual.outputs[0].size, Tensor(cost.pattern.astype(np.float64))
+  weighted = lambda r, W: (r * ((W * mask).cast(r.dtype) @ r)).sum()
+  args = (*residual.inputs, Arg((nr, nr), dtype=SCALARS[scalar], name="W"))
+  return NumericalFunction(f"{name}_cost", lambda *xs: weighted(residual.fn(*xs[:-1]), xs[-1]), args)
 
 
 def _gauss_newton_pattern(residual: NumericalFunction[..., Any]) -> NDArray[np.bool_]:
@@ -244,9 +262,11 @@ class StageCostHessian(TemplatedFunction):
       name=self.name, real=cpp_real(self.scalar), inputs=tuple(a.size for a in self.inputs), nnz=self.nnz, N=place.N,
       stride=place.stride, states=place.states, nx_model=place.nx, nu=place.nu, nz_model=place.nx + place.nu,
       np=place.np, p_offset=place.p_offset, stage=stage.fn.name, stage_size=stage.size,
-      stage_args=tuple(_arguments(stage, f"{place.p_offset} + k * {place.np}", at("stage_weight"))),
+      stage_args=tuple(_arguments(stage.takes_p, stage.takes_weight, f"{place.p_offset} + k * {place.np}",
+                                  at("stage_weight"))),
       final="" if final is None else final.fn.name, final_size=0 if final is None else final.size,
-      final_args=() if final is None else tuple(_arguments(final, f"{place.p_offset} + {place.N * place.np}",
+      final_args=() if final is None else tuple(_arguments(final.takes_p, final.takes_weight,
+                                                           f"{place.p_offset} + {place.N * place.np}",
                                                            at("terminal_weight"))),
       l2=at("l2"), **self._tables,
     )  # fmt: skip
@@ -254,9 +274,7 @@ class StageCostHessian(TemplatedFunction):
   @cached_property
   def library(self) -> str:
     """Path of the compiled JIT library, with the stage-wise functions' entry points (inputs, then the output)."""
-    folder = Path(__file__).parent / "templates"
-    entry_points = lambda module: render_template("stagewise_jit.cpp.j2", folder=folder, c=self.context, module=module)
-    return module_library(self, entry_points)
+    return _library(self)
 
   def __call__(self, *args: Any) -> sp.csc_array:
     """Evaluate in this process at numpy inputs shaped as `inputs` (a csc_array); thread-safe."""
@@ -264,6 +282,103 @@ class StageCostHessian(TemplatedFunction):
     return sp.csc_array((values, self.indices, self.indptr), shape=self.shape)
 
 
-def _arguments(block: Block, p_at: str, weight_at: int) -> list[str]:
-  """The C++ offsets into the NLP parameter of the block function's inputs after z: p, then W."""
-  return [*([p_at] if block.takes_p else []), *([str(weight_at)] if block.takes_weight else [])]
+def _arguments(takes_p: bool, takes_weight: bool, p_at: str, weight_at: int) -> list[str]:
+  """The C++ offsets into the NLP parameter of a stage function's inputs after z: p, then W."""
+  return [*([p_at] if takes_p else []), *([str(weight_at)] if takes_weight else [])]
+
+
+@dataclass(frozen=True)
+class _GradientContext:
+  """What the gradient's templates need."""
+
+  name: str
+  real: str
+  inputs: tuple[int, ...]
+  size: int
+  N: int
+  stride: int
+  states: int
+  nx_model: int
+  nu: int
+  nz_model: int
+  nx_final: int
+  stage: str
+  stage_args: tuple[str, ...]
+  final: str
+  final_args: tuple[str, ...]
+  rate: tuple[float, ...]
+  slacks: int
+  ns: int
+  l1: int
+  l2: int
+
+
+class StageCostGradient(TemplatedFunction):
+  """The gradient of the NLP's cost (module docstring) at (w, params): each stage's cost's gradient in its [x; u] from
+  `stage` (a function of (z[, p][, W])), plus the input rate's 2 W_r (u - u_prev) (in u, and its negative in u_prev),
+  the terminal cost's from `final`, and each slack's l1 + 2 l2 s; the weights and penalties from the NLP parameter at
+  `weights` ("stage_weight", "terminal_weight", "l1", "l2": offsets). Its output has the size of w.
+
+  Args:
+    name: the function's name.
+    inputs: the Args of (w, params).
+    stage, final: the gradients' functions (final None: no terminal cost), and whether each takes p and W.
+    place: where the stages sit.
+    rate: W_r (nu x nu) of the input rate's cost, or None.
+    weights: offsets in the NLP parameter.
+    slacks: the first slack's index in w, and the number of slacks.
+    scalar: "float64" or "float32".
+  """
+
+  template = "cost_gradient"
+
+  def __init__(
+    self, name: str, inputs: tuple[Arg, ...], stage: tuple[FunctionBase, bool, bool],
+    final: tuple[FunctionBase, bool, bool] | None, place: StagePlace, rate: NDArray[np.float64] | None,
+    weights: dict[str, int], slacks: tuple[int, int], scalar: str,
+  ) -> None:  # fmt: skip
+    self.name, self.inputs, self.place, self.scalar = name, inputs, place, scalar
+    self.stage, self.final, self.rate, self.weights, self.slacks = stage, final, rate, weights, slacks
+    self._lock = threading.Lock()
+
+  @property
+  def size(self) -> int:
+    """The output's length: w's."""
+    return self.inputs[0].size
+
+  def dependencies(self) -> tuple[FunctionBase, ...]:
+    """The gradients' functions this one calls."""
+    return (self.stage[0], *(() if self.final is None else (self.final[0],)))
+
+  @cached_property
+  def context(self) -> _GradientContext:
+    """Names, sizes, where the stages and weights sit, the rate's weight."""
+    place, at = self.place, lambda key: self.weights.get(key, 0)
+    arguments = lambda part, p_at, key: _arguments(part[1], part[2], p_at, at(key))
+    return _GradientContext(
+      name=self.name, real=cpp_real(self.scalar), inputs=tuple(a.size for a in self.inputs), size=self.size,
+      N=place.N, stride=place.stride, states=place.states, nx_model=place.nx, nu=place.nu,
+      nz_model=place.nx + place.nu, nx_final=place.states, stage=self.stage[0].name,
+      stage_args=tuple(arguments(self.stage, f"{place.p_offset} + k * {place.np}", "stage_weight")),
+      final="" if self.final is None else self.final[0].name,
+      final_args=() if self.final is None else tuple(arguments(self.final, f"{place.p_offset} + {place.N * place.np}",
+                                                               "terminal_weight")),
+      rate=() if self.rate is None else tuple(float(v) for v in self.rate.ravel()), slacks=self.slacks[0],
+      ns=self.slacks[1], l1=at("l1"), l2=at("l2"),
+    )  # fmt: skip
+
+  @cached_property
+  def library(self) -> str:
+    """Path of the compiled JIT library, with the stage-wise functions' entry points (inputs, then the output)."""
+    return _library(self)
+
+  def __call__(self, *args: Any) -> NDArray[np.float64]:
+    """Evaluate in this process at numpy inputs shaped as `inputs`; thread-safe."""
+    return native_call(self, args, self.size, self.scalar, self._lock)
+
+
+def _library(fn: StageCostGradient | StageCostHessian) -> str:
+  """The JIT library of a stage-wise cost derivative, with the stage-wise functions' entry points (stagewise_jit)."""
+  folder = Path(__file__).parent / "templates"
+  return module_library(fn, lambda module: render_template("stagewise_jit.cpp.j2", folder=folder, c=fn.context,
+                                                           module=module))  # fmt: skip

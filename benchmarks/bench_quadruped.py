@@ -17,14 +17,12 @@ iteration); medians of `--rounds`, one thread.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from typing import Any
 
 import numpy as np
 
-from benchmarks.common import ROOT
+from benchmarks.common import ROOT, median_seconds, print_markdown
 
 sys.path.insert(0, str(ROOT / "examples"))
 import quadruped_stand as example
@@ -76,16 +74,6 @@ def crocoddyl_solver() -> tuple[Any, np.ndarray]:
   return solver, x0
 
 
-def timed(fn: Any, rounds: int) -> float:
-  """Median seconds of `rounds` calls."""
-  times = []
-  for _ in range(rounds):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
-
-
 def main() -> None:
   """Both solvers, one table."""
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -94,7 +82,7 @@ def main() -> None:
   solver, x0 = crocoddyl_solver()
   problem = solver.problem
   guess = ([x0] * (example.N + 1), problem.quasiStatic([x0] * example.N))
-  full = timed(lambda: solver.solve(*guess, 200), args.rounds)
+  full = median_seconds(lambda: solver.solve(*guess, 200), args.rounds)
   iterations = solver.iter
   xs, us = list(solver.xs), list(solver.us)
 
@@ -103,7 +91,12 @@ def main() -> None:
     solver.solve([*xs[1:], xs[-1]], [*us[1:], us[-1]], 1)
 
   rows = [
-    ["crocoddyl FDDP (contact dynamics)", str(iterations), f"{1e3 * full:.2f}", f"{1e3 * timed(warm, args.rounds):.2f}"]
+    [
+      "crocoddyl FDDP (contact dynamics)",
+      str(iterations),
+      f"{1e3 * full:.2f}",
+      f"{1e3 * median_seconds(warm, args.rounds):.2f}",
+    ]
   ]
   from anvil.robots import Robot
 
@@ -119,7 +112,7 @@ def main() -> None:
     sqp.reset()
     return sqp(x_stand, p)
 
-  full, sol = timed(cold, args.rounds), cold()
+  full, sol = median_seconds(cold, args.rounds), cold()
   for _ in range(30):  # NOTE: to the plan at x0 (a real-time iteration takes one iteration per call)
     rti(x_stand, p)
 
@@ -128,12 +121,9 @@ def main() -> None:
     rti(sol.x[1], p)
 
   rows.append(["anvil SQP / RTI (forces as inputs)", str(sol.iterations), f"{1e3 * full:.2f}",
-               f"{1e3 * timed(step, args.rounds):.2f}"])  # fmt: skip
+               f"{1e3 * median_seconds(step, args.rounds):.2f}"])  # fmt: skip
   header = ["solver", "iterations", "full solve ms", "warm step, 1 iteration ms"]
-  print("| " + " | ".join(header) + " |")
-  print("|" + "---|" * len(header))
-  for row in rows:
-    print("| " + " | ".join(row) + " |")
+  print_markdown(header, rows)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ import anvil as av
 from anvil.mpc import LeastSquares, MPCFunction, MPCOptions, euler
 from anvil.robots import Robot
 from anvil.sqp import SQPOptions
+from benchmarks.common import median_seconds, print_markdown
 from benchmarks.pinocchio_driver import robot_urdf
 
 DT, T = 0.01, 100
@@ -118,16 +119,6 @@ def anvil_controller(p: dict[str, Any], hessian: str, mode: str = "sqp") -> MPCF
   )
 
 
-def timed(fn: Any, rounds: int) -> float:
-  """Median seconds of `rounds` calls."""
-  times = []
-  for _ in range(rounds):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
-
-
 def measure(name: str, rounds: int) -> list[list[str]]:
   """Rows of one robot: crocoddyl, anvil Gauss-Newton, anvil exact. The warm steps: the plan's next state x1, started
   from the plan at x0 shifted by one knot (crocoddyl: the shifted xs, us given; anvil: its own warm start)."""
@@ -144,7 +135,7 @@ def measure(name: str, rounds: int) -> list[list[str]]:
     solver.problem.x0 = x1
     solver.solve(shifted_xs, shifted_us, k)
 
-  one, ten = timed(lambda: warm(1), rounds), timed(lambda: warm(10), rounds)
+  one, ten = median_seconds(lambda: warm(1), rounds), median_seconds(lambda: warm(10), rounds)
   rows = [[name, "crocoddyl BoxFDDP", str(iterations), f"{cost:.9g}", "", f"{1e3 * full:.1f}",
            f"{1e3 * full / max(iterations, 1):.2f}", f"{1e3 * one:.2f}", f"{1e3 * ten:.2f}", ""]]  # fmt: skip
   for hessian in ("gauss_newton", "exact"):
@@ -183,10 +174,7 @@ def main() -> None:
   header = ["robot", "solver", "iterations", "cost", "vs crocoddyl", "full solve ms", "per iteration ms",
             "warm step, 1 iteration ms", "warm step, ≤ 10 it. / converged ms", "build (cold or cached)"]  # fmt: skip
   rows = [row for name in args.robots.split(",") for row in measure(name, args.rounds)]
-  print("| " + " | ".join(header) + " |")
-  print("|" + "---|" * len(header))
-  for row in rows:
-    print("| " + " | ".join(row) + " |")
+  print_markdown(header, rows)
 
 
 if __name__ == "__main__":

@@ -237,6 +237,16 @@ def time_python(fns: dict[str, Callable[[], object]], rounds: int, target_s: flo
   return out
 
 
+def median_seconds(fn: Callable[[], Any], rounds: int) -> float:
+  """Median seconds of `rounds` calls of fn (each timed alone: a solver's call, not a tight loop)."""
+  times = []
+  for _ in range(rounds):
+    start = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
+
+
 def med(xs: Sequence[float]) -> float:
   return statistics.median(xs)
 
@@ -247,6 +257,14 @@ def flat(rounds: Sequence[Sequence[float]]) -> list[float]:
 
 def verdict(value: float, limit: float) -> str:
   return "PASS" if value <= limit else "MISS"
+
+
+def print_markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+  """A table as Markdown, the form a closing note quotes."""
+  print("| " + " | ".join(header) + " |")
+  print("|" + "---|" * len(header))
+  for row in rows:
+    print("| " + " | ".join(row) + " |")
 
 
 def print_table(rows: Sequence[Row]) -> None:

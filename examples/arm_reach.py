@@ -65,14 +65,19 @@ def controller(robot: Robot) -> MPCFunction:
   )
 
 
-def main() -> None:
-  """Build, reach each target in MuJoCo, report, plot."""
-  args = example_arguments(__doc__, 150)
+def reaching(steps: int) -> tuple[Robot, np.ndarray, list[np.ndarray], int]:
+  """The panda (fingers locked), its start posture, the targets (p: rotation row-major, position) and the steps each
+  is held for in a run of `steps`."""
   robot = Robot.from_urdf(urdf(), locked_joints=["panda_finger_joint1", "panda_finger_joint2"])
   q0 = np.array([0.0, -0.3, 0.0, -2.0, 0.0, 1.8, 0.8])
   rotation, start = robot.frame_placement(q0, HAND)
-  targets = [np.r_[rotation.ravel(), start + offset] for offset in OFFSETS]
-  segment = -(-args.steps // len(targets))
+  return robot, q0, [np.r_[rotation.ravel(), start + offset] for offset in OFFSETS], -(-steps // len(OFFSETS))
+
+
+def main() -> None:
+  """Build, reach each target in MuJoCo, report, plot."""
+  args = example_arguments(__doc__, 150)
+  robot, q0, targets, segment = reaching(args.steps)
   target_at = lambda t: targets[min(t // segment, len(targets) - 1)]
 
   mpc = controller(robot)

@@ -127,28 +127,33 @@ def _gauss_newton_pattern(residual: NumericalFunction[..., Any]) -> NDArray[np.b
 
 
 @dataclass(frozen=True)
-class _Context:
-  """What the templates need."""
+class _StageContext:
+  """What the templates of both derivatives need: names, sizes, where the stages sit, the stage's and the terminal
+  functions and the offsets in the NLP parameter of their inputs after z (C++ expressions)."""
 
   name: str
   real: str
   inputs: tuple[int, ...]
-  nnz: int
   N: int
   stride: int
   states: int
   nx_model: int
   nu: int
   nz_model: int
-  np: int
-  p_offset: int
   stage: str
-  stage_size: int
   stage_args: tuple[str, ...]
   final: str
-  final_size: int
   final_args: tuple[str, ...]
   l2: int
+
+
+@dataclass(frozen=True)
+class _Context(_StageContext):
+  """What the Hessian's templates need besides: its size, the blocks' sizes and the scatter tables."""
+
+  nnz: int
+  stage_size: int
+  final_size: int
   stage_step: int
   stage_to_out: tuple[int, ...]
   stage_from: tuple[int, ...]
@@ -261,7 +266,7 @@ class StageCostHessian(TemplatedFunction):
     return _Context(
       name=self.name, real=cpp_real(self.scalar), inputs=tuple(a.size for a in self.inputs), nnz=self.nnz, N=place.N,
       stride=place.stride, states=place.states, nx_model=place.nx, nu=place.nu, nz_model=place.nx + place.nu,
-      np=place.np, p_offset=place.p_offset, stage=stage.fn.name, stage_size=stage.size,
+      stage=stage.fn.name, stage_size=stage.size,
       stage_args=tuple(_arguments(stage.takes_p, stage.takes_weight, f"{place.p_offset} + k * {place.np}",
                                   at("stage_weight"))),
       final="" if final is None else final.fn.name, final_size=0 if final is None else final.size,
@@ -288,29 +293,14 @@ def _arguments(takes_p: bool, takes_weight: bool, p_at: str, weight_at: int) -> 
 
 
 @dataclass(frozen=True)
-class _GradientContext:
-  """What the gradient's templates need."""
+class _GradientContext(_StageContext):
+  """What the gradient's templates need besides: its size, the input rate's weight, where the slacks sit."""
 
-  name: str
-  real: str
-  inputs: tuple[int, ...]
   size: int
-  N: int
-  stride: int
-  states: int
-  nx_model: int
-  nu: int
-  nz_model: int
-  nx_final: int
-  stage: str
-  stage_args: tuple[str, ...]
-  final: str
-  final_args: tuple[str, ...]
   rate: tuple[float, ...]
   slacks: int
   ns: int
   l1: int
-  l2: int
 
 
 class StageCostGradient(TemplatedFunction):
@@ -358,7 +348,7 @@ class StageCostGradient(TemplatedFunction):
     return _GradientContext(
       name=self.name, real=cpp_real(self.scalar), inputs=tuple(a.size for a in self.inputs), size=self.size,
       N=place.N, stride=place.stride, states=place.states, nx_model=place.nx, nu=place.nu,
-      nz_model=place.nx + place.nu, nx_final=place.states, stage=self.stage[0].name,
+      nz_model=place.nx + place.nu, stage=self.stage[0].name,
       stage_args=tuple(arguments(self.stage, f"{place.p_offset} + k * {place.np}", "stage_weight")),
       final="" if self.final is None else self.final[0].name,
       final_args=() if self.final is None else tuple(arguments(self.final, f"{place.p_offset} + {place.N * place.np}",

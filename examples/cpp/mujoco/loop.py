@@ -125,18 +125,12 @@ def main() -> None:
   import sys
 
   sys.path.insert(0, str(HERE.parent.parent))
-  from arm_reach import DT, HAND, OFFSETS, controller, urdf
-
-  from anvil.robots import Robot
+  from arm_reach import DT, HAND, controller, reaching, urdf
 
   from cli import example_arguments
 
   args = example_arguments(__doc__, 150)
-  robot = Robot.from_urdf(urdf(), locked_joints=["panda_finger_joint1", "panda_finger_joint2"])
-  q0 = np.array([0.0, -0.3, 0.0, -2.0, 0.0, 1.8, 0.8])
-  rotation, start = robot.frame_placement(q0, HAND)
-  targets = [np.r_[rotation.ravel(), start + offset] for offset in OFFSETS]
-  segment = -(-args.steps // len(targets))
+  robot, q0, targets, segment = reaching(args.steps)
   mpc = controller(robot)
   plant = MuJoCoPlant(urdf(), robot.joint_names, DT)
   out = args.out / "mujoco_loop"

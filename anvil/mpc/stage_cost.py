@@ -42,6 +42,7 @@ from anvil.codegen.templated import TemplatedFunction, module_library
 from anvil.mpc.costs import LeastSquares
 from anvil.mpc.native import native_call
 
+#: The Hessians a stage's block can be: Gauss-Newton (least-squares costs) or exact.
 KINDS = ("gauss_newton", "exact")
 
 
@@ -75,6 +76,8 @@ class Block:
   def of(cost: Any, kind: str, name: str, takes_p: bool, nx: int, size: int, scalar: str) -> Block:
     """The Hessian block of `cost` (a LeastSquares, or for `kind` "exact" a NumericalFunction) on z = [x; u] of
     `size` entries (x_N alone: `size` = nx), in `scalar`."""
+    if kind not in KINDS:
+      raise ValueError(f"{name}: kind must be one of {KINDS}, got {kind!r}")
     if kind == "gauss_newton":
       stacked = on_z(cost.residual, name, takes_p, nx, size, scalar)
       block = gauss_newton(stacked, 0, weight_pattern=cost.pattern, name=f"{name}_gauss_newton", scalar=True)

@@ -218,3 +218,11 @@ def test_stage_wise_cost_gradient_equals_the_gradient_of_the_whole_cost(least_sq
     want = reference(w, params)
     assert np.count_nonzero(want) > ocp.nw // 2
     np.testing.assert_allclose(G(w, params), want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+
+
+def test_a_block_of_an_unknown_kind_says_what_is_expected() -> None:
+  from anvil.mpc.stage_cost import Block
+
+  residual = NumericalFunction("test_gn_kind_r", lambda x, u: x.cat(u), (Arg(2), Arg(1)))
+  with pytest.raises(ValueError, match=r"kind must be one of \('gauss_newton', 'exact'\), got 'newton'"):
+    Block.of(LeastSquares(residual, np.ones(3)), "newton", "test_gn_kind", False, 2, 3, "float64")

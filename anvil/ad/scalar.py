@@ -116,19 +116,18 @@ def scalar_gauss_newton(fn: NumericalFunction[..., Any], wrt: int, weight_patter
       return None
     g, dt = lowered.graph, traced.stores[slot].dtype
     weight = lambda a, b: g.load(len(traced.inputs), a * m + b, dt) if weight_pattern[a, b] else None
-    symmetric: dict[tuple[int, int], int] = {}  # (a, b) -> W_ab + W_ba on the pattern
+    by_row: dict[int, Tangent] = {}  # the rows {b: S_ab} of S = W + Wᵀ on the pattern
     for a, b in zip(rows.tolist(), cols.tolist(), strict=True):
       terms = [t for t in (weight(a, b), weight(b, a)) if t is not None]
-      symmetric[a, b] = terms[0] if len(terms) == 1 else g.alu(Ops.ADD, dt, *terms)
-    by_row: dict[int, list[tuple[int, int]]] = {}
-    for (a, b), s in symmetric.items():
-      by_row.setdefault(a, []).append((b, s))
-    weighted = [_weighted_column(g, dt, by_row, column) for column in columns]  # (W + Wᵀ) J, column by column
+      by_row.setdefault(a, {})[b] = terms[0] if len(terms) == 1 else g.alu(Ops.ADD, dt, *terms)
+    weighted: list[Tangent] = []  # (W + Wᵀ) J, column by column
+    for column in columns:
+      weighted.append({a: d for a, row in by_row.items() if (d := _dot(g, dt, row, column)) is not None})
     zero = g.const(0.0, dt)
     writes = []
     for i, j in ((a, b) for a in range(n) for b in range(a, n)):  # NOTE: symmetric: each pair once, written twice
-      terms = [g.alu(Ops.MUL, dt, d, weighted[j][a]) for a, d in columns[i].items() if a in weighted[j]]
-      entry = functools.reduce(lambda x, y: g.alu(Ops.ADD, dt, x, y), terms, zero)
+      entry = _dot(g, dt, columns[i], weighted[j])
+      entry = zero if entry is None else entry
       writes += [(0, i * n + j, entry)] + ([(0, j * n + i, entry)] if i != j else [])
     return emit_program(g, writes, [*(u.dtype for u in traced.inputs), dt], [dt])
 
@@ -136,14 +135,10 @@ def scalar_gauss_newton(fn: NumericalFunction[..., Any], wrt: int, weight_patter
   return _derived_code(fn, what, (n, n), build)
 
 
-def _weighted_column(g: ScalarGraph, dt: Any, by_row: dict[int, list[tuple[int, int]]], column: Tangent) -> Tangent:
-  """{row a: Σ_b S_ab J_bj} of one column {row b: J_bj} of J, S's entries by row."""
-  out: Tangent = {}
-  for a, entries in by_row.items():
-    terms = [g.alu(Ops.MUL, dt, s, column[b]) for b, s in entries if b in column]
-    if terms:
-      out[a] = functools.reduce(lambda x, y: g.alu(Ops.ADD, dt, x, y), terms)
-  return out
+def _dot(g: ScalarGraph, dt: Any, a: Tangent, b: Tangent) -> int | None:
+  """Σ_k a_k b_k over the keys both sparse vectors hold, in a's order; None where they share none."""
+  terms = [g.alu(Ops.MUL, dt, v, b[k]) for k, v in a.items() if k in b]
+  return functools.reduce(lambda x, y: g.alu(Ops.ADD, dt, x, y), terms) if terms else None
 
 
 def scalar_sparse(

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-#: MuJoCo's joint types a plant maps: (qpos, qvel) sizes.
-_JOINTS = {"hinge": (1, 1), "slide": (1, 1), "free": (7, 6)}
+#: MuJoCo's joint types a plant maps (hinge and slide: one qpos and qvel each; free: the floating base).
+_JOINTS = ("hinge", "slide", "free")
 
 
 class MuJoCoPlant:
@@ -59,7 +59,7 @@ class MuJoCoPlant:
     self.model = _model(model, self.joints, floating_base, dict(contact_spheres or {}), friction)
     self.data = mujoco.MjData(self.model)
     ids = [self._joint(name) for name in self.joints]
-    kinds = [mujoco.mjtJoint(self.model.jnt_type[i]).name.removeprefix("mjJNT_").lower() for i in ids]
+    kinds = [self._kind(i) for i in ids]
     if "free" in kinds[1:]:
       raise ValueError(f"MuJoCoPlant: a free joint must come first in joints (the floating base), got {self.joints}")
     self.free = kinds[0] == "free"
@@ -182,13 +182,19 @@ class MuJoCoPlant:
       d.xfrc_applied[body] = wrench
     return d
 
+  def _kind(self, i: int) -> str:
+    """Joint i's type, as MuJoCo names it without its prefix ("hinge", "slide", "free", ...)."""
+    import mujoco
+
+    return str(mujoco.mjtJoint(self.model.jnt_type[i]).name.removeprefix("mjJNT_").lower())
+
   def _joint(self, name: str) -> int:
     import mujoco
 
     i = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_JOINT, name)
     if i < 0:
       raise ValueError(f"MuJoCoPlant: the model has no joint {name!r}")
-    kind = mujoco.mjtJoint(self.model.jnt_type[i]).name.removeprefix("mjJNT_").lower()
+    kind = self._kind(i)
     if kind not in _JOINTS:
       raise ValueError(f"MuJoCoPlant: joint {name!r} is a {kind} joint; a plant maps hinge, slide and free joints")
     return i

@@ -24,14 +24,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 from tinygrad import Tensor
 
-from anvil.ad import SparsityError, gauss_newton, sphessian
+from anvil.ad import SparsityError, gauss_newton, gradient, sphessian
 from anvil.ad.sparsity import jacobian_sparsity
 from anvil.ad.transforms import placeholders
 from anvil.codegen import Arg, NumericalFunction
@@ -61,16 +61,34 @@ class StagePlace:
 
 
 @dataclass(frozen=True)
-class Block:
-  """One stage's (or the terminal) block: `fn` of (z[, p][, W]) (z: the stage's [x; u], or x_N) with `size` output
-  values; `entries` {(i, j): e}: the upper entries (i <= j, in z's coordinates) that are not structurally zero, each
-  with the output value e holding it."""
+class StagePart:
+  """A generated function of one stage's z = [x; u] (or of x_N), then of p where `takes_p`, then of the least-squares
+  weight W where `takes_weight`: what a stage-wise cost derivative calls at every stage."""
 
   fn: FunctionBase
-  size: int
-  entries: dict[tuple[int, int], int]
   takes_p: bool
   takes_weight: bool
+
+  @staticmethod
+  def gradient_of(cost: Any, name: str, takes_p: bool, nx: int, size: int, scalar: str) -> StagePart:
+    """The gradient of `cost` (a LeastSquares or a NumericalFunction) on z = [x; u] of `size` entries (x_N alone:
+    `size` = nx), in `scalar`, as straight-line code (as the ODE's derivatives are)."""
+    value = cost_value(cost, name, takes_p, nx, size, scalar)
+    return StagePart(gradient(value, 0, name=f"{name}_gradient", scalar=True), takes_p, isinstance(cost, LeastSquares))
+
+  def arguments(self, p_at: str, weight_at: int) -> tuple[str, ...]:
+    """The C++ offsets into the NLP parameter of the inputs after z: p at `p_at`, then W at `weight_at`."""
+    return (*([p_at] if self.takes_p else []), *([str(weight_at)] if self.takes_weight else []))
+
+
+@dataclass(frozen=True)
+class Block(StagePart):
+  """One stage's (or the terminal) Hessian block: a StagePart with `size` output values; `entries` {(i, j): e}: the
+  upper entries (i <= j, in z's coordinates) that are not structurally zero, each with the output value e holding
+  it."""
+
+  size: int
+  entries: dict[tuple[int, int], int]
 
   @staticmethod
   def of(cost: Any, kind: str, name: str, takes_p: bool, nx: int, size: int, scalar: str) -> Block:
@@ -83,12 +101,12 @@ class Block:
       block = gauss_newton(stacked, 0, weight_pattern=cost.pattern, name=f"{name}_gauss_newton", scalar=True)
       used = _gauss_newton_pattern(stacked)
       entries = {(i, j): i * size + j for i in range(size) for j in range(i, size) if used[i, j]}
-      return Block(block, size * size, entries, takes_p, True)
+      return Block(block, takes_p, True, size * size, entries)
     value = cost_value(cost, name, takes_p, nx, size, scalar)
     hessian = sphessian(value, 0, name=f"{name}_hessian", scalar=True)
     rows, cols = stored_coordinates(hessian)
     entries = {(int(i), int(j)): e for e, (i, j) in enumerate(zip(rows, cols, strict=True))}
-    return Block(hessian, hessian.nnz, entries, takes_p, isinstance(cost, LeastSquares))
+    return Block(hessian, takes_p, isinstance(cost, LeastSquares), hessian.nnz, entries)
 
 
 def on_z(fn: NumericalFunction[..., Any], name: str, takes_p: bool, nx: int, size: int, scalar: str
@@ -129,6 +147,10 @@ def _gauss_newton_pattern(residual: NumericalFunction[..., Any]) -> NDArray[np.b
   return np.outer(used, used)
 
 
+#: The stage functions a stage-wise cost derivative calls: Hessian blocks, or plain StageParts (gradients).
+Part = TypeVar("Part", bound=StagePart)
+
+
 @dataclass(frozen=True)
 class _StageContext:
   """What the templates of both derivatives need: names, sizes, where the stages sit, the stage's and the terminal
@@ -150,6 +172,52 @@ class _StageContext:
   l2: int
 
 
+class _StageCost(TemplatedFunction, Generic[Part]):
+  """What both stage-wise cost derivatives share: their stage's and terminal functions (`final` None: no terminal
+  cost), where the stages and the weights sit, the context's common fields, their JIT library and native call."""
+
+  def __init__(
+    self, name: str, inputs: tuple[Arg, ...], stage: Part, final: Part | None, place: StagePlace,
+    weights: dict[str, int], scalar: str,
+  ) -> None:  # fmt: skip
+    self.name, self.inputs, self.place, self.scalar = name, inputs, place, scalar
+    self.stage, self.final, self.weights = stage, final, weights
+    self._lock = threading.Lock()
+
+  def dependencies(self) -> tuple[FunctionBase, ...]:
+    """The stage functions this one calls."""
+    return (self.stage.fn, *(() if self.final is None else (self.final.fn,)))
+
+  def _weight(self, key: str) -> int:
+    """The offset of a run-time weight or penalty in the NLP parameter (0 where there is none: never read)."""
+    return self.weights.get(key, 0)
+
+  def _common(self) -> dict[str, Any]:
+    """The `_StageContext` fields."""
+    place, stage, final = self.place, self.stage, self.final
+    return dict(
+      name=self.name, real=cpp_real(self.scalar), inputs=tuple(a.size for a in self.inputs), N=place.N,
+      stride=place.stride, states=place.states, nx_model=place.nx, nu=place.nu, nz_model=place.nx + place.nu,
+      stage=stage.fn.name,
+      stage_args=stage.arguments(f"{place.p_offset} + k * {place.np}", self._weight("stage_weight")),
+      final="" if final is None else final.fn.name,
+      final_args=() if final is None else final.arguments(f"{place.p_offset} + {place.N * place.np}",
+                                                          self._weight("terminal_weight")),
+      l2=self._weight("l2"),
+    )  # fmt: skip
+
+  @cached_property
+  def library(self) -> str:
+    """Path of the compiled JIT library, with the stage-wise functions' entry points (inputs, then the output)."""
+    folder = Path(__file__).parent / "templates"
+    entry_points = lambda module: render_template("stagewise_jit.cpp.j2", folder=folder, c=self.context, module=module)
+    return module_library(self, entry_points)
+
+  def _native(self, args: tuple[Any, ...], size: int) -> NDArray[np.float64]:
+    """The output (`size` values) at numpy inputs shaped as `inputs`, thread-safe."""
+    return native_call(self, args, size, self.scalar, self._lock)
+
+
 @dataclass(frozen=True)
 class _Context(_StageContext):
   """What the Hessian's templates need besides: its size, the blocks' sizes and the scatter tables."""
@@ -166,7 +234,7 @@ class _Context(_StageContext):
   slack_to_out: tuple[int, ...]
 
 
-class StageCostHessian(TemplatedFunction):
+class StageCostHessian(_StageCost[Block]):
   """The upper triangle of sigma (blockdiag(B_k + R, B_N) + diag(2 l2)) (module docstring): B_k stage k's block of
   `stage`, R the input rate's constant block `rate` (nz x nz in a stage's coordinates, or None), B_N the terminal
   block of `final`, the weights W, W_N and the penalties l2 read from the NLP parameter at `weights` ("stage_weight",
@@ -193,8 +261,7 @@ class StageCostHessian(TemplatedFunction):
     self, name: str, inputs: tuple[Arg, ...], stage: Block, final: Block | None, place: StagePlace,
     rate: NDArray[np.float64] | None, weights: dict[str, int], slacks: NDArray[np.int64], scalar: str,
   ) -> None:  # fmt: skip
-    self.name, self.inputs, self.place, self.scalar = name, inputs, place, scalar
-    self.stage_block, self.final_block, self.weights = stage, final, weights
+    super().__init__(name, inputs, stage, final, place, weights, scalar)
     nw = inputs[0].size
     stage_pairs, final_pairs = self._stage_pairs(rate), self._final_pairs()
     start = place.N * place.stride
@@ -206,7 +273,6 @@ class StageCostHessian(TemplatedFunction):
     self.shape: tuple[int, int] = (nw, nw)
     self.indices, self.indptr = pattern.indices.astype(np.int64), pattern.indptr.astype(np.int64)
     self._tables = self._scatter(pattern, stage_pairs, final_pairs, rate, slacks, start)
-    self._lock = threading.Lock()
 
   def _model(self, i: int) -> int:
     """A stage's coordinate i in z = [x; u] (the model's states, then the inputs), -1 for a previous input."""
@@ -215,7 +281,7 @@ class StageCostHessian(TemplatedFunction):
 
   def _stage_pairs(self, rate: NDArray[np.float64] | None) -> list[tuple[int, int]]:
     """The upper entries (i, j) of a stage's block in its w coordinates: the block's and the rate's, column-major."""
-    place, block = self.place, self.stage_block
+    place, block = self.place, self.stage
     stage = lambda i: i if i < place.nx else i + place.states - place.nx
     found = {(stage(i), stage(j)) for i, j in block.entries}
     if rate is not None:
@@ -224,8 +290,7 @@ class StageCostHessian(TemplatedFunction):
 
   def _final_pairs(self) -> list[tuple[int, int]]:
     """The upper entries of the terminal block, column-major (none without one)."""
-    block = self.final_block
-    found = set() if block is None else set(block.entries)
+    found = set() if self.final is None else set(self.final.entries)
     return sorted(found, key=lambda e: (e[1], e[0]))
 
   def _scatter(
@@ -239,8 +304,8 @@ class StageCostHessian(TemplatedFunction):
     steps = np.diff(stage_to_out, axis=0)
     if steps.size and not np.all(steps == steps[0, 0]):
       raise ValueError(f"{self.name}: the stages' blocks must sit at a fixed stride in the pattern")
-    stage_values = self.stage_block.entries
-    final_values = {} if self.final_block is None else self.final_block.entries
+    stage_values = self.stage.entries
+    final_values = {} if self.final is None else self.final.entries
     stage_from = lambda i, j: stage_values.get((self._model(i), self._model(j)), -1)
     return {
       "stage_step": int(steps[0, 0]) if steps.size else 0,
@@ -257,42 +322,16 @@ class StageCostHessian(TemplatedFunction):
     """Stored entries."""
     return int(self.indptr[-1])
 
-  def dependencies(self) -> tuple[FunctionBase, ...]:
-    """The blocks' functions this one calls."""
-    return (self.stage_block.fn, *(() if self.final_block is None else (self.final_block.fn,)))
-
   @cached_property
   def context(self) -> _Context:
     """Names, sizes, where the stages and weights sit, and the scatter tables."""
-    place, stage, final = self.place, self.stage_block, self.final_block
-    at = lambda key: self.weights.get(key, 0)
-    return _Context(
-      name=self.name, real=cpp_real(self.scalar), inputs=tuple(a.size for a in self.inputs), nnz=self.nnz, N=place.N,
-      stride=place.stride, states=place.states, nx_model=place.nx, nu=place.nu, nz_model=place.nx + place.nu,
-      stage=stage.fn.name, stage_size=stage.size,
-      stage_args=tuple(_arguments(stage.takes_p, stage.takes_weight, f"{place.p_offset} + k * {place.np}",
-                                  at("stage_weight"))),
-      final="" if final is None else final.fn.name, final_size=0 if final is None else final.size,
-      final_args=() if final is None else tuple(_arguments(final.takes_p, final.takes_weight,
-                                                           f"{place.p_offset} + {place.N * place.np}",
-                                                           at("terminal_weight"))),
-      l2=at("l2"), **self._tables,
-    )  # fmt: skip
-
-  @cached_property
-  def library(self) -> str:
-    """Path of the compiled JIT library, with the stage-wise functions' entry points (inputs, then the output)."""
-    return _library(self)
+    final = self.final
+    return _Context(**self._common(), nnz=self.nnz, stage_size=self.stage.size,
+                    final_size=0 if final is None else final.size, **self._tables)  # fmt: skip
 
   def __call__(self, *args: Any) -> sp.csc_array:
     """Evaluate in this process at numpy inputs shaped as `inputs` (a csc_array); thread-safe."""
-    values = native_call(self, args, self.nnz, self.scalar, self._lock)
-    return sp.csc_array((values, self.indices, self.indptr), shape=self.shape)
-
-
-def _arguments(takes_p: bool, takes_weight: bool, p_at: str, weight_at: int) -> list[str]:
-  """The C++ offsets into the NLP parameter of a stage function's inputs after z: p, then W."""
-  return [*([p_at] if takes_p else []), *([str(weight_at)] if takes_weight else [])]
+    return sp.csc_array((self._native(args, self.nnz), self.indices, self.indptr), shape=self.shape)
 
 
 @dataclass(frozen=True)
@@ -306,7 +345,7 @@ class _GradientContext(_StageContext):
   l1: int
 
 
-class StageCostGradient(TemplatedFunction):
+class StageCostGradient(_StageCost[StagePart]):
   """The gradient of the NLP's cost (module docstring) at (w, params): each stage's cost's gradient in its [x; u] from
   `stage` (a function of (z[, p][, W])), plus the input rate's 2 W_r (u - u_prev) (in u, and its negative in u_prev),
   the terminal cost's from `final`, and each slack's l1 + 2 l2 s; the weights and penalties from the NLP parameter at
@@ -315,7 +354,7 @@ class StageCostGradient(TemplatedFunction):
   Args:
     name: the function's name.
     inputs: the Args of (w, params).
-    stage, final: the gradients' functions (final None: no terminal cost), and whether each takes p and W.
+    stage, final: the stage cost's and the terminal cost's gradients (final None: no terminal cost).
     place: where the stages sit.
     rate: W_r (nu x nu) of the input rate's cost, or None.
     weights: offsets in the NLP parameter.
@@ -326,52 +365,24 @@ class StageCostGradient(TemplatedFunction):
   template = "cost_gradient"
 
   def __init__(
-    self, name: str, inputs: tuple[Arg, ...], stage: tuple[FunctionBase, bool, bool],
-    final: tuple[FunctionBase, bool, bool] | None, place: StagePlace, rate: NDArray[np.float64] | None,
-    weights: dict[str, int], slacks: tuple[int, int], scalar: str,
+    self, name: str, inputs: tuple[Arg, ...], stage: StagePart, final: StagePart | None, place: StagePlace,
+    rate: NDArray[np.float64] | None, weights: dict[str, int], slacks: tuple[int, int], scalar: str,
   ) -> None:  # fmt: skip
-    self.name, self.inputs, self.place, self.scalar = name, inputs, place, scalar
-    self.stage, self.final, self.rate, self.weights, self.slacks = stage, final, rate, weights, slacks
-    self._lock = threading.Lock()
+    super().__init__(name, inputs, stage, final, place, weights, scalar)
+    self.rate, self.slacks = rate, slacks
 
   @property
   def size(self) -> int:
     """The output's length: w's."""
     return self.inputs[0].size
 
-  def dependencies(self) -> tuple[FunctionBase, ...]:
-    """The gradients' functions this one calls."""
-    return (self.stage[0], *(() if self.final is None else (self.final[0],)))
-
   @cached_property
   def context(self) -> _GradientContext:
     """Names, sizes, where the stages and weights sit, the rate's weight."""
-    place, at = self.place, lambda key: self.weights.get(key, 0)
-    arguments = lambda part, p_at, key: _arguments(part[1], part[2], p_at, at(key))
-    return _GradientContext(
-      name=self.name, real=cpp_real(self.scalar), inputs=tuple(a.size for a in self.inputs), size=self.size,
-      N=place.N, stride=place.stride, states=place.states, nx_model=place.nx, nu=place.nu,
-      nz_model=place.nx + place.nu, stage=self.stage[0].name,
-      stage_args=tuple(arguments(self.stage, f"{place.p_offset} + k * {place.np}", "stage_weight")),
-      final="" if self.final is None else self.final[0].name,
-      final_args=() if self.final is None else tuple(arguments(self.final, f"{place.p_offset} + {place.N * place.np}",
-                                                               "terminal_weight")),
-      rate=() if self.rate is None else tuple(float(v) for v in self.rate.ravel()), slacks=self.slacks[0],
-      ns=self.slacks[1], l1=at("l1"), l2=at("l2"),
-    )  # fmt: skip
-
-  @cached_property
-  def library(self) -> str:
-    """Path of the compiled JIT library, with the stage-wise functions' entry points (inputs, then the output)."""
-    return _library(self)
+    rate = () if self.rate is None else tuple(float(v) for v in self.rate.ravel())
+    return _GradientContext(**self._common(), size=self.size, rate=rate, slacks=self.slacks[0], ns=self.slacks[1],
+                            l1=self._weight("l1"))  # fmt: skip
 
   def __call__(self, *args: Any) -> NDArray[np.float64]:
     """Evaluate in this process at numpy inputs shaped as `inputs`; thread-safe."""
-    return native_call(self, args, self.size, self.scalar, self._lock)
-
-
-def _library(fn: StageCostGradient | StageCostHessian) -> str:
-  """The JIT library of a stage-wise cost derivative, with the stage-wise functions' entry points (stagewise_jit)."""
-  folder = Path(__file__).parent / "templates"
-  return module_library(fn, lambda module: render_template("stagewise_jit.cpp.j2", folder=folder, c=fn.context,
-                                                           module=module))  # fmt: skip
+    return self._native(args, self.size)

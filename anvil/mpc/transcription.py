@@ -18,9 +18,8 @@ import scipy.sparse as sp
 from numpy.typing import NDArray
 from tinygrad import Tensor
 
-from anvil.ad import constant_jacobian, gradient, sphessian, spjacobian, vmap
+from anvil.ad import constant_jacobian, sphessian, spjacobian, vmap
 from anvil.codegen import Arg, NumericalFunction, SparseNumericalFunction
-from anvil.codegen.base import FunctionBase
 from anvil.codegen.precision import SCALARS, in_scalar
 from anvil.mpc.costs import LeastSquares
 from anvil.mpc.implicit import ImplicitIntegrator
@@ -28,7 +27,7 @@ from anvil.mpc.integrators import ExplicitIntegrator
 from anvil.mpc.ode import OdeDerivatives
 from anvil.mpc.rate import InputRate
 from anvil.mpc.soft import SOFT_GROUPS, Soft
-from anvil.mpc.stage_cost import Block, StageCostGradient, StageCostHessian, StagePlace, cost_value
+from anvil.mpc.stage_cost import Block, Part, StageCostGradient, StageCostHessian, StagePart, StagePlace
 from anvil.mpc.stagewise import StageConstraints, StageDerivative
 from anvil.qp import StageLayout
 from anvil.validation import require_cpu_float64, require_type
@@ -380,8 +379,6 @@ class Transcription:
                                keep_steps=keep_steps)  # fmt: skip
     if not hessian:
       return constraints, jacobian, None
-    # NOTE: least-squares costs with affine residuals have their Gauss-Newton blocks as exact Hessian: one small
-    # product per stage, where the Hessian of the whole cost would be colored Hessian-vector products of it
     # NOTE: the cost's Hessian stage by stage, a term of its own: for least-squares costs with affine residuals their
     # Gauss-Newton blocks (exact: the products of constant Jacobians), else the exact blocks of each stage's cost
     cost_hessian = self.stage_cost_hessian("gauss_newton" if self._affine_least_squares() else "exact")
@@ -402,8 +399,10 @@ class Transcription:
     block for every stage (a traced function); others are derived stage by stage (`stage_cost_hessian`)."""
     if not self._least_squares():
       raise ValueError(f"MPCFunction({self.name}): hessian='gauss_newton' needs costs given as LeastSquares")
-    N, nx, nz = self.N, self.nx, self.nz
-    constant, rate = self._constant_jacobians, self._rate_hessian()
+    constant = self._constant_jacobians
+    if constant is None:
+      return self.stage_cost_hessian("gauss_newton")
+    N, nx, nz, rate = self.N, self.nx, self.nz, self._rate_hessian()
     stage_used, final_used = self._gauss_newton_coordinates(constant, rate)
     blocks = [(stage_used, k * nz, 0) for k in range(N)]  # NOTE: (used, start, where the traced values hold it)
     blocks += [(final_used, N * nz, nz * nz)] if self.terminal_cost is not None else []
@@ -424,8 +423,6 @@ class Transcription:
     args = self._args((self.nw, "w"), (self.n_params, "params"), (1, "sigma"), (self.ng, "lam"))
     stage_ls, final_ls = self.stage_cost, self.terminal_cost
     assert isinstance(stage_ls, LeastSquares) and (final_ls is None or isinstance(final_ls, LeastSquares))
-    if constant is None:
-      return self.stage_cost_hessian("gauss_newton")
     nxm, extra = self.nx_model, self.nx - self.nx_model  # NOTE: the previous inputs of an input rate: no residual
 
     def values(w: Tensor, params: Tensor, sigma: Tensor, lam: Tensor) -> Tensor:
@@ -450,50 +447,49 @@ class Transcription:
   def stage_cost_hessian(self, kind: str) -> StageCostHessian:
     """The cost's Hessian (the upper triangle of sigma times it) stage by stage (anvil.mpc.stage_cost): for `kind`
     "gauss_newton" the Gauss-Newton blocks of LeastSquares costs, for "exact" the exact Hessian of any cost."""
-    nx, nz, nxm = self.nx, self.nz, self.nx_model
-    place = StagePlace(N=self.N, stride=nz, states=nx, nx=nxm, nu=self.nu, np=self.np, p_offset=nx)
-    stage = Block.of(self.stage_cost, kind, f"{self.name}_stage_{kind}", self.takes_p["stage_cost"], nxm,
-                     nxm + self.nu, self.scalar)  # fmt: skip
-    final = None
-    if self.terminal_cost is not None:
-      takes_p = self.takes_p.get("terminal_cost", False)
-      final = Block.of(self.terminal_cost, kind, f"{self.name}_terminal_{kind}", takes_p, nxm, nxm, self.scalar)
-    weights = {key: self._tuning_start + at for key, (at, _, _) in self.tuning_layout.items()}
-    slacks = self.N * nz + nx + np.arange(self.ns)
+    stage, final = self._stage_parts(lambda cost, label, takes_p, size: Block.of(
+      cost, kind, f"{self.name}_{label}_{kind}", takes_p, self.nx_model, size, self.scalar))  # fmt: skip
     args = self._args((self.nw, "w"), (self.n_params, "params"), (1, "sigma"), (self.ng, "lam"))
     suffix = "gauss_newton" if kind == "gauss_newton" else "cost_hessian"
-    return StageCostHessian(f"{self.name}_{suffix}", args, stage, final, place, self._rate_hessian(), weights, slacks,
-                            self.scalar)  # fmt: skip
+    slacks = self.N * self.nz + self.nx + np.arange(self.ns)
+    return StageCostHessian(f"{self.name}_{suffix}", args, stage, final, self._stage_place, self._rate_hessian(),
+                            self._weight_offsets, slacks, self.scalar)  # fmt: skip
 
   def stage_cost_gradient(self) -> StageCostGradient:
     """The cost's gradient stage by stage (anvil.mpc.stage_cost): each stage cost's gradient in its [x; u] from one
     generated function of the stage, the input rate's, the terminal cost's and the slacks'."""
-    nx, nz, nxm = self.nx, self.nz, self.nx_model
-    place = StagePlace(N=self.N, stride=nz, states=nx, nx=nxm, nu=self.nu, np=self.np, p_offset=nx)
-
-    def part(cost: Cost, key: str, size: int) -> tuple[FunctionBase, bool, bool]:
-      takes_p = self.takes_p.get(key, False)
-      value = cost_value(cost, f"{self.name}_{key}", takes_p, nxm, size, self.scalar)
-      grad = gradient(value, 0, name=f"{self.name}_{key}_gradient", scalar=True)  # NOTE: straight-line, as the ODE's
-      return grad, takes_p, isinstance(cost, LeastSquares)
-
-    stage = part(self.stage_cost, "stage_cost", nxm + self.nu)
-    final = None if self.terminal_cost is None else part(self.terminal_cost, "terminal_cost", nxm)
-    weights = {key: self._tuning_start + at for key, (at, _, _) in self.tuning_layout.items()}
+    stage, final = self._stage_parts(lambda cost, label, takes_p, size: StagePart.gradient_of(
+      cost, f"{self.name}_{label}_cost", takes_p, self.nx_model, size, self.scalar))  # fmt: skip
     rate = self.rate.weight if self.rate is not None and self.rate.weighted else None
     args = self._args((self.nw, "w"), (self.n_params, "params"))
-    return StageCostGradient(f"{self.name}_cost_gradient", args, stage, final, place, rate, weights,
-                             (self.N * nz + nx, self.ns), self.scalar)  # fmt: skip
+    return StageCostGradient(f"{self.name}_cost_gradient", args, stage, final, self._stage_place, rate,
+                             self._weight_offsets, (self.N * self.nz + self.nx, self.ns), self.scalar)  # fmt: skip
+
+  def _stage_parts(self, make: Callable[[Cost, str, bool, int], Part]) -> tuple[Part, Part | None]:
+    """`make(cost, label, takes_p, size)` for the stage cost on [x; u] and the terminal cost on x_N (None without)."""
+    stage = make(self.stage_cost, "stage", self.takes_p["stage_cost"], self.nx_model + self.nu)
+    final = self.terminal_cost
+    return stage, None if final is None else make(final, "terminal", self.takes_p.get("terminal_cost", False),
+                                                   self.nx_model)  # fmt: skip
+
+  @cached_property
+  def _stage_place(self) -> StagePlace:
+    """Where the stages sit in w and the parameter, for the stage-wise cost derivatives."""
+    return StagePlace(N=self.N, stride=self.nz, states=self.nx, nx=self.nx_model, nu=self.nu, np=self.np,
+                      p_offset=self.nx)  # fmt: skip
+
+  @cached_property
+  def _weight_offsets(self) -> dict[str, int]:
+    """Where each run-time weight and penalty starts in the NLP parameter (`tuning_layout`)."""
+    return {key: self._tuning_start + at for key, (at, _, _) in self.tuning_layout.items()}
 
   def _gauss_newton_coordinates(
-    self, constant: tuple[np.ndarray, np.ndarray | None] | None, rate: np.ndarray | None
+    self, constant: tuple[np.ndarray, np.ndarray | None], rate: np.ndarray | None
   ) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
-    """The coordinates of a stage's [x; u] and of x_N that the Gauss-Newton blocks can be nonzero on: every one,
-    unless the residuals are affine (`constant` Jacobians): then the columns their Jacobians use (and the input
-    rate's), so the blocks hold no structural zeros (for OSQP, entries of P it factorizes)."""
-    stage, final = np.ones(self.nz, bool), np.ones(self.nx, bool)
-    if constant is None:
-      return stage, final
+    """The coordinates of a stage's [x; u] and of x_N that the Gauss-Newton blocks of affine residuals (`constant`
+    Jacobians) can be nonzero on: the columns their Jacobians use (and the input rate's; every one of x_N without a
+    terminal residual), so the blocks hold no structural zeros (for OSQP, entries of P it factorizes)."""
+    final = np.ones(self.nx, bool)
     extra = self.nx - self.nx_model
     stage = np.insert(constant[0] != 0, [self.nx_model] * extra, False, axis=1).any(axis=0)
     if rate is not None:

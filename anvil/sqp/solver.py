@@ -209,10 +209,11 @@ class SQPFunction(TemplatedFunction):
     if stages is None and constraints is None and isinstance(self.options.qp, RiccatiOptions):
       raise ValueError(f"{name}: RiccatiOptions solves QPs with a stage layout: pass stages=StageLayout(...)")
     self.cost, self.constraints, self.stages = cost, constraints, stages
+    if gradient is not None:
+      shapes = [tuple(a.shape) for a in getattr(gradient, "inputs", ())]
+      if not isinstance(gradient, FunctionBase) or shapes != [(self.n,), (self.np,)]:
+        raise TypeError(f"{name}: gradient must be a generated function of (x, p) shaped ({self.n},), ({self.np},)")
     self.gradient = cost_gradient(cost, 0, name=f"{name}_cost_gradient") if gradient is None else gradient
-    if gradient is not None and (not isinstance(gradient, FunctionBase) or [tuple(a.shape) for a in
-                                 getattr(gradient, "inputs", ())] != [(self.n,), (self.np,)]):  # fmt: skip
-      raise TypeError(f"{name}: gradient must be a generated function of (x, p) shaped ({self.n},), ({self.np},)")
     if constraints_code is not None and (constraints is None or not isinstance(constraints_code, FunctionBase)):
       raise TypeError(f"{name}: constraints_code must be a generated function (FunctionBase), with constraints")
     self.constraints_code = constraints_code

@@ -226,3 +226,14 @@ def test_a_block_of_an_unknown_kind_says_what_is_expected() -> None:
   residual = NumericalFunction("test_gn_kind_r", lambda x, u: x.cat(u), (Arg(2), Arg(1)))
   with pytest.raises(ValueError, match=r"kind must be one of \('gauss_newton', 'exact'\), got 'newton'"):
     Block.of(LeastSquares(residual, np.ones(3)), "newton", "test_gn_kind", False, 2, 3, "float64")
+
+
+def test_sqp_refuses_a_gradient_of_other_inputs() -> None:
+  from anvil.sqp import SQPFunction
+
+  cost = NumericalFunction("test_gn_sqp_f", lambda x, p: (x * x).sum(), (Arg(3), Arg(0)))
+  wrong = NumericalFunction("test_gn_sqp_g", lambda x: x * 2, (Arg(4),))
+  with pytest.raises(TypeError, match=r"gradient must be a generated function of \(x, p\) shaped \(3,\), \(0,\)"):
+    SQPFunction("test_gn_sqp", cost, gradient=wrong)
+  with pytest.raises(TypeError, match="gradient must be a generated function"):
+    SQPFunction("test_gn_sqp", cost, gradient=lambda x, p: 2 * x)  # type: ignore[arg-type]

@@ -23,10 +23,7 @@ import argparse
 import ctypes
 import os
 import platform
-import statistics
-import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,8 +31,7 @@ import numpy as np
 import anvil as av
 from anvil.ad import jacobian, vmap
 from anvil.problems import quadrotor
-
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks.common import median_seconds
 
 NX, NU = quadrotor.NX, quadrotor.NU
 
@@ -49,13 +45,9 @@ def step_and_jacobian(device: str, dtype: Any) -> av.NumericalFunction:
 
 
 def median_s(fn: Callable[[], object], reps: int) -> float:
+  """Median seconds of `reps` calls after a warm-up call (loading, first-touch)."""
   fn()
-  times = []
-  for _ in range(reps):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
+  return median_seconds(fn, reps)
 
 
 def device_resident(fn: av.NumericalFunction, z: np.ndarray) -> Callable[[], None]:

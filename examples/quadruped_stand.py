@@ -39,7 +39,7 @@ RADIUS, MU = 0.016, 0.7  # the foot spheres (m), the controller's friction coeff
 #: The standing posture of each leg (hip abduction, hip flexion, knee), front then hind legs.
 STANDING = np.r_[[0.0, 0.8, -1.6] * 2, [0.0, -0.8, 1.6] * 2]
 SHIFT, SHIFT_STEPS = np.array([0.03, 0.02, 0.0]), (50, 120)  # the base's shift and when it is asked for
-PUSH, PUSH_STEPS = np.array([0.0, 20.0, 0.0, 0.0, 0.0, 0.0]), (150, 155)  # the push on the base and when
+PUSH, PUSH_STEPS, PUSHED_BODY = np.array([0.0, 20.0, 0.0, 0.0, 0.0, 0.0]), (150, 155), "base_link"  # push, when
 #: Weights: base position, base orientation (the quaternion's vector part), posture, velocities, torques, forces.
 W_BASE, W_UPRIGHT, W_POSTURE, W_VELOCITY, W_TORQUE, W_FORCE = 1e3, 1e3, 1.0, 1.0, 1e-2, 1e-1
 
@@ -103,27 +103,42 @@ def controller(robot: Robot, q_stand: np.ndarray, mode: str) -> MPCFunction:
   )
 
 
+def parameter(robot: Robot, q_stand: np.ndarray) -> NumericalFunction[..., Any]:
+  """p of the closed loop's step t (1,) and measured state x: the feet where they stand, the base's target (shifted
+  during SHIFT_STEPS). A generated function: the C++ loop (examples/cpp/mujoco/loop.py --quadruped) calls it too."""
+
+  def law(t: Tensor, x: Tensor) -> Tensor:
+    shifted = (t >= SHIFT_STEPS[0]).where(1.0, 0.0) * (t < SHIFT_STEPS[1]).where(1.0, 0.0)
+    feet = [robot.frame_placement(x[: robot.nq], foot)[1] for foot in FEET]
+    return feet[0].cat(*feet[1:], Tensor(q_stand[:3]) + shifted * Tensor(SHIFT))
+
+  return NumericalFunction("quadruped_p", law, (Arg(1), Arg(robot.nx)))
+
+
+def plant(mpc: MPCFunction, robot: Robot) -> MuJoCoPlant:
+  """MuJoCo's solo12 with a sphere on each foot and a ground plane."""
+  return MuJoCoPlant(urdf(), robot.joint_names, DT, floating_base=True, contact_spheres=dict.fromkeys(FEET, RADIUS),
+                     nu=mpc.nu)  # fmt: skip
+
+
 def run(steps: int, mode: str) -> tuple[Robot, Any]:
   """Build, run the closed loop in MuJoCo: (the robot, the loop)."""
   robot = Robot.from_urdf(urdf(), floating_base=True)
   q_stand = standing(robot)
   mpc = controller(robot, q_stand, mode)
-  feet = lambda x: np.concatenate([robot.frame_placement(x[: robot.nq], foot)[1] for foot in FEET])
+  target = parameter(robot, q_stand)
   x0 = np.r_[q_stand, np.zeros(robot.nv)]
   begin = time.perf_counter()
-  mpc(x0, np.r_[feet(x0), q_stand[:3]])
+  mpc(x0, target([0.0], x0))
   print(f"build (trace, generate, compile or load from cache) and first solve: {time.perf_counter() - begin:.1f} s")
-  plant = MuJoCoPlant(urdf(), robot.joint_names, DT, floating_base=True, contact_spheres=dict.fromkeys(FEET, RADIUS),
-                      nu=mpc.nu)  # fmt: skip
-  target = lambda t, x: np.r_[feet(x), q_stand[:3] + (SHIFT if SHIFT_STEPS[0] <= t < SHIFT_STEPS[1] else 0.0)]
-  samples = iter(range(steps))
+  mujoco, samples = plant(mpc, robot), iter(range(steps))
 
   def pushed(x: np.ndarray, u: np.ndarray) -> np.ndarray:
     t = next(samples)
-    plant.apply("base_link", PUSH if PUSH_STEPS[0] <= t < PUSH_STEPS[1] else None)
-    return plant(x, u)
+    mujoco.apply(PUSHED_BODY, PUSH if PUSH_STEPS[0] <= t < PUSH_STEPS[1] else None)
+    return mujoco(x, u)
 
-  return robot, simulate(mpc, pushed, x0, steps, p=target)
+  return robot, simulate(mpc, pushed, x0, steps, p=lambda t, x: target([float(t)], x))
 
 
 def main() -> None:

@@ -50,7 +50,9 @@ def _check(stdout: str, solver: SQPFunction) -> None:
 
 
 @pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is not installed")
-def test_cmake_builds_the_module_library(solver: SQPFunction, tmp_path: Path) -> None:
+@pytest.mark.parametrize("native", [False, True])
+def test_cmake_builds_the_module_library(solver: SQPFunction, tmp_path: Path, native: bool) -> None:
+  """Built by CMake into a program; with -DANVIL_NATIVE=ON the module (and only it) gets the JIT's host flags."""
   generated = tmp_path / "generated"
   av.generate_module("hs_module", [solver], out_dir=generated)
   assert (generated / "hs_module.cmake").exists() and any(generated.rglob("*.c")), "OSQP's C sources beside it"
@@ -60,10 +62,14 @@ def test_cmake_builds_the_module_library(solver: SQPFunction, tmp_path: Path) ->
     "add_executable(robot main.cpp)\ntarget_link_libraries(robot PRIVATE hs_module)\n"
   )
   build = tmp_path / "build"
-  for cmd in (["cmake", "-S", tmp_path, "-B", build, f"-DCMAKE_CXX_COMPILER={find_compiler()}"],
-              ["cmake", "--build", build, "-j", "2"]):  # fmt: skip
+  configure = ["cmake", "-S", tmp_path, "-B", build, f"-DCMAKE_CXX_COMPILER={find_compiler()}",
+               f"-DANVIL_NATIVE={'ON' if native else 'OFF'}"]  # fmt: skip
+  for cmd in (configure, ["cmake", "--build", build, "-j", "2", "--verbose"]):
     proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+  compiles = [line for line in proc.stdout.splitlines() if " -c " in line and ".cpp" in line]
+  module, program = (next(c for c in compiles if name in c) for name in ("hs_module.cpp", "main.cpp"))
+  assert ("-march=native" in module) == native and "-march=native" not in program
   _check(subprocess.run([build / "robot"], capture_output=True, text=True, check=True).stdout, solver)
 
 

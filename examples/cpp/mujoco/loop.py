@@ -3,22 +3,26 @@ controller's module (with the CMake files anvil emits), the plant's model and th
 against pip mujoco's C library, run it, read the closed loop back.
 
     python examples/cpp/mujoco/loop.py [--steps K] [--out DIR]   # examples/arm_reach.py's panda, in C++
+    python examples/cpp/mujoco/loop.py --quadruped   # examples/quadruped_stand.py's solo12, standing and pushed
 
-Shared by tests/integration/test_mujoco_loop.py, which checks it against `anvil.mpc.simulate` with a `MuJoCoPlant`.
+Shared by tests/integration/test_mujoco_loop.py, which checks it against `anvil.mpc.simulate` with a `MuJoCoPlant`
+(a fixed-base arm, and a floating base in contact with the ground, pushed, its parameter a function of the state).
 """
 
 from __future__ import annotations
 
 import csv
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 import anvil
+from anvil import NumericalFunction
 from anvil.mpc import MPCFunction, MuJoCoPlant
 
 HERE = Path(__file__).resolve().parent
@@ -45,35 +49,64 @@ def mujoco_dir() -> Path:
   return Path(mujoco.__file__).resolve().parent
 
 
+@dataclass(frozen=True)
+class Push:
+  """A wrench (force, torque (6,), world axes, at the body's centre of mass: MuJoCo's xfrc_applied) held on `body`
+  over the samples first <= t < end."""
+
+  body: str
+  wrench: tuple[float, ...]
+  first: int
+  end: int
+
+  def plant(self, plant: MuJoCoPlant) -> Callable[[NDArray[np.float64], NDArray[np.float64]], NDArray[np.float64]]:
+    """`plant` as `simulate` steps it with this push applied (the samples counted by the calls): the Python side of
+    the loop mujoco_loop.cpp runs."""
+    samples = iter(range(1 << 62))
+
+    def pushed(x: NDArray[np.float64], u: NDArray[np.float64]) -> NDArray[np.float64]:
+      plant.apply(self.body, self.wrench if self.first <= next(samples) < self.end else None)
+      return plant(x, u)
+
+    return pushed
+
+
 def write(
   mpc: MPCFunction, plant: MuJoCoPlant, x0: ArrayLike, steps: int, out_dir: str | Path,
-  p: ArrayLike | Callable[[int], ArrayLike] = (), module: str | None = None,
+  p: ArrayLike | Callable[[int], ArrayLike] | NumericalFunction[..., Any] = (), module: str | None = None,
+  pushes: Sequence[Push] = (),
 ) -> str:  # fmt: skip
   """Write the controller's module (and the CMake files anvil emits beside it), the plant's model (model.mjb) and
-  mujoco_loop_config.hpp into out_dir; `p` as `simulate` takes it (an array, or a callable of the step). Returns the
-  module's name (its CMake library)."""
-  if plant.free:
-    raise ValueError("loop.write: mujoco_loop.cpp maps hinge and slide joints (a fixed-base robot); run a floating "
-                     "base's loop with anvil.mpc.simulate")  # fmt: skip
+  mujoco_loop_config.hpp into out_dir. `p` is an array, a callable of the step (tabled for every step), or a
+  NumericalFunction of (t (1,), x (nx,)) -> p (np,) generated into the module and called at every step on the measured
+  state (in Python: `lambda t, x: p([t], x)`); every stage gets its value. Returns the module's name (its CMake
+  library)."""
   module = module or f"{mpc.name}_controller"
   out = Path(out_dir)
-  anvil.generate_module(module, [mpc], out_dir=out)
+  parameter = p if isinstance(p, NumericalFunction) else None
+  if parameter is not None and [a.shape for a in parameter.inputs] != [(1,), (mpc.nx,)]:
+    raise ValueError(f"loop.write: p must be a function of (t (1,), x ({mpc.nx},)), got inputs "
+                     f"{[a.shape for a in parameter.inputs]}")  # fmt: skip
+  anvil.generate_module(module, [mpc] if parameter is None else [mpc, parameter], out_dir=out)
   import mujoco
 
   mujoco.mj_saveModel(plant.model, str(out / MODEL), None)
-  per_step = [np.broadcast_to(np.asarray(p(t) if callable(p) else p, dtype=np.float64), (mpc.N + 1, mpc.np))
-              for t in range(steps)]  # fmt: skip
+  per_step = [] if parameter is not None else [
+    np.broadcast_to(np.asarray(p(t) if callable(p) else p, dtype=np.float64), (mpc.N + 1, mpc.np)) for t in range(steps)
+  ]  # fmt: skip
+  body = lambda name: mujoco.mj_name2id(plant.model, mujoco.mjtObj.mjOBJ_BODY, name)
+  if any(body(push.body) < 0 for push in pushes):
+    raise ValueError(f"loop.write: the model has no body among {[push.body for push in pushes]}")
   real = f"{mpc.name}::real"
-  arrays = {**mpc.defaults, "x0": np.asarray(x0, dtype=np.float64), "p": np.array(per_step)}
+  arrays = {**mpc.defaults, "x0": np.asarray(x0, dtype=np.float64), "p": np.array(per_step),
+            "push_wrench": np.array([push.wrench for push in pushes], dtype=np.float64)}  # fmt: skip
   numbers = lambda a: ", ".join("inf" if v == np.inf else "-inf" if v == -np.inf else repr(float(v)) for v in a.ravel())
-  ints = {"qpos": plant.qpos, "qvel": plant.qvel, "torque": plant.torque}
-  int_lines = [
-    f"inline constexpr std::array<int, {len(v)}> {k} = {{{', '.join(map(str, v))}}};" for k, v in ints.items()
-  ]
-  real_lines = [
-    f"inline constexpr std::array<{real}, {max(np.size(v), 1)}> {k} = {{{numbers(np.asarray(v)) or '0'}}};"
-    for k, v in arrays.items()
-  ]
+  ints = {"qpos": plant.qpos, "qvel": plant.qvel, "torque": plant.torque, "push_body": [body(q.body) for q in pushes],
+          "push_first": [q.first for q in pushes], "push_end": [q.end for q in pushes]}  # fmt: skip
+  array_line = lambda kind, name, values, text: (
+    f"inline constexpr std::array<{kind}, {max(np.size(values), 1)}> {name} = {{{text or '0'}}};"
+  )
+  base_qpos, base_dof = plant.base
   lines = [
     "// Written by examples/cpp/mujoco/loop.py: what mujoco_loop.cpp runs. Do not edit.",
     "#pragma once",
@@ -81,11 +114,15 @@ def write(
     "#include <limits>",
     f'#include "{module}.hpp"',
     f"#define ANVIL_MPC {mpc.name}",
+    *([f"#define ANVIL_PARAMETER {parameter.name}"] if parameter is not None else []),
     "namespace mujoco_loop_config {",
-    f"inline constexpr int steps = {steps}, substeps = {plant.steps};",
+    f"inline constexpr int steps = {steps}, substeps = {plant.steps}, nq = {plant.nq};",
+    f"inline constexpr bool free = {'true' if plant.free else 'false'};",
+    f"inline constexpr int base_qpos = {base_qpos}, base_dof = {base_dof};",
+    f"inline constexpr int joints = {plant.qpos.size}, torques = {plant.torque.size}, pushes = {len(pushes)};",
     f"inline constexpr {real} inf = std::numeric_limits<{real}>::infinity();",
-    *int_lines,
-    *real_lines,
+    *[array_line("int", k, v, ", ".join(map(str, v))) for k, v in ints.items()],
+    *[array_line(real, k, v, numbers(np.asarray(v))) for k, v in arrays.items()],
     "}  // namespace mujoco_loop_config",
   ]
   (out / CONFIG).write_text("\n".join(lines) + "\n")
@@ -93,11 +130,12 @@ def write(
 
 
 def build(out_dir: str | Path, module: str) -> Path:
-  """Configure and build mujoco_loop with CMake (the module through the CMake files anvil emitted); returns the
-  executable. Raises RuntimeError with CMake's output on failure."""
+  """Configure and build mujoco_loop with CMake (the module through the CMake files anvil emitted, for this machine's
+  CPU with the JIT's flags: ANVIL_NATIVE); returns the executable. Raises RuntimeError with CMake's output on
+  failure."""
   out = Path(out_dir).resolve()
   configure = ["cmake", "-S", str(HERE), "-B", str(out / "cmake"), f"-DANVIL_GENERATED_DIR={out}",
-               f"-DANVIL_MODULE={module}", f"-DMUJOCO_DIR={mujoco_dir()}"]  # fmt: skip
+               f"-DANVIL_MODULE={module}", f"-DMUJOCO_DIR={mujoco_dir()}", "-DANVIL_NATIVE=ON"]  # fmt: skip
   for command in (configure, ["cmake", "--build", str(out / "cmake"), "-j", "2"]):
     proc = subprocess.run(command, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -120,29 +158,59 @@ def run(exe: str | Path, out_dir: str | Path, timeout: float = 600) -> Run:
              np.array([int(r[-2]) for r in rows[:-1]]), np.array([int(r[-1]) for r in rows[:-1]]))  # fmt: skip
 
 
+def panda(steps: int, out: Path) -> None:
+  """examples/arm_reach.py's panda reaching its targets: how close, how fast."""
+  from arm_reach import DT, HAND, controller, reaching, urdf
+
+  robot, q0, targets, segment = reaching(steps)
+  mpc = controller(robot)
+  module = write(mpc, MuJoCoPlant(urdf(), robot.joint_names, DT), np.r_[q0, np.zeros(robot.nv)], steps, out,
+                 lambda t: targets[min(t // segment, len(targets) - 1)])  # fmt: skip
+  loop = run(build(out, module), out)
+  report(loop, DT)
+  for k, target in enumerate(targets):
+    t = min((k + 1) * segment, steps)
+    error = robot.frame_placement_error(loop.x[t, : robot.nq], HAND, target[:9].reshape(3, 3), target[9:])
+    print(f"target {k}: position error {1e3 * np.linalg.norm(error[:3]):.3f} mm")
+
+
+def quadruped(steps: int, out: Path) -> None:
+  """examples/quadruped_stand.py's solo12 (real-time iterations): standing, shifting its base, pushed."""
+  from quadruped_stand import DT, PUSH, PUSH_STEPS, PUSHED_BODY, controller, parameter, plant, standing, urdf
+
+  from anvil.robots import Robot
+
+  robot = Robot.from_urdf(urdf(), floating_base=True)
+  q_stand = standing(robot)
+  mpc = controller(robot, q_stand, "rti")
+  push = Push(PUSHED_BODY, tuple(PUSH), *PUSH_STEPS)
+  x0 = np.r_[q_stand, np.zeros(robot.nv)]
+  module = write(mpc, plant(mpc, robot), x0, steps, out, parameter(robot, q_stand), pushes=[push])
+  loop = run(build(out, module), out)
+  report(loop, DT)
+  print(f"base height {loop.x[:, 2].min():.4f} to {loop.x[:, 2].max():.4f} m, largest tilt (quaternion vector part) "
+        f"{np.abs(loop.x[:, 3:6]).max():.4f}")  # fmt: skip
+
+
+def report(loop: Run, dt: float) -> None:
+  """The per-step solve times against the sample time, and the statuses."""
+  median = np.median(loop.solve_times)
+  print(f"{len(loop.u)} steps in C++: per-step solve {1e3 * median:.2f} ms median ({median / dt:.2f} of the "
+        f"{1e3 * dt:.0f} ms sample), {1e3 * loop.solve_times.max():.2f} ms max; statuses "
+        f"{np.bincount(loop.statuses).tolist()}")  # fmt: skip
+
+
 def main() -> None:
-  """examples/arm_reach.py's panda reaching its targets in MuJoCo, the loop in C++: how close, how fast."""
+  """The panda (or with --quadruped solo12) in MuJoCo, the loop in C++."""
   import sys
 
   sys.path.insert(0, str(HERE.parent.parent))
-  from arm_reach import DT, HAND, controller, reaching, urdf
-
   from cli import example_arguments
 
-  args = example_arguments(__doc__, 150)
-  robot, q0, targets, segment = reaching(args.steps)
-  mpc = controller(robot)
-  plant = MuJoCoPlant(urdf(), robot.joint_names, DT)
-  out = args.out / "mujoco_loop"
-  module = write(mpc, plant, np.r_[q0, np.zeros(robot.nv)], args.steps, out,
-                 lambda t: targets[min(t // segment, len(targets) - 1)])  # fmt: skip
-  loop = run(build(out, module), out)
-  print(f"{args.steps} steps in C++: per-step solve {1e3 * np.median(loop.solve_times):.2f} ms median, "
-        f"{1e3 * loop.solve_times.max():.2f} ms max; statuses {np.bincount(loop.statuses).tolist()}")  # fmt: skip
-  for k, target in enumerate(targets):
-    t = min((k + 1) * segment, args.steps)
-    error = robot.frame_placement_error(loop.x[t, : robot.nq], HAND, target[:9].reshape(3, 3), target[9:])
-    print(f"target {k}: position error {1e3 * np.linalg.norm(error[:3]):.3f} mm")
+  flags = {"quadruped": "examples/quadruped_stand.py's solo12 (standing, shifting, pushed) instead of the panda"}
+  args = example_arguments(__doc__, 200, flags)
+  (quadruped if args.quadruped else panda)(args.steps, args.out / ("mujoco_loop_quadruped" if args.quadruped
+                                                                   else "mujoco_loop"))  # fmt: skip
 
 
 if __name__ == "__main__":

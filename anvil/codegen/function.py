@@ -42,7 +42,7 @@ from anvil.codegen.program import Program, build_program, schedule
 from anvil.codegen.renderer import render_kernel
 from anvil.codegen.runtime import inline_runtime_headers
 from anvil.codegen.straight_line import split_chunks, straight_line_program, suits_straight_line
-from anvil.codegen.trace import OutputSpec, TracedGraph, graph_key, tensor_values, trace
+from anvil.codegen.trace import OutputSpec, TracedGraph, default_float, graph_key, replay, tensor_values, trace
 from anvil.validation import as_array, check_shape
 
 TINYGRAD_VERSION = importlib.metadata.version("tinygrad")
@@ -434,6 +434,17 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
     if any(isinstance(a, Tensor) and tensor_values(a) is None for a in args):
       return self.compose(*args)
     return self._caller(*args)
+
+  def replay(self, *args: Tensor) -> Any:
+    """fn(*args) inside another function's trace, for Tensors of the Args' shapes and dtypes: this function's traced
+    graph with its inputs substituted, so that a function applied many times (an integrator's rate, at every stage
+    of a Runge-Kutta step and in its derivatives) runs its Python once. fn itself where its graph does not apply (other
+    shapes or dtypes, another default float, a function whose code is derived or gathered)."""
+    if self.derived is None and self._traced_fn is self.fn:
+      replayed = replay(self.traced, args, default_float(self.inputs))
+      if replayed is not None:
+        return replayed
+    return self.fn(*args)
 
   def compose(self, *args: Any) -> Any:
     """This function's computation on Tensors, inlined into the graph being traced: a Tensor, or a tuple for several

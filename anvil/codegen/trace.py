@@ -66,6 +66,8 @@ class TracedGraph:
     output_slots: for each output, the index into `stores` holding its value (equal outputs share one store).
     outputs: shape and dtype of each output.
     call: tinygrad's CALL UOp over the whole graph (body with normalized params, then the bound buffers).
+    arguments: the inputs' UOps as the function saw them; values: its outputs' UOps, before any store (what `replay`
+      substitutes into); returned_tuple: whether it returned a tuple or list (else one Tensor).
   """
 
   inputs: tuple[UOp, ...]
@@ -73,6 +75,9 @@ class TracedGraph:
   output_slots: tuple[int, ...]
   outputs: tuple[OutputSpec, ...]
   call: UOp
+  arguments: tuple[UOp, ...]
+  values: tuple[UOp, ...]
+  returned_tuple: bool
 
 
 def trace(name: str, fn: Callable[..., Any], args: Sequence[Arg]) -> TracedGraph:
@@ -80,7 +85,8 @@ def trace(name: str, fn: Callable[..., Any], args: Sequence[Arg]) -> TracedGraph
   device = DEV.device
   inputs = [Tensor.empty(*a.shape, dtype=a.dtype, device=device) for a in args]
   with tracing_in(default_float(args)):
-    outs = _as_tensors(name, _run(name, fn, inputs))
+    result = _run(name, fn, inputs)
+    outs = _as_tensors(name, result)
   stores: list[Tensor] = []
   store_uops: list[UOp] = []
   slots: list[int] = []
@@ -109,19 +115,47 @@ def trace(name: str, fn: Callable[..., Any], args: Sequence[Arg]) -> TracedGraph
     output_slots=tuple(slots),
     outputs=tuple(OutputSpec(tuple(int(d) for d in o.shape), o.dtype) for o in outs),
     call=call,
+    arguments=tuple(t.uop for t in inputs),
+    values=tuple(o.uop for o in outs),
+    returned_tuple=isinstance(result, (tuple, list)),
   )
+
+
+def replay(graph: TracedGraph, args: Sequence[Tensor], dtype: DType) -> Any:
+  """What the traced function returns on `args` (Tensors of its inputs' shapes and dtypes), from its graph: the
+  inputs substituted by the arguments' UOps, no Python of the function run again; None where the arguments are not
+  like the traced inputs or the default float is not `dtype`, the trace's (the function's own math would differ)."""
+  if dtypes.default_float != dtype or len(args) != len(graph.arguments):
+    return None
+  if any(a.shape != u.shape or a.dtype != u.dtype for a, u in zip(args, graph.arguments, strict=True)):
+    return None
+  mapping = {u: a.uop for a, u in zip(args, graph.arguments, strict=True)}
+  values = [Tensor(v) for v in rebuilt(graph.values, lambda u: mapping.get(u, u))]
+  return tuple(values) if graph.returned_tuple else values[0]
+
+
+def rebuilt(roots: Sequence[UOp], change: Callable[[UOp], UOp]) -> list[UOp]:
+  """The graphs of `roots` with each node u (its sources already rebuilt) replaced by change(u): one pass in
+  topological order (tinygrad's substitute and graph_rewrite, pattern matchers run to a fixed point, took 10x longer on
+  a robot's dynamics)."""
+  new: dict[UOp, UOp] = {}
+  for u in UOp.sink(*roots).toposort():
+    src = tuple(new.get(s, s) for s in u.src)
+    same = all(a is b for a, b in zip(src, u.src, strict=True))
+    new[u] = change(u if same else u.replace(src=src))
+  return [new[r] for r in roots]
 
 
 #: What a DETACH (a stop-gradient) becomes in the traced graph: tinygrad's lowering drops DETACH, but derivatives taken
 #: on the traced graph (anvil.ad.scalar) must stop there. Scheduling for tinygrad's kernels drops the mark
 #: (`unmarked`); the scalar lowering keeps it.
 STOP_GRADIENT = Ops.NOOP
-_MARK = PatternMatcher([(UPat(Ops.DETACH, name="x"), lambda x: UOp(STOP_GRADIENT, x.dtype, x.src))])
 _UNMARK = PatternMatcher([(UPat(STOP_GRADIENT, name="x"), lambda x: x.src[0])])
 
 
 def _marked_detaches(sink: UOp) -> UOp:
-  return graph_rewrite(sink, _MARK) if any(u.op is Ops.DETACH for u in sink.toposort()) else sink
+  mark = lambda u: UOp(STOP_GRADIENT, u.dtype, u.src) if u.op is Ops.DETACH else u
+  return rebuilt([sink], mark)[0] if any(u.op is Ops.DETACH for u in sink.toposort()) else sink
 
 
 def unmarked(call: UOp) -> UOp:

@@ -34,7 +34,7 @@ def rk4(
   h, rate = _checked_rate_function(f"rk4({name})", name, ode, dt, nx, nu, np, steps)
 
   def step(x: Tensor, u: Tensor, *p: Tensor) -> Tensor:
-    f = lambda x_: rate.fn(x_, u, *p)
+    f = lambda x_: rate.replay(x_, u, *p)
     for _ in range(steps):
       k1 = f(x)
       k2 = f(x + h / 2 * k1)
@@ -61,7 +61,7 @@ def euler(
 
   def step(x: Tensor, u: Tensor, *p: Tensor) -> Tensor:
     for _ in range(steps):
-      x = x + h * rate.fn(x, u, *p)
+      x = x + h * rate.replay(x, u, *p)
     return x
 
   return ExplicitIntegrator(name, step, rate, h, steps, ((0.0,),), (1.0,))

@@ -60,7 +60,7 @@ class OdeDerivatives:
     if hessian and (scalar, True) not in made:
       first, (_, on_v) = made[scalar, False], _on_v(F, scalar)
       ne = F.inputs[0].size + F.algebraic
-      lagrangian = lambda v, mu, *p: (on_v.fn(v, *p) * mu).sum()
+      lagrangian = lambda v, mu, *p: (on_v.replay(v, *p) * mu).sum()
       args = (on_v.inputs[0], Arg(ne, dtype=on_v.inputs[0].dtype, name="mu"), *on_v.inputs[1:])
       lag = NumericalFunction(f"{F.name}_ode_mu_f{_suffix(scalar)}", lagrangian, args)
       hess = sphessian(lag, 0, name=f"{F.name}_ode_hessian{_suffix(scalar)}", scalar=True)
@@ -80,7 +80,7 @@ def _on_v(F: Integrator, scalar: str) -> tuple[NumericalFunction[..., Any], Nume
   p_args = tuple(Arg(a.size, dtype=dtype, name="p") for a in F.inputs[2:])
   rate = in_precision(F.rate, scalar)
   split = (slice(0, nx), slice(nx, ne), slice(ne, nv)) if F.algebraic else (slice(0, nx), slice(nx, nv))
-  at = in_scalar(lambda v, *p: rate.fn(*(v[part] for part in split), *p), scalar)
+  at = in_scalar(lambda v, *p: rate.replay(*(v[part] for part in split), *p), scalar)
   return rate, NumericalFunction(f"{F.name}_ode_v{_suffix(scalar)}", at, (Arg(nv, dtype=dtype, name="v"), *p_args))
 
 

@@ -56,3 +56,33 @@ def test_a_composition_checks_its_inputs() -> None:
   counted = av.NumericalFunction("comp_index", lambda k: k * 2, (Arg(3, av.dtypes.int32),))
   with pytest.raises(TypeError, match=r"comp_index: input 0 \(k\): expected int, got double"):
     _ = av.NumericalFunction("comp_bad_dtype", lambda x: counted(x), (Arg(3),)).traced
+
+
+def test_replay_runs_the_python_once_and_builds_the_same_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+  """`replay` (an integrator applying its rate at every Runge-Kutta stage) substitutes the inputs of the rate's trace:
+  the rate's Python runs once for the four stages, the step's graph (its cache key) is the one that running the rate
+  four times builds, and a call the trace does not fit (float32 inputs) runs the Python."""
+  runs = []
+
+  def ode(x: Tensor, u: Tensor) -> Tensor:
+    runs.append(x.shape)
+    return Tensor.stack(x[1], -x[0].sin() + u[0] - 0.1 * x[1] * x[1].detach())
+
+  F = rk4("replay_F", ode, 0.1, nx=2, nu=1)
+  replayed = F.key
+  assert runs == [(2,)]  # traced once, for the rate's own graph; the four stages replayed it
+  x, u = np.array([0.4, -0.2]), np.array([0.3])
+  f = lambda x_: np.array([x_[1], -np.sin(x_[0]) + u[0] - 0.1 * x_[1] ** 2])
+  k1 = f(x)
+  k2 = f(x + 0.05 * k1)
+  k3 = f(x + 0.05 * k2)
+  k4 = f(x + 0.1 * k3)
+  np.testing.assert_allclose(F(x, u), x + 0.1 / 6 * (k1 + 2 * k2 + 2 * k3 + k4), rtol=1e-14)
+  monkeypatch.setattr(av.NumericalFunction, "replay", lambda self, *args: self.fn(*args))
+  assert rk4("replay_F", ode, 0.1, nx=2, nu=1).key == replayed and len(runs) == 5
+  monkeypatch.undo()
+  single = av.NumericalFunction(
+    "replay_f32", lambda x_, u_: F.rate.replay(x_, u_), (Arg(2, "float32"), Arg(1, "float32"))
+  )
+  np.testing.assert_allclose(single(x, u), f(x), rtol=1e-6)
+  assert len(runs) == 6  # float32 tensors: not the trace's float64 ones

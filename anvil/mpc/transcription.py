@@ -374,8 +374,10 @@ class Transcription:
     ode = OdeDerivatives.of(F, hessian, self.scalar)
     place: dict[str, Any] = dict(N=self.N, stride=self.nz, p_offset=self.nx, lam_offset=self.nx, states=self.nx)
     constraints = StageConstraints(f"{name}_constraints", rest, ode, **place, keep_steps=keep_steps)
+    # NOTE: the rest's derivatives on the scalar expressions too (each entry once, the stages' shared terms shared):
+    # tinygrad's colours re-evaluated a robot's foot kinematics per colour, a third of a quadruped MPC's step
     jacobian = StageDerivative(f"{name}_constraint_jacobian", "jacobian",
-                               spjacobian(rest, 0, name=f"{name}_rest_jacobian"), ode, **place,
+                               spjacobian(rest, 0, name=f"{name}_rest_jacobian", scalar=True), ode, **place,
                                keep_steps=keep_steps)  # fmt: skip
     if not hessian:
       return constraints, jacobian, None
@@ -388,7 +390,7 @@ class Transcription:
 
     lag_args = (*args, *self._args((1, "sigma"), (self.ng, "lam")))
     rest_hessian = sphessian(self._function(f"{name}_lagrangian_without_dynamics", lagrangian, lag_args), 0,
-                             name=f"{name}_rest_hessian")  # fmt: skip
+                             name=f"{name}_rest_hessian", scalar=True)  # fmt: skip
     hessian_fn = StageDerivative(f"{name}_lagrangian_hessian", "hessian", rest_hessian, ode, **place,
                                  terms=(cost_hessian,))  # fmt: skip
     return constraints, jacobian, hessian_fn

@@ -64,6 +64,13 @@ class SQPOptions:
   """Step length reduction per line-search trial."""
   min_step: float = 1e-10
   """Smallest step length tried before the line search gives up."""
+  max_soc: int = 1
+  """Second-order corrections tried when a full step is rejected with more violation than the point it leaves (the
+  Maratos effect: the constraints' curvature, which their linearization misses), each a QP with the same matrices and
+  constants g(x + d) - J d (IPOPT's max_soc; 0: none); tried only after an iteration whose step was shortened (far
+  from a solution a corrected full step can leave the basin the line search keeps to). On crocoddyl's panda reaching
+  OCP one correction took a Gauss-Newton SQP from 102 iterations (60 of them steps of 1/8) to 50, on the cart-pole
+  swing-up from 24 to 20 (the same optimum)."""
   verbose: bool = False
   """Print one line per iteration from the generated code."""
   scalar: str = "float64"
@@ -83,6 +90,7 @@ class SQPOptions:
         check_positive("SQPOptions", name, getattr(self, name))
     check_int("SQPOptions", "max_iter", self.max_iter)
     check_int("SQPOptions", "acceptable_iter", self.acceptable_iter)
+    check_int("SQPOptions", "max_soc", self.max_soc, least=0)
     if self.qp_max_iter is not None:
       check_int("SQPOptions", "qp_max_iter", self.qp_max_iter)
     check_bool("SQPOptions", "verbose", self.verbose)

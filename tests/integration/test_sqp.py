@@ -296,3 +296,27 @@ def test_equality_multipliers_are_estimated_at_a_cold_start() -> None:
   assert np.abs(links(res.x)).max() < 1e-10 and np.all(res.lam_g > 0), "every link in tension"
   warm = solver(res.x, None, lbx, ubx, lbg, ubg, lam_g0=res.lam_g, lam_x0=res.lam_x)  # given: used as they are
   assert warm.status == "converged" and warm.iterations == 0
+
+
+def test_second_order_corrections_overcome_the_maratos_effect() -> None:
+  """Powell's example of the Maratos effect: min 2 (x0² + x1² - 1) - x0 on the unit circle (optimum (1, 0), multiplier
+  -3/2 for the row as written). From a point on the circle near the optimum each full SQP step leaves it by O(|d|²)
+  while decreasing f too little for the filter: without corrections the line search shortens the first steps; with
+  one second-order correction per rejected step (the default, tried once a step has been shortened) every later step
+  is a full one and the solve converges sooner."""
+  f = av.NumericalFunction("sqp_maratos_f", lambda x, p: 2 * ((x * x).sum() - 1) - x[0], (Arg(2), Arg(0)))
+  g = av.NumericalFunction("sqp_maratos_g", lambda x, p: (x * x).sum().reshape(1), (Arg(2), Arg(0)))
+  x0 = np.array([np.cos(0.3), np.sin(0.3)])
+  solved = {}
+  for soc in (0, 1):
+    solver = SQPFunction(f"sqp_maratos_{soc}", f, g, SQPOptions(max_soc=soc))
+    res = solver(x0, np.zeros(0), np.full(2, -INF), np.full(2, INF), [1.0], [1.0])
+    assert res.success
+    np.testing.assert_allclose(res.x, [1.0, 0.0], atol=1e-7)
+    np.testing.assert_allclose(res.lam_g, [-1.5], atol=1e-6)
+    solved[soc] = res
+  assert solved[1].iterations < solved[0].iterations
+  steps = solved[1].stats["step"][: solved[1].iterations]
+  assert steps[0] < 1.0 and np.all(steps[1:] == 1.0)  # after the first shortened step, full (corrected) ones
+  with pytest.raises(ValueError, match="max_soc"):
+    SQPOptions(max_soc=-1)

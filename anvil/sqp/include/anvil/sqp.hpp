@@ -264,7 +264,11 @@ class Solver {
         stats.qp_status[k] = qp_status;
         stats.regularization[k] = reg;
         if (qp_status == anvil::qp::solved) {
-          const real alpha = search.optimality_step(x, p, lbx, ubx, lbg, ubg, fx, kkt.l1, d, ws);
+          // NOTE: corrections only after a shortened step: far from a solution, a corrected full step can leave the
+          // basin the line search keeps to (the swing-up's first step reached a local optimum of 385, not 173)
+          const bool correct = k > 0 && stats.step[k - 1] < real(1);
+          const real alpha = search.optimality_step(x, p, lbx, ubx, lbg, ubg, fx, kkt.l1, d, correct,
+                                                    qp_tolerance(std::fmax(kkt.primal, kkt.dual), tol), ws);
           stats.step[k] = alpha;
           stats.time_line_search += lap(clock);
           if (alpha > real(0)) {
@@ -632,7 +636,7 @@ class Solver {
     /// whose multipliers are still off) can improve neither: it is taken whole, without the filter, so the
     /// multipliers become the QP's (as IPOPT does). Returns the step length, 0 when none was acceptable.
     real optimality_step(const real* x, const real* p, const real* lbx, const real* ubx, const real* lbg,
-                           const real* ubg, real fx, real l1, const real* d, WS& ws) {
+                           const real* ubg, real fx, real l1, const real* d, bool correct, real qp_tol, WS& ws) {
       real slope = 0.0;
       for (int j = 0; j < nx; ++j) slope += ws.v.grad[j] * d[j];
       const bool tiny = is_tiny(x, d);
@@ -641,8 +645,50 @@ class Solver {
         if ((tiny && l1_trial <= optimality.theta_max) ||
             optimality.accepts(l1, fx, -slope, alpha, l1_trial, f_trial, ws))
           return alpha;
+        if constexpr (P::max_soc > 0) {
+          // NOTE: a full step rejected although it made the violation worse (the Maratos effect: the constraints'
+          // curvature, which the linearization misses): second-order corrections, as IPOPT's; where none is
+          // accepted, the QP is solved again as it was (d and y are its solution's storage), to backtrack along
+          if (correct && alpha == real(1) && !tiny && l1_trial >= l1) {
+            if (corrected(x, p, lbx, ubx, lbg, ubg, fx, l1, slope, d, qp_tol, ws)) return alpha;
+            assemble_bounds(x, ws.v.g.data(), lbx, ubx, lbg, ubg, ws);
+            if (QP::solve(ws.v.grad.data(), ws.v.l.data(), ws.v.u.data(), qp_tol, true, ws.qp) != anvil::qp::solved)
+              return real(0);
+          }
+        }
       }
       return real(0);
+    }
+
+    /// Up to P::max_soc second-order corrections of the rejected full step d (its trial point in v.trial and
+    /// v.g_trial): the QP, its matrices kept, solved again with the constants g(x + d) - J d, so that its step meets
+    /// the linearization at x + d, until a corrected point is accepted (true: d and the multipliers, the QP's
+    /// solution, are the corrected step's) or the violation stops falling by kappa_soc = 0.99 (false). The bounds of
+    /// x's rows stay those of x.
+    bool corrected(const real* x, const real* p, const real* lbx, const real* ubx, const real* lbg, const real* ubg,
+                   real fx, real l1, real slope, const real* d, real qp_tol, WS& ws) {
+      auto& v = ws.v;
+      real* l = v.l.data();
+      real* u = v.u.data();
+      real theta_soc = l1_trial;
+      for (int c = 0; c < P::max_soc; ++c) {
+        // the rows' constants g(x + d) - J d (J d gathered in u first): a simplified Newton step toward them along J
+        for (int i = 0; i < ng; ++i) u[i] = real(0);
+        for (int j = 0; j < nx; ++j)
+          for (int e = P::jac_p[j]; e < P::jac_p[j + 1]; ++e) u[P::jac_i[e]] += v.jac[e] * d[j];
+        for (int i = 0; i < ng; ++i) {
+          const real constant = v.g_trial[i] - u[i];
+          l[i] = lbg[i] - constant;
+          u[i] = ubg[i] - constant;
+        }
+        if (QP::solve(v.grad.data(), l, u, qp_tol, true, ws.qp) != anvil::qp::solved) return false;
+        d = QP::primal(ws.qp);
+        if (!evaluate(x, d, real(1), p, lbx, ubx, lbg, ubg, ws)) return false;
+        if (optimality.accepts(l1, fx, -slope, real(1), l1_trial, f_trial, ws)) return true;
+        if (!(l1_trial <= real(0.99) * theta_soc)) return false;
+        theta_soc = l1_trial;
+      }
+      return false;
     }
 
     /// The restoration phase's filter line search along the elastic QP's step d (the hard rows' L1 violation vs the

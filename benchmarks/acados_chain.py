@@ -11,9 +11,13 @@ acados's own code generation builds them); the driver benchmarks/acados/chain.c 
 the wall as soft bounds, x_0 fixed) and runs its closed loop. acados is configured as its users tune it for speed:
 HPIPM in SPEED mode, warm-started, every call from the previous solution shifted; the stages' partial condensing (and
 an exact Hessian's regularization) are swept and the fastest configuration whose closed loop has no failed call is
-kept.
+kept. Between steps the solution is shifted primal and dual (x, u, pi, lam, sl, su), and a full SQP's first QP is
+warm-started from the NLP's multipliers (warm_start_first_qp_from_nlp), as anvil's controllers do; the SQP's
+tolerances are `--tol` (bench_chain passes its own); each step's time is its least over the repeats (bench_chain times
+anvil's controllers the same way). A configuration whose driver fails or prints no result counts as failed (acados's
+warnings on stdout are skipped).
 
-Standalone: `.venv/bin/python -m benchmarks.acados_chain --acados /path/to/acados/install --sizes 3 5`.
+Standalone: `.venv/bin/python -m benchmarks.acados_chain --acados /path/to/acados/install --sizes 3 5 [--tol 1e-8]`.
 """
 
 from __future__ import annotations
@@ -113,18 +117,30 @@ def build_driver(prefix: Path, n_mass: int, out: Path, steps: int) -> Path:
   return exe
 
 
-def run(exe: Path, nlp: str, condensing: int, regularization: str, repeats: int) -> AcadosLoop:
-  """One configuration's closed loop, `repeats` times (the driver keeps the repeat with the least median)."""
-  result = subprocess.run([str(exe), nlp, str(condensing), str(repeats), regularization], check=True,
+#: The lines the driver prints, by their first word; anything else it prints (acados's warnings) is skipped.
+RESULT_KEYS = ("cost", "failures", "sqp_iterations", "qp_iterations", "seconds")
+
+
+def run(exe: Path, nlp: str, condensing: int, regularization: str, repeats: int, tol: float) -> AcadosLoop | None:
+  """One configuration's closed loop, `repeats` times (each step's least time over them); None where the driver
+  failed or printed no result (the configuration counts as failed, its output is not parsed into one)."""
+  result = subprocess.run([str(exe), nlp, str(condensing), str(repeats), repr(tol), regularization],
                           capture_output=True, text=True)  # fmt: skip
-  lines = dict(line.split(" ", 1) for line in result.stdout.splitlines())
+  lines = {}
+  for line in result.stdout.splitlines():
+    key, _, rest = line.partition(" ")
+    if key in RESULT_KEYS:
+      lines[key] = rest
+  if result.returncode != 0 or set(lines) != set(RESULT_KEYS):
+    return None
   array = lambda key, kind: np.array(lines[key].split(), dtype=kind)
   name = f"cond_N {condensing}" + ("" if regularization == "NO_REGULARIZE" else f", {regularization}")
   return AcadosLoop(name, array("seconds", float), array("sqp_iterations", int), array("qp_iterations", int),
                     float(lines["cost"]), int(lines["failures"]))  # fmt: skip
 
 
-def best_loops(prefix: Path, n_mass: int, controllers: list[str], steps: int, repeats: int = 5) -> dict[str, Any]:
+def best_loops(prefix: Path, n_mass: int, controllers: list[str], steps: int, repeats: int = 5,
+               tol: float = 1e-6) -> dict[str, Any]:  # fmt: skip
   """Each controller's fastest configuration (least median step) among those whose closed loop has no failed call
   (an AcadosLoop), or None where every one failed."""
   best: dict[str, Any] = {}
@@ -132,8 +148,8 @@ def best_loops(prefix: Path, n_mass: int, controllers: list[str], steps: int, re
     exe = build_driver(prefix, n_mass, Path(out), steps)
     for kind in controllers:
       nlp, regularizations = CONTROLLERS[kind]
-      loops = [run(exe, nlp, cond, reg, repeats) for cond, reg in itertools.product(CONDENSING, regularizations)]
-      passing = [lp for lp in loops if lp.failures == 0]
+      loops = [run(exe, nlp, cond, reg, repeats, tol) for cond, reg in itertools.product(CONDENSING, regularizations)]
+      passing = [lp for lp in loops if lp is not None and lp.failures == 0]
       best[kind] = min(passing, key=lambda lp: float(np.median(lp.seconds)), default=None)
   return best
 
@@ -143,11 +159,14 @@ def main() -> None:
   parser.add_argument("--acados", type=Path, required=True, help="acados's install prefix (include/, lib/)")
   parser.add_argument("--sizes", type=int, nargs="+", default=[3], help="n_mass values")
   parser.add_argument("--controllers", nargs="+", default=list(CONTROLLERS), choices=list(CONTROLLERS))
+  parser.add_argument("--tol", type=float, default=1e-6, help="the SQP's tolerances (acados's default 1e-6)")
+  parser.add_argument("--repeats", type=int, default=5, help="closed loops per configuration (each step's least)")
   args = parser.parse_args()
   for n_mass in args.sizes:
     nx = chain.state_size(n_mass)
     print(f"\nchain of {n_mass} masses (nx = {nx}), acados's fastest configuration per controller")
-    for kind, lp in best_loops(args.acados, n_mass, args.controllers, chain.CLOSED_LOOP_STEPS).items():
+    loops = best_loops(args.acados, n_mass, args.controllers, chain.CLOSED_LOOP_STEPS, args.repeats, args.tol)
+    for kind, lp in loops.items():
       if lp is None:
         print(f"  acados {kind:<4} every configuration failed a call")
         continue

@@ -10,8 +10,10 @@ Run from the repository root (an anvil controller's cold build takes 5-10 s at n
   .venv/bin/python -m benchmarks.bench_chain --sizes 5 8 --condensing 1 3 6      # the stage QPs partially condensed
   .venv/bin/python -m benchmarks.bench_chain --sqpmethod-qp qpoases --sqpmethod-primal-start  # sqpmethod as configured
   .venv/bin/python -m benchmarks.bench_chain --sizes 3 5 --acados /path/to/acados/install  # acados in the same run
+  .venv/bin/python -m benchmarks.bench_chain --sizes 3 7 --tol 1e-6 --acados avx=/opt/acados-avx generic=/opt/acados-g
 
-Controllers: sqp (full SQP, exact Hessian), gn (full SQP, Gauss-Newton), rti (real-time iteration, Gauss-Newton);
+Controllers: sqp (full SQP, exact Hessian), gn (full SQP, Gauss-Newton), rti (real-time iteration, Gauss-Newton;
+rti_qp: the same with its QP solved at every step, as acados's RTI);
 each also as <name>_unrolled, whose derivatives differentiate the NLP as one graph instead of stage by stage from the
 ODE (MPCOptions(integrator_derivatives=False)), for a same-run comparison.
 Build: construction and first call on an empty cache (cold), then both again in the same process (warm); the cold
@@ -26,9 +28,12 @@ solver's t_wall_total. --tol sets the SQP tolerance of anvil's controllers (a ca
 argument) and sqpmethod's tol_pr and tol_du alike (default anvil's 1e-8; acados's defaults are 1e-6); IPOPT keeps
 its settings (the reference).
 
-acados (--acados, an installed acados and casadi; benchmarks.acados_chain): the same OCP in the same run, each
-controller at its fastest configuration (HPIPM SPEED, warm-started and shifted; the partial condensing and an exact
-Hessian's regularization swept), and each anvil controller's median against its acados counterpart's.
+acados (--acados, installed acados builds, each LABEL=PREFIX, and casadi; benchmarks.acados_chain): the same OCP in
+the same run, each controller at its fastest configuration (HPIPM SPEED, warm-started and shifted primal and dual,
+a full SQP's first QP from the NLP's multipliers; the partial condensing and an exact Hessian's regularization
+swept), at the same tolerance --tol, and each anvil controller's median against its acados counterparts'. Timing is
+the same on both sides: --repeats closed loops (default 5), each step's least time over them, then the median over
+the steps. anvil's RTI skips its QP where the shifted guess already meets the tolerance; acados's always solves one.
 
 Targets (issue 14): at nx = 9 and 21, per step at or below acados's best configuration measured in issue 14,
 expressed against sqpmethod in the same run (0.093 / 0.045 / 0.041 x sqpmethod for sqp / gn / rti at nx = 9, 0.071 /
@@ -83,7 +88,11 @@ CONTROLLERS = {
 #: The same controllers with the NLP differentiated as one graph (the integrator's steps unrolled in the derivatives'
 #: code), for a same-run comparison with the stage-wise derivatives (MPCOptions.integrator_derivatives).
 CONTROLLERS |= {f"{k}_unrolled": dataclasses.replace(v, integrator_derivatives=False) for k, v in CONTROLLERS.items()}
-DEFAULT_CONTROLLERS = ("sqp", "gn", "rti")
+#: The real-time iteration with its QP solved at every step, as acados's always is (called with a tolerance no shifted
+#: guess meets: the plain rti skips the QP where the guess already meets the SQP tolerance).
+CONTROLLERS["rti_qp"] = CONTROLLERS["rti"]
+ALWAYS_SOLVE_TOL = 1e-300
+DEFAULT_CONTROLLERS = ("sqp", "gn", "rti", "rti_qp")
 #: Issue 14's measurement, by nx: acados's best per-step median per controller, and CasADi's sqpmethod and IPOPT per
 #: step in the same run (ms). The targets scale acados's times by a CasADi solver's time in this run against that one.
 ISSUE_MS = {
@@ -93,30 +102,36 @@ ISSUE_MS = {
 YARDSTICKS = ("CasADi sqpmethod", "CasADi IPOPT")
 
 
-def acados_loops(prefix: Path, n_mass: int, kinds: list[str], steps: int) -> list[Loop]:
-  """acados's closed loops on the same OCP (benchmarks.acados_chain): each controller's fastest configuration."""
-  best = acados_chain.best_loops(prefix, n_mass, [k for k in kinds if k in acados_chain.CONTROLLERS], steps)
+def acados_loops(prefix: Path, label: str, n_mass: int, kinds: list[str], steps: int, tol: float,
+                 repeats: int) -> list[Loop]:  # fmt: skip
+  """acados's closed loops on the same OCP (benchmarks.acados_chain) with the build at `prefix`: each controller's
+  fastest configuration, at the SQP tolerance `tol`, each step's least time over `repeats` closed loops."""
+  kinds = [k for k in kinds if k in acados_chain.CONTROLLERS]
+  best = acados_chain.best_loops(prefix, n_mass, kinds, steps, repeats, tol)
   loops = []
   for kind, lp in best.items():
     if lp is None:
       continue
     statuses = {"status 0": steps - lp.failures} | ({"failed": lp.failures} if lp.failures else {})
-    loops.append(Loop(f"acados {kind}", chain.state_size(n_mass), lp.seconds, lp.sqp_iterations, lp.cost,
+    loops.append(Loop(f"acados{label} {kind}", chain.state_size(n_mass), lp.seconds, lp.sqp_iterations, lp.cost,
                       statuses=statuses, qp_iterations=lp.qp_iterations, note=lp.configuration))  # fmt: skip
   return loops
 
 
 def acados_lines(loops: list[Loop]) -> list[str]:
-  """Each anvil controller's median against acados's same controller in the same run (the issue's target, on this
-  machine)."""
+  """Each anvil controller's median against each acados build's same controller in the same run (the issue's target,
+  on this machine)."""
   here = {lp.name: float(np.median(lp.times)) * 1e3 for lp in loops}
   lines = []
   for lp in loops:
     kind = lp.name.removeprefix("anvil ")
-    if lp.name.startswith("anvil ") and (theirs := here.get(f"acados {kind}")) is not None:
-      ms = here[lp.name]
-      lines.append(f"  nx {lp.nx} {lp.name} {ms:.3f} <= acados {kind} {theirs:.3f} ms (same run, {theirs / ms:.2f}x): "
-                   f"{verdict(ms, theirs)}")  # fmt: skip
+    if not lp.name.startswith("anvil "):
+      continue
+    for theirs_name, theirs in here.items():
+      if theirs_name.startswith("acados") and theirs_name.endswith(f" {kind.removesuffix('_qp')}"):
+        ms = here[lp.name]
+        lines.append(f"  nx {lp.nx} {lp.name} {ms:.3f} <= {theirs_name} {theirs:.3f} ms (same run, "
+                     f"{ms / theirs:.2f}x): {verdict(ms, theirs)}")  # fmt: skip
   return lines
 
 
@@ -181,8 +196,16 @@ def build(
   return mpc, {"cold": cold, "warm": warm, **logged, "rest": cold - sum(logged.values())}
 
 
-def anvil_loop(mpc: MPCFunction, n_mass: int, kind: str, steps: int, tol: float) -> Loop:
-  """The closed loop of `steps` calls from chain.initial_state on the model itself, each solved to `tol`."""
+def anvil_loop(mpc: MPCFunction, n_mass: int, kind: str, steps: int, tol: float, repeats: int = 1) -> Loop:
+  """The closed loop of `steps` calls from chain.initial_state on the model itself, each solved to `tol`, run
+  `repeats` times: each step's least time over the runs (as benchmarks.acados_chain times acados), the rest from the
+  first run (the runs are the same loop)."""
+  runs = [_anvil_run(mpc, n_mass, kind, steps, tol) for _ in range(repeats)]
+  runs[0].times = np.min([run.times for run in runs], axis=0)
+  return runs[0]
+
+
+def _anvil_run(mpc: MPCFunction, n_mass: int, kind: str, steps: int, tol: float) -> Loop:
   plant, x = chain.step_numpy(n_mass), chain.initial_state(n_mass)
   mpc.reset()
   times, its, qp_its, evaluation, qp, cost, statuses = [], [], [], [], [], 0.0, defaultdict(int)
@@ -237,7 +260,7 @@ def print_flops(loops: list[Loop], models: dict[str, FlopModel]) -> None:
       continue
     qp_ns = lp.qp.sum() / lp.qp_iterations.sum() / chain.HORIZON * 1e9
     kind, its = lp.name.removeprefix("anvil "), lp.iterations.mean()
-    jacobians = 1.0 if kind == "rti" else its + 1  # the real-time iteration prepares at every step
+    jacobians = 1.0 if kind.startswith("rti") else its + 1  # the real-time iteration prepares at every step
     derivatives = jacobians * model.jacobian + (its * model.hessian if kind == "sqp" else 0.0)
     eval_ns = lp.evaluation.mean() / chain.HORIZON * 1e9
     print(f"  {lp.name:<18} {model.riccati / 1e3:17.1f} {qp_ns:11.0f} {model.riccati / qp_ns:7.1f}   "
@@ -325,8 +348,11 @@ def main() -> None:
                       help="start sqpmethod from the shifted primal solution alone (default: and duals)")  # fmt: skip
   parser.add_argument("--condensing", type=int, nargs="+", default=[1],
                       help="stages per block of the stage QPs' partial condensing, each a row (1: none)")  # fmt: skip
-  parser.add_argument("--acados", type=Path, default=None,
-                      help="acados's install prefix: its closed loops on the same OCP (needs casadi)")  # fmt: skip
+  parser.add_argument("--acados", nargs="+", default=[], metavar="[LABEL=]PREFIX",
+                      help="acados's install prefixes (e.g. avx=/opt/acados-avx generic=/opt/acados-generic): "
+                           "its closed loops on the same OCP with each build (needs casadi)")  # fmt: skip
+  parser.add_argument("--repeats", type=int, default=5,
+                      help="closed loops per controller, anvil's and acados's alike: least time per step")  # fmt: skip
   parser.add_argument(
     "--tol",
     type=float,
@@ -340,7 +366,8 @@ def main() -> None:
     for kind, blocks in itertools.product(args.controllers, args.condensing):
       with tempfile.TemporaryDirectory(prefix="bench_chain_") as cache:
         mpc, seconds = build(n_mass, kind, Path(cache), recorder, blocks)
-        loop = anvil_loop(mpc, n_mass, kind, args.steps, args.tol)
+        tol = ALWAYS_SOLVE_TOL if kind == "rti_qp" else args.tol
+        loop = anvil_loop(mpc, n_mass, kind, args.steps, tol, args.repeats)
         if blocks > 1:
           loop.name += f" M={blocks}"
         elif not kind.endswith("_unrolled"):
@@ -351,8 +378,11 @@ def main() -> None:
     if ca is not None:
       loops += casadi_loops(ca, n_mass, args.steps, args.tol, notes, args.sqpmethod_qp, not args.sqpmethod_primal_start)
       reference = loops[-2].cost
-      if args.acados is not None:
-        loops += acados_loops(args.acados, n_mass, args.controllers, args.steps)
+      for given in args.acados:
+        label, _, prefix = given.rpartition("=")
+        loops += acados_loops(Path(prefix), f"[{label}]" if label else "", n_mass, args.controllers, args.steps,
+                              args.tol, args.repeats)  # fmt: skip
+      if args.acados:
         same_run += acados_lines(loops)
       targets += target_lines(loops)
     nx = chain.state_size(n_mass)

@@ -1,12 +1,16 @@
 // acados on the chain-of-masses OCP of anvil/problems/chain.py, in closed loop (benchmarks/acados_chain.py builds and
 // runs it): ERK (4 RK4 steps per stage), LINEAR_LS cost, |u| <= U_MAX, the wall as a soft lower bound on the y
-// positions at stages 1..N-1, x_0 fixed to the state; HPIPM in SPEED mode, warm-started (qp_warm_start 2, and the
-// first QP of a full SQP too), every call from the previous solution shifted by one stage. The model's functions
-// (chain_model.h) and the problem's data (chain_data.h) are generated from anvil's chain module.
+// positions at stages 1..N-1, x_0 fixed to the state; HPIPM in SPEED mode, warm-started (qp_warm_start 2; a full
+// SQP's first QP from the NLP's multipliers: warm_start_first_qp_from_nlp), every call from the previous solution
+// shifted by one stage, primal and dual (x, u, pi, and lam, sl, su where neighbouring stages have the same rows), as
+// anvil's controllers shift theirs. The model's functions (chain_model.h) and the problem's data (chain_data.h) are
+// generated from anvil's chain module.
 //
-// Usage: chain <rti|sqp|sqp_exact> <cond_N: 0 = full condensing> <repeats> [regularization, sqp_exact]
-// Prints the closed loop's cost, its failed calls (nonzero status), the SQP and QP iterations of each step (first
-// repeat) and each step's wall time around ocp_nlp_solve (s, the repeat with the least median).
+// Usage: chain <rti|sqp|sqp_exact> <cond_N: 0 = full condensing> <repeats> <tol> [regularization, sqp_exact]
+// tol: the SQP's stationarity, equality, inequality and complementarity tolerances (acados's tol_stat, tol_eq,
+// tol_ineq, tol_comp). Prints the closed loop's cost, its failed calls (nonzero status), the SQP and QP iterations of
+// each step (first repeat) and each step's wall time around ocp_nlp_solve (s, its least over the repeats: the same
+// statistic bench_chain takes of anvil's controllers).
 #define _POSIX_C_SOURCE 199309L
 #include <stdbool.h>
 #include <stdio.h>
@@ -24,6 +28,7 @@
 
 typedef struct {
   int rti, exact, cond_N;
+  double tol;
   ocp_nlp_reg_t regularization;
 } config_t;
 
@@ -109,6 +114,7 @@ static void create_solver(solver_t *s, const config_t *c) {
   }
   bool warm_first = !c->rti;
   ocp_nlp_solver_opts_set(s->config, s->opts, "warm_start_first_qp", &warm_first);
+  ocp_nlp_solver_opts_set(s->config, s->opts, "warm_start_first_qp_from_nlp", &warm_first);
   set_double(s, "levenberg_marquardt", 0.0);
   if (c->cond_N) set_int(s, "qp_cond_N", c->cond_N);
   set_int(s, "ext_qp_res", 0);
@@ -119,7 +125,7 @@ static void create_solver(solver_t *s, const config_t *c) {
     set_int(s, "rti_phase", 0);  // preparation and feedback in one call
   } else {
     const char *tols[] = {"tol_stat", "tol_eq", "tol_ineq", "tol_comp"};
-    for (int k = 0; k < 4; k++) set_double(s, tols[k], 1e-6);
+    for (int k = 0; k < 4; k++) set_double(s, tols[k], c->tol);
     set_double(s, "tol_min_step_norm", 0.0);
     set_int(s, "max_iter", 100);
   }
@@ -269,6 +275,22 @@ typedef struct {
   int sqp_iterations[CL_STEPS], qp_iterations[CL_STEPS], failures;
 } loop_t;
 
+// the solution shifted by one stage: each field of stage k from stage k + 1 where both stages have its size (the last
+// stage's, and stage 0's rows, which fix x_0, keep their own)
+static void shift(solver_t *s) {
+  static const char *fields[] = {"x", "u", "pi", "lam", "sl", "su"};
+  double buffer[4 * (NX + NU + NWALL) + 8];
+  for (int k = 0; k < N; k++)
+    for (int f = 0; f < 6; f++) {
+      if (k + 1 == N && strcmp(fields[f], "x") != 0) continue;
+      const int here = ocp_nlp_dims_get_from_attr(s->config, s->dims, s->out, k, fields[f]);
+      const int next = ocp_nlp_dims_get_from_attr(s->config, s->dims, s->out, k + 1, fields[f]);
+      if (here == 0 || here != next || here > (int)(sizeof buffer / sizeof buffer[0])) continue;
+      ocp_nlp_out_get(s->config, s->dims, s->out, k + 1, fields[f], buffer);
+      ocp_nlp_out_set(s->config, s->dims, s->out, s->in, k, fields[f], buffer);
+    }
+}
+
 // the closed loop from X_INIT, each call from the previous solution shifted by one stage (the first from x_k = x0,
 // u_k = 0)
 static void closed_loop(const config_t *c, loop_t *r) {
@@ -277,7 +299,7 @@ static void closed_loop(const config_t *c, loop_t *r) {
   set_problem(&s, c);
   s.solver = ocp_nlp_solver_create(s.config, s.dims, s.opts, s.in);
   if (ocp_nlp_precompute(s.solver, s.in, s.out)) fprintf(stderr, "chain: ocp_nlp_precompute failed\n"), exit(1);
-  double x[NX], u[NU] = {0}, xk[NX], uk[NU];
+  double x[NX], u[NU] = {0};
   memcpy(x, X_INIT, sizeof x);
   for (int i = 0; i <= N; i++) ocp_nlp_out_set(s.config, s.dims, s.out, s.in, i, "x", x);
   for (int i = 0; i < N; i++) ocp_nlp_out_set(s.config, s.dims, s.out, s.in, i, "u", u);
@@ -285,13 +307,7 @@ static void closed_loop(const config_t *c, loop_t *r) {
   for (int t = 0; t < CL_STEPS; t++) {
     ocp_nlp_constraints_model_set(s.config, s.dims, s.in, s.out, 0, "lbx", x);
     ocp_nlp_constraints_model_set(s.config, s.dims, s.in, s.out, 0, "ubx", x);
-    for (int k = 0; t > 0 && k < N; k++) {
-      ocp_nlp_out_get(s.config, s.dims, s.out, k + 1, "x", xk);
-      ocp_nlp_out_set(s.config, s.dims, s.out, s.in, k, "x", xk);
-      if (k + 1 == N) continue;
-      ocp_nlp_out_get(s.config, s.dims, s.out, k + 1, "u", uk);
-      ocp_nlp_out_set(s.config, s.dims, s.out, s.in, k, "u", uk);
-    }
+    if (t > 0) shift(&s);
     const double start = now();
     const int status = ocp_nlp_solve(s.solver, s.in, s.out);
     r->seconds[t] = now() - start;
@@ -314,40 +330,33 @@ static void closed_loop(const config_t *c, loop_t *r) {
   destroy_solver(&s, c);
 }
 
-static int compare(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(const double *v) {
-  double sorted[CL_STEPS];
-  memcpy(sorted, v, sizeof sorted);
-  qsort(sorted, CL_STEPS, sizeof(double), compare);
-  return CL_STEPS % 2 ? sorted[CL_STEPS / 2] : 0.5 * (sorted[CL_STEPS / 2 - 1] + sorted[CL_STEPS / 2]);
-}
-
 int main(int argc, char **argv) {
-  if (argc < 4) return fprintf(stderr, "usage: chain <rti|sqp|sqp_exact> <cond_N> <repeats> [regularization]\n"), 2;
-  config_t c = {strcmp(argv[1], "rti") == 0, strcmp(argv[1], "sqp_exact") == 0, atoi(argv[2]), NO_REGULARIZE};
+  if (argc < 5)
+    return fprintf(stderr, "usage: chain <rti|sqp|sqp_exact> <cond_N> <repeats> <tol> [regularization]\n"), 2;
+  config_t c = {strcmp(argv[1], "rti") == 0, strcmp(argv[1], "sqp_exact") == 0, atoi(argv[2]), atof(argv[4]),
+                NO_REGULARIZE};
   const int repeats = atoi(argv[3]);
   int n_arg, n_res, n_iw, n_w;
   chain_expl_ode_fun_work(&n_arg, &n_res, &n_iw, &n_w);
   if (n_w > ODE_W || n_iw > ODE_IW) return fprintf(stderr, "chain: the ODE's work arrays exceed the plant's\n"), 1;
   int k = 0, n = (int)(sizeof regularizations / sizeof regularizations[0]);
-  while (argc > 4 && k < n && strcmp(argv[4], regularizations[k]) != 0) k++;
-  if (k == n) return fprintf(stderr, "chain: unknown regularization %s\n", argv[4]), 2;
+  while (argc > 5 && k < n && strcmp(argv[5], regularizations[k]) != 0) k++;
+  if (k == n) return fprintf(stderr, "chain: unknown regularization %s\n", argv[5]), 2;
   c.regularization = (ocp_nlp_reg_t)k;
-  loop_t first, loop, best;
+  static loop_t first, loop;
+  static double fastest[CL_STEPS];
   for (int r = 0; r < repeats; r++) {
     closed_loop(&c, r ? &loop : &first);
-    if (r == 0 || median(loop.seconds) < median(best.seconds)) best = r ? loop : first;
+    const loop_t *run = r ? &loop : &first;
+    for (int t = 0; t < CL_STEPS; t++)
+      if (r == 0 || run->seconds[t] < fastest[t]) fastest[t] = run->seconds[t];
   }
   printf("cost %.12g\nfailures %d\nsqp_iterations", first.cost, first.failures);
   for (int t = 0; t < CL_STEPS; t++) printf(" %d", first.sqp_iterations[t]);
   printf("\nqp_iterations");
   for (int t = 0; t < CL_STEPS; t++) printf(" %d", first.qp_iterations[t]);
   printf("\nseconds");
-  for (int t = 0; t < CL_STEPS; t++) printf(" %.9g", best.seconds[t]);
+  for (int t = 0; t < CL_STEPS; t++) printf(" %.9g", fastest[t]);
   printf("\n");
   return 0;
 }

@@ -54,7 +54,8 @@ CONDENSING = (40, 10, 5, 2)
 @dataclass(frozen=True)
 class AcadosLoop:
   """One configuration's closed loop: each step's wall time (s, the fastest of the repeats), SQP and QP iterations,
-  the closed-loop cost and the calls that failed (nonzero status)."""
+  the closed-loop cost, the calls that failed (nonzero status) and each step's time in the QPs (condensing
+  included, of the fastest repeat)."""
 
   configuration: str
   seconds: np.ndarray
@@ -62,6 +63,7 @@ class AcadosLoop:
   qp_iterations: np.ndarray
   cost: float
   failures: int
+  qp_seconds: np.ndarray
 
 
 def model_code(n_mass: int, out: Path, steps: int) -> None:
@@ -118,7 +120,7 @@ def build_driver(prefix: Path, n_mass: int, out: Path, steps: int) -> Path:
 
 
 #: The lines the driver prints, by their first word; anything else it prints (acados's warnings) is skipped.
-RESULT_KEYS = ("cost", "failures", "sqp_iterations", "qp_iterations", "seconds")
+RESULT_KEYS = ("cost", "failures", "sqp_iterations", "qp_iterations", "seconds", "qp_seconds")
 
 
 def run(exe: Path, nlp: str, condensing: int, regularization: str, repeats: int, tol: float) -> AcadosLoop | None:
@@ -136,7 +138,7 @@ def run(exe: Path, nlp: str, condensing: int, regularization: str, repeats: int,
   array = lambda key, kind: np.array(lines[key].split(), dtype=kind)
   name = f"cond_N {condensing}" + ("" if regularization == "NO_REGULARIZE" else f", {regularization}")
   return AcadosLoop(name, array("seconds", float), array("sqp_iterations", int), array("qp_iterations", int),
-                    float(lines["cost"]), int(lines["failures"]))  # fmt: skip
+                    float(lines["cost"]), int(lines["failures"]), array("qp_seconds", float))  # fmt: skip
 
 
 def best_loops(prefix: Path, n_mass: int, controllers: list[str], steps: int, repeats: int = 5,

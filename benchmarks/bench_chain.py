@@ -117,7 +117,8 @@ def acados_loops(prefix: Path, label: str, n_mass: int, kinds: list[str], steps:
       continue
     statuses = {"status 0": steps - lp.failures} | ({"failed": lp.failures} if lp.failures else {})
     loops.append(Loop(f"acados{label} {kind}", chain.state_size(n_mass), lp.seconds, lp.sqp_iterations, lp.cost,
-                      statuses=statuses, qp_iterations=lp.qp_iterations, note=lp.configuration))  # fmt: skip
+                      qp=lp.qp_seconds, statuses=statuses, qp_iterations=lp.qp_iterations,
+                      note=lp.configuration))  # fmt: skip
   return loops
 
 
@@ -132,10 +133,18 @@ def acados_lines(loops: list[Loop]) -> list[str]:
       continue
     for theirs_name, theirs in here.items():
       if theirs_name.startswith("acados") and theirs_name.endswith(f" {kind.removesuffix('_qp')}"):
-        ms = here[lp.name]
+        ms, qp = here[lp.name], per_iteration(lp, loops, theirs_name)
         lines.append(f"  nx {lp.nx} {lp.name} {ms:.3f} <= {theirs_name} {theirs:.3f} ms (same run, "
-                     f"{ms / theirs:.2f}x): {verdict(ms, theirs)}")  # fmt: skip
+                     f"{ms / theirs:.2f}x): {verdict(ms, theirs)}; {qp}")  # fmt: skip
   return lines
+
+
+def per_iteration(mine: Loop, loops: list[Loop], theirs_name: str) -> str:
+  """Each side's time per interior-point iteration (its QPs' time over the run, condensing included, over their
+  iterations): anvil's Riccati interior point against HPIPM at acados's fastest condensing."""
+  theirs = next(lp for lp in loops if lp.name == theirs_name)
+  us = [1e6 * lp.qp.sum() / lp.qp_iterations.sum() if lp.qp_iterations.sum() else np.nan for lp in (mine, theirs)]
+  return f"per QP iteration {us[0]:.1f} vs {us[1]:.1f} us ({us[0] / us[1]:.2f}x)"
 
 
 def target_lines(loops: list[Loop]) -> list[str]:

@@ -9,8 +9,8 @@
 // Usage: chain <rti|sqp|sqp_exact> <cond_N: 0 = full condensing> <repeats> <tol> [regularization, sqp_exact]
 // tol: the SQP's stationarity, equality, inequality and complementarity tolerances (acados's tol_stat, tol_eq,
 // tol_ineq, tol_comp). Prints the closed loop's cost, its failed calls (nonzero status), the SQP and QP iterations of
-// each step (first repeat) and each step's wall time around ocp_nlp_solve (s, its least over the repeats: the same
-// statistic bench_chain takes of anvil's controllers).
+// each step (first repeat), each step's wall time around ocp_nlp_solve (s, its least over the repeats: the same
+// statistic bench_chain takes of anvil's controllers) and that repeat's time in the QPs (acados's time_qp).
 #define _POSIX_C_SOURCE 199309L
 #include <stdbool.h>
 #include <stdio.h>
@@ -271,7 +271,7 @@ static double now(void) {
 }
 
 typedef struct {
-  double seconds[CL_STEPS], cost;
+  double seconds[CL_STEPS], qp_seconds[CL_STEPS], cost;
   int sqp_iterations[CL_STEPS], qp_iterations[CL_STEPS], failures;
 } loop_t;
 
@@ -311,6 +311,7 @@ static void closed_loop(const config_t *c, loop_t *r) {
     const double start = now();
     const int status = ocp_nlp_solve(s.solver, s.in, s.out);
     r->seconds[t] = now() - start;
+    ocp_nlp_get(s.solver, "time_qp", &r->qp_seconds[t]);  // the QPs' time, condensing included
     int sqp = 0, qp = 0, stat_n = 0, stat_m = 0;
     ocp_nlp_get(s.solver, "sqp_iter", &sqp);
     if (c->rti) {
@@ -344,12 +345,12 @@ int main(int argc, char **argv) {
   if (k == n) return fprintf(stderr, "chain: unknown regularization %s\n", argv[5]), 2;
   c.regularization = (ocp_nlp_reg_t)k;
   static loop_t first, loop;
-  static double fastest[CL_STEPS];
+  static double fastest[CL_STEPS], fastest_qp[CL_STEPS];
   for (int r = 0; r < repeats; r++) {
     closed_loop(&c, r ? &loop : &first);
     const loop_t *run = r ? &loop : &first;
     for (int t = 0; t < CL_STEPS; t++)
-      if (r == 0 || run->seconds[t] < fastest[t]) fastest[t] = run->seconds[t];
+      if (r == 0 || run->seconds[t] < fastest[t]) fastest[t] = run->seconds[t], fastest_qp[t] = run->qp_seconds[t];
   }
   printf("cost %.12g\nfailures %d\nsqp_iterations", first.cost, first.failures);
   for (int t = 0; t < CL_STEPS; t++) printf(" %d", first.sqp_iterations[t]);
@@ -357,6 +358,8 @@ int main(int argc, char **argv) {
   for (int t = 0; t < CL_STEPS; t++) printf(" %d", first.qp_iterations[t]);
   printf("\nseconds");
   for (int t = 0; t < CL_STEPS; t++) printf(" %.9g", fastest[t]);
+  printf("\nqp_seconds");
+  for (int t = 0; t < CL_STEPS; t++) printf(" %.9g", fastest_qp[t]);
   printf("\n");
   return 0;
 }

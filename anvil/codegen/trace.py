@@ -154,8 +154,8 @@ _UNMARK = PatternMatcher([(UPat(STOP_GRADIENT, name="x"), lambda x: x.src[0])])
 
 
 def _marked_detaches(sink: UOp) -> UOp:
-  mark = lambda u: UOp(STOP_GRADIENT, u.dtype, u.src) if u.op is Ops.DETACH else u
-  return rebuilt([sink], mark)[0] if any(u.op is Ops.DETACH for u in sink.toposort()) else sink
+  """The sink with its DETACHes marked (itself where it has none: `rebuilt` keeps unchanged nodes)."""
+  return rebuilt([sink], lambda u: UOp(STOP_GRADIENT, u.dtype, u.src) if u.op is Ops.DETACH else u)[0]
 
 
 def unmarked(call: UOp) -> UOp:

@@ -12,6 +12,7 @@ Shared by tests/integration/test_mujoco_loop.py, which checks it against `anvil.
 from __future__ import annotations
 
 import csv
+import itertools
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -62,7 +63,7 @@ class Push:
   def plant(self, plant: MuJoCoPlant) -> Callable[[NDArray[np.float64], NDArray[np.float64]], NDArray[np.float64]]:
     """`plant` as `simulate` steps it with this push applied (the samples counted by the calls): the Python side of
     the loop mujoco_loop.cpp runs."""
-    samples = iter(range(1 << 62))
+    samples = itertools.count()
 
     def pushed(x: NDArray[np.float64], u: NDArray[np.float64]) -> NDArray[np.float64]:
       plant.apply(self.body, self.wrench if self.first <= next(samples) < self.end else None)

@@ -254,8 +254,8 @@ class Solver {
         // NOTE: QPs far from the solution need not be solved to the final accuracy (qp_tolerance). A nonconvex or
         // failed QP is retried with more regularization (x10), only as much as needed; later QPs of one solve start
         // from the previous QP's solution (the first from an earlier call's only when shifted).
-        int qp_status = solve_regularized(qp_tolerance(std::fmax(kkt.primal, kkt.dual), tol), k > 0 || limits.shifted,
-                                          reg, stats, clock, ws);
+        const real qp_tol = qp_tolerance(std::fmax(kkt.primal, kkt.dual), tol);
+        int qp_status = solve_regularized(qp_tol, k > 0 || limits.shifted, reg, stats, clock, ws);
         const real* d = QP::primal(ws.qp);
         const real* y = QP::dual(ws.qp);
         stats.qp_iterations[k] = QP::iterations(ws.qp);
@@ -267,8 +267,7 @@ class Solver {
           // NOTE: corrections only after a shortened step: far from a solution, a corrected full step can leave the
           // basin the line search keeps to (the swing-up's first step reached a local optimum of 385, not 173)
           const bool correct = k > 0 && stats.step[k - 1] < real(1);
-          const real alpha = search.optimality_step(x, p, lbx, ubx, lbg, ubg, fx, kkt.l1, d, correct,
-                                                    qp_tolerance(std::fmax(kkt.primal, kkt.dual), tol), ws);
+          const real alpha = search.optimality_step(x, p, lbx, ubx, lbg, ubg, fx, kkt.l1, d, correct, qp_tol, ws);
           stats.step[k] = alpha;
           stats.time_line_search += lap(clock);
           if (alpha > real(0)) {
@@ -674,8 +673,7 @@ class Solver {
       for (int c = 0; c < P::max_soc; ++c) {
         // the rows' constants g(x + d) - J d (J d gathered in u first): a simplified Newton step toward them along J
         for (int i = 0; i < ng; ++i) u[i] = real(0);
-        for (int j = 0; j < nx; ++j)
-          for (int e = P::jac_p[j]; e < P::jac_p[j + 1]; ++e) u[P::jac_i[e]] += v.jac[e] * d[j];
+        add_jacobian_product(d, u, ws);
         for (int i = 0; i < ng; ++i) {
           const real constant = v.g_trial[i] - u[i];
           l[i] = lbg[i] - constant;
@@ -741,6 +739,12 @@ class Solver {
     return real(1e2) * std::fmax(real(1), std::fmax(lam_max, kkt.gradient_scale));
   }
 
+  /// out += J d, J the constraints' Jacobian at the iterate (ws.v.jac, CSC).
+  static void add_jacobian_product(const real* d, real* out, const WS& ws) {
+    for (int j = 0; j < nx; ++j)
+      for (int e = P::jac_p[j]; e < P::jac_p[j + 1]; ++e) out[P::jac_i[e]] += ws.v.jac[e] * d[j];
+  }
+
   /// The L1 violation of the linearization at x along d: g + J d against [lbg, ubg], x + d against [lbx, ubx] (and its
   /// share on the hard rows into l1_hard).
   static real linearized_violation(const real* x, const real* g, const real* lbx, const real* ubx,
@@ -748,10 +752,8 @@ class Solver {
     real* gd = ws.v.g_trial.data();
     real* xd = ws.v.trial.data();
     for (int i = 0; i < ng; ++i) gd[i] = g[i];
-    for (int j = 0; j < nx; ++j) {
-      xd[j] = x[j] + d[j];
-      for (int e = P::jac_p[j]; e < P::jac_p[j + 1]; ++e) gd[P::jac_i[e]] += ws.v.jac[e] * d[j];
-    }
+    for (int j = 0; j < nx; ++j) xd[j] = x[j] + d[j];
+    add_jacobian_product(d, gd, ws);
     real l1 = 0.0;
     int worst = -1;
     violation(xd, gd, lbx, ubx, lbg, ubg, &l1, &worst, l1_hard);

@@ -85,6 +85,54 @@ void add_lower_product(const T (&M)[rows][n], const T (&N)[rows][n], T (&Q)[s][s
   if constexpr (end < n) add_lower_product<end, rows, n, s>(M, N, Q);
 }
 
+/// out[r][:len] = sum_{l < count} coef(r, l) rows[l][:len] for r < R, R at a time: each of the count rows (a count
+/// known at run time, rows given by pointers) loaded once for all R, the sums accumulated in local vectors of the
+/// target's register width in the order of the rows (the same roundings on every target).
+template <int R, int len, class T, class Coef>
+void combine_pointed(Coef&& coef, const T* const* rows, int count, T (*out)[len]) {
+  constexpr int per_vector = vector_bytes / static_cast<int>(sizeof(T));
+  constexpr int lanes = per_vector > 1 ? per_vector : 1;
+  constexpr int vectors = lanes > 1 ? len / lanes : 0, done = vectors * lanes, rest = len - done;
+  typedef T vec __attribute__((vector_size(lanes * sizeof(T))));
+  vec acc[R][vectors > 0 ? vectors : 1] = {};
+  T tail[R][rest > 0 ? rest : 1] = {};
+  for (int l = 0; l < count; ++l) {
+    const T* row = rows[l];
+    vec m[vectors > 0 ? vectors : 1];
+    for (int j = 0; j < vectors; ++j) __builtin_memcpy(&m[j], row + lanes * j, sizeof(vec));
+    for (int r = 0; r < R; ++r) {
+      const T c = coef(r, l);
+      for (int j = 0; j < vectors; ++j) acc[r][j] += c * m[j];
+      for (int j = 0; j < rest; ++j) tail[r][j] += c * row[done + j];
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    if constexpr (vectors > 0) __builtin_memcpy(out[r], acc[r], sizeof acc[r]);
+    for (int j = 0; j < rest; ++j) out[r][done + j] = tail[r][j];
+  }
+}
+
+/// Q[i][:i+1] += sum_l w[l] a_l[i] a_l[:i+1] for i >= first: the lower triangle of the weighted Gram matrix A'WA of
+/// `count` rows a_l (of length n, given by pointers) added to Q's, four rows of Q at a time, each in register blocks
+/// of as many rows as keep their accumulators within 12 vector registers (a dense constraint row's G'WG term: a
+/// vectorized product instead of one scalar update of Q's triangle per row).
+template <int first, int n, int s, class T>
+void add_lower_gram(const T* const* a, const T* w, int count, T (&Q)[s][s]) {
+  constexpr int end = first + 4 < n ? first + 4 : n;
+  constexpr int per_vector = vector_bytes / static_cast<int>(sizeof(T));
+  constexpr int per_row = per_vector > 1 ? (end + per_vector - 1) / per_vector : end;
+  constexpr int block = 12 / per_row > 1 ? (12 / per_row < end - first ? 12 / per_row : end - first) : 1;
+  T row[end - first][end];
+  int r = 0;
+  for (; r + block <= end - first; r += block)
+    combine_pointed<block, end>([&](int b, int l) { return w[l] * a[l][first + r + b]; }, a, count, row + r);
+  for (; r < end - first; ++r)
+    combine_pointed<1, end>([&](int, int l) { return w[l] * a[l][first + r]; }, a, count, row + r);
+  for (int i = first; i < end; ++i)
+    for (int j = 0; j <= i; ++j) Q[i][j] += row[i - first][j];
+  if constexpr (end < n) add_lower_gram<end, n, s>(a, w, count, Q);
+}
+
 }  // namespace dense
 }  // namespace anvil
 #endif  // ANVIL_DENSE_HPP

@@ -123,9 +123,14 @@ struct Pattern {
     }
   }
 
-  /// a'[x; y] where x holds the first m entries.
+  /// a'[x; y] where x holds the first m entries (a dense row's over all its entries, in four interleaved sums).
   template <int m, class T>
   T dot(const T* a, const T* x, const T* y) const {
+    if (dense()) {
+      T v[4] = {};
+      for (int j = 0; j < n; ++j) v[j % 4] += a[j] * (j < m ? x[j] : y[j - m]);
+      return (v[0] + v[1]) + (v[2] + v[3]);
+    }
     T v = 0;
     for (int e = 0; e < count; ++e) {
       const int j = index[e];
@@ -137,7 +142,11 @@ struct Pattern {
   /// r += a e
   template <class T>
   void add(const T* a, same_t<T> e, T* r) const {
-    for (int c = 0; c < count; ++c) r[index[c]] += a[index[c]] * e;
+    if (dense()) {
+      for (int j = 0; j < n; ++j) r[j] += a[j] * e;
+    } else {
+      for (int c = 0; c < count; ++c) r[index[c]] += a[index[c]] * e;
+    }
   }
 
   /// M += a w a' (the lower triangle, M's rows and columns ordered as a's entries)
@@ -147,6 +156,25 @@ struct Pattern {
       const int i = index[c];
       for (int e = 0; e <= c; ++e) M[i][index[e]] += a[i] * w * a[index[e]];
     }
+  }
+
+  /// Whether the row's a w a' is added as part of a Gram product (dense::add_lower_gram, vectorized over whole rows)
+  /// rather than entry by entry: from a third of its entries nonzero on (a condensed block's rows of inner states).
+  bool dense() const { return 3 * count >= n; }
+};
+
+/// The weighted rows of one stage whose a w a' terms are added to its Hessian together (dense rows, Pattern::dense):
+/// Q += A'WA in one vectorized product. At most cap of them.
+template <int n, int cap, class T>
+struct Gram {
+  const T* row[cap];
+  T weight[cap];
+  int count = 0;
+
+  /// Q += sum of w a a' over the rows added (the lower triangle).
+  template <int s>
+  void add_to(T (&Q)[s][s]) const {
+    if (count > 0) dense::add_lower_gram<0, n, s>(row, weight, count, Q);
   }
 };
 
@@ -355,11 +383,15 @@ struct Riccati {
     }
   }
 
-  /// Q += a w a' (the lower triangle)
-  template <int n>
-  static void add_outer_to(const riccati::Pattern<n>* pattern, const T (*G)[n], int n_box, int m, T w, T (&Q)[n][n]) {
+  /// Q += a w a' (the lower triangle): a dense row's into `dense`, whose add_to(Q) adds them all at once.
+  template <int n, int cap>
+  static void add_outer_to(const riccati::Pattern<n>* pattern, const T (*G)[n], int n_box, int m, T w, T (&Q)[n][n],
+                           riccati::Gram<n, cap, T>& dense) {
     if (m < n_box) {
       Q[m][m] += w;
+    } else if (pattern[m - n_box].dense()) {
+      dense.row[dense.count] = G[m - n_box];
+      dense.weight[dense.count++] = w;
     } else {
       pattern[m - n_box].add_outer(G[m - n_box], w, Q);
     }
@@ -483,7 +515,9 @@ struct Riccati {
   static bool factor_weighted(const Data& d, Workspace& ws, T regularization, Terminal&& terminal, Stage&& stage) {
     T QN[nzN][nzN];
     lower_triangle(d.HN, QN, regularization);
-    terminal([&](int m, T w) { add_outer_to(ws.patternN, d.GN, nbN, m, w, QN); });
+    riccati::Gram<nzN, mGN, T> denseN;
+    terminal([&](int m, T w) { add_outer_to(ws.patternN, d.GN, nbN, m, w, QN, denseN); });
+    denseN.add_to(QN);
     if constexpr (nuN > 0) {
       if (!riccati::eliminate_inputs<nx, nuN>(QN, ws.LN, ws.KN, ws.P[N])) return false;
     } else {
@@ -502,7 +536,9 @@ struct Riccati {
       T Q[nz][nz];  // H + G'WG + [A B]'P[A B], lower triangle
       lower_triangle(d.H[k], Q, regularization);
       dense::add_lower_product<0>(AB, PAB, Q);
-      stage(k, [&](int m, T w) { add_outer_to(ws.pattern[k], d.G[k], nb, m, w, Q); });
+      riccati::Gram<nz, mG, T> dense;
+      stage(k, [&](int m, T w) { add_outer_to(ws.pattern[k], d.G[k], nb, m, w, Q, dense); });
+      dense.add_to(Q);
       if (!riccati::eliminate_inputs<nx, nu>(Q, ws.L[k], ws.K[k], ws.P[k])) return false;
     }
     return true;

@@ -122,9 +122,23 @@ def compiler_identity(cxx: str) -> str:
   return f"{cxx}|{lines[0] if lines else ''}|{lines[-1] if lines else ''}"
 
 
+#: Flags of builds with fused multiply-adds (ANVIL_FMA=1; -DANVIL_FMA=ON in an exported module's CMake build), after
+#: the host's (which turn them off): the compiler contracts a * b + c into one instruction where the target has one.
+FMA_FLAGS = ("-ffp-contract=fast",)
+
+
 def cxxflags() -> tuple[str, ...]:
-  """The JIT's compiler flags: CXXFLAGS, the host's (`host_flags`), then ANVIL_CXXFLAGS."""
-  return CXXFLAGS + host_flags(find_compiler()) + tuple(os.environ.get("ANVIL_CXXFLAGS", "").split())
+  """The JIT's compiler flags: CXXFLAGS, the host's (`host_flags`), FMA_FLAGS with `fused_multiply_adds()`, then
+  ANVIL_CXXFLAGS."""
+  fma = FMA_FLAGS if fused_multiply_adds() else ()
+  return CXXFLAGS + host_flags(find_compiler()) + fma + tuple(os.environ.get("ANVIL_CXXFLAGS", "").split())
+
+
+def fused_multiply_adds() -> bool:
+  """Whether JIT builds fuse multiply-adds (ANVIL_FMA set to anything but 0): faster where the CPU has them (the
+  chain's MPC at nx = 21 to 39: `python -m benchmarks.bench_chain`), results no longer equal to the bit to the default
+  builds' (nor across CPUs: a library is keyed on its flags and the CPU)."""
+  return os.environ.get("ANVIL_FMA", "0") not in ("", "0")
 
 
 def portable_builds() -> bool:

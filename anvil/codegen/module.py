@@ -11,7 +11,7 @@ from typing import Any
 from anvil.codegen.base import FunctionBase, check_identifier, render_template
 from anvil.codegen.constant import CodegenIntConstant
 from anvil.codegen.gpu import device_support
-from anvil.codegen.jit import HOST_FLAGS, write_atomic
+from anvil.codegen.jit import FMA_FLAGS, HOST_FLAGS, write_atomic
 from anvil.codegen.parallel import build_in_parallel
 from anvil.codegen.runtime import inline_runtime_headers, runtime_include
 from anvil.version import __version__
@@ -141,7 +141,8 @@ def write_build_files(module_name: str, fns: Sequence[FunctionBase], out: Path) 
   c_sources = sorted({path for f in fns for path in f.extra_files() if path.endswith(".c")})
   include_dirs = list(dict.fromkeys(d for f in fns for d in f.include_dirs))
   context: dict[str, Any] = dict(version=__version__, name=module_name, c_sources=c_sources, var=module_name.upper(),
-                                 include_dirs=include_dirs, native_flags=[" ".join(f) for f in HOST_FLAGS])  # fmt: skip
+                                 include_dirs=include_dirs, native_flags=[" ".join(f) for f in HOST_FLAGS],
+                                 fma_flags=FMA_FLAGS)  # fmt: skip
   write_atomic(out / f"{module_name}.cmake", render_template("module.cmake.j2", **context), recorded=False)
   write_atomic(out / f"{module_name}.mk", render_template("module.mk.j2", **context), recorded=False)
   lists = out / "CMakeLists.txt"

@@ -50,9 +50,10 @@ def _check(stdout: str, solver: SQPFunction) -> None:
 
 
 @pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is not installed")
-@pytest.mark.parametrize("native", [False, True])
-def test_cmake_builds_the_module_library(solver: SQPFunction, tmp_path: Path, native: bool) -> None:
-  """Built by CMake into a program; with -DANVIL_NATIVE=ON the module (and only it) gets the JIT's host flags."""
+@pytest.mark.parametrize(("native", "fma"), [(False, False), (True, False), (True, True)])
+def test_cmake_builds_the_module_library(solver: SQPFunction, tmp_path: Path, native: bool, fma: bool) -> None:
+  """Built by CMake into a program; with -DANVIL_NATIVE=ON the module (and only it) gets the JIT's host flags, with
+  -DANVIL_FMA=ON fused multiply-adds after them (the host's flags turn them off)."""
   generated = tmp_path / "generated"
   av.generate_module("hs_module", [solver], out_dir=generated)
   assert (generated / "hs_module.cmake").exists() and any(generated.rglob("*.c")), "OSQP's C sources beside it"
@@ -63,13 +64,16 @@ def test_cmake_builds_the_module_library(solver: SQPFunction, tmp_path: Path, na
   )
   build = tmp_path / "build"
   configure = ["cmake", "-S", tmp_path, "-B", build, f"-DCMAKE_CXX_COMPILER={find_compiler()}",
-               f"-DANVIL_NATIVE={'ON' if native else 'OFF'}"]  # fmt: skip
+               f"-DANVIL_NATIVE={'ON' if native else 'OFF'}", f"-DANVIL_FMA={'ON' if fma else 'OFF'}"]  # fmt: skip
   for cmd in (configure, ["cmake", "--build", build, "-j", "2", "--verbose"]):
     proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
   compiles = [line for line in proc.stdout.splitlines() if " -c " in line and ".cpp" in line]
   module, program = (next(c for c in compiles if name in c) for name in ("hs_module.cpp", "main.cpp"))
   assert ("-march=native" in module) == native and "-march=native" not in program
+  assert ("-ffp-contract=fast" in module) == fma and "-ffp-contract=fast" not in program
+  if fma:
+    assert module.index("-ffp-contract=fast") > module.index("-ffp-contract=off")
   _check(subprocess.run([build / "robot"], capture_output=True, text=True, check=True).stdout, solver)
 
 

@@ -98,6 +98,30 @@ def test_libraries_are_built_for_this_cpu_unless_portable(fresh_cache: Path, mon
   np.testing.assert_allclose(y_host, cartpole.step_numpy(x, u), rtol=1e-14)
 
 
+def test_fused_multiply_adds_are_an_option(fresh_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+  """ANVIL_FMA=1 builds with fused multiply-adds (after the host's flags, which turn them off) under a key of its own,
+  with results equal to the default build's to rounding."""
+  import numpy as np
+
+  import anvil as av
+  from anvil.codegen import jit
+  from anvil.problems import cartpole
+
+  for name in ("ANVIL_FMA", "ANVIL_CXXFLAGS", "ANVIL_PORTABLE"):
+    monkeypatch.delenv(name, raising=False)
+  assert "-ffp-contract=fast" not in jit.cxxflags() and not jit.fused_multiply_adds()
+  make = lambda: av.NumericalFunction("cache_fma", cartpole.step, (av.Arg(4), av.Arg(1)))
+  x, u = np.array([0.3, -0.2, 2.0, 1.0]), np.array([4.0])
+  default = make()
+  y_default = default(x, u)
+  monkeypatch.setenv("ANVIL_FMA", "1")
+  flags = jit.cxxflags()
+  assert jit.fused_multiply_adds() and flags.index("-ffp-contract=fast") > flags.index("-ffp-contract=off")
+  fused = make()
+  assert fused.library != default.library
+  np.testing.assert_allclose(fused(x, u), y_default, rtol=1e-13)
+
+
 def test_cache_dir_defaults_to_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
   from anvil.codegen.jit import cache_dir
 

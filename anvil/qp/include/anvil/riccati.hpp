@@ -26,33 +26,35 @@ namespace anvil {
 namespace qp {
 namespace riccati {
 
-/// In-place Cholesky of an m x m matrix (lower triangle); false if not positive definite.
+/// In-place Cholesky of an m x m matrix (lower triangle): L below the diagonal, the reciprocals 1 / L_jj on it (the
+/// solves multiply by them: a division's latency, several times a multiplication's, would lie on every solve's chain
+/// of dependent steps); false if not positive definite.
 template <int m, class T>
 bool cholesky(T (&M)[m][m]) {
   for (int j = 0; j < m; ++j) {
     T d = M[j][j];
     for (int k = 0; k < j; ++k) d -= M[j][k] * M[j][k];
     if (!(d > anvil::by_precision<T>(1e-14, 5e-6f))) return false;  // the smallest pivot: 45 roundings
-    M[j][j] = std::sqrt(d);
+    M[j][j] = T(1) / std::sqrt(d);
     for (int i = j + 1; i < m; ++i) {
       T s = M[i][j];
       for (int k = 0; k < j; ++k) s -= M[i][k] * M[j][k];
-      M[i][j] = s / M[j][j];
+      M[i][j] = s * M[j][j];
     }
   }
   return true;
 }
 
-/// v <- (L L')^-1 v
+/// v <- (L L')^-1 v, from cholesky's factor (reciprocals on its diagonal)
 template <int m, class T>
 void cholesky_solve(const T (&L)[m][m], T* v) {
   for (int i = 0; i < m; ++i) {
     for (int k = 0; k < i; ++k) v[i] -= L[i][k] * v[k];
-    v[i] /= L[i][i];
+    v[i] *= L[i][i];
   }
   for (int i = m - 1; i >= 0; --i) {
     for (int k = i + 1; k < m; ++k) v[i] -= L[k][i] * v[k];
-    v[i] /= L[i][i];
+    v[i] *= L[i][i];
   }
 }
 
@@ -68,7 +70,7 @@ bool eliminate_inputs(const T (&Q)[nx + m][nx + m], T (&L)[m][m], T (&K)[m][nx],
   // V = L^-1 Q_ux and K = -L'^-1 V, triangular solves on whole rows of nx (vectorizable)
   T V[m][nx], W[m][nx];  // W = -V
   for (int i = 0; i < m; ++i) {
-    const T inverse = T(1) / L[i][i];
+    const T inverse = L[i][i];
     for (int j = 0; j < nx; ++j) V[i][j] = Q[nx + i][j];
     for (int k = 0; k < i; ++k)
       for (int j = 0; j < nx; ++j) V[i][j] -= L[i][k] * V[k][j];
@@ -78,7 +80,7 @@ bool eliminate_inputs(const T (&Q)[nx + m][nx + m], T (&L)[m][m], T (&K)[m][nx],
     }
   }
   for (int i = m - 1; i >= 0; --i) {
-    const T inverse = T(1) / L[i][i];
+    const T inverse = L[i][i];
     for (int j = 0; j < nx; ++j) K[i][j] = W[i][j];
     for (int k = i + 1; k < m; ++k)
       for (int j = 0; j < nx; ++j) K[i][j] -= L[k][i] * K[k][j];

@@ -8,6 +8,7 @@ Run from the repository root (an anvil controller's cold build takes 5-10 s at n
   .venv/bin/python -m benchmarks.bench_chain --sizes 5 --tol 1e-6                 # acados's default tolerance
   .venv/bin/python -m benchmarks.bench_chain --sizes 5 --controllers rti rti_unrolled  # stage-wise vs unrolled
   .venv/bin/python -m benchmarks.bench_chain --sizes 5 8 --condensing 1 3 6      # the stage QPs partially condensed
+  .venv/bin/python -m benchmarks.bench_chain --sizes 5 8 --fma                       # and built with ANVIL_FMA=1
   .venv/bin/python -m benchmarks.bench_chain --sqpmethod-qp qpoases --sqpmethod-primal-start  # sqpmethod as configured
   .venv/bin/python -m benchmarks.bench_chain --sizes 3 5 --acados /path/to/acados/install  # acados in the same run
   .venv/bin/python -m benchmarks.bench_chain --sizes 3 7 --tol 1e-6 --acados avx=/opt/acados-avx generic=/opt/acados-g
@@ -73,8 +74,8 @@ from benchmarks.bench_riccati import iteration_flops
 from benchmarks.common import (
   STAGES,
   StageRecorder,
-  anvil_cache,
   casadi_solver,
+  environment,
   load_casadi,
   shift,
   stage_seconds,
@@ -128,9 +129,9 @@ def acados_lines(loops: list[Loop]) -> list[str]:
   here = {lp.name: float(np.median(lp.times)) * 1e3 for lp in loops}
   lines = []
   for lp in loops:
-    kind = lp.name.removeprefix("anvil ")
     if not lp.name.startswith("anvil "):
       continue
+    kind = lp.name.split()[1]  # the controller, whatever its variant (M=..., FMA)
     for theirs_name, theirs in here.items():
       if theirs_name.startswith("acados") and theirs_name.endswith(f" {kind.removesuffix('_qp')}"):
         ms, qp = here[lp.name], per_iteration(lp, loops, theirs_name)
@@ -187,16 +188,16 @@ class Loop:
 
 
 def build(
-  n_mass: int, kind: str, cache: Path, recorder: StageRecorder, blocks: int = 1
+  n_mass: int, kind: str, cache: Path, recorder: StageRecorder, blocks: int = 1, fma: bool = False
 ) -> tuple[MPCFunction, dict[str, float]]:
   """The controller built and called once on `cache` (empty: cold), then again (warm): its build seconds, the cold
   build's per stage (what the log does not count is "rest": schedule and render in forked workers). `blocks`: its
-  stage QPs' partial condensing (RiccatiOptions.condensing)."""
+  stage QPs' partial condensing (RiccatiOptions.condensing); `fma`: built with fused multiply-adds (ANVIL_FMA=1)."""
   x0 = chain.initial_state(n_mass)
   options = dataclasses.replace(CONTROLLERS[kind], qp=RiccatiOptions(condensing=blocks))
-  name = f"bench_chain{n_mass}_{kind}" + (f"_blocks{blocks}" if blocks > 1 else "")
+  name = f"bench_chain{n_mass}_{kind}" + (f"_blocks{blocks}" if blocks > 1 else "") + ("_fma" if fma else "")
   recorder.take()
-  with anvil_cache(cache):
+  with environment(ANVIL_CACHE_DIR=str(cache), ANVIL_FMA="1" if fma else "0"):
     start = time.perf_counter()
     mpc = chain.chain_mpc(name, n_mass, options)
     mpc(x0)
@@ -360,6 +361,11 @@ def main() -> None:
                       help="start sqpmethod from the shifted primal solution alone (default: and duals)")  # fmt: skip
   parser.add_argument("--condensing", type=int, nargs="+", default=[1],
                       help="stages per block of the stage QPs' partial condensing, each a row (1: none)")  # fmt: skip
+  parser.add_argument(
+    "--fma",
+    action="store_true",
+    help="each anvil controller also built with fused multiply-adds (ANVIL_FMA=1), a row of its own",
+  )
   parser.add_argument("--acados", nargs="+", default=[], metavar="[LABEL=]PREFIX",
                       help="acados's install prefixes (e.g. avx=/opt/acados-avx generic=/opt/acados-generic): "
                            "its closed loops on the same OCP with each build (needs casadi)")  # fmt: skip
@@ -380,14 +386,13 @@ def main() -> None:
   ca, notes, targets, same_run, recorder = load_casadi(), [], [], [], StageRecorder()
   for n_mass in args.sizes:
     loops, models = [], {}
-    for kind, blocks in itertools.product(args.controllers, args.condensing):
+    for kind, blocks, fma in itertools.product(args.controllers, args.condensing, (False, True)[: 1 + args.fma]):
       with tempfile.TemporaryDirectory(prefix="bench_chain_") as cache:
-        mpc, seconds = build(n_mass, kind, Path(cache), recorder, blocks)
+        mpc, seconds = build(n_mass, kind, Path(cache), recorder, blocks, fma)
         tol = ALWAYS_SOLVE_TOL if kind == "rti_qp" else args.tol
         loop = anvil_loop(mpc, n_mass, kind, args.steps, tol, args.repeats)
-        if blocks > 1:
-          loop.name += f" M={blocks}"
-        elif not kind.endswith("_unrolled"):
+        loop.name += (f" M={blocks}" if blocks > 1 else "") + (" FMA" if fma else "")
+        if blocks == 1 and not fma and not kind.endswith("_unrolled"):
           models[loop.name] = FlopModel.of(mpc)
       loop.build = seconds
       loops.append(loop)

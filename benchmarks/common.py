@@ -123,17 +123,23 @@ def stage_seconds(records: Sequence[Sequence[Any]]) -> dict[str, float]:
 
 
 @contextlib.contextmanager
-def anvil_cache(path: Path) -> Iterator[None]:
-  """Point anvil's disk cache at `path` for the duration (anvil reads ANVIL_CACHE_DIR at each use)."""
-  old = os.environ.get("ANVIL_CACHE_DIR")
-  os.environ["ANVIL_CACHE_DIR"] = str(path)
+def environment(**values: str) -> Iterator[None]:
+  """Set environment variables for the duration (anvil reads ANVIL_CACHE_DIR, ANVIL_FMA, ... at each use)."""
+  old = {name: os.environ.get(name) for name in values}
+  os.environ.update(values)
   try:
     yield
   finally:
-    if old is None:
-      os.environ.pop("ANVIL_CACHE_DIR", None)
-    else:
-      os.environ["ANVIL_CACHE_DIR"] = old
+    for name, value in old.items():
+      if value is None:
+        os.environ.pop(name, None)
+      else:
+        os.environ[name] = value
+
+
+def anvil_cache(path: Path) -> contextlib.AbstractContextManager[None]:
+  """Point anvil's disk cache at `path` for the duration."""
+  return environment(ANVIL_CACHE_DIR=str(path))
 
 
 def shift(v: np.ndarray, block: int, tail: int) -> np.ndarray:

@@ -135,9 +135,8 @@ def cxxflags() -> tuple[str, ...]:
 
 
 def fused_multiply_adds() -> bool:
-  """Whether JIT builds fuse multiply-adds (ANVIL_FMA set to anything but 0): faster where the CPU has them (the
-  chain's MPC at nx = 21 to 39: `python -m benchmarks.bench_chain`), results no longer equal to the bit to the default
-  builds' (nor across CPUs: a library is keyed on its flags and the CPU)."""
+  """Whether JIT builds fuse multiply-adds (ANVIL_FMA set to anything but 0): faster where the CPU has them, results
+  no longer equal to the bit to the default builds' (nor across CPUs: a library is keyed on its flags and the CPU)."""
   return os.environ.get("ANVIL_FMA", "0") not in ("", "0")
 
 

@@ -385,18 +385,23 @@ struct Riccati {
     }
   }
 
-  /// Q += a w a' (the lower triangle): a dense row's into `dense`, whose add_to(Q) adds them all at once.
-  template <int n, int cap>
-  static void add_outer_to(const riccati::Pattern<n>* pattern, const T (*G)[n], int n_box, int m, T w, T (&Q)[n][n],
-                           riccati::Gram<n, cap, T>& dense) {
-    if (m < n_box) {
-      Q[m][m] += w;
-    } else if (pattern[m - n_box].dense()) {
-      dense.row[dense.count] = G[m - n_box];
-      dense.weight[dense.count++] = w;
-    } else {
-      pattern[m - n_box].add_outer(G[m - n_box], w, Q);
-    }
+  /// Q += sum of a w a' (the lower triangle) over the rows that rows(add) weighs, calling add(row, weight) for each:
+  /// box rows on Q's diagonal, sparse rows entry by entry, dense rows (at most cap) in one Gram product at the end.
+  template <int cap, int n, class Rows>
+  static void add_weighted_rows(const riccati::Pattern<n>* pattern, const T (*G)[n], int n_box, T (&Q)[n][n],
+                                Rows&& rows) {
+    riccati::Gram<n, cap, T> dense;
+    rows([&](int m, T w) {
+      if (m < n_box) {
+        Q[m][m] += w;
+      } else if (pattern[m - n_box].dense()) {
+        dense.row[dense.count] = G[m - n_box];
+        dense.weight[dense.count++] = w;
+      } else {
+        pattern[m - n_box].add_outer(G[m - n_box], w, Q);
+      }
+    });
+    dense.add_to(Q);
   }
 
   /// G_k's row m times [x; u].
@@ -517,9 +522,7 @@ struct Riccati {
   static bool factor_weighted(const Data& d, Workspace& ws, T regularization, Terminal&& terminal, Stage&& stage) {
     T QN[nzN][nzN];
     lower_triangle(d.HN, QN, regularization);
-    riccati::Gram<nzN, mGN, T> denseN;
-    terminal([&](int m, T w) { add_outer_to(ws.patternN, d.GN, nbN, m, w, QN, denseN); });
-    denseN.add_to(QN);
+    add_weighted_rows<mGN>(ws.patternN, d.GN, nbN, QN, terminal);
     if constexpr (nuN > 0) {
       if (!riccati::eliminate_inputs<nx, nuN>(QN, ws.LN, ws.KN, ws.P[N])) return false;
     } else {
@@ -538,9 +541,7 @@ struct Riccati {
       T Q[nz][nz];  // H + G'WG + [A B]'P[A B], lower triangle
       lower_triangle(d.H[k], Q, regularization);
       dense::add_lower_product<0>(AB, PAB, Q);
-      riccati::Gram<nz, mG, T> dense;
-      stage(k, [&](int m, T w) { add_outer_to(ws.pattern[k], d.G[k], nb, m, w, Q, dense); });
-      dense.add_to(Q);
+      add_weighted_rows<mG>(ws.pattern[k], d.G[k], nb, Q, [&](auto&& add) { stage(k, add); });
       if (!riccati::eliminate_inputs<nx, nu>(Q, ws.L[k], ws.K[k], ws.P[k])) return false;
     }
     return true;

@@ -29,6 +29,7 @@ from numpy.typing import NDArray
 from tinygrad import dtypes
 from tinygrad.uop.ops import Ops
 
+from anvil.ad.vector_mode import VectorJacobian, vector_jacobian
 from anvil.codegen.cache import cache_dir, read_artifact, write_atomic
 from anvil.codegen.function import DerivedCode, NumericalFunction
 from anvil.codegen.jit import sources_fingerprint
@@ -87,6 +88,8 @@ def scalar_dense(fn: NumericalFunction[..., Any], kind: str, wrt: int) -> Derive
         columns = [
           {**c, **{i: columns[i][j] for i in range(j + 1, n) if j in columns[i]}} for j, c in enumerate(columns)
         ]
+      elif (vector := _vector_jacobian(g, outputs, wrt, n)) is not None:
+        return _dense_vector_program(vector, m, n, [u.dtype for u in traced.inputs], traced.stores[slot].dtype)
       else:
         columns = _jacobian_columns(g, outputs, wrt, n)
     except Unsupported:
@@ -190,8 +193,11 @@ def _derive(fn: NumericalFunction[..., Any], kind: str, wrt: int) -> _Derivation
     lowered = lower(traced)
     g, slot = lowered.graph, traced.output_slots[0]
     outputs = lowered.values[slot].tolist()
+    dtypes_in, dtype_out = [u.dtype for u in traced.inputs], [traced.stores[slot].dtype]
     if kind == "hessian":
       columns, rows = _hessian_columns(g, outputs[0], wrt, size), size
+    elif (vector := _vector_jacobian(g, outputs, wrt, size)) is not None:
+      return _sparse_vector_derivation(vector, len(outputs), size, dtypes_in, dtype_out[0])
     else:
       columns, rows = _jacobian_columns(g, outputs, wrt, size), len(outputs)
   except Unsupported:
@@ -208,8 +214,50 @@ def _derive(fn: NumericalFunction[..., Any], kind: str, wrt: int) -> _Derivation
   pattern = sp.csc_array((np.ones(len(flat)), np.array(flat, dtype=np.int64), indptr), shape=(rows, size))
   writes = [(0, k, columns[c][r]) for k, (c, r) in enumerate((c, r) for c, i in enumerate(indices) for r in i)]
   constants = np.array([float(g.args[e]) if g.is_const(e) else np.nan for _, _, e in writes], dtype=np.float64)
-  dtypes_in, dtype_out = [u.dtype for u in traced.inputs], [traced.stores[slot].dtype]
   return _Derivation(pattern, constants, lambda: emit_program(g, writes, dtypes_in, dtype_out))
+
+
+def _vector_jacobian(g: ScalarGraph, outputs: Sequence[int], wrt: int, size: int) -> VectorJacobian | None:
+  """The Jacobian of `outputs` in input `wrt` (`size` elements) in vector mode where its wide tangents pay for it,
+  else None."""
+  zero = g.zero_valued(outputs)
+  return vector_jacobian(g, outputs, wrt, size, _partials, _needed(g, outputs, zero), zero)
+
+
+def _dense_vector_program(vector: VectorJacobian, m: int, n: int, inputs: Sequence[Any], output: Any) -> Program:
+  """The program of a dense Jacobian (m x n, row-major) in vector mode."""
+  g = vector.graph
+  zero = g.const(0.0, output)
+  writes, positions = [], {}
+  for r in range(m):
+    if (wide := vector.wide.get(r)) is not None:
+      positions.update({(r, c): r * n + c for c in wide})
+      writes += [(0, r * n + c, zero) for c in sorted(set(range(n)) - set(wide))]
+    else:
+      writes += [(0, r * n + c, vector.narrow[r].get(c, zero)) for c in range(n)]
+  return vector.program(writes, positions, inputs, output)
+
+
+def _sparse_vector_derivation(vector: VectorJacobian, m: int, n: int, inputs: Sequence[Any], output: Any
+                              ) -> _Derivation:  # fmt: skip
+  """A sparse Jacobian (m x n) in vector mode: every column of a wide row's support is in its pattern; a narrow
+  row's entries are, where their emitted expression is not zero."""
+  g = vector.graph
+  entries = [(c, r, d) for r, row in vector.narrow.items() for c, d in row.items()]
+  emitted = g.substituted([d for _, _, d in entries])
+  cells: dict[tuple[int, int], int | None] = {
+    (c, r): d for (c, r, _), d in zip(entries, emitted, strict=True) if not _is_zero(g, d)
+  }
+  cells.update({(c, r): None for r, wide in vector.wide.items() for c in wide})
+  keys = sorted(cells)  # NOTE: column-major, as the CSC pattern stores its entries
+  rows = np.array([r for _, r in keys], dtype=np.int64)
+  indptr = np.searchsorted(np.array([c for c, _ in keys], dtype=np.int64), np.arange(n + 1))
+  pattern = sp.csc_array((np.ones(len(keys)), rows, indptr), shape=(m, n))
+  writes = [(0, k, d) for k, key in enumerate(keys) if (d := cells[key]) is not None]
+  positions = {(r, c): k for k, (c, r) in enumerate(keys) if cells[c, r] is None}
+  values = [cells[key] for key in keys]
+  constants = np.array([float(g.args[d]) if d is not None and g.is_const(d) else np.nan for d in values])
+  return _Derivation(pattern, constants, lambda: vector.program(writes, positions, inputs, output))
 
 
 def _cached_pattern(record: str, shape: tuple[int, int]) -> tuple[sp.csc_array, NDArray[np.float64]] | None:

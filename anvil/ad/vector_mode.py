@@ -1,0 +1,351 @@
+"""Vector forward mode: the wide tangents of a Jacobian as loops over its columns (as ADOL-C's vector mode).
+
+`anvil.ad.scalar` derives a Jacobian column by column: each node's tangent is a sparse {column: expression} and each
+entry one scalar statement. That is the right code while tangents are narrow (a stage's few variables). Where they are
+wide it is not: a humanoid's ∂ABA applies M(q)⁻¹ (two triangular solves) to all 115 tangent columns of its ∂RNEA,
+~100k scalar statements the compiler cannot vectorize. Here a node whose tangent spans at least `WIDE` columns (and
+every node computed from one) keeps its tangent as a vector in the workspace: t_i = Σ_k p_k t_k over its operands is
+one loop over the columns per operand, which the compiler vectorizes. The partials p_k and the narrow tangents that
+feed wide ones are computed by the scalar code first and passed through the workspace.
+
+Each vector is a slot of the workspace as wide as the Jacobian, entry c at column c, holding its columns as intervals
+(runs of its support, gaps of at most `GAP` columns bridged with zeros); a slot is reused once its vector is dead, and
+a vector that dies where a wider one is computed from it is extended in place (a triangular solve's x_j - l_ji x_i is
+then one loop). A node that only scales its one operand's tangent gets no loop: it is the operand's vector with a
+factor.
+
+Only Jacobians whose wide tangents hold at least `MIN_WORK` multiply-adds take this route; the rest keep the scalar
+code, which exploits every structural zero and rolls stage loops (`anvil.codegen.rolling`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from tinygrad import dtypes
+from tinygrad.dtype import DType
+from tinygrad.uop.ops import Ops
+
+from anvil.codegen.arg import cpp_type
+from anvil.codegen.program import ALIGNMENT, BufferRef, KernelStep, Program, cpp_literal
+from anvil.codegen.renderer import RenderedKernel
+from anvil.codegen.scalar import ScalarGraph
+from anvil.codegen.straight_line import emit_program
+
+#: A node whose tangent spans at least this many columns is a vector.
+WIDE = 32
+#: Columns a loop takes at a time: a vector's intervals of columns are whole blocks, aligned (AVX: 4 doubles).
+BLOCK = 4
+#: Blocks of zeros a vector's loops run through rather than split (a loop's overhead is about a block's work).
+GAP = 1
+#: A Jacobian takes vector mode only when its wide tangents hold at least this many multiply-adds (on fewer, the
+#: straight-line code is small and fast enough, and keeps its stage loops rolled).
+MIN_WORK = 20_000
+#: Lines per generated function.
+LINES_PER_FUNCTION = 50
+
+Tangent = dict[int, int]
+Write = tuple[int, int, int]
+Partials = Callable[[ScalarGraph, int], list[tuple[int, int]]]
+Intervals = list[tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class _Vector:
+  """A wide tangent: `scale` (a node) times the vector stored for node `base`."""
+
+  scale: int
+  base: int
+
+
+@dataclass
+class _Stored:
+  """A node whose tangent is stored: Σ scale · vector(base) over `terms` plus the narrow entries `scalar` {column:
+  expression} (computed by the scalar code), over `intervals` of columns."""
+
+  terms: dict[int, int]  # base -> scale
+  scalar: Tangent
+  intervals: Intervals
+
+
+@dataclass
+class VectorJacobian:
+  """A Jacobian's rows in vector mode: `narrow` rows as {column: expression} (the scalar code writes them), `wide`
+  rows as their columns (the structural support, in order), written by the loops (`program`)."""
+
+  graph: ScalarGraph
+  dtype: DType
+  columns: int
+  narrow: dict[int, Tangent]
+  wide: dict[int, list[int]]
+  rows: dict[int, _Vector]
+  steps: list[tuple[int, _Stored | None, list[int]]]  # (node, its stored tangent or None, the output rows it is)
+
+  def program(self, writes: Sequence[Write], positions: dict[tuple[int, int], int], inputs: Sequence[DType],
+              output: DType) -> Program:  # fmt: skip
+    """The program writing the scalar code's `writes` (output 0, element, node) and each wide entry (row, column) at
+    element `positions[row, column]` of output 0."""
+    g, dt = self.graph, self.dtype
+    exchange: dict[int, int] = {}  # node -> its element of the exchange array
+
+    def value(node: int) -> str:
+      return _literal(g, node) if g.is_const(node) else f"e[{exchange.setdefault(node, len(exchange))}]"
+
+    loops = _Loops(
+      g, value, _padded(self.columns), "" if output == dt else f"static_cast<{cpp_type(output, 'output')}>"
+    )
+    dying = self._dying()
+    for k, (node, stored, rows) in enumerate(self.steps):
+      if stored is not None:
+        loops.compute(node, stored, dying.get(k, []))
+      for r in rows:
+        loops.write(self.rows[r], [(positions[r, c], c) for c in self.wide[r]])
+      loops.release(dying.get(k, []))
+    scalar = emit_program(g, [*writes, *((1, k, n) for n, k in exchange.items())], inputs, [output, dt])
+    at_exchange = _aligned(scalar.ws_size)
+    at_vectors = at_exchange + _aligned(len(exchange) * dt.itemsize)
+    exchange_ref = BufferRef("ws", at_exchange, dt)
+    steps = tuple(
+      replace(s, args=tuple(exchange_ref if (a.kind, a.index) == ("out", 1) else a for a in s.args))
+      if isinstance(s, KernelStep) else s for s in scalar.steps
+    )  # fmt: skip
+    kernels, launches = loops.functions(dt, output, exchange_ref, BufferRef("ws", at_vectors, dt))
+    return Program((*scalar.kernels, *kernels), (*steps, *launches), scalar.constants,
+                   at_vectors + _aligned(loops.slots * loops.width * dt.itemsize))  # fmt: skip
+
+  def _dying(self) -> dict[int, list[int]]:
+    """For each step, the vectors it reads last (dead after it)."""
+    last: dict[int, int] = {}
+    for k, (node, stored, rows) in enumerate(self.steps):
+      for base in [*(stored.terms if stored else ()), *(self.rows[r].base for r in rows), *([node] if stored else ())]:
+        last[base] = k
+    dying: dict[int, list[int]] = {}
+    for base, k in last.items():
+      dying.setdefault(k, []).append(base)
+    return dying
+
+
+def vector_jacobian(g: ScalarGraph, outputs: Sequence[int], wrt: int, columns: int, partials: Partials,
+                    needed: bytearray, zero: bytearray) -> VectorJacobian | None:  # fmt: skip
+  """The Jacobian of `outputs` in input `wrt` (of `columns` elements) in vector mode, or None where its wide tangents
+  are too few to pay (`MIN_WORK`) or mix dtypes. `partials(g, i)` gives node i's (operand, partial) pairs; `needed`
+  and `zero` are those of the final derivative pass (`anvil.ad.scalar.tangents`)."""
+  support: dict[int, int] = {}  # node -> its tangent's columns, as a bit set
+  contributions: dict[int, list[tuple[int, int]]] = {}
+  wide: set[int] = set()
+  work = 0
+  live = g.live(outputs)
+  for i in live:
+    if g.ops[i] is Ops.LOAD:
+      support[i] = 1 << g.args[i].element if g.args[i].index == wrt else 0
+      continue
+    if not needed[i] or not any(support.get(s) for s in g.srcs[i]):
+      continue
+    found = [(s, p) for s, p in partials(g, i) if support.get(s) and not (p < len(zero) and zero[p])]
+    if not found:
+      continue
+    contributions[i] = found
+    support[i] = _union(support[s] for s, _ in found)
+    if support[i].bit_count() >= WIDE or any(s in wide for s, _ in found):
+      wide.add(i)
+      work += sum(support[s].bit_count() for s, _ in found)
+  dt = g.dtypes[outputs[0]] if outputs else dtypes.float64
+  if work < MIN_WORK or not dtypes.is_float(dt) or any(g.dtypes[i] != dt for i in wide):
+    return None
+  return _Planner(g, dt, support, contributions, wide).plan(live, outputs, columns)
+
+
+class _Planner:
+  """Narrow tangents as expressions (as `tangents` forms them), wide ones as stored vectors or scaled references."""
+
+  def __init__(self, g: ScalarGraph, dt: DType, support: dict[int, int],
+               contributions: dict[int, list[tuple[int, int]]], wide: set[int]):  # fmt: skip
+    self.g, self.dt, self.support, self.contributions, self.wide = g, dt, support, contributions, wide
+    self.narrow: dict[int, Tangent] = {}
+    self.vectors: dict[int, _Vector] = {}
+    self.stored: dict[int, _Stored] = {}
+
+  def plan(self, live: list[int], outputs: Sequence[int], columns: int) -> VectorJacobian:
+    g = self.g
+    for i in live:
+      if g.ops[i] is Ops.LOAD:
+        self.narrow[i] = {g.args[i].element: g.const(1.0, g.dtypes[i])} if self.support.get(i) else {}
+      elif i in self.wide:
+        self._wide(i)
+      elif i in self.contributions:
+        t: Tangent = {}
+        for s, p in self.contributions[i]:
+          _accumulate(g, t, self.narrow[s], p, g.dtypes[i])
+        self.narrow[i] = t
+    rows_of: dict[int, list[int]] = {}
+    for r, o in enumerate(outputs):
+      if o in self.wide:
+        rows_of.setdefault(o, []).append(r)
+    steps = [(i, self.stored.get(i), rows_of.get(i, [])) for i in live if i in self.stored or i in rows_of]
+    narrow = {r: self.narrow.get(o, {}) for r, o in enumerate(outputs) if o not in self.wide}
+    wide_rows = {r: _columns(self.support[o]) for r, o in enumerate(outputs) if o in self.wide}
+    rows = {r: self.vectors[o] for r, o in enumerate(outputs) if o in self.wide}
+    return VectorJacobian(g, self.dt, columns, narrow, wide_rows, rows, steps)
+
+  def _wide(self, i: int) -> None:
+    g, dt = self.g, self.dt
+    terms: dict[int, int] = {}
+    scalar: Tangent = {}
+    for s, p in self.contributions[i]:
+      if s in self.wide:
+        vector = self.vectors[s]
+        scale = g.alu(Ops.MUL, dt, p, vector.scale)
+        terms[vector.base] = scale if (old := terms.get(vector.base)) is None else g.alu(Ops.ADD, dt, old, scale)
+      else:
+        _accumulate(g, scalar, self.narrow[s], p, dt)
+    if not scalar and len(terms) == 1:
+      base, scale = next(iter(terms.items()))
+      self.vectors[i] = _Vector(scale, base)
+    else:
+      self.vectors[i] = _Vector(g.const(1.0, dt), i)
+      self.stored[i] = _Stored(terms, scalar, _intervals(self.support[i]))
+
+
+def _accumulate(g: ScalarGraph, into: Tangent, tangent: Tangent, partial: int, dt: DType) -> None:
+  """into += partial * tangent, column by column."""
+  for column, d in tangent.items():
+    term = g.alu(Ops.MUL, dt, partial, g.cast(d, dt))
+    into[column] = term if (old := into.get(column)) is None else g.alu(Ops.ADD, dt, old, term)
+
+
+def _union(masks: Iterable[int]) -> int:
+  out = 0
+  for m in masks:
+    out |= m
+  return out
+
+
+def _columns(mask: int) -> list[int]:
+  """The set bits of `mask`, in order."""
+  out = []
+  while mask:
+    low = mask & -mask
+    out.append(low.bit_length() - 1)
+    mask ^= low
+  return out
+
+
+def _intervals(mask: int) -> Intervals:
+  """The columns of `mask` as intervals [start, end) of whole blocks of `BLOCK` columns (so that every loop is a
+  whole number of vector instructions: no remainder code), intervals at most `GAP` blocks apart joined. A superset's
+  intervals cover a subset's."""
+  out: Intervals = []
+  for c in _columns(mask):
+    block = c // BLOCK * BLOCK
+    if out and block < out[-1][1]:
+      continue
+    if out and block - out[-1][1] <= GAP * BLOCK:
+      out[-1] = (out[-1][0], block + BLOCK)
+    else:
+      out.append((block, block + BLOCK))
+  return out
+
+
+class _Loops:
+  """The loops computing the stored vectors in the array `t` (a slot of `width` entries per live vector), reading
+  partials and narrow entries from the exchange array `e`, writing output 0."""
+
+  def __init__(self, g: ScalarGraph, value: Callable[[int], str], width: int, cast: str):
+    self.g, self.value, self.width, self.cast = g, value, width, cast
+    self.lines: list[str] = []
+    self.slot: dict[int, int] = {}
+    self.free: list[int] = []
+    self.slots = 0
+    self.covered: dict[int, Intervals] = {}  # the intervals each live vector holds
+
+  def compute(self, node: int, stored: _Stored, dying: list[int]) -> None:
+    """The loops of node's vector: one per segment of its intervals over which the same terms hold columns, each
+    summing those terms. One of the `dying` vectors it reads (dead after it) is extended in place into it (`dying`
+    loses it); else it takes a free slot."""
+    g = self.g
+    terms = {b: s for b, s in stored.terms.items() if not (g.is_const(s) and g.args[s] == 0)}
+    extended = max((b for b in terms if b in dying), key=self._held, default=None)
+    if extended is not None:
+      dying.remove(extended)
+      self.slot[node] = self.slot.pop(extended)
+    else:
+      self.slot[node] = self.free.pop() if self.free else self._grow()
+    at = self._at(node)
+    reads = {b: self._at(node if b == extended else b) for b in terms}
+    cuts = sorted({c for b in terms for interval in self.covered[b] for c in interval})
+    for lo, hi in stored.intervals:
+      bounds = [lo, *(c for c in cuts if lo < c < hi), hi]
+      for start, end in itertools.pairwise(bounds):
+        held = [b for b in terms if any(a <= start and end <= z for a, z in self.covered[b])]
+        total = " + ".join(self._term(terms[b], f"t[{reads[b]} + c]") for b in held) or "0"
+        self.lines.append(f"for (int c = {start}; c < {end}; ++c) t[{at} + c] = {total};")
+    for c, entry in stored.scalar.items():
+      self.lines.append(f"t[{at + c}] += {self.value(entry)};")
+    self.covered[node] = stored.intervals
+
+  def write(self, vector: _Vector, targets: list[tuple[int, int]]) -> None:
+    """out0[element] = the vector's entry at column c, for each (element, c) of `targets`."""
+    at = self._at(vector.base)
+    runs: list[tuple[int, int, int]] = []  # (first element, first column, length)
+    for e, c in targets:
+      if runs and runs[-1][0] + runs[-1][2] == e and runs[-1][1] + runs[-1][2] == c:
+        runs[-1] = (runs[-1][0], runs[-1][1], runs[-1][2] + 1)
+      else:
+        runs.append((e, c, 1))
+    for e, c, n in runs:
+      read = self._term(vector.scale, f"t[{at + c} + i]")
+      self.lines.append(f"for (int i = 0; i < {n}; ++i) out0[{e} + i] = {self.cast}({read});")
+
+  def release(self, nodes: list[int]) -> None:
+    """The vectors of `nodes` are dead: their slots are free."""
+    for node in nodes:
+      self.free.append(self.slot.pop(node))
+      del self.covered[node]
+
+  def _held(self, node: int) -> int:
+    """The columns node's vector holds."""
+    return sum(hi - lo for lo, hi in self.covered[node])
+
+  def _grow(self) -> int:
+    self.slots += 1
+    return self.slots - 1
+
+  def _at(self, node: int) -> int:
+    return self.slot[node] * self.width
+
+  def _term(self, scale: int, read: str) -> str:
+    """scale * read, constant factors ±1 folded."""
+    if self.g.is_const(scale) and self.g.args[scale] in (1, -1):
+      return read if self.g.args[scale] == 1 else f"(-{read})"
+    return f"{self.value(scale)} * {read}"
+
+  def functions(self, dt: DType, output: DType, exchange: BufferRef, vectors: BufferRef
+                ) -> tuple[list[RenderedKernel], list[KernelStep]]:  # fmt: skip
+    """The loops as functions of `LINES_PER_FUNCTION` lines each, and their launches."""
+    value, out = cpp_type(dt, "temp"), cpp_type(output, "output")
+    params = f"const {value}* ANVIL_RESTRICT e, {value}* ANVIL_RESTRICT t, {out}* ANVIL_RESTRICT out0"
+    refs = (exchange, vectors, BufferRef("out", 0, output))
+    kernels, steps = [], []
+    for j, first in enumerate(range(0, len(self.lines), LINES_PER_FUNCTION)):
+      body = "\n".join(f"  {line}" for line in self.lines[first : first + LINES_PER_FUNCTION])
+      source = f"ANVIL_KERNEL_OUTLINED void w{j}({params}) {{\n{body}\n}}"
+      kernels.append(RenderedKernel(f"w{j}", source, (), (), (1, 1, 1), (1, 1, 1)))
+      steps.append(KernelStep(f"w{j}", refs))
+    return kernels, steps
+
+
+def _padded(columns: int) -> int:
+  """A slot's entries: whole groups of 8, so that every slot starts aligned."""
+  return (columns + 7) // 8 * 8
+
+
+def _literal(g: ScalarGraph, node: int) -> str:
+  literal = cpp_literal(g.args[node], g.dtypes[node])
+  return f"({literal})" if literal.startswith("-") else literal
+
+
+def _aligned(n: int) -> int:
+  return math.ceil(n / ALIGNMENT) * ALIGNMENT

@@ -3,19 +3,20 @@
 `anvil.ad.scalar` derives a Jacobian column by column: each node's tangent is a sparse {column: expression} and each
 entry one scalar statement. That is the right code while tangents are narrow (a stage's few variables). Where they are
 wide it is not: a humanoid's ∂ABA applies M(q)⁻¹ (two triangular solves) to all 115 tangent columns of its ∂RNEA,
-~100k scalar statements the compiler cannot vectorize. Here a node whose tangent spans at least `WIDE` columns (and
+~100k scalar statements the compiler cannot vectorize. Here a node whose tangent spans at least `VECTOR` columns (and
 every node computed from one) keeps its tangent as a vector in the workspace: t_i = Σ_k p_k t_k over its operands is
-one loop over the columns per operand, which the compiler vectorizes. The partials p_k and the narrow tangents that
-feed wide ones are computed by the scalar code first and passed through the workspace.
+a loop over the columns, which the compiler vectorizes. The partials p_k and the narrow tangents that feed vectors are
+computed by the scalar code first and passed through the workspace.
 
 Each vector is a slot of the workspace as wide as the Jacobian, entry c at column c, holding its columns as intervals
-(runs of its support, gaps of at most `GAP` columns bridged with zeros); a slot is reused once its vector is dead, and
-a vector that dies where a wider one is computed from it is extended in place (a triangular solve's x_j - l_ji x_i is
-then one loop). A node that only scales its one operand's tangent gets no loop: it is the operand's vector with a
-factor.
+of whole `BLOCK`-column blocks (no remainder code; gaps of at most `GAP` blocks bridged with zeros). A node's loops
+run over the segments of its intervals where the same terms hold columns, one loop summing them per segment. A slot
+is reused once its vector is dead, and a vector that dies where a wider one is computed from it is extended in place
+(a triangular solve's x_j - l_ji x_i is one loop). A node that only scales its one operand's tangent gets no loop:
+it is the operand's vector with a factor.
 
-Only Jacobians whose wide tangents hold at least `MIN_WORK` multiply-adds take this route; the rest keep the scalar
-code, which exploits every structural zero and rolls stage loops (`anvil.codegen.rolling`).
+Only Jacobians with truly wide tangents take this route (`WIDE`, `MIN_WORK`); the rest keep the scalar code, which
+exploits every structural zero and rolls stage loops (`anvil.codegen.rolling`).
 """
 
 from __future__ import annotations
@@ -35,15 +36,19 @@ from anvil.codegen.renderer import RenderedKernel
 from anvil.codegen.scalar import ScalarGraph
 from anvil.codegen.straight_line import emit_program
 
-#: A node whose tangent spans at least this many columns is a vector.
+#: A Jacobian takes vector mode when its tangents over at least `WIDE` columns hold at least `MIN_WORK` multiply-adds
+#: (fewer, and its straight-line code is small and fast enough and keeps its stage loops rolled: a model's ODE Jacobian
+#: whose rows each depend on a few neighbours, however many, stays scalar code)...
 WIDE = 32
+MIN_WORK = 20_000
+#: ...and then every node whose tangent spans at least this many columns (or is computed from one that does) is a
+#: vector. Measured on a humanoid's ∂ABA (talos, 115 columns; µs, interleaved runs): 32 columns 41-43, 16 44, 12 40,
+#: 8 35-37, 4 33-34, all built in 19-21 s.
+VECTOR = 8
 #: Columns a loop takes at a time: a vector's intervals of columns are whole blocks, aligned (AVX: 4 doubles).
 BLOCK = 4
 #: Blocks of zeros a vector's loops run through rather than split (a loop's overhead is about a block's work).
 GAP = 1
-#: A Jacobian takes vector mode only when its wide tangents hold at least this many multiply-adds (on fewer, the
-#: straight-line code is small and fast enough, and keeps its stage loops rolled).
-MIN_WORK = 20_000
 #: Lines per generated function.
 LINES_PER_FUNCTION = 50
 
@@ -149,8 +154,10 @@ def vector_jacobian(g: ScalarGraph, outputs: Sequence[int], wrt: int, columns: i
       continue
     contributions[i] = found
     support[i] = _union(support[s] for s, _ in found)
-    if support[i].bit_count() >= WIDE or any(s in wide for s, _ in found):
+    columns = support[i].bit_count()
+    if columns >= VECTOR or any(s in wide for s, _ in found):
       wide.add(i)
+    if columns >= WIDE:
       work += sum(support[s].bit_count() for s, _ in found)
   dt = g.dtypes[outputs[0]] if outputs else dtypes.float64
   if work < MIN_WORK or not dtypes.is_float(dt) or any(g.dtypes[i] != dt for i in wide):
@@ -326,14 +333,15 @@ class _Loops:
                 ) -> tuple[list[RenderedKernel], list[KernelStep]]:  # fmt: skip
     """The loops as functions of `LINES_PER_FUNCTION` lines each, and their launches."""
     value, out = cpp_type(dt, "temp"), cpp_type(output, "output")
-    params = f"const {value}* ANVIL_RESTRICT e, {value}* ANVIL_RESTRICT t, {out}* ANVIL_RESTRICT out0"
-    refs = (exchange, vectors, BufferRef("out", 0, output))
+    params = {"e[": (f"const {value}* ANVIL_RESTRICT e", exchange), "t[": (f"{value}* ANVIL_RESTRICT t", vectors),
+              "out0[": (f"{out}* ANVIL_RESTRICT out0", BufferRef("out", 0, output))}  # fmt: skip
     kernels, steps = [], []
     for j, first in enumerate(range(0, len(self.lines), LINES_PER_FUNCTION)):
       body = "\n".join(f"  {line}" for line in self.lines[first : first + LINES_PER_FUNCTION])
-      source = f"ANVIL_KERNEL_OUTLINED void w{j}({params}) {{\n{body}\n}}"
+      used = [p for use, p in params.items() if use in body]  # NOTE: a function's unused parameters would warn
+      source = f"ANVIL_COLUMN_LOOPS void w{j}({', '.join(p for p, _ in used)}) {{\n{body}\n}}"
       kernels.append(RenderedKernel(f"w{j}", source, (), (), (1, 1, 1), (1, 1, 1)))
-      steps.append(KernelStep(f"w{j}", refs))
+      steps.append(KernelStep(f"w{j}", tuple(ref for _, ref in used)))
     return kernels, steps
 
 

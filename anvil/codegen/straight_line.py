@@ -42,6 +42,12 @@ MAX_ELEMENTS_PER_OP = 4
 MAX_ELEMENTS = 1_000_000
 #: Assignments per generated function.
 CHUNK_STATEMENTS = 2000
+#: The kernels a JIT build may compile side by side (`split_chunks`): their qualifier, its form in a translation unit of
+#: its own, and what a character costs the compiler, relative to straight-line code (-O1 under g++). Vector forward
+#: mode's loops over columns (`anvil.ad.vector_mode`) are vectorized at the build's level: a humanoid's ∂ABA, 1.2 MB of
+#: them: 20-24 s of g++ -O3, against 6 s for 1.7 MB of straight-line code.
+SPLITTABLE = {"ANVIL_STRAIGHT_LINE ": ("ANVIL_STRAIGHT_LINE_PART ", 1),
+              "ANVIL_COLUMN_LOOPS ": ("ANVIL_COLUMN_LOOPS_PART ", 5)}  # fmt: skip
 #: Characters of straight-line chunks per translation unit of a JIT build: a larger program's chunks are compiled side
 #: by side (`split_chunks`), one compiler per core (ABA's Jacobian of a 38-dof humanoid, 14 MB: 21 s in one unit).
 CHARS_PER_UNIT = 2_000_000
@@ -272,30 +278,37 @@ def _aligned(n: int) -> int:
 
 
 def split_chunks(source: str, fn: str, kernels: Sequence[str], units: int) -> tuple[str, list[str]]:
-  """A JIT translation unit `source` holding function `fn` with its straight-line `kernels` spread over up to `units`
-  translation units: the first keeps its share (and everything else), each other one defines its share with external
-  linkage in `namespace fn::chunks` (ANVIL_STRAIGHT_LINE_PART), which the first declares and uses. Returns the first
-  unit's text and the others'. The generated module itself (generate_module) stays one unit."""
-  chunks = [k for k in kernels if k.startswith("ANVIL_STRAIGHT_LINE ") and source.count(k) == 1]
+  """A JIT translation unit `source` holding function `fn` with its straight-line `kernels` (and loops over columns,
+  `SPLITTABLE`) spread over up to `units` translation units, in shares of equal compile cost: the first keeps its share
+  (and everything else), each other one defines its share with external linkage in `namespace fn::chunks` (the
+  kernels' _PART form), which the first declares and uses. Returns the first unit's text and the others'. The
+  generated module itself (generate_module) stays one unit."""
+  chunks = [(k, kind) for k in kernels if (kind := _splittable(k)) is not None and source.count(k) == 1]
   marker = f"// {fn}: "
-  total = sum(len(k) for k in chunks)
+  cost = lambda k, kind: len(k) * SPLITTABLE[kind][1]
+  total = sum(cost(k, kind) for k, kind in chunks)
   units = min(units, math.ceil(total / CHARS_PER_UNIT))
   if units < 2 or source.count(marker) != 1:
     return source, []
   prefix = source[: source.index(marker)]
-  shares: list[list[str]] = [[] for _ in range(units)]
+  shares: list[list[tuple[str, str]]] = [[] for _ in range(units)]
   done = 0
-  for k in chunks:
-    shares[min(units - 1, done * units // total)].append(k)
-    done += len(k)
+  for k, kind in chunks:
+    shares[min(units - 1, done * units // total)].append((k, kind))
+    done += cost(k, kind)
   parts = []
   for share in shares[1:]:
-    for k in share:
-      prototype = k.split(" {\n", 1)[0].removeprefix("ANVIL_STRAIGHT_LINE ")
+    for k, kind in share:
+      prototype = k.split(" {\n", 1)[0].removeprefix(kind)
       name = prototype.split("(", 1)[0].removeprefix("void ")
       declared = f"}}  // namespace\nnamespace chunks {{\n{prototype};\n}}\nnamespace {{\nusing chunks::{name};"
       source = source.replace(k, declared)
-    body = "\n\n".join(k.replace("ANVIL_STRAIGHT_LINE ", "ANVIL_STRAIGHT_LINE_PART ", 1) for k in share)
+    body = "\n\n".join(k.replace(kind, SPLITTABLE[kind][0], 1) for k, kind in share)
     closing = f"}}  // namespace chunks\n}}  // namespace {fn}\n"
     parts.append(f"{prefix}namespace {fn} {{\nnamespace chunks {{\n{body}\n{closing}")
   return source, parts
+
+
+def _splittable(kernel: str) -> str | None:
+  """The `SPLITTABLE` kind of a kernel's source, or None."""
+  return next((kind for kind in SPLITTABLE if kernel.startswith(kind)), None)

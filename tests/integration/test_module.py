@@ -74,7 +74,18 @@ def _functions() -> list[av.NumericalFunction]:
   # NOTE: a 2-D lookup table (an even cubic axis, an uneven linear one would do too) read at a computed index
   grid = [np.linspace(-1.0, 1.0, 9), np.array([-1.0, -0.6, 0.1, 0.3, 1.0])]
   table = av.interpolant("mod_table", grid, np.add.outer(grid[0] ** 2, np.sin(grid[1])), method="cubic")
-  return [quad, cart, multi, sparse, empty, loop, spjacobian(loop, 1), aba, jacobian(aba, 1), table, jacobian(table)]
+  # NOTE: every output depends on every input: its Jacobian's wide tangents are loops over columns (vector mode)
+  wide = av.NumericalFunction("mod_wide", _mixing, av.Arg(40))
+  return [quad, cart, multi, sparse, empty, loop, spjacobian(loop, 1), aba, jacobian(aba, 1), table, jacobian(table),
+          jacobian(wide)]  # fmt: skip
+
+
+def _mixing(x: av.Tensor) -> av.Tensor:
+  y = [x[k] for k in range(40)]
+  for s in range(6):
+    for k in range(40):  # NOTE: in place: y[k - 1] is already this sweep's, so every output depends on every input
+      y[k] = y[k] + 0.3 * y[k - 1] * x[(k + s) % 40].cos() - 0.2 * y[(k + 7) % 40]
+  return av.Tensor.stack(*y[::3])
 
 
 def _rollout(x: av.Tensor, u: av.Tensor) -> av.Tensor:
@@ -182,6 +193,7 @@ def test_module_layout(module: tuple[Path, list[av.NumericalFunction], list[np.n
   assert "ANVIL_KERNEL void" in cart and "ANVIL_KERNEL_OUTLINED" not in cart
   assert "std::cos(" in source and "std::sin(" in source and "__builtin" not in source
   assert "malloc" not in source and "new " not in source.split("init_ws")[-1]
+  assert "for (int c = " in source.split("namespace mod_wide_jac {")[1]  # NOTE: vector mode
   loop = source.split("namespace mod_loop {")[1]
   assert "const double v" in loop and "t_double[" in loop and "for (" not in loop.split("init_ws")[0]
 

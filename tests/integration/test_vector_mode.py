@@ -3,6 +3,7 @@ columns, and equal the column-by-column scalar derivation and finite differences
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ import anvil as av
 import anvil.ad.vector_mode as vector_mode
 from anvil.ad import jacobian, spjacobian
 from anvil.ad.scalar import scalar_route
+from anvil.codegen import straight_line
 
 N = 40
 SWEEPS = 6
@@ -92,3 +94,16 @@ def test_small_jacobians_keep_scalar_code(fresh_cache: Path) -> None:
   fn = av.NumericalFunction("few_columns", few, av.Arg(8))
   assert scalar_route(fn)
   assert "for (int c = " not in jacobian(fn).source_code
+
+
+def test_column_loops_compile_side_by_side(fresh_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+  """A large program's loops over columns are spread over translation units compiled in parallel, as its
+  straight-line chunks are."""
+  monkeypatch.setattr(straight_line, "CHARS_PER_UNIT", 20_000)
+  monkeypatch.setattr(os, "cpu_count", lambda: 4)
+  x = np.random.default_rng(1).uniform(-0.5, 0.5, N)
+  fn = av.NumericalFunction("mixing_split", mixing, av.Arg(N))
+  np.testing.assert_allclose(jacobian(fn)(x), central_differences(mixing_np, x), rtol=1e-6, atol=1e-7)
+  parts = [f.read_text() for f in sorted(fresh_cache.glob("src/*/anvil_jit_mixing_split_jac_part*.cpp"))]
+  assert len(parts) == 3
+  assert all("ANVIL_COLUMN_LOOPS_PART void w" in part for part in parts)

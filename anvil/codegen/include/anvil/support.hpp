@@ -33,6 +33,14 @@
 // 30 s at -O3 and runs as fast (80 us); other compilers use the build's level.
 // ANVIL_STRAIGHT_LINE_PART: such a chunk defined in a translation unit of its own (a JIT build compiles a large
 // program's chunks side by side), so of external linkage.
+// ANVIL_COLUMN_LOOPS: vector forward mode's loops over a Jacobian's columns (anvil.ad.vector_mode), a function of its
+// own at the build's level (its loops vectorize from -O2 on); ANVIL_COLUMN_LOOPS_PART: one in a unit of its own.
+#if defined(__GNUC__) || defined(__clang__)
+#define ANVIL_COLUMN_LOOPS_PART __attribute__((noinline))
+#else
+#define ANVIL_COLUMN_LOOPS_PART
+#endif
+#define ANVIL_COLUMN_LOOPS ANVIL_KERNEL_OUTLINED
 #if defined(__GNUC__) && !defined(__clang__)
 #define ANVIL_STRAIGHT_LINE static __attribute__((noinline, optimize("O1")))
 #define ANVIL_STRAIGHT_LINE_PART __attribute__((noinline, optimize("O1")))

@@ -21,6 +21,7 @@ exploits every structural zero and rolls stage loops (`anvil.codegen.rolling`).
 
 from __future__ import annotations
 
+import collections
 import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
@@ -49,6 +50,8 @@ VECTOR = 8
 BLOCK = 4
 #: Blocks of zeros a vector's loops run through rather than split (a loop's overhead is about a block's work).
 GAP = 1
+#: Terms one loop may sum (vectors read once are summed where they are read: `_Planner._fuse`).
+MAX_TERMS = 4
 #: Lines per generated function.
 LINES_PER_FUNCTION = 50
 
@@ -154,10 +157,10 @@ def vector_jacobian(g: ScalarGraph, outputs: Sequence[int], wrt: int, columns: i
       continue
     contributions[i] = found
     support[i] = _union(support[s] for s, _ in found)
-    columns = support[i].bit_count()
-    if columns >= VECTOR or any(s in wide for s, _ in found):
+    spans = support[i].bit_count()
+    if spans >= VECTOR or any(s in wide for s, _ in found):
       wide.add(i)
-    if columns >= WIDE:
+    if spans >= WIDE:
       work += sum(support[s].bit_count() for s, _ in found)
   dt = g.dtypes[outputs[0]] if outputs else dtypes.float64
   if work < MIN_WORK or not dtypes.is_float(dt) or any(g.dtypes[i] != dt for i in wide):
@@ -191,11 +194,39 @@ class _Planner:
     for r, o in enumerate(outputs):
       if o in self.wide:
         rows_of.setdefault(o, []).append(r)
+    self._fuse({self.vectors[o].base for o in rows_of})
     steps = [(i, self.stored.get(i), rows_of.get(i, [])) for i in live if i in self.stored or i in rows_of]
     narrow = {r: self.narrow.get(o, {}) for r, o in enumerate(outputs) if o not in self.wide}
     wide_rows = {r: _columns(self.support[o]) for r, o in enumerate(outputs) if o in self.wide}
     rows = {r: self.vectors[o] for r, o in enumerate(outputs) if o in self.wide}
     return VectorJacobian(g, self.dt, columns, narrow, wide_rows, rows, steps)
+
+  def _fuse(self, written: set[int]) -> None:
+    """Vectors read once, by a later vector's loop, and holding no narrow entries are summed in that loop instead of
+    stored (while it sums at most `MAX_TERMS` terms): a chain of sums is one loop."""
+    g, dt = self.g, self.dt
+    uses = collections.Counter(b for node in self.stored.values() for b in node.terms)
+    fused = set()
+    for node in self.stored.values():
+      terms = dict(node.terms)
+      for b in node.terms:
+        scale = terms[b]  # NOTE: this loop may have added to it (a term b's inner vector also had)
+        inner = self.stored.get(b)
+        if (
+          inner is None or uses[b] != 1 or b in written or inner.scalar or len(terms) + len(inner.terms) > MAX_TERMS + 1
+        ):
+          continue
+        del terms[b]
+        for c, s in inner.terms.items():
+          product = g.alu(Ops.MUL, dt, scale, s)
+          if c in terms:
+            uses[c] -= 1
+            product = g.alu(Ops.ADD, dt, terms[c], product)
+          terms[c] = product
+        fused.add(b)
+      node.terms = terms
+    for b in fused:
+      del self.stored[b]
 
   def _wide(self, i: int) -> None:
     g, dt = self.g, self.dt

@@ -23,12 +23,13 @@ SWEEPS = 6
 
 def mixing(x: Tensor) -> Tensor:
   """Sweeps of a recurrence over N elements (every output depends on every input: wide tangents), then outputs of
-  every kind: wide rows, a row of two inputs, a row of none (a constant), a row scaled from a wide one."""
+  every kind: wide rows, rows of two inputs, a row of none (a constant), a row scaled from a wide one."""
   y = [x[k] for k in range(N)]
   for s in range(SWEEPS):
     for k in range(N):
       y[k] = y[k] + (0.3 + 0.01 * s) * y[k - 1] * x[(k + s) % N].cos() - 0.2 * y[(k + 7) % N]
-  extra = [x[0] * x[1], x[0] * 0 + 2.0, -3.0 * y[5], y[3] / (2.0 + y[4] * y[4])]
+  # NOTE: the last row computed is a narrow one
+  extra = [x[0] * x[1], x[0] * 0 + 2.0, -3.0 * y[5], y[3] / (2.0 + y[4] * y[4]), x[2] * x[3]]
   return Tensor.stack(*y[::3], *extra)
 
 
@@ -37,7 +38,7 @@ def mixing_np(x: np.ndarray) -> np.ndarray:
   for s in range(SWEEPS):
     for k in range(N):
       y[k] = y[k] + (0.3 + 0.01 * s) * y[k - 1] * np.cos(x[(k + s) % N]) - 0.2 * y[(k + 7) % N]
-  return np.array([*y[::3], x[0] * x[1], 2.0, -3.0 * y[5], y[3] / (2.0 + y[4] * y[4])])
+  return np.array([*y[::3], x[0] * x[1], 2.0, -3.0 * y[5], y[3] / (2.0 + y[4] * y[4]), x[2] * x[3]])
 
 
 def central_differences(f, x: np.ndarray, eps: float = 1e-6) -> np.ndarray:  # type: ignore[no-untyped-def]

@@ -69,13 +69,13 @@ class _Couplings:
     """Row i of the symmetric Hessian pattern as a bitset, for i in range(n)."""
     rows = [0] * n
     for d in self.cliques:
-      for i in _bits(d):
+      for i in set_bits(d):
         rows[i] |= d
     for a, b in self.crosses:
       if a and b:
-        for i in _bits(a):
+        for i in set_bits(a):
           rows[i] |= b
-        for j in _bits(b):
+        for j in set_bits(b):
           rows[j] |= a
     return rows
 
@@ -116,7 +116,7 @@ def jacobian_sparsity(outputs: Sequence[UOp], inputs: Sequence[UOp], wrt: int) -
   """
   n = _input_size(inputs, wrt)
   nodes = _forward(outputs, inputs, wrt)
-  rows = [_bits(d) for out in outputs for d in nodes[out].deps.reshape(-1).tolist()]
+  rows = [set_bits(d) for out in outputs for d in nodes[out].deps.reshape(-1).tolist()]
   # NOTE: the rows of J are the columns of its transpose; scipy's transpose of CSC is CSR, so convert back
   return _csc(rows, (n, len(rows))).T.tocsc()
 
@@ -146,7 +146,7 @@ def hessian_sparsity(output: UOp, inputs: Sequence[UOp], wrt: int) -> scipy.spar
   n = _input_size(inputs, wrt)
   nodes = _forward([output], inputs, wrt)
   rows = _reverse(output, nodes, set(inputs)).rows(n)
-  return _csc([_bits(rows[j] & ((2 << j) - 1)) for j in range(n)], (n, n))
+  return _csc([set_bits(rows[j] & ((2 << j) - 1)) for j in range(n)], (n, n))
 
 
 def _input_size(inputs: Sequence[UOp], wrt: int) -> int:
@@ -162,7 +162,7 @@ def _csc(columns: list[list[int]], shape: tuple[int, int]) -> scipy.sparse.csc_a
   return scipy.sparse.csc_array((np.ones(indptr[-1], bool), indices, indptr), shape=shape)
 
 
-def _bits(d: int) -> list[int]:
+def set_bits(d: int) -> list[int]:
   """The positions of the set bits of d, ascending."""
   if d.bit_count() > 64:  # NOTE: numpy's overhead only pays off for dense bitsets
     raw = np.frombuffer(d.to_bytes((d.bit_length() + 7) // 8, "little"), np.uint8)

@@ -31,6 +31,7 @@ from tinygrad import dtypes
 from tinygrad.dtype import DType
 from tinygrad.uop.ops import Ops
 
+from anvil.ad.sparsity import set_bits
 from anvil.codegen.arg import cpp_type
 from anvil.codegen.program import ALIGNMENT, BufferRef, KernelStep, Program, cpp_literal
 from anvil.codegen.renderer import RenderedKernel
@@ -197,7 +198,7 @@ class _Planner:
     self._fuse({self.vectors[o].base for o in rows_of})
     steps = [(i, self.stored.get(i), rows_of.get(i, [])) for i in live if i in self.stored or i in rows_of]
     narrow = {r: self.narrow.get(o, {}) for r, o in enumerate(outputs) if o not in self.wide}
-    wide_rows = {r: _columns(self.support[o]) for r, o in enumerate(outputs) if o in self.wide}
+    wide_rows = {r: set_bits(self.support[o]) for r, o in enumerate(outputs) if o in self.wide}
     rows = {r: self.vectors[o] for r, o in enumerate(outputs) if o in self.wide}
     return VectorJacobian(g, self.dt, columns, narrow, wide_rows, rows, steps)
 
@@ -261,22 +262,12 @@ def _union(masks: Iterable[int]) -> int:
   return out
 
 
-def _columns(mask: int) -> list[int]:
-  """The set bits of `mask`, in order."""
-  out = []
-  while mask:
-    low = mask & -mask
-    out.append(low.bit_length() - 1)
-    mask ^= low
-  return out
-
-
 def _intervals(mask: int) -> Intervals:
   """The columns of `mask` as intervals [start, end) of whole blocks of `BLOCK` columns (so that every loop is a
   whole number of vector instructions: no remainder code), intervals at most `GAP` blocks apart joined. A superset's
   intervals cover a subset's."""
   out: Intervals = []
-  for c in _columns(mask):
+  for c in set_bits(mask):
     block = c // BLOCK * BLOCK
     if out and block < out[-1][1]:
       continue

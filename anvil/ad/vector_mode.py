@@ -309,6 +309,8 @@ class _Loops:
       bounds = [lo, *(c for c in cuts if lo < c < hi), hi]
       for start, end in itertools.pairwise(bounds):
         held = [b for b in terms if any(a <= start and end <= z for a, z in self.covered[b])]
+        if extended is not None and held == [extended] and g.is_const(terms[extended]) and g.args[terms[extended]] == 1:
+          continue  # NOTE: the extended vector's own entries, in place already
         total = " + ".join(self._term(terms[b], f"t[{reads[b]} + c]") for b in held) or "0"
         self.lines.append(f"for (int c = {start}; c < {end}; ++c) t[{at} + c] = {total};")
     for c, entry in stored.scalar.items():

@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 from tinygrad import dtypes
 from tinygrad.uop.ops import Ops
 
-from anvil.ad.vector_mode import VectorJacobian, vector_jacobian
+from anvil.ad.vector_mode import WIDE, Tangent, VectorJacobian, accumulate, vector_jacobian
 from anvil.codegen.cache import cache_dir, read_artifact, write_atomic
 from anvil.codegen.function import DerivedCode, NumericalFunction
 from anvil.codegen.jit import sources_fingerprint
@@ -42,7 +42,6 @@ from anvil.codegen.trace import OutputSpec
 #: Ops whose derivative is zero where it exists (comparisons, integer and bit ops, rounding).
 _FLAT = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.TRUNC, Ops.CDIV, Ops.CMOD, Ops.AND, Ops.OR, Ops.XOR,
                    Ops.SHL, Ops.SHR, Ops.CONST, Ops.LOAD, Ops.DETACH})  # fmt: skip
-Tangent = dict[int, int]
 #: This package's sources: part of the keys of what is derived here.
 _FINGERPRINT = sources_fingerprint(Path(__file__).parent)
 
@@ -220,6 +219,8 @@ def _derive(fn: NumericalFunction[..., Any], kind: str, wrt: int) -> _Derivation
 def _vector_jacobian(g: ScalarGraph, outputs: Sequence[int], wrt: int, size: int) -> VectorJacobian | None:
   """The Jacobian of `outputs` in input `wrt` (`size` elements) in vector mode where its wide tangents pay for it,
   else None."""
+  if size < WIDE:  # NOTE: the gate's first condition, before the passes it needs
+    return None
   zero = g.zero_valued(outputs)
   return vector_jacobian(g, outputs, wrt, size, _partials, _needed(g, outputs, zero), zero)
 
@@ -344,13 +345,6 @@ def _partials(g: ScalarGraph, i: int) -> list[tuple[int, int]]:
   raise Unsupported(f"no derivative rule for {op.name}")
 
 
-def _accumulate(g: ScalarGraph, into: Tangent, tangent: Tangent, partial: int, dt: object) -> None:
-  """into += partial * tangent, column by column."""
-  for column, d in tangent.items():
-    term = g.alu(Ops.MUL, dt, partial, g.cast(d, dt))  # type: ignore[arg-type]
-    into[column] = term if (old := into.get(column)) is None else g.alu(Ops.ADD, dt, old, term)  # type: ignore[arg-type]
-
-
 def tangents(g: ScalarGraph, roots: Sequence[int], wrt: int, final: bool = True) -> dict[int, Tangent]:
   """The sparse tangent {element of input `wrt`: ∂node/∂element} of every node the roots depend on. In the `final`
   derivative pass (its expressions are emitted, not differentiated again), terms whose factor is zero once emitted
@@ -366,7 +360,7 @@ def tangents(g: ScalarGraph, roots: Sequence[int], wrt: int, final: bool = True)
     if needed[i] and any(out[s] for s in g.srcs[i]):
       for s, partial in _partials(g, i):
         if not _zero_at(zero, partial):
-          _accumulate(g, t, out[s], partial, g.dtypes[i])
+          accumulate(g, t, out[s], partial, g.dtypes[i])
     out[i] = t
   return out
 

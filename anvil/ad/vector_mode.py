@@ -163,8 +163,10 @@ def vector_jacobian(g: ScalarGraph, outputs: Sequence[int], wrt: int, columns: i
       wide.add(i)
     if spans >= WIDE:
       work += sum(support[s].bit_count() for s, _ in found)
-  dt = g.dtypes[outputs[0]] if outputs else dtypes.float64
-  if work < MIN_WORK or not dtypes.is_float(dt) or any(g.dtypes[i] != dt for i in wide):
+  if work < MIN_WORK:
+    return None
+  dt = g.dtypes[outputs[0]]
+  if not dtypes.is_float(dt) or any(g.dtypes[i] != dt for i in wide):
     return None
   return _Planner(g, dt, support, contributions, wide).plan(live, outputs, columns)
 
@@ -189,7 +191,7 @@ class _Planner:
       elif i in self.contributions:
         t: Tangent = {}
         for s, p in self.contributions[i]:
-          _accumulate(g, t, self.narrow[s], p, g.dtypes[i])
+          accumulate(g, t, self.narrow[s], p, g.dtypes[i])
         self.narrow[i] = t
     rows_of: dict[int, list[int]] = {}
     for r, o in enumerate(outputs):
@@ -239,7 +241,7 @@ class _Planner:
         scale = g.alu(Ops.MUL, dt, p, vector.scale)
         terms[vector.base] = scale if (old := terms.get(vector.base)) is None else g.alu(Ops.ADD, dt, old, scale)
       else:
-        _accumulate(g, scalar, self.narrow[s], p, dt)
+        accumulate(g, scalar, self.narrow[s], p, dt)
     if not scalar and len(terms) == 1:
       base, scale = next(iter(terms.items()))
       self.vectors[i] = _Vector(scale, base)
@@ -248,8 +250,8 @@ class _Planner:
       self.stored[i] = _Stored(terms, scalar, _intervals(self.support[i]))
 
 
-def _accumulate(g: ScalarGraph, into: Tangent, tangent: Tangent, partial: int, dt: DType) -> None:
-  """into += partial * tangent, column by column."""
+def accumulate(g: ScalarGraph, into: Tangent, tangent: Tangent, partial: int, dt: DType) -> None:
+  """into += partial * tangent, column by column (forward mode's step on sparse tangents, `anvil.ad.scalar`'s too)."""
   for column, d in tangent.items():
     term = g.alu(Ops.MUL, dt, partial, g.cast(d, dt))
     into[column] = term if (old := into.get(column)) is None else g.alu(Ops.ADD, dt, old, term)

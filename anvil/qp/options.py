@@ -95,10 +95,9 @@ class RiccatiOptions(InteriorPointOptions):
   """The solver's name, as `SQPResult.stats["qp_solver"]` reports it."""
   condensing: int | str = 1
   """Partial condensing of the stage QPs: stages per block, or "auto", chosen from their sizes as a RiccatiQP's
-  (`anvil.qp.riccati.auto_condensing`). 1 (none) by default: an MPC's QPs start warm and take 3-10 iterations, which
-  repay the condensing only where nx is large against nu (the chain of masses, nu 3, `python -m benchmarks.bench_chain
-  --sizes 5 8 --condensing 1 4 6`: at nx 21 blocks of 4 and 6 stages cost 13-49% more QP time, at nx 39 they save
-  8-17%); cold solves of many iterations gain more."""
+  (`anvil.qp.riccati.auto_condensing`). 1 (none) by default: an MPC's QPs start warm and take few iterations, which
+  repay the condensing only where nx is large against nu (blocks then cost fewer operations per iteration than the
+  stages they replace); cold solves of many iterations gain more."""
 
   def __post_init__(self) -> None:
     super().__post_init__()

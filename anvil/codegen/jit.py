@@ -124,7 +124,8 @@ def compiler_identity(cxx: str) -> str:
 
 #: Flags of builds with fused multiply-adds (ANVIL_FMA=1; -DANVIL_FMA=ON in an exported module's CMake build), after
 #: the host's (which turn them off): the compiler contracts a * b + c into one instruction where the target has one.
-FMA_FLAGS = ("-ffp-contract=fast",)
+#: ANVIL_FMA tells anvil/support.hpp, whose straight-line chunks need one more optimization for g++ to fuse them.
+FMA_FLAGS = ("-ffp-contract=fast", "-DANVIL_FMA")
 
 
 def cxxflags() -> tuple[str, ...]:

@@ -122,6 +122,28 @@ def test_fused_multiply_adds_are_an_option(fresh_cache: Path, monkeypatch: pytes
   np.testing.assert_allclose(fused(x, u), y_default, rtol=1e-13)
 
 
+def test_fused_multiply_adds_reach_straight_line_code(fresh_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+  """ANVIL_FMA=1 fuses the straight-line chunks' a * b + c too (g++ compiles them at -O1, which alone fuses nothing):
+  (1 + 2⁻³⁰)(1 - 2⁻³⁰) - 1 is -2⁻⁶⁰ fused, 0 rounded, on a CPU with fused multiply-adds."""
+  import numpy as np
+
+  import anvil as av
+
+  terms = 80
+  products = lambda x: av.Tensor.stack(*[x[3 * k] * x[3 * k + 1] + x[3 * k + 2] for k in range(terms)])
+  x = np.tile([1 + 2.0**-30, 1 - 2.0**-30, -1.0], terms)
+  monkeypatch.delenv("ANVIL_CXXFLAGS", raising=False)
+  results = {}
+  for fma in ("0", "1"):
+    monkeypatch.setenv("ANVIL_FMA", fma)
+    fn = av.NumericalFunction("straight_fma", products, av.Arg(3 * terms))
+    assert "ANVIL_STRAIGHT_LINE" in fn.source_code
+    results[fma] = fn(x)
+  np.testing.assert_array_equal(results["0"], 0.0)
+  has_fma = " fma " in Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else False
+  np.testing.assert_array_equal(results["1"], -(2.0**-60) if has_fma else 0.0)
+
+
 def test_cache_dir_defaults_to_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
   from anvil.codegen.jit import cache_dir
 

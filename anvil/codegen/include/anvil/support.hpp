@@ -42,8 +42,15 @@
 #endif
 #define ANVIL_COLUMN_LOOPS ANVIL_KERNEL_OUTLINED
 #if defined(__GNUC__) && !defined(__clang__)
-#define ANVIL_STRAIGHT_LINE static __attribute__((noinline, optimize("O1")))
-#define ANVIL_STRAIGHT_LINE_PART __attribute__((noinline, optimize("O1")))
+// With ANVIL_FMA (fused multiply-adds: anvil.codegen.jit.FMA_FLAGS), -O1 plus expensive optimizations: g++ fuses
+// multiply-adds in a pass that runs only with them, so at plain -O1 a chunk would get none.
+#ifdef ANVIL_FMA
+#define ANVIL_STRAIGHT_LINE_LEVEL optimize("O1", "expensive-optimizations")
+#else
+#define ANVIL_STRAIGHT_LINE_LEVEL optimize("O1")
+#endif
+#define ANVIL_STRAIGHT_LINE static __attribute__((noinline, ANVIL_STRAIGHT_LINE_LEVEL))
+#define ANVIL_STRAIGHT_LINE_PART __attribute__((noinline, ANVIL_STRAIGHT_LINE_LEVEL))
 #elif defined(__clang__)
 #define ANVIL_STRAIGHT_LINE ANVIL_KERNEL_OUTLINED
 #define ANVIL_STRAIGHT_LINE_PART __attribute__((noinline))

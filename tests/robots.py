@@ -110,3 +110,19 @@ def _joint(name: str, kind: str, parent: str, child: str, axis: str) -> str:
 SMALL_URDF = (f'<robot name="small">{_link("base", 3)}{_link("a", 1)}{_link("b", 0.5)}{_link("c", 0.2)}'
               f'{_joint("ja", "revolute", "base", "a", "0 0 1")}{_joint("jb", "continuous", "a", "b", "0.6 0.8 0")}'
               f'{_joint("jc", "prismatic", "b", "c", "1 0 0")}</robot>')  # fmt: skip
+
+
+def _mixed_joint(k: int, kind: str, rpy: str, axis: str) -> str:
+  return (f'<joint name="j{k}" type="{kind}"><parent link="l{k}"/><child link="l{k + 1}"/>'
+          f'<origin xyz="0.05 -0.1 0.2" rpy="{rpy}"/><axis xyz="{axis}"/>'
+          '<limit lower="-2" upper="2" effort="10" velocity="3"/></joint>')  # fmt: skip
+
+
+#: A chain of every joint axis (along ±e_k, skew) under every kind of placement (none, quarter turns written to 8 or
+#: 12 digits as URDFs write them, a general rotation): its local transforms cross whole and factored.
+MIXED_JOINTS = (("revolute", "0 0 0", "0 0 1"), ("revolute", "-1.57079632679 0 0", "0 0 1"),
+                ("revolute", "0 1.5707963 0", "0 -1 0"), ("continuous", "1.57079632679 0 1.57079632679", "1 0 0"),
+                ("revolute", "0.2 0 0.1", "0.6 0.8 0"), ("revolute", "1.5707963 0 0", "0 0.6 0.8"),
+                ("prismatic", "0 0 1.5707963", "0 0 1"), ("revolute", "3.14159265359 0 0", "0 1 0"))  # fmt: skip
+MIXED_URDF = (f'<robot name="mixed">{"".join(_link(f"l{k}", 1 + k % 3) for k in range(len(MIXED_JOINTS) + 1))}'
+              f'{"".join(_mixed_joint(k, *joint) for k, joint in enumerate(MIXED_JOINTS))}</robot>')  # fmt: skip

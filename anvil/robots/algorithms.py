@@ -17,6 +17,8 @@ from tinygrad import Tensor
 from anvil.robots import spatial as sp
 from anvil.robots.model import Joint, JointType
 from anvil.robots.spatial import (
+  AnyTransform,
+  Factored,
   Force,
   Motion,
   SpatialInertia,
@@ -39,15 +41,28 @@ _ZERO = np.zeros(3)
 _ZERO_MOTION = Motion(_ZERO, _ZERO)
 
 
-def _rotation(axis: np.ndarray, c: Tensor, s: Tensor) -> V:
-  """The rotation by the angle of cosine c and sine s about a unit axis (Rodrigues)."""
-  k = skew(axis)
+def _rotation_basis(axis: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """(C, S, K) with c C + s S + K the rotation by the angle of cosine c and sine s about a unit axis (Rodrigues)."""
   aligned = np.flatnonzero(axis)
   if aligned.size == 1:  # NOTE: about ±e_k the (k, k) entry is exactly 1 and the others of row and column k are 0
     e = np.zeros((3, 3))
     e[aligned[0], aligned[0]] = 1.0
-    return combine([(c, np.eye(3) - e), (s, k), (1.0, e)], (3, 3))
-  return combine([(c, np.eye(3)), (s, k), (1.0 - c, np.outer(axis, axis))], (3, 3))
+    return np.eye(3) - e, skew(axis), e
+  outer = np.outer(axis, axis)
+  return np.eye(3) - outer, skew(axis), outer
+
+
+def _rotation(axis: np.ndarray, c: Tensor, s: Tensor) -> V:
+  """The rotation by the angle of cosine c and sine s about a unit axis."""
+  cosine, sine, fixed = _rotation_basis(axis)
+  return combine([(c, cosine), (s, sine), (1.0, fixed)], (3, 3))
+
+
+def _multiplications(cosine: np.ndarray, sine: np.ndarray, fixed: np.ndarray) -> int:
+  """The multiplications of a rotation c C + s S + K times a vector: one per entry that varies with the angle or is a
+  constant other than 0 and ±1."""
+  varies = (cosine != 0) | (sine != 0)
+  return int(np.count_nonzero(varies | ~np.isin(fixed, (0.0, 1.0, -1.0))))
 
 
 def quaternion_matrix(x: Tensor, y: Tensor, z: Tensor, w: Tensor) -> Tensor:
@@ -103,15 +118,29 @@ def _coordinates(joint: Joint, x: Tensor | Sequence[V] | None) -> list[V]:
   return [np.zeros(()) if x is None else x[joint.idx_v + k] for k in range(joint.nv)]
 
 
-def local_transforms(joints: Joints, q: Tensor) -> list[Transform]:
-  """Each joint's frame in its parent joint's frame at q."""
-  return [Transform.of(j.placement) * joint_motion(j, q) for j in joints]
+def local_transforms(joints: Joints, q: Tensor) -> list[AnyTransform]:
+  """Each joint's frame in its parent joint's frame at q: its placement times its motion, kept `Factored` where the
+  two rotations cost fewer multiplications than their product. A placement that is a signed permutation up to
+  rounding (URDFs write π/2 as 1.5707963, leaving 5e-12 where 0 belongs) makes a rotation about one axis dense:
+  crossed one after the other, its rounding costs two multiplications, not four more variable entries."""
+  return [_local_transform(j, q) for j in joints]
 
 
-def placements(joints: Joints, q: Tensor, local: list[Transform] | None = None) -> list[Transform]:
+def _local_transform(joint: Joint, q: Tensor) -> AnyTransform:
+  placement, motion = Transform.of(joint.placement), joint_motion(joint, q)
+  if joint.type in (JointType.REVOLUTE, JointType.CONTINUOUS):
+    r, basis = joint.placement.rotation, _rotation_basis(joint.axis)
+    apart = _multiplications(*(np.zeros((3, 3)),) * 2, r) + _multiplications(*basis)
+    if apart < _multiplications(*(r @ b for b in basis)):
+      return Factored(placement, motion)
+  return placement * motion
+
+
+def placements(joints: Joints, q: Tensor, local: Sequence[AnyTransform] | None = None) -> list[Transform]:
   """Each joint's frame in the world at q (forward kinematics), from its `local_transforms` when given."""
   out: list[Transform] = []
   for j, x in zip(joints, local if local is not None else local_transforms(joints, q), strict=True):
+    x = x.composed() if isinstance(x, Factored) else x
     out.append(out[j.parent] * x if j.parent >= 0 else x)
   return out
 
@@ -121,7 +150,7 @@ def _gravity_motion(gravity: np.ndarray) -> Motion:
   return Motion(-np.asarray(gravity, dtype=np.float64), _ZERO)
 
 
-def velocities(joints: Joints, xs: list[Transform], v: Tensor | None) -> tuple[list[Motion], list[Motion]]:
+def velocities(joints: Joints, xs: Sequence[AnyTransform], v: Tensor | None) -> tuple[list[Motion], list[Motion]]:
   """Each body's spatial velocity and each joint's velocity vJ, in local frames."""
   vel: list[Motion] = []
   vj: list[Motion] = []
@@ -211,6 +240,8 @@ def aba(
     solves[i] = ([scaled], [scale(d_inv, u[0])])
     if j.parent >= 0:
       articulated = ia[i].minus_outer(u_cols[0], scaled)
+      if np.count_nonzero(column := np.concatenate(s[0])) == 1:  # NOTE: Ia S = 0: S's row and column are zero
+        articulated = articulated.without(int(np.flatnonzero(column)[0]))
       pa_i = pa[i] + articulated * bias[i] + Force(scale(u[0], scaled.force), scale(u[0], scaled.torque))
       ia[j.parent] = ia[j.parent] + articulated.to_parent(xs[i])
       pa[j.parent] = pa[j.parent] + pa_i.to_parent(xs[i])

@@ -13,7 +13,7 @@ child frame in its parent (x_parent = R x_child + p).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -46,6 +46,41 @@ class Transform(NamedTuple):
     return add(mv(self.rotation, x), self.translation)
 
 
+class Factored(NamedTuple):
+  """A transform outer * inner kept as its two factors, which motions, forces and inertias cross one after the other:
+  a joint's constant placement (often a signed permutation) and its motion (a rotation about one axis) each cost a
+  few multiplications, their product may be a dense rotation (anvil.robots.algorithms.local_transforms chooses)."""
+
+  outer: Transform
+  inner: Transform
+
+  def composed(self) -> Transform:
+    """The single transform outer * inner."""
+    return self.outer * self.inner
+
+
+#: A transform, whole or factored.
+AnyTransform = Transform | Factored
+_Crossing = Callable[[Any, Transform], Any]
+
+
+def _factorwise(inward: bool) -> Callable[[_Crossing], Callable[[Any, AnyTransform], Any]]:
+  """A change of frame across a Transform made to cross a Factored one factor by factor: outer first when going
+  `inward` (to the child), inner first otherwise."""
+
+  def wrap(method: _Crossing) -> Callable[[Any, AnyTransform], Any]:
+    def across(self: Any, x: AnyTransform) -> Any:
+      if isinstance(x, Factored):
+        first, second = (x.outer, x.inner) if inward else (x.inner, x.outer)
+        return method(method(self, first), second)
+      return method(self, x)
+
+    across.__doc__ = method.__doc__
+    return across
+
+  return wrap
+
+
 class Motion(NamedTuple):
   """A spatial motion (linear, angular)."""
 
@@ -63,11 +98,13 @@ class Motion(NamedTuple):
     """self x* f (the force cross product)."""
     return Force(cross(self.angular, f.force), add(cross(self.angular, f.torque), cross(self.linear, f.force)))
 
+  @_factorwise(inward=True)
   def to_child(self, x: Transform) -> Motion:
     """This motion, given in x's parent frame, in its child's."""
     rt = transpose(x.rotation)
     return Motion(mv(rt, sub(self.linear, cross(x.translation, self.angular))), mv(rt, self.angular))
 
+  @_factorwise(inward=False)
   def to_parent(self, x: Transform) -> Motion:
     """This motion, given in x's child frame, in its parent's."""
     angular = mv(x.rotation, self.angular)
@@ -90,11 +127,13 @@ class Force(NamedTuple):
   def __sub__(self, other: Force) -> Force:
     return Force(sub(self.force, other.force), sub(self.torque, other.torque))
 
+  @_factorwise(inward=False)
   def to_parent(self, x: Transform) -> Force:
     """This force, given in x's child frame, in its parent's."""
     force = mv(x.rotation, self.force)
     return Force(force, add(mv(x.rotation, self.torque), cross(x.translation, force)))
 
+  @_factorwise(inward=True)
   def to_child(self, x: Transform) -> Force:
     """This force, given in x's parent frame, in its child's."""
     rt = transpose(x.rotation)
@@ -127,6 +166,16 @@ class SpatialInertia(NamedTuple):
     return SpatialInertia(symmetric(sub(self.a, outer(u.force, w.force))), sub(self.b, outer(u.force, w.torque)),
                           symmetric(sub(self.c, outer(u.torque, w.torque))))  # fmt: skip
 
+  def without(self, k: int) -> SpatialInertia:
+    """This inertia with row and column k of its 6x6 matrix exactly zero (an articulated inertia's along its joint's
+    axis: zero up to rounding, and every product with them folds away)."""
+    keep = np.ones(6)
+    keep[k] = 0.0
+    kept = np.outer(keep, keep)
+    masked = lambda m, block: m * (block if is_const(m) else constant(block, m))
+    return SpatialInertia(masked(self.a, kept[:3, :3]), masked(self.b, kept[:3, 3:]), masked(self.c, kept[3:, 3:]))
+
+  @_factorwise(inward=False)
   def to_parent(self, x: Transform) -> SpatialInertia:
     """This inertia, given in x's child frame, in its parent's: X* I X⁻¹."""
     r, rt = x.rotation, transpose(x.rotation)

@@ -15,18 +15,40 @@ from tinygrad import Tensor
 import anvil as av
 from anvil.ad import jacobian
 from anvil.robots import FrameType, Robot
-from tests.robots import SMALL_URDF, anvil_robot, check_reached_posture, close, pinocchio_model, posture_mpc
+from tests.robots import (
+  MIXED_URDF,
+  SMALL_URDF,
+  anvil_robot,
+  check_reached_posture,
+  close,
+  pinocchio_model,
+  posture_mpc,
+)
 
 STATES = 50
 REFERENCES = {"local": pin.LOCAL, "world": pin.WORLD, "local_world_aligned": pin.LOCAL_WORLD_ALIGNED}
-#: The robots checked against Pinocchio (talos itself is left to the benchmark: its build is the slow one).
-CHECKED = ("panda", "ur5", "talos_arm", "solo12", "double_pendulum", "z1")
+#: The robots checked against Pinocchio (talos itself is left to the benchmark: its build is the slow one), and a
+#: synthetic chain of every axis and placement.
+CHECKED = ("panda", "ur5", "talos_arm", "solo12", "double_pendulum", "z1", "mixed")
 
 
 @cache
 def pair(name: str) -> tuple[Robot, Any]:
   """anvil's robot and Pinocchio's model of it, built once per process."""
+  if name == "mixed":
+    return Robot.from_urdf(MIXED_URDF), pin.buildModelFromXML(MIXED_URDF)
   return anvil_robot(name), pinocchio_model(name)
+
+
+def test_local_transforms_cross_whole_and_factored() -> None:
+  """The mixed chain crosses some local transforms whole and some factored: the checks against Pinocchio cover
+  both."""
+  from anvil.robots.algorithms import local_transforms
+  from anvil.robots.spatial import Factored
+
+  robot, _ = pair("mixed")
+  factored = [isinstance(x, Factored) for x in local_transforms(robot.joints, Tensor(robot.neutral()))]
+  assert any(factored) and not all(factored)
 
 
 #: anvil's frame types as Pinocchio's.

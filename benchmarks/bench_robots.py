@@ -1,18 +1,20 @@
 """anvil.robots' generated C++ against Pinocchio's C++ on real robots, and how builds grow with the number of bodies.
 
     .venv/bin/python -m benchmarks.bench_robots [--robots panda,solo12,talos] [--chain 2,4,8,16,32] [--rounds 5]
-        [--casadi PYTHON [--casadi-robots panda,ur5]]
+        [--casadi PYTHON [--casadi-robots panda,ur5]] [--fma]
 
 Per robot (example-robot-data's URDFs): ABA, its Jacobian in (q, v, tau) by anvil.ad (`jacobian` of ABA on the stacked
 z = (q, v, tau): Pinocchio's computeABADerivatives gives the same three blocks, in the tangent space), RNEA and CRBA.
 anvil's functions are compiled with anvil's own JIT flags (-O3 -march=native, no fused multiply-adds) into tight-loop
-harnesses; Pinocchio's C++ runs in benchmarks/pinocchio/driver.cpp (-O3 -march=native, benchmarks/pinocchio_driver.py).
+harnesses; Pinocchio's C++ runs in benchmarks/pinocchio/driver.cpp (-O3 -march=native -ffp-contract=off,
+benchmarks/pinocchio_driver.py). With `--fma` all sides fuse multiply-adds instead (anvil's ANVIL_FMA=1 build,
+-ffp-contract=fast for the others): the same table, everyone at their fastest.
 Both are timed in the same run, round robin, `--rounds` times: each round's best of its repetitions, the median over
 rounds. "cold build" is a fresh process with an empty cache building ABA and its Jacobian (trace, derive, render,
 compile). The chain table builds the same two functions for a synthetic chain of N revolute bodies. With `--casadi
 PYTHON` (a Python with pip `cmeel-casadi-kin-dyn`, in a virtual environment of its own: it pins an old Pinocchio),
-CasADi's generated C of Pinocchio's ABA and of its Jacobian (benchmarks/casadi/kin_dyn_gen.py; gcc -O3 -march=native,
-its build time the compile's) joins the same round robin for `--casadi-robots`.
+CasADi's generated C of Pinocchio's ABA and of its Jacobian (benchmarks/casadi/kin_dyn_gen.py; gcc -O3 -march=native
+with the same contraction flag, its build time the compile's) joins the same round robin for `--casadi-robots`.
 """
 
 from __future__ import annotations
@@ -33,10 +35,10 @@ import numpy as np
 import anvil as av
 import benchmarks.bench_ad as bench_ad
 from anvil.ad import jacobian
-from anvil.codegen.jit import CXXFLAGS, HOST_FLAGS
+from anvil.codegen.jit import CXXFLAGS, FMA_FLAGS, HOST_FLAGS
 from anvil.robots import Robot
 from benchmarks.common import ROOT, Exe, run_exe
-from benchmarks.pinocchio_driver import pinocchio_times, robot_urdf
+from benchmarks.pinocchio_driver import contraction, pinocchio_times, robot_urdf
 
 #: The robots of the table: example-robot-data name -> (free flyer, locked joints).
 ROBOTS = {
@@ -93,18 +95,19 @@ def functions(robot: Robot) -> tuple[av.NumericalFunction[..., Any], av.Numerica
   return aba, jacobian(aba)
 
 
-def cold_build(spec: str) -> dict[str, float]:
-  """Seconds to build ABA and its Jacobian in a fresh process with an empty cache."""
+def cold_build(spec: str, fma: bool) -> dict[str, float]:
+  """Seconds to build ABA and its Jacobian in a fresh process with an empty cache (with ANVIL_FMA=1 when `fma`)."""
   with tempfile.TemporaryDirectory() as cache:
-    env = {"ANVIL_CACHE_DIR": cache, "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    env = {"ANVIL_CACHE_DIR": cache, "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "ANVIL_FMA": str(int(fma))}
     proc = subprocess.run([sys.executable, "-c", CHILD.format(spec=spec)], capture_output=True, text=True, env=env,
                           cwd=ROOT, check=True)  # fmt: skip
   result: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
   return result
 
 
-def harnesses(robot: Robot, out: Path) -> dict[str, tuple[Exe, int]]:
-  """Tight-loop harnesses of anvil's aba, its Jacobian, rnea and crba at a random state: name -> (exe, outputs)."""
+def harnesses(robot: Robot, out: Path, fma: bool) -> dict[str, tuple[Exe, int]]:
+  """Tight-loop harnesses of anvil's aba, its Jacobian, rnea and crba at a random state, built as ANVIL_FMA=1 would
+  when `fma`: name -> (exe, outputs)."""
   rng = np.random.default_rng(0)
   nq, nv = robot.nq, robot.nv
   q, v, x = robot.random_configuration(rng), rng.standard_normal(nv), rng.standard_normal(nv)
@@ -119,13 +122,15 @@ def harnesses(robot: Robot, out: Path) -> dict[str, tuple[Exe, int]]:
   for name, (fn, inputs, ny) in cases.items():
     folder = out / name
     folder.mkdir(parents=True, exist_ok=True)
-    made[name] = (bench_ad.anvil_harness(fn.name, fn, inputs, ny, folder, 1, ANVIL_FLAGS), ny)
+    flags = ANVIL_FLAGS + (FMA_FLAGS if fma else ())
+    made[name] = (bench_ad.anvil_harness(fn.name, fn, inputs, ny, folder, 1, flags), ny)
   return made
 
 
-def casadi_harnesses(python: str, spec: str, out: Path) -> tuple[dict[str, Path], float]:
-  """CasADi's aba and its Jacobian (benchmarks/casadi/kin_dyn_gen.py run by `python`) in tight-loop harnesses:
-  {"aba" | "aba_derivatives": executable}, and the seconds gcc took to build them."""
+def casadi_harnesses(python: str, spec: str, out: Path, fma: bool) -> tuple[dict[str, Path], float]:
+  """CasADi's aba and its Jacobian (benchmarks/casadi/kin_dyn_gen.py run by `python`) in tight-loop harnesses, with
+  fused multiply-adds when `fma` (gcc's own default for C), else without as anvil's and Pinocchio's: {"aba" |
+  "aba_derivatives": executable}, and the seconds gcc took to build them."""
   folder = out / spec / "casadi"
   folder.mkdir(parents=True, exist_ok=True)
   _, locked = ROBOTS[spec]
@@ -137,24 +142,28 @@ def casadi_harnesses(python: str, spec: str, out: Path) -> tuple[dict[str, Path]
     shutil.copy(folder / f"{fn}.h", folder / "fn.h")
     harness = ROOT / "benchmarks" / "casadi" / "robot_harness.c"
     start = time.perf_counter()
-    command = ["gcc", "-O3", "-march=native", f"-DFN={fn}", "-I", str(folder), str(harness), str(folder / f"{fn}.c")]
+    command = ["gcc", "-O3", "-march=native", contraction(fma), f"-DFN={fn}", "-I", str(folder), str(harness),
+               str(folder / f"{fn}.c")]  # fmt: skip
     subprocess.run([*command, "-o", str(folder / fn), "-lm"], check=True)
     seconds += time.perf_counter() - start
     exes[name] = folder / fn
   return exes, seconds
 
 
-def compare(spec: str, rounds: int, out: Path, casadi: dict[str, Path]) -> dict[str, tuple[float, float, float]]:
+def compare(
+  spec: str, rounds: int, out: Path, casadi: dict[str, Path], fma: bool
+) -> dict[str, tuple[float, float, float]]:
   """{algorithm: (anvil µs, Pinocchio µs, CasADi µs or NaN)}: medians over rounds of each round's best, alternating
   who goes first."""
   robot = load(spec)
-  exes = harnesses(robot, out / spec)
+  exes = harnesses(robot, out / spec, fma)
   floating, locked = ROBOTS[spec]
   times: dict[str, dict[str, list[float]]] = {side: {k: [] for k in exes} for side in ("anvil", "pinocchio", "casadi")}
   for r in range(rounds):
     for side in ("anvil", "pinocchio", "casadi")[:: 1 if r % 2 == 0 else -1]:
       if side == "pinocchio":
-        found = pinocchio_times(robot_urdf(spec), floating_base=floating, locked_joints=locked, calls=2000, repeats=5)
+        found = pinocchio_times(robot_urdf(spec), floating_base=floating, locked_joints=locked, calls=2000, repeats=5,
+                                fma=fma)  # fmt: skip
         for k in exes:
           times[side][k].append(found[k][0])
       for k, path in casadi.items() if side == "casadi" else ():
@@ -174,9 +183,11 @@ def main() -> None:
   parser.add_argument("--rounds", type=int, default=5)
   parser.add_argument("--casadi", default="", help="a Python with cmeel-casadi-kin-dyn: CasADi's ABA joins the run")
   parser.add_argument("--casadi-robots", default="panda,ur5", help="the robots CasADi's ABA is generated for")
+  parser.add_argument("--fma", action="store_true", help="every side built with fused multiply-adds")
   args = parser.parse_args()
   out = Path(tempfile.mkdtemp(prefix="bench_robots_"))
-  print(f"anvil flags: {' '.join(ANVIL_FLAGS)}; harnesses in {out}\n")
+  flags = ANVIL_FLAGS + (FMA_FLAGS if args.fma else ())
+  print(f"anvil flags: {' '.join(flags)}; Pinocchio and CasADi: {contraction(args.fma)}; harnesses in {out}\n")
   print(f"{'robot':<10} {'nq/nv':>6} {'algorithm':<16} {'anvil us':>9} {'pinocchio us':>13} {'ratio':>6} "
         f"{'casadi us':>10} {'ratio':>6}")  # fmt: skip
   builds, casadi_builds = {}, {}
@@ -184,11 +195,11 @@ def main() -> None:
     robot = load(spec)
     casadi: dict[str, Path] = {}
     if args.casadi and spec in args.casadi_robots.split(","):
-      casadi, casadi_builds[spec] = casadi_harnesses(args.casadi, spec, out)
-    for k, (mine, theirs, cas) in compare(spec, args.rounds, out, casadi).items():
+      casadi, casadi_builds[spec] = casadi_harnesses(args.casadi, spec, out, args.fma)
+    for k, (mine, theirs, cas) in compare(spec, args.rounds, out, casadi, args.fma).items():
       print(f"{spec:<10} {f'{robot.nq}/{robot.nv}':>6} {k:<16} {mine:>9.3f} {theirs:>13.3f} {mine / theirs:>6.2f} "
             f"{cas:>10.3f} {mine / cas:>6.2f}")  # fmt: skip
-    builds[spec] = cold_build(spec)
+    builds[spec] = cold_build(spec, args.fma)
   for spec, seconds in casadi_builds.items():
     print(f"{spec}: CasADi's aba and Jacobian C compiled in {seconds:.1f} s (gcc -O3 -march=native; generation apart)")
   print(
@@ -196,7 +207,7 @@ def main() -> None:
   )
   chains = [f"chain{c}" for c in args.chain.split(",") if c]
   for spec in chains:
-    builds[spec] = cold_build(spec)
+    builds[spec] = cold_build(spec, args.fma)
   for spec, b in builds.items():
     print(
       f"{spec:<10} {len(load(spec).joints):>6} {b['total_s']:>34.1f} {b['aba_kb']:>12.0f} {b['derivative_kb']:>14.0f}"

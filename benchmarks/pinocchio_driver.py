@@ -3,9 +3,10 @@
 The driver benchmarks/pinocchio/driver.cpp is compiled once (about 2 minutes: Pinocchio is header-only templates) into
 a cache folder ($ANVIL_BENCH_CACHE, else ~/.cache/anvil-bench; keyed by a hash of the source, the Pinocchio version,
 the compiler and the flags) against the pip wheel `pin` (`libpinocchio`: headers and libpinocchio_* under the cmeel
-prefix in site-packages), with `-O3 -march=native -DNDEBUG -std=c++17`. The algorithms are compiled in the driver
-(Pinocchio's explicit template instantiations are not used, so they get -march=native too); only the URDF parser runs
-in the wheel's libpinocchio_parsers. Two things the wheel does not ship are taken from elsewhere:
+prefix in site-packages), with `-O3 -march=native -DNDEBUG -std=c++17 -ffp-contract=off` (no fused multiply-adds,
+as anvil's default builds; `fma=True`: -ffp-contract=fast, a driver of its own). The algorithms are compiled in the
+driver (Pinocchio's explicit template instantiations are not used, so they get -march=native too); only the URDF parser
+runs in the wheel's libpinocchio_parsers. Two things the wheel does not ship are taken from elsewhere:
 - Eigen (a build-only dependency of the wheels): $EIGEN3_INCLUDE_DIR, the cmeel prefix (pip `cmeel-eigen`),
   /usr/include/eigen3 or /usr/local/include/eigen3 (apt `libeigen3-dev`), or the copy bundled with casadi.
 - urdfdom_headers (`urdf_model/*.h`, also build-only): pinocchio/parsers/urdf.hpp includes them for the overloads
@@ -112,12 +113,18 @@ def cache_root() -> Path:
   return Path.home() / ".cache" / "anvil-bench"
 
 
-def _build_command(cxx: str, prefix: Path, eigen: Path, stubs: Path, out: Path) -> list[str]:
+def contraction(fma: bool) -> str:
+  """The flag that fuses multiply-adds (`fma`) or keeps every multiplication and addition rounded apart."""
+  return "-ffp-contract=fast" if fma else "-ffp-contract=off"
+
+
+def _build_command(cxx: str, prefix: Path, eigen: Path, stubs: Path, out: Path, fma: bool) -> list[str]:
   """The compile-and-link command of the driver, writing the executable `out`."""
   lib = prefix / "lib"
   return [
     cxx,
     *OPT_FLAGS,
+    contraction(fma),
     *ABI_FLAGS,
     f"-I{prefix / 'include'}",
     "-isystem",
@@ -134,8 +141,9 @@ def _build_command(cxx: str, prefix: Path, eigen: Path, stubs: Path, out: Path) 
 
 
 @functools.cache
-def driver_path() -> Path:
-  """The compiled driver, built on first use (once per process, reused from the cache folder across processes)."""
+def driver_path(fma: bool = False) -> Path:
+  """The compiled driver (with fused multiply-adds when `fma`), built on first use (once per process, reused from the
+  cache folder across processes)."""
   if not DRIVER_SOURCE.is_file():
     raise RuntimeError(f"the driver's source {DRIVER_SOURCE} is missing")
   prefix = cmeel_prefix()
@@ -146,7 +154,7 @@ def driver_path() -> Path:
   for part in (DRIVER_SOURCE.read_bytes(), version.encode(), cxx.encode(), str(prefix).encode(), str(eigen).encode()):
     key.update(part)
     key.update(b"\0")
-  key.update(" ".join((*OPT_FLAGS, *ABI_FLAGS, *LIBS)).encode())
+  key.update(" ".join((*OPT_FLAGS, contraction(fma), *ABI_FLAGS, *LIBS)).encode())
   folder = cache_root() / "pinocchio" / f"{version}-{key.hexdigest()[:16]}"
   exe = folder / "driver"
   if exe.is_file():
@@ -160,7 +168,7 @@ def driver_path() -> Path:
   fd, tmp_name = tempfile.mkstemp(prefix="driver.", suffix=".tmp", dir=folder)
   os.close(fd)
   tmp = Path(tmp_name)
-  cmd = _build_command(cxx, prefix, eigen, stubs, tmp)
+  cmd = _build_command(cxx, prefix, eigen, stubs, tmp, fma)
   log.info("compiling the Pinocchio %s driver (about 2 minutes): %s", version, " ".join(cmd))
   start = time.perf_counter()
   try:
@@ -204,6 +212,7 @@ def pinocchio_times(
   locked_joints: Sequence[str] = (),
   calls: int = 2000,
   repeats: int = 5,
+  fma: bool = False,
 ) -> dict[str, tuple[float, float]]:
   """Pinocchio's C++ time per call (µs: min and median over `repeats` repeats of `calls` calls) of each algorithm.
 
@@ -211,6 +220,7 @@ def pinocchio_times(
   "rnea" (rnea(model, data, q, v, a)), "crba" (crba(model, data, q)), with Pinocchio 4's default (LOCAL) convention.
   The model is `urdf` (a free-flyer root joint when `floating_base`), reduced by pinocchio::buildReducedModel with
   `locked_joints` held at their neutral value. The inputs are random (fixed seed), q within the position limits.
+  `fma`: the driver built with fused multiply-adds.
   """
   if isinstance(locked_joints, str):
     raise TypeError("locked_joints takes a sequence of joint names, not one string")
@@ -219,7 +229,7 @@ def pinocchio_times(
   path = Path(urdf)
   if not path.is_file():
     raise FileNotFoundError(f"no URDF file {path}")
-  cmd = [str(driver_path()), str(path), "--calls", str(calls), "--repeats", str(repeats)]
+  cmd = [str(driver_path(fma)), str(path), "--calls", str(calls), "--repeats", str(repeats)]
   if floating_base:
     cmd.append("--free-flyer")
   if locked_joints:

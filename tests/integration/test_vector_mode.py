@@ -108,3 +108,17 @@ def test_column_loops_compile_side_by_side(fresh_cache: Path, monkeypatch: pytes
   parts = [f.read_text() for f in sorted(fresh_cache.glob("src/*/anvil_jit_mixing_split_jac_part*.cpp"))]
   assert len(parts) == 3
   assert all("ANVIL_COLUMN_LOOPS_PART void w" in part for part in parts)
+
+
+def test_columns_held_together_sit_together() -> None:
+  """A tree's tangents hold joint k's q, v and τ columns together, which the inputs' order puts in three far blocks:
+  the slots' order interleaves them, so each tangent of a subtree is one interval instead of three."""
+  joints = 32
+  subtrees = [range(k, min(joints, k + 1 + k % 5)) for k in range(joints)]
+  masks = [sum(1 << (block * joints + j) for j in tree for block in range(3)) for tree in subtrees]
+  position = vector_mode._column_order(masks, 3 * joints)
+  assert sorted(position) == list(range(3 * joints))
+  intervals = lambda mask: len(vector_mode._intervals(mask))
+  assert sum(intervals(m) for m in masks) >= 2.5 * len(masks)  # the inputs' order
+  moved = [vector_mode._moved(m, position) for m in masks]
+  assert sum(intervals(m) for m in moved) <= 1.25 * len(masks)

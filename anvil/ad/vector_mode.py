@@ -60,7 +60,8 @@ GAP = 1
 MAX_TERMS = 4
 #: Lines per generated function.
 LINES_PER_FUNCTION = 50
-#: Tangents sampled, and paths started, when choosing the columns' order (`_column_order`).
+#: About how many tangents are sampled (between this and twice this), and how many paths started, when choosing the
+#: columns' order (`_column_order`).
 ORDER_SAMPLE = 4096
 ORDER_STARTS = 16
 
@@ -186,7 +187,7 @@ def _column_order(masks: list[int], columns: int) -> list[int]:
   """Each column's entry in a slot (a permutation): an order in which the `masks` (the wide tangents' columns) break
   into few intervals. A mask's intervals are about half its changes between neighbouring columns, so the order is a
   short path through the columns in the Hamming distance of their membership in the masks (the cheapest of nearest-
-  neighbour paths from `ORDER_STARTS` columns, over a sample of `ORDER_SAMPLE` masks)."""
+  neighbour paths from `ORDER_STARTS` columns, over every (count // `ORDER_SAMPLE`)-th mask)."""
   sample = masks[:: max(1, len(masks) // ORDER_SAMPLE)]
   member = np.zeros((len(sample), columns), dtype=np.float32)
   for k, mask in enumerate(sample):

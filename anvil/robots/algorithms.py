@@ -75,14 +75,16 @@ def quaternion_matrix(x: Tensor, y: Tensor, z: Tensor, w: Tensor) -> Tensor:
 def joint_motion(joint: Joint, q: Tensor) -> Transform:
   """The transform the joint makes at configuration q (its child frame in its frame at q = 0)."""
   i = joint.idx_q
+  aligned = np.flatnonzero(joint.axis)
+  planar = 1 << int(aligned[0]) if aligned.size == 1 else 0
   match joint.type:
     case JointType.REVOLUTE:
-      return Transform(_rotation(joint.axis, q[i].cos(), q[i].sin()), _ZERO)
+      return Transform(_rotation(joint.axis, q[i].cos(), q[i].sin()), _ZERO, planar)
     case JointType.CONTINUOUS:  # NOTE: (cos, sin) normalized, as a free flyer's quaternion below
       inv_norm = 1.0 / (q[i] * q[i] + q[i + 1] * q[i + 1]).sqrt()
-      return Transform(_rotation(joint.axis, q[i] * inv_norm, q[i + 1] * inv_norm), _ZERO)
+      return Transform(_rotation(joint.axis, q[i] * inv_norm, q[i + 1] * inv_norm), _ZERO, planar)
     case JointType.PRISMATIC:
-      return Transform(np.eye(3), scale(q[i], joint.axis))
+      return Transform(np.eye(3), scale(q[i], joint.axis), 0b111)
     case JointType.FREE_FLYER:
       # NOTE: the quaternion is normalized first: an integrator's states drift off the unit sphere, and the rotation
       # (and the derivatives in the quaternion's direction, zero) must not follow them

@@ -51,6 +51,12 @@ ROBOTS = {
 #: anvil's JIT flags, for an object file instead of a shared library.
 ANVIL_FLAGS = tuple(f for f in CXXFLAGS if f not in ("-shared", "-fPIC")) + HOST_FLAGS[0]
 
+
+def anvil_flags(fma: bool) -> tuple[str, ...]:
+  """ANVIL_FLAGS, with FMA_FLAGS after them when `fma` (as an ANVIL_FMA=1 build)."""
+  return ANVIL_FLAGS + (FMA_FLAGS if fma else ())
+
+
 CHILD = """import json, sys, time
 t0 = time.perf_counter()
 import numpy as np
@@ -122,8 +128,7 @@ def harnesses(robot: Robot, out: Path, fma: bool) -> dict[str, tuple[Exe, int]]:
   for name, (fn, inputs, ny) in cases.items():
     folder = out / name
     folder.mkdir(parents=True, exist_ok=True)
-    flags = ANVIL_FLAGS + (FMA_FLAGS if fma else ())
-    made[name] = (bench_ad.anvil_harness(fn.name, fn, inputs, ny, folder, 1, flags), ny)
+    made[name] = (bench_ad.anvil_harness(fn.name, fn, inputs, ny, folder, 1, anvil_flags(fma)), ny)
   return made
 
 
@@ -186,8 +191,8 @@ def main() -> None:
   parser.add_argument("--fma", action="store_true", help="every side built with fused multiply-adds")
   args = parser.parse_args()
   out = Path(tempfile.mkdtemp(prefix="bench_robots_"))
-  flags = ANVIL_FLAGS + (FMA_FLAGS if args.fma else ())
-  print(f"anvil flags: {' '.join(flags)}; Pinocchio and CasADi: {contraction(args.fma)}; harnesses in {out}\n")
+  flags = " ".join(anvil_flags(args.fma))
+  print(f"anvil flags: {flags}; Pinocchio and CasADi: {contraction(args.fma)}; harnesses in {out}\n")
   print(f"{'robot':<10} {'nq/nv':>6} {'algorithm':<16} {'anvil us':>9} {'pinocchio us':>13} {'ratio':>6} "
         f"{'casadi us':>10} {'ratio':>6}")  # fmt: skip
   builds, casadi_builds = {}, {}

@@ -52,10 +52,11 @@ def _rotation_basis(axis: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarra
   return np.eye(3) - outer, skew(axis), outer
 
 
-def _rotation(axis: np.ndarray, c: Tensor, s: Tensor) -> V:
-  """The rotation by the angle of cosine c and sine s about a unit axis."""
+def _turn(axis: np.ndarray, c: Tensor, s: Tensor) -> Transform:
+  """The rotation by the angle of cosine c and sine s about a unit axis. Its fixed part K has row and column k equal
+  to e_k only for an axis ±e_k, where C and S vanish on them: K's planar axes are the rotation's."""
   cosine, sine, fixed = _rotation_basis(axis)
-  return combine([(c, cosine), (s, sine), (1.0, fixed)], (3, 3))
+  return Transform(combine([(c, cosine), (s, sine), (1.0, fixed)], (3, 3)), _ZERO, sp.planar_axes(fixed))
 
 
 def _multiplications(cosine: np.ndarray, sine: np.ndarray, fixed: np.ndarray) -> int:
@@ -75,14 +76,12 @@ def quaternion_matrix(x: Tensor, y: Tensor, z: Tensor, w: Tensor) -> Tensor:
 def joint_motion(joint: Joint, q: Tensor) -> Transform:
   """The transform the joint makes at configuration q (its child frame in its frame at q = 0)."""
   i = joint.idx_q
-  aligned = np.flatnonzero(joint.axis)
-  planar = 1 << int(aligned[0]) if aligned.size == 1 else 0
   match joint.type:
     case JointType.REVOLUTE:
-      return Transform(_rotation(joint.axis, q[i].cos(), q[i].sin()), _ZERO, planar)
+      return _turn(joint.axis, q[i].cos(), q[i].sin())
     case JointType.CONTINUOUS:  # NOTE: (cos, sin) normalized, as a free flyer's quaternion below
       inv_norm = 1.0 / (q[i] * q[i] + q[i + 1] * q[i + 1]).sqrt()
-      return Transform(_rotation(joint.axis, q[i] * inv_norm, q[i + 1] * inv_norm), _ZERO, planar)
+      return _turn(joint.axis, q[i] * inv_norm, q[i + 1] * inv_norm)
     case JointType.PRISMATIC:
       return Transform(np.eye(3), scale(q[i], joint.axis), 0b111)
     case JointType.FREE_FLYER:
@@ -132,7 +131,8 @@ def _local_transform(joint: Joint, q: Tensor) -> AnyTransform:
   placement, motion = Transform.of(joint.placement), joint_motion(joint, q)
   if joint.type in (JointType.REVOLUTE, JointType.CONTINUOUS):
     r, basis = joint.placement.rotation, _rotation_basis(joint.axis)
-    apart = _multiplications(*(np.zeros((3, 3)),) * 2, r) + _multiplications(*basis)
+    none = np.zeros((3, 3))
+    apart = _multiplications(none, none, r) + _multiplications(*basis)
     if apart < _multiplications(*(r @ b for b in basis)):
       return Factored(placement, motion)
   return placement * motion

@@ -9,6 +9,7 @@ import os
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -65,7 +66,7 @@ class TracedGraph:
     stores: the destination BUFFER UOp of each distinct output value.
     output_slots: for each output, the index into `stores` holding its value (equal outputs share one store).
     outputs: shape and dtype of each output.
-    call: tinygrad's CALL UOp over the whole graph (body with normalized params, then the bound buffers).
+    sink: the stores' graph, as traced (`call` is made from it when first asked for).
     arguments: the inputs' UOps as the function saw them; values: its outputs' UOps, before any store (what `replay`
       substitutes into); returned_tuple: whether it returned a tuple or list (else one Tensor).
   """
@@ -74,10 +75,16 @@ class TracedGraph:
   stores: tuple[UOp, ...]
   output_slots: tuple[int, ...]
   outputs: tuple[OutputSpec, ...]
-  call: UOp
+  sink: UOp
   arguments: tuple[UOp, ...]
   values: tuple[UOp, ...]
   returned_tuple: bool
+
+  @cached_property
+  def call(self) -> UOp:
+    """tinygrad's CALL UOp over the whole graph (body with normalized params, then the bound buffers): made on first
+    use, since a graph only replayed into others (`replay`) never needs it, and it costs a pass over the graph."""
+    return transform_to_call(_marked_detaches(self.sink))[0]
 
 
 def trace(name: str, fn: Callable[..., Any], args: Sequence[Arg]) -> TracedGraph:
@@ -108,13 +115,12 @@ def trace(name: str, fn: Callable[..., Any], args: Sequence[Arg]) -> TracedGraph
       stores.append(dst)
       store_uops.append(dst.uop.after(dst.uop.store(out.uop)))
     slots.append(slot)
-  call, _ = transform_to_call(_marked_detaches(UOp.sink(*store_uops)))
   return TracedGraph(
     inputs=tuple(t.uop.buf_uop for t in inputs),
     stores=tuple(t.uop.buf_uop for t in stores),
     output_slots=tuple(slots),
     outputs=tuple(OutputSpec(tuple(int(d) for d in o.shape), o.dtype) for o in outs),
-    call=call,
+    sink=UOp.sink(*store_uops),
     arguments=tuple(t.uop for t in inputs),
     values=tuple(o.uop for o in outs),
     returned_tuple=isinstance(result, (tuple, list)),
@@ -252,13 +258,21 @@ def tensor_values(t: Tensor) -> np.ndarray | None:
 
 
 def graph_key(name: str, traced: TracedGraph, extra: str = "") -> str:
-  """A hash of the traced graph, the roles of its buffers and the data of captured constants."""
+  """A hash of the traced graph, the roles of its buffers and the data of captured constants: one pass over the
+  traced stores in topological order, each node hashed by its op, dtype, argument and its sources' positions, a buffer
+  by its role (an input, an output, a constant's data) instead of its argument, whose numbering depends on what the
+  process traced before (a warm build never makes `call`, tinygrad's whole-graph rewrite that numbers them)."""
   roles = {u: f"in{i}" for i, u in enumerate(traced.inputs)} | {u: f"out{i}" for i, u in enumerate(traced.stores)}
   h = hashlib.sha256(f"{name}|{extra}|{traced.output_slots}|".encode())
-  h.update(traced.call.src[0].key)
-  for buf in traced.call.src[1:]:
-    role = roles.get(buf)
-    if role is None and buf.op is Ops.BUFFER and buf.device in HOST_DEVICES:
-      role = "const:" + hashlib.sha256(constant_bytes(buf)).hexdigest()
-    h.update(f"|{role}:{buf.dtype}".encode())
+  position: dict[UOp, int] = {}
+  for u in traced.sink.toposort():
+    sources = ",".join(str(position[s]) for s in u.src)
+    if u.op is Ops.BUFFER:
+      role = roles.get(u)
+      if role is None and u.device in HOST_DEVICES:
+        role = "const:" + hashlib.sha256(constant_bytes(u)).hexdigest()
+      h.update(f"BUFFER|{role}|{u.dtype}|{u.device}|{sources};".encode())
+    else:
+      h.update(f"{u.op}|{u.dtype}|{u.arg!r}|{sources};".encode())
+    position[u] = len(position)
   return h.hexdigest()

@@ -355,25 +355,34 @@ class Robot:
 
   def _run(self, what: str, args: tuple[Any, ...], fext: Wrenches | None, reference: Reference,
            body: Callable[..., Any]) -> Any:  # fmt: skip
+    """The algorithm `what` on args: on Tensors, its graph (traced once per robot, then replayed with the arguments
+    substituted: a model that calls it many times, in its rate, costs and their derivatives, runs its Python once);
+    on arrays, its built function's values."""
     shapes = [self._size(s) for s in _SIZES[what.split("_")[0]]]
     ref = _reference(reference)
     names = tuple(fext) if fext else ()
-    frames = [self.frame(n) for n in names]
+    function = self._function(what, names, ref, shapes, body)
     if any(isinstance(a, Tensor) for a in args) or any(isinstance(w, Tensor) for w in (fext or {}).values()):
       ts = [_as_tensor(a, n, f"{self.name}.{what}") for a, n in zip(args, shapes, strict=True)]
-      wrenches = self._wrenches(ts[0], frames, [_as_tensor(fext[n], 6, f"fext[{n!r}]") for n in names], ref)  # type: ignore[index]
-      return body(*ts, wrenches)
+      ts += [_as_tensor(fext[n], 6, f"fext[{n!r}]") for n in names]  # type: ignore[index]
+      return function.replay(*ts)
+    values = [_as_array(a, n, f"{self.name}.{what}", name) for a, n, name in
+              zip(args, shapes, _ARG_NAMES.get(what.split("_")[0], ("q", "v", "a")), strict=False)]  # fmt: skip
+    values += [_as_array(fext[n], 6, f"{self.name}.{what}", f"fext[{n!r}]") for n in names]  # type: ignore[index]
+    return function(*values)
+
+  def _function(self, what: str, names: tuple[str, ...], ref: Reference, shapes: list[int],
+                body: Callable[..., Any]) -> NumericalFunction:  # fmt: skip
+    """The NumericalFunction of algorithm `what` with wrenches at the frames `names` (built once, kept on the robot)."""
     key = (what, names, ref)
     if key not in self._built:
+      frames = [self.frame(n) for n in names]
       inputs = tuple(Arg(n) for n in shapes) + tuple(Arg(6) for _ in names)
       k = len(shapes)
       self._built[key] = NumericalFunction(
         _identifier(f"{self.identifier}_{what}" + (f"_fext{len(self._built)}" if names else "")),
         lambda *ts: body(*ts[:k], self._wrenches(ts[0], frames, list(ts[k:]), ref)), inputs)  # fmt: skip
-    values = [_as_array(a, n, f"{self.name}.{what}", name) for a, n, name in
-              zip(args, shapes, _ARG_NAMES.get(what.split("_")[0], ("q", "v", "a")), strict=False)]  # fmt: skip
-    values += [_as_array(fext[n], 6, f"{self.name}.{what}", f"fext[{n!r}]") for n in names]  # type: ignore[index]
-    return self._built[key](*values)
+    return self._built[key]
 
   def _size(self, s: str) -> int:
     return {"nq": self.nq, "nv": self.nv, "nx": self.nx, "nu": self.nu, "rotation": 9, "translation": 3}[s]

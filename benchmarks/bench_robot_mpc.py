@@ -1,6 +1,6 @@
 """Robot MPC against crocoddyl: crocoddyl's arm-reaching OCP solved by BoxFDDP and by anvil's MPC, same run.
 
-    .venv/bin/python -m benchmarks.bench_robot_mpc [--robots panda,talos_arm] [--rounds 5]
+    .venv/bin/python -m benchmarks.bench_robot_mpc [--robots panda,talos_arm] [--rounds 5] [--casadi PYTHON]
 
 The OCP (crocoddyl's `arm_manipulation` setup, on example-robot-data's URDFs): free forward dynamics (ABA), crocoddyl's
 Euler step (v+ = v + a dt, q+ = q + v+ dt; dt = 0.01), T = 100 knots, from the robot's reference posture at rest;
@@ -13,9 +13,12 @@ one) each: a full solve from the start at rest (crocoddyl: its default warm star
 torques; anvil: its own cold guess, the same), the cost it converges to and its time; then a warm MPC step: from the
 plan's next state x1, started from the plan at x0 shifted by one knot, one iteration (anvil: its real-time iteration
 controller, `mode="rti"`) and up to ten iterations (anvil: SQP to convergence); medians of `--rounds` repetitions.
-anvil's controllers are built from anvil.robots' ABA (`euler` on (v + dt a, a): crocoddyl's Euler step), their build
-time in the last columns: construction and first call, cold or from the cache, and in a new Python process once the
-cache holds the controller (the warm build a restarted script waits for).
+anvil's controllers are built from anvil.robots' ABA (`euler` on (v + dt a, a): crocoddyl's Euler step; a third row
+on RK4 of ẋ = (v, a), another discretization of the same problem), their build time in the last columns: construction
+and first call, cold or from the cache, and in a new Python process once the cache holds the controller (the warm
+build a restarted script waits for). With `--casadi PYTHON` (a Python with pip `cmeel-casadi-kin-dyn`, as for
+bench_robots), IPOPT solves the same NLP from the same cold start on Pinocchio's own ABA as CasADi functions: the
+optimum's independent check (its time is CasADi's virtual machine's, for reference).
 """
 
 from __future__ import annotations
@@ -24,14 +27,16 @@ import argparse
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tinygrad import Tensor
 
 import anvil as av
-from anvil.mpc import LeastSquares, MPCFunction, MPCOptions, euler
+from anvil.mpc import LeastSquares, MPCFunction, MPCOptions, euler, rk4
 from anvil.robots import Robot
 from anvil.sqp import SQPOptions
 from benchmarks.common import median_seconds, print_markdown
@@ -91,17 +96,25 @@ def crocoddyl_solver(p: dict[str, Any]) -> Any:
   return solver
 
 
-def anvil_controller(p: dict[str, Any], hessian: str, mode: str = "sqp") -> MPCFunction:
-  """anvil's MPC on the same OCP (its costs as least squares: rᵀ W r with W = 0.5 weight, dt on the running knots)."""
+def anvil_controller(p: dict[str, Any], hessian: str, mode: str = "sqp", integrator: str = "euler") -> MPCFunction:
+  """anvil's MPC on the same OCP (its costs as least squares: rᵀ W r with W = 0.5 weight, dt on the running knots);
+  `integrator` "euler" (crocoddyl's step) or "rk4" (RK4 of ẋ = (v, a): another discretization, another optimum)."""
   robot: Robot = p["robot"]
   nq, nx, nu = robot.nq, robot.nx, robot.nu
   rotation, position = (Tensor(a) for a in p["target"])
   x0 = Tensor(p["x0"])
-  tag = f"{robot.identifier}_{hessian}_{mode}"
+  tag = f"{robot.identifier}_{hessian}_{mode}" + ("" if integrator == "euler" else f"_{integrator}")
 
   def rate(x: Tensor, u: Tensor) -> Tensor:  # NOTE: explicit Euler on (v + dt a, a) is crocoddyl's Euler step
     a = robot.aba(x[:nq], x[nq:], u)
     return (x[nq:] + DT * a).cat(a)
+
+  def ode(x: Tensor, u: Tensor) -> Tensor:
+    return x[nq:].cat(robot.aba(x[:nq], x[nq:], u))
+
+  step = (
+    euler(f"reach_{tag}_F", rate, DT, nx=nx, nu=nu) if integrator == "euler" else rk4(f"reach_{tag}_F", ode, DT, nx, nu)
+  )
 
   def running(x: Tensor, u: Tensor) -> Tensor:
     error = robot.frame_placement_error(x[:nq], p["frame"], rotation, position)
@@ -113,7 +126,7 @@ def anvil_controller(p: dict[str, Any], hessian: str, mode: str = "sqp") -> MPCF
                                   (av.Arg(nx),))  # fmt: skip
   return MPCFunction(
     f"reach_{tag}",
-    euler(f"reach_{tag}_F", rate, DT, nx=nx, nu=nu),
+    step,
     LeastSquares(av.NumericalFunction(f"reach_{tag}_r", running, (av.Arg(nx), av.Arg(nu))), weights),
     LeastSquares(terminal, np.full(6, 0.5 * W_GOAL_END)),
     horizon=T,
@@ -122,18 +135,119 @@ def anvil_controller(p: dict[str, Any], hessian: str, mode: str = "sqp") -> MPCF
   )
 
 
-def warm_build(name: str, hessian: str) -> float:
+def casadi_log6(rotation: Any, position: Any, target: tuple[np.ndarray, np.ndarray]) -> Any:
+  """log6(target⁻¹ · placement) (Pinocchio's log6: linear, then angular) in CasADi, smooth at zero rotation: the
+  angle's θ / (2 sin θ) and V⁻¹'s (1 - θ sin θ / (2 (1 - cos θ))) / θ² from their series near zero, the closed forms
+  fed a stand-in there (every branch finite, so no NaN reaches a derivative)."""
+  import casadi as ca
+
+  target_rotation, target_position = (ca.DM(a) for a in target)
+  R = target_rotation.T @ rotation
+  t = target_rotation.T @ (position - target_position)
+  s = ca.vertcat(R[2, 1] - R[1, 2], R[0, 2] - R[2, 0], R[1, 0] - R[0, 1])  # 2 sin θ times the axis
+  sin2, cos = ca.sumsqr(s) / 4, (R[0, 0] + R[1, 1] + R[2, 2] - 1) / 2
+  small = ca.logic_and(sin2 < 1e-6, cos > 0)
+  sin2_closed = ca.if_else(small, 0.25, sin2)
+  half_closed = ca.atan2(ca.sqrt(sin2_closed), cos) / (2 * ca.sqrt(sin2_closed))
+  w = ca.if_else(small, 0.5 * (1 + sin2 / 6 + 3 * sin2**2 / 40), half_closed) * s
+  theta2 = ca.sumsqr(w)
+  tiny = theta2 < 1e-6
+  theta2_closed = ca.if_else(tiny, 1.0, theta2)
+  angle = ca.sqrt(theta2_closed)
+  closed = (1 - angle * ca.sin(angle) / (2 * (1 - ca.cos(angle)))) / theta2_closed
+  g = ca.if_else(tiny, 1 / 12 + theta2 / 720 + theta2**2 / 30240, closed)
+  return ca.vertcat(t - 0.5 * ca.cross(w, t) + g * ca.cross(w, ca.cross(w, t)), w)
+
+
+def ipopt_solve(name: str, p: dict[str, Any], python: str) -> tuple[int, float, float]:
+  """IPOPT (CasADi's, exact Hessian, tol 1e-10) on the same NLP from the same cold start, its model Pinocchio's own ABA,
+  RNEA and kinematics as CasADi functions (benchmarks/casadi/kin_dyn_save.py run by `python`, a Python with pip
+  `cmeel-casadi-kin-dyn`): iterations, cost, seconds (CasADi evaluates the model in its virtual machine: the time is
+  for reference, not a like-for-like speed)."""
+  import casadi as ca
+  import pinocchio as pin
+
+  frame, locked, _ = ROBOTS[name]
+  folder = Path(tempfile.mkdtemp(prefix="bench_robot_mpc_"))
+  script = Path(__file__).resolve().parent / "casadi" / "kin_dyn_save.py"
+  subprocess.run([python, str(script), str(robot_urdf(name)), frame, str(folder), ",".join(locked)], check=True,
+                 capture_output=True, text=True)  # fmt: skip
+  aba, rnea, fk = (ca.Function.load(str(folder / f"{n}.casadi")) for n in ("aba", "rnea", "fk"))
+  robot: Robot = p["robot"]
+  nq, nv, nx, nu = robot.nq, robot.nv, robot.nx, robot.nu
+  q_, x_, u_ = ca.SX.sym("q", nq), ca.SX.sym("x", nx), ca.SX.sym("u", nu)
+  position, rotation = fk(q_)
+  goal = ca.Function("goal", [q_], [casadi_log6(rotation, position, p["target"])])
+  check = pin.SE3(*p["target"]).actInv(pin.SE3(*robot.frame_placement(p["x0"][:nq], frame)))
+  if not np.allclose(np.asarray(goal(p["x0"][:nq])).ravel(), pin.log6(check).vector, atol=1e-10):
+    raise RuntimeError("casadi_log6 differs from Pinocchio's log6")
+  q, v = x_[:nq], x_[nq:]
+  v_next = v + DT * aba(q, v, u_)
+  step = ca.Function("step", [x_, u_], [ca.vertcat(q + DT * v_next, v_next)])
+  gravity = rnea(q, ca.DM.zeros(nv), ca.DM.zeros(nv))
+  running = ca.Function("running", [x_, u_], [DT * 0.5 * (W_GOAL * ca.sumsqr(goal(q)) + W_X * ca.sumsqr(x_ - p["x0"])
+                                                          + W_U * ca.sumsqr(u_ - gravity))])  # fmt: skip
+  X, U = ca.MX.sym("X", nx, T + 1), ca.MX.sym("U", nu, T)
+  cost = ca.sum2(running.map(T)(X[:, :T], U)) + 0.5 * W_GOAL_END * ca.sumsqr(goal(X[:nq, T]))
+  defects = ca.vertcat(ca.vec(X[:, 0] - p["x0"]), ca.vec(X[:, 1:] - step.map(T)(X[:, :T], U)))
+  w = ca.vertcat(ca.vec(X), ca.vec(U))
+  options = {"expand": True, "print_time": 0, "ipopt.print_level": 0, "ipopt.tol": 1e-10, "ipopt.max_iter": 1000}
+  solver = ca.nlpsol("reach", "ipopt", {"x": w, "f": cost, "g": defects}, options)
+  effort = p["effort"]
+  lbw = np.r_[np.full(nx * (T + 1), -np.inf), np.tile(-effort, T)]
+  ubw = np.r_[np.full(nx * (T + 1), np.inf), np.tile(effort, T)]
+  guess = np.r_[np.tile(p["x0"], T + 1), np.zeros(nu * T)]
+  start = time.perf_counter()
+  sol = solver(x0=guess, lbx=lbw, ubx=ubw, lbg=0, ubg=0)
+  seconds, stats = time.perf_counter() - start, solver.stats()
+  if not stats["success"]:
+    raise RuntimeError(f"IPOPT: {stats['return_status']}")
+  return int(stats["iter_count"]), float(sol["f"]), seconds
+
+
+def warm_build(name: str, hessian: str, integrator: str) -> float:
   """Seconds a new Python process takes to build the controller (construction and first call) from the cache the
   run has filled: what a user's restarted script waits for. The problem's data (URDF, Pinocchio) is not counted."""
   script = (
     f"import time; from benchmarks.bench_robot_mpc import problem, anvil_controller; p = problem({name!r}); "
-    f"s = time.perf_counter(); anvil_controller(p, {hessian!r})(p['x0']); print(time.perf_counter() - s)"
+    f"s = time.perf_counter(); anvil_controller(p, {hessian!r}, 'sqp', {integrator!r})(p['x0']); "
+    "print(time.perf_counter() - s)"
   )
   out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
   return float(out.stdout.split()[-1])
 
 
-def measure(name: str, rounds: int) -> list[list[str]]:
+def anvil_row(name: str, p: dict[str, Any], hessian: str, integrator: str, x1: np.ndarray, cost: float,
+              rounds: int) -> list[str]:  # fmt: skip
+  """anvil's row: the full solve from the cold guess, the warm steps from x1 (RTI: one iteration; SQP: to
+  convergence), the build (construction and first call) and the warm build in a new process."""
+  start = time.perf_counter()
+  mpc = anvil_controller(p, hessian, "sqp", integrator)
+  mpc(p["x0"])
+  build = time.perf_counter() - start
+  mpc.reset()
+  start = time.perf_counter()
+  sol = mpc(p["x0"])
+  full = time.perf_counter() - start
+
+  def step(mpc: MPCFunction, settle: int) -> float:
+    for _ in range(settle):  # NOTE: to the plan at x0 (a real-time iteration takes one iteration per call)
+      mpc(p["x0"])
+    start = time.perf_counter()
+    mpc(x1)
+    return time.perf_counter() - start
+
+  rti_mpc = anvil_controller(p, hessian, "rti", integrator)
+  rti = statistics.median(step(rti_mpc, 30) for _ in range(rounds))
+  converged = statistics.median(step(mpc, 1) for _ in range(rounds))
+  versus = f"{abs(sol.cost - cost) / abs(cost):.1e}" + (" (RK4: another NLP)" if integrator == "rk4" else "")
+  return [name, f"anvil SQP, {hessian.replace('_', '-')}, {'Euler' if integrator == 'euler' else 'RK4'}",
+          str(sol.iterations), f"{sol.cost:.9g}", versus, f"{1e3 * full:.1f}",
+          f"{1e3 * full / max(sol.iterations, 1):.2f}", f"{1e3 * rti:.2f}", f"{1e3 * converged:.2f}", f"{build:.1f} s",
+          f"{warm_build(name, hessian, integrator):.2f} s"]  # fmt: skip
+
+
+def measure(name: str, rounds: int, casadi: str = "") -> list[list[str]]:
   """Rows of one robot: crocoddyl, anvil Gauss-Newton, anvil exact. The warm steps: the plan's next state x1, started
   from the plan at x0 shifted by one knot (crocoddyl: the shifted xs, us given; anvil: its own warm start)."""
   p = problem(name)
@@ -152,30 +266,13 @@ def measure(name: str, rounds: int) -> list[list[str]]:
   one, ten = median_seconds(lambda: warm(1), rounds), median_seconds(lambda: warm(10), rounds)
   rows = [[name, "crocoddyl BoxFDDP", str(iterations), f"{cost:.9g}", "", f"{1e3 * full:.1f}",
            f"{1e3 * full / max(iterations, 1):.2f}", f"{1e3 * one:.2f}", f"{1e3 * ten:.2f}", "", ""]]  # fmt: skip
-  for hessian in ("gauss_newton", "exact"):
-    start = time.perf_counter()
-    mpc = anvil_controller(p, hessian)
-    mpc(p["x0"])
-    build = time.perf_counter() - start
-    mpc.reset()
-    start = time.perf_counter()
-    sol = mpc(p["x0"])
-    full = time.perf_counter() - start
-
-    def step(mpc: MPCFunction, settle: int) -> float:
-      for _ in range(settle):  # NOTE: to the plan at x0 (a real-time iteration takes one iteration per call)
-        mpc(p["x0"])
-      start = time.perf_counter()
-      mpc(x1)
-      return time.perf_counter() - start
-
-    rti_mpc = anvil_controller(p, hessian, "rti")
-    rti = statistics.median(step(rti_mpc, 30) for _ in range(rounds))
-    converged = statistics.median(step(mpc, 1) for _ in range(rounds))
-    rows.append([name, f"anvil SQP, {hessian.replace('_', '-')}", str(sol.iterations), f"{sol.cost:.9g}",
-                 f"{abs(sol.cost - cost) / abs(cost):.1e}", f"{1e3 * full:.1f}",
-                 f"{1e3 * full / max(sol.iterations, 1):.2f}", f"{1e3 * rti:.2f}", f"{1e3 * converged:.2f}",
-                 f"{build:.1f} s", f"{warm_build(name, hessian):.2f} s"])  # fmt: skip
+  if casadi:
+    its, ipopt_cost, seconds = ipopt_solve(name, p, casadi)
+    rows.append([name, "IPOPT (CasADi; Pinocchio's ABA)", str(its), f"{ipopt_cost:.9g}",
+                 f"{abs(ipopt_cost - cost) / abs(cost):.1e}", f"{1e3 * seconds:.1f}",
+                 f"{1e3 * seconds / max(its, 1):.2f}", "", "", "", ""])  # fmt: skip
+  for hessian, integrator in (("gauss_newton", "euler"), ("exact", "euler"), ("gauss_newton", "rk4")):
+    rows.append(anvil_row(name, p, hessian, integrator, x1, cost, rounds))
   return rows
 
 
@@ -184,11 +281,12 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--robots", default=",".join(ROBOTS))
   parser.add_argument("--rounds", type=int, default=5)
+  parser.add_argument("--casadi", default="", help="a Python with cmeel-casadi-kin-dyn: IPOPT solves the same NLP")
   args = parser.parse_args()
   header = ["robot", "solver", "iterations", "cost", "vs crocoddyl", "full solve ms", "per iteration ms",
             "warm step, 1 iteration ms", "warm step, ≤ 10 it. / converged ms", "build (cold or cached)",
             "warm build, new process"]  # fmt: skip
-  rows = [row for name in args.robots.split(",") for row in measure(name, args.rounds)]
+  rows = [row for name in args.robots.split(",") for row in measure(name, args.rounds, args.casadi)]
   print_markdown(header, rows)
 
 

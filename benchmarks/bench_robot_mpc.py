@@ -15,10 +15,10 @@ plan's next state x1, started from the plan at x0 shifted by one knot, one itera
 controller, `mode="rti"`) and up to ten iterations (anvil: SQP to convergence); medians of `--rounds` repetitions.
 anvil's controllers are built from anvil.robots' ABA (`euler` on (v + dt a, a): crocoddyl's Euler step; a third row
 on RK4 of ẋ = (v, a), another discretization of the same problem), their build time in the last columns: construction
-and first call, cold or from the cache, and in a new Python process once the cache holds the controller (the warm
-build a restarted script waits for). With `--casadi PYTHON` (a Python with pip `cmeel-casadi-kin-dyn`, as for
-bench_robots), IPOPT solves the same NLP from the same cold start on Pinocchio's own ABA as CasADi functions: the
-optimum's independent check (its time is CasADi's virtual machine's, for reference).
+and first call less that call's solve, cold or from the cache, and in a new Python process once the cache holds the
+controller (the warm build a restarted script waits for). With `--casadi PYTHON` (a Python with pip
+`cmeel-casadi-kin-dyn`, as for bench_robots), IPOPT solves the same NLP from the same cold start on Pinocchio's own
+ABA as CasADi functions: the optimum's independent check (its time is CasADi's virtual machine's, for reference).
 """
 
 from __future__ import annotations
@@ -205,13 +205,21 @@ def ipopt_solve(name: str, p: dict[str, Any], python: str) -> tuple[int, float, 
   return int(stats["iter_count"]), float(sol["f"]), seconds
 
 
+def built(p: dict[str, Any], hessian: str, integrator: str) -> tuple[MPCFunction, float]:
+  """The controller and the seconds its build took: construction and first call, less that call's solve (the
+  first call builds or loads the C++; its solve is control, not build)."""
+  start = time.perf_counter()
+  mpc = anvil_controller(p, hessian, "sqp", integrator)
+  sol = mpc(p["x0"])
+  return mpc, time.perf_counter() - start - sol.solve_time
+
+
 def warm_build(name: str, hessian: str, integrator: str) -> float:
-  """Seconds a new Python process takes to build the controller (construction and first call) from the cache the
-  run has filled: what a user's restarted script waits for. The problem's data (URDF, Pinocchio) is not counted."""
+  """Seconds a new Python process takes to build the controller (as `built`) from the cache the run has filled:
+  what a user's restarted script waits for. The problem's data (URDF, Pinocchio) is not counted."""
   script = (
-    f"import time; from benchmarks.bench_robot_mpc import problem, anvil_controller; p = problem({name!r}); "
-    f"s = time.perf_counter(); anvil_controller(p, {hessian!r}, 'sqp', {integrator!r})(p['x0']); "
-    "print(time.perf_counter() - s)"
+    f"from benchmarks.bench_robot_mpc import problem, built; p = problem({name!r}); "
+    f"print(built(p, {hessian!r}, {integrator!r})[1])"
   )
   out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
   return float(out.stdout.split()[-1])
@@ -220,11 +228,8 @@ def warm_build(name: str, hessian: str, integrator: str) -> float:
 def anvil_row(name: str, p: dict[str, Any], hessian: str, integrator: str, x1: np.ndarray, cost: float,
               rounds: int) -> list[str]:  # fmt: skip
   """anvil's row: the full solve from the cold guess, the warm steps from x1 (RTI: one iteration; SQP: to
-  convergence), the build (construction and first call) and the warm build in a new process."""
-  start = time.perf_counter()
-  mpc = anvil_controller(p, hessian, "sqp", integrator)
-  mpc(p["x0"])
-  build = time.perf_counter() - start
+  convergence), the build (`built`) and the warm build in a new process."""
+  mpc, build = built(p, hessian, integrator)
   mpc.reset()
   start = time.perf_counter()
   sol = mpc(p["x0"])

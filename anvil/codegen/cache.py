@@ -25,7 +25,7 @@ from pathlib import Path
 RECORD_SUFFIX = ".sha256"
 #: Temporary files whose writer cannot be told (no process id in the name) are removed after this many seconds.
 STALE_TEMPORARY_S = 24 * 3600.0
-_SUBFOLDERS = ("lib", "obj", "code", "index")
+_SUBFOLDERS = ("lib", "obj", "code", "index", "derived", "robots")
 
 
 def configured_cache_dir() -> Path:

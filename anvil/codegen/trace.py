@@ -10,7 +10,7 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from tinygrad import Tensor, dtypes
@@ -127,7 +127,18 @@ def trace(name: str, fn: Callable[..., Any], args: Sequence[Arg]) -> TracedGraph
   )
 
 
-def replay(graph: TracedGraph, args: Sequence[Tensor], dtype: DType) -> Any:
+class Replayable(Protocol):
+  """What `replay` reads of a graph: a TracedGraph, or one kept elsewhere (anvil.robots' stored graphs)."""
+
+  @property
+  def arguments(self) -> tuple[UOp, ...]: ...
+  @property
+  def values(self) -> tuple[UOp, ...]: ...
+  @property
+  def returned_tuple(self) -> bool: ...
+
+
+def replay(graph: Replayable, args: Sequence[Tensor], dtype: DType) -> Any:
   """What the traced function returns on `args` (Tensors of its inputs' shapes and dtypes), from its graph: the
   inputs substituted by the arguments' UOps, no Python of the function run again; None where the arguments are not
   like the traced inputs or the default float is not `dtype`, the trace's (the function's own math would differ)."""

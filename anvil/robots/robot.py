@@ -20,11 +20,13 @@ from numpy.typing import NDArray
 from tinygrad import Tensor
 
 from anvil.codegen import Arg, NumericalFunction
+from anvil.codegen.trace import default_float, replay
 from anvil.robots import algorithms as rb
 from anvil.robots import configuration as cfg
 from anvil.robots import spatial as sp
 from anvil.robots.model import Frame, FrameType, Joint, JointType
 from anvil.robots.spatial import Force, Motion, Transform, V, scale, sub
+from anvil.robots.stored import StoredGraph, robot_fingerprint, stored_graph
 from anvil.robots.urdf import LockedJoints, UrdfSource, load_urdf
 
 Reference = Literal["local", "world", "local_world_aligned"]
@@ -64,6 +66,7 @@ class Robot:
   gravity: Array = field(default_factory=lambda: np.array([0.0, 0.0, -9.81]))
   friction_velocity: float = 1e-2
   _built: dict[Any, NumericalFunction[..., Any]] = field(default_factory=dict, repr=False)
+  _graphs: dict[Any, StoredGraph] = field(default_factory=dict, repr=False)
 
   @staticmethod
   def from_urdf(
@@ -365,11 +368,23 @@ class Robot:
     if any(isinstance(a, Tensor) for a in args) or any(isinstance(w, Tensor) for w in (fext or {}).values()):
       ts = [_as_tensor(a, n, f"{self.name}.{what}") for a, n in zip(args, shapes, strict=True)]
       ts += [_as_tensor(fext[n], 6, f"fext[{n!r}]") for n in names]  # type: ignore[index]
-      return function.replay(*ts)
+      return self._replayed(function, (what, names, ref), ts)
     values = [_as_array(a, n, f"{self.name}.{what}", name) for a, n, name in
               zip(args, shapes, _ARG_NAMES.get(what.split("_")[0], ("q", "v", "a")), strict=False)]  # fmt: skip
     values += [_as_array(fext[n], 6, f"{self.name}.{what}", f"fext[{n!r}]") for n in names]  # type: ignore[index]
     return function(*values)
+
+  def _replayed(self, function: NumericalFunction[..., Any], key: tuple[Any, ...], ts: list[Tensor]) -> Any:
+    """`function` (this robot's algorithm `key`) on Tensors: its graph, stored in anvil's cache (traced on first
+    use), with the arguments substituted; its Python run where the graph does not apply (another default float)."""
+    if key not in self._graphs:
+      self._graphs[key] = stored_graph(function, self._fingerprint, repr(key))
+    replayed = replay(self._graphs[key], ts, default_float(function.inputs))
+    return replayed if replayed is not None else function.fn(*ts)
+
+  @cached_property
+  def _fingerprint(self) -> str:
+    return robot_fingerprint(self)
 
   def _function(self, what: str, names: tuple[str, ...], ref: Reference, shapes: list[int],
                 body: Callable[..., Any]) -> NumericalFunction:  # fmt: skip

@@ -5,6 +5,7 @@ continuous joints' configuration space."""
 from __future__ import annotations
 
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -216,27 +217,75 @@ def test_numpy_calls_build_once_and_check_their_inputs() -> None:
     robot.frame_jacobian(q, "link2", "global")
 
 
-def test_tensor_calls_run_an_algorithm_once_per_robot(monkeypatch: pytest.MonkeyPatch) -> None:
-  """Inside traces, an algorithm's Python runs once per robot: later calls (other arguments, other functions) replay
-  its graph with their arguments, and compute what fresh calls compute."""
+def _counting_aba(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+  """Counts the runs of the forward-dynamics algorithm's Python (robot.aba's body)."""
   import anvil.robots.algorithms as rb
 
-  robot, model = anvil_robot("double_pendulum"), pinocchio_model("double_pendulum")
-  calls = []
+  calls: list[int] = []
   original = rb.forward_dynamics
   monkeypatch.setattr(rb, "forward_dynamics", lambda *a: calls.append(1) or original(*a))
+  return calls
+
+
+def _aba_twice(robot: Robot, name: str) -> av.NumericalFunction[..., Any]:
+  """aba at (q, v, tau) and at (q, 2 v, tau): two calls of the algorithm in one trace."""
+  nq, nv = robot.nq, robot.nv
+  twice = lambda q_, v_, t_: robot.aba(q_, v_, t_).cat(robot.aba(q_, 2 * v_, t_))
+  return av.NumericalFunction(name, twice, (av.Arg(nq), av.Arg(nv), av.Arg(nv)))
+
+
+def test_tensor_calls_run_an_algorithm_once_per_robot(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+  """Inside traces, an algorithm's Python runs once per robot's data: later calls (other arguments, other functions,
+  another Robot of the same URDF, as in a new process) replay its graph, stored in the cache, with their arguments,
+  and compute what fresh calls compute."""
+  monkeypatch.setenv("ANVIL_CACHE_DIR", str(tmp_path))
+  calls = _counting_aba(monkeypatch)
+  robot, model = anvil_robot("double_pendulum"), pinocchio_model("double_pendulum")
   nq, nv = robot.nq, robot.nv
   q = robot.random_configuration(np.random.default_rng(3))
   v, tau = np.array([0.3, -0.2]), np.array([0.5, 1.5])
-  twice = lambda q_, v_, t_: robot.aba(q_, v_, t_).cat(robot.aba(q_, 2 * v_, t_))
-  two = av.NumericalFunction("pendulum_aba_twice", twice, (av.Arg(nq), av.Arg(nv), av.Arg(nv)))
   other = av.NumericalFunction("pendulum_aba_again", lambda x: robot.aba(x[:nq], x[nq : nq + nv], x[nq + nv :]),
                                av.Arg(nq + 2 * nv))  # fmt: skip
-  values, again = two(q, v, tau), other(np.concatenate([q, v, tau]))
+  values, again = _aba_twice(robot, "pendulum_aba_twice")(q, v, tau), other(np.concatenate([q, v, tau]))
   assert len(calls) == 1
   data = model.createData()
   close(values, np.concatenate([pin.aba(model, data, q, v, tau), pin.aba(model, data, q, 2 * v, tau)]))
   close(again, values[:2])
+  close(_aba_twice(anvil_robot("double_pendulum"), "pendulum_aba_twice")(q, v, tau), values)
+  assert len(calls) == 1, "another Robot of the same URDF replays the stored graph"
+
+
+def test_stored_graphs_that_do_not_load_are_traced_again(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+  """A stored robot graph that is damaged, or names a class that is not tinygrad's, is not used: the algorithm is
+  traced again (and its values are right); a robot with other data never takes another's graph."""
+  import collections
+  import pickle
+
+  from anvil.codegen.cache import write_atomic
+
+  monkeypatch.setenv("ANVIL_CACHE_DIR", str(tmp_path))
+  calls = _counting_aba(monkeypatch)
+  robot, model = anvil_robot("double_pendulum"), pinocchio_model("double_pendulum")
+  q = robot.random_configuration(np.random.default_rng(4))
+  v, tau = np.array([-0.4, 0.1]), np.array([1.0, -0.5])
+  expected = _aba_twice(robot, "pendulum_aba_stored")(q, v, tau)
+  [stored] = (tmp_path / "robots").glob("*.pkl")
+
+  class Touch:  # NOTE: unpickled by an unrestricted unpickler, it would create the file
+    def __reduce__(self) -> tuple[Any, ...]:
+      return (Path.touch, (tmp_path / "touched",))
+
+  for damage in (b"not a pickle", pickle.dumps(((collections.OrderedDict(),), (), False)), pickle.dumps(Touch())):
+    write_atomic(stored, damage)
+    close(_aba_twice(anvil_robot("double_pendulum"), "pendulum_aba_stored")(q, v, tau), expected)
+  assert len(calls) == 4
+  assert not (tmp_path / "touched").exists()
+  heavier = Robot(robot.name, robot.joints, robot.frames, gravity=np.array([0.0, 0.0, -20.0]))
+  model.gravity.linear = np.array([0.0, 0.0, -20.0])
+  data = model.createData()
+  reference = np.concatenate([pin.aba(model, data, q, v, tau), pin.aba(model, data, q, 2 * v, tau)])
+  close(_aba_twice(heavier, "pendulum_aba_heavier")(q, v, tau), reference)
+  assert len(calls) == 5
 
 
 def test_forward_dynamics_adds_damping_and_friction_to_aba() -> None:

@@ -147,19 +147,30 @@ def replay(graph: Replayable, args: Sequence[Tensor], dtype: DType) -> Any:
   if any(a.shape != u.shape or a.dtype != u.dtype for a, u in zip(args, graph.arguments, strict=True)):
     return None
   mapping = {u: a.uop for a, u in zip(args, graph.arguments, strict=True)}
+  for v in graph.values:
+    _ = v._shape  # NOTE: computed once on the graph (a stored one has none): `rebuilt` hands the shapes on
   values = [Tensor(v) for v in rebuilt(graph.values, lambda u: mapping.get(u, u))]
   return tuple(values) if graph.returned_tuple else values[0]
 
 
+#: Where tinygrad caches a UOp's shape (its `_shape` recursive_property).
+_SHAPE = UOp.__dict__["_shape"].nm
+
+
 def rebuilt(roots: Sequence[UOp], change: Callable[[UOp], UOp]) -> list[UOp]:
-  """The graphs of `roots` with each node u (its sources already rebuilt) replaced by change(u): one pass in
-  topological order (tinygrad's substitute and graph_rewrite, pattern matchers run to a fixed point, took 10x longer on
-  a robot's dynamics)."""
+  """The graphs of `roots` with each node u (its sources already rebuilt) replaced by change(u), which has u's
+  shape (a substitution of like for like): one pass in topological order (tinygrad's substitute and graph_rewrite,
+  pattern matchers run to a fixed point, took 10x longer on a robot's dynamics). A rebuilt node takes the shape u had
+  computed, so that the first shape asked of the result does not walk the whole new graph again."""
   new: dict[UOp, UOp] = {}
   for u in UOp.sink(*roots).toposort():
     src = tuple(new.get(s, s) for s in u.src)
-    same = all(a is b for a, b in zip(src, u.src, strict=True))
-    new[u] = change(u if same else u.replace(src=src))
+    if all(a is b for a, b in zip(src, u.src, strict=True)):
+      new[u] = change(u)
+      continue
+    new[u] = w = change(u.replace(src=src))
+    if _SHAPE in u.__dict__:
+      w.__dict__.setdefault(_SHAPE, u.__dict__[_SHAPE])
   return [new[r] for r in roots]
 
 

@@ -147,21 +147,25 @@ def replay(graph: Replayable, args: Sequence[Tensor], dtype: DType) -> Any:
   if any(a.shape != u.shape or a.dtype != u.dtype for a, u in zip(args, graph.arguments, strict=True)):
     return None
   mapping = {u: a.uop for a, u in zip(args, graph.arguments, strict=True)}
+  # NOTE: computed once on the graph (a stored one has none): `rebuilt` hands them on; a node's device only where
+  # every argument is on its input's device (each node's then is what it was)
+  kept = (_SHAPE, _DEVICE) if all(new.device == old.device for old, new in mapping.items()) else (_SHAPE,)
   for v in graph.values:
-    _ = v._shape  # NOTE: computed once on the graph (a stored one has none): `rebuilt` hands the shapes on
-  values = [Tensor(v) for v in rebuilt(graph.values, lambda u: mapping.get(u, u))]
+    _ = v._shape, v.device if _DEVICE in kept else None
+  values = [Tensor(v) for v in rebuilt(graph.values, lambda u: mapping.get(u, u), kept)]
   return tuple(values) if graph.returned_tuple else values[0]
 
 
-#: Where tinygrad caches a UOp's shape (its `_shape` recursive_property).
-_SHAPE = UOp.__dict__["_shape"].nm
+#: Where tinygrad caches a UOp's shape and its device (recursive_properties: the first use walks the whole graph).
+_SHAPE, _DEVICE = UOp.__dict__["_shape"].nm, UOp.__dict__["device"].nm
 
 
-def rebuilt(roots: Sequence[UOp], change: Callable[[UOp], UOp]) -> list[UOp]:
+def rebuilt(roots: Sequence[UOp], change: Callable[[UOp], UOp], kept: Sequence[str] = (_SHAPE,)) -> list[UOp]:
   """The graphs of `roots` with each node u (its sources already rebuilt) replaced by change(u), which has u's
   shape (a substitution of like for like): one pass in topological order (tinygrad's substitute and graph_rewrite,
-  pattern matchers run to a fixed point, took 10x longer on a robot's dynamics). A rebuilt node takes the shape u had
-  computed, so that the first shape asked of the result does not walk the whole new graph again."""
+  pattern matchers run to a fixed point, took 10x longer on a robot's dynamics). A rebuilt node takes the properties
+  `kept` (tinygrad's caches of recursive properties: the shape, and the device where the caller knows it unchanged)
+  that u had computed, so that the first asked of the result does not walk the whole new graph again."""
   new: dict[UOp, UOp] = {}
   for u in UOp.sink(*roots).toposort():
     src = tuple(new.get(s, s) for s in u.src)
@@ -169,8 +173,9 @@ def rebuilt(roots: Sequence[UOp], change: Callable[[UOp], UOp]) -> list[UOp]:
       new[u] = change(u)
       continue
     new[u] = w = change(u.replace(src=src))
-    if _SHAPE in u.__dict__:
-      w.__dict__.setdefault(_SHAPE, u.__dict__[_SHAPE])
+    for name in kept:
+      if name in u.__dict__:
+        w.__dict__.setdefault(name, u.__dict__[name])
   return [new[r] for r in roots]
 
 

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +162,20 @@ def casadi_log6(rotation: Any, position: Any, target: tuple[np.ndarray, np.ndarr
   return ca.vertcat(t - 0.5 * ca.cross(w, t) + g * ca.cross(w, ca.cross(w, t)), w)
 
 
+def kin_dyn_functions(name: str, python: str) -> tuple[Any, Any, Any]:
+  """Pinocchio's ABA, RNEA and end-effector kinematics of robot `name` as CasADi functions, saved by
+  benchmarks/casadi/kin_dyn_save.py (run by `python`) into a temporary folder and loaded by anvil's CasADi."""
+  import casadi as ca
+
+  frame, locked, _ = ROBOTS[name]
+  script = Path(__file__).resolve().parent / "casadi" / "kin_dyn_save.py"
+  with tempfile.TemporaryDirectory(prefix="bench_robot_mpc_") as folder:
+    subprocess.run([python, str(script), str(robot_urdf(name)), frame, folder, ",".join(locked)], check=True,
+                   capture_output=True, text=True)  # fmt: skip
+    aba, rnea, fk = (ca.Function.load(str(Path(folder) / f"{n}.casadi")) for n in ("aba", "rnea", "fk"))
+  return aba, rnea, fk
+
+
 def ipopt_solve(name: str, p: dict[str, Any], python: str) -> tuple[int, float, float]:
   """IPOPT (CasADi's, exact Hessian, tol 1e-10) on the same NLP from the same cold start, its model Pinocchio's own ABA,
   RNEA and kinematics as CasADi functions (benchmarks/casadi/kin_dyn_save.py run by `python`, a Python with pip
@@ -169,12 +184,8 @@ def ipopt_solve(name: str, p: dict[str, Any], python: str) -> tuple[int, float, 
   import casadi as ca
   import pinocchio as pin
 
-  frame, locked, _ = ROBOTS[name]
-  folder = Path(tempfile.mkdtemp(prefix="bench_robot_mpc_"))
-  script = Path(__file__).resolve().parent / "casadi" / "kin_dyn_save.py"
-  subprocess.run([python, str(script), str(robot_urdf(name)), frame, str(folder), ",".join(locked)], check=True,
-                 capture_output=True, text=True)  # fmt: skip
-  aba, rnea, fk = (ca.Function.load(str(folder / f"{n}.casadi")) for n in ("aba", "rnea", "fk"))
+  frame = ROBOTS[name][0]
+  aba, rnea, fk = kin_dyn_functions(name, python)
   robot: Robot = p["robot"]
   nq, nv, nx, nu = robot.nq, robot.nv, robot.nx, robot.nu
   q_, x_, u_ = ca.SX.sym("q", nq), ca.SX.sym("x", nx), ca.SX.sym("u", nu)
@@ -228,7 +239,7 @@ def warm_build(name: str, hessian: str, integrator: str) -> float:
 
 
 def equal_accuracy(mpc: MPCFunction, x0: np.ndarray, x1: np.ndarray, accuracy: float,
-                   timed: Any) -> str:  # fmt: skip
+                   timed: Callable[[float], float]) -> str:  # fmt: skip
   """The warm step's time at the loosest SQP tolerance (of 1e-4 ... 1e-9) whose cost is within `accuracy` (relative)
   of the converged step's, as crocoddyl's 10 iterations are of its own limit: the same accuracy on both sides."""
   mpc(x0)

@@ -193,6 +193,31 @@ def test_module_compiles_warning_free(tmp_path: Any, compiler: str) -> None:
   assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.parametrize("nx,nu,N,extra", [(4, 1, 30, 1), (6, 3, 20, 2), (12, 4, 8, 1)])
+def test_a_warm_start_whose_active_set_holds_takes_one_factorization(nx: int, nu: int, N: int, extra: int) -> None:
+  """The next QP of a receding horizon (gradient and start nudged) keeps the last one's active set: the warm start
+  pins those rows, drops the others and solves in one factorization (an active-set hot start), to OSQP's solution with
+  exact complementarity; a change that moves the active set still ends there, by the interior point."""
+  rng = np.random.default_rng(nx + N)
+  qp = RiccatiQP(f"riccati_t_active_{nx}_{nu}_{N}", nx, nu, N, ng=nx + nu + extra, ngN=1)
+  d = random_qp(rng, nx, nu, N, nx + nu + extra, 1, 3.0)
+  for scale, one_step in ((1e-7, True), (0.3, False)):
+    assert qp(1e-10, **d).status == "solved"
+    nudged = {**d, "g": d["g"] * (1 + scale), "x0": d["x0"] * (1 + scale)}
+    sol = qp(1e-10, warm_start=True, **nudged)
+    assert sol.status == "solved" and (sol.iterations == 1) == one_step, (scale, sol.iterations)
+    x_ref, u_ref, _ = osqp_solution(nudged)
+    np.testing.assert_allclose(sol.x, x_ref, atol=1e-6)
+    np.testing.assert_allclose(sol.u, u_ref, atol=1e-6)
+    stat, dyn = kkt_residuals(nudged, sol)
+    assert stat < 1e-9 and dyn < 1e-9
+    values = np.einsum("kmz,kz->km", nudged["G"], np.concatenate([sol.x[:N], sol.u], axis=1))
+    assert np.all(values >= nudged["lo"] - 1e-9) and np.all(values <= nudged["hi"] + 1e-9)
+    assert np.sum(np.abs(sol.lam) > 1e-6) >= 3, "bounds are active"
+    assert np.all(np.where(sol.lam > 1e-9, np.abs(values - nudged["hi"]), 0.0) < 1e-9)
+    assert np.all(np.where(sol.lam < -1e-9, np.abs(values - nudged["lo"]), 0.0) < 1e-9)
+
+
 def test_warm_start_from_the_previous_solution() -> None:
   rng = np.random.default_rng(3)
   qp = RiccatiQP("riccati_t_warm", 4, 1, 30, ng=6, ngN=1)

@@ -132,10 +132,13 @@ def test_solves_sparse_qps_like_osqp_and_warm_starts(
   P, A, q, lo, hi = random_qp(1)
   driver = Driver(P, A, cxx, tmp_path, osqp_sources, sanitize)
   q2 = q + 1e-3 * np.random.default_rng(2).normal(size=q.size)
-  (s1, _it1, x1, y1), (s2, it2, x2, y2), (s3, it3, x3, y3) = driver.solve(
-    (q, lo, hi, False, False), (q2, lo, hi, True, True), (q2, lo, hi, False, False)
+  q4 = q2 + 1e-8 * np.random.default_rng(3).normal(size=q.size)  # the active set holds: one factorization
+  (s1, _it1, x1, y1), (s2, it2, x2, y2), (s3, it3, x3, y3), (s4, it4, x4, y4) = driver.solve(
+    (q, lo, hi, False, False), (q2, lo, hi, True, True), (q2, lo, hi, False, False), (q4, lo, hi, True, True)
   )
-  assert [QPStatus.from_code(s) for s in (s1, s2, s3)] == ["solved"] * 3
+  assert [QPStatus.from_code(s) for s in (s1, s2, s3, s4)] == ["solved"] * 4
+  assert it4 == 1
+  assert_kkt(P, A, q4, lo, hi, x4, y4, 1e-8)
   x_ref, y_ref = osqp_reference(P, A, q, lo, hi)
   np.testing.assert_allclose(x1, x_ref, atol=1e-7)
   np.testing.assert_allclose(y1, y_ref, atol=1e-6)

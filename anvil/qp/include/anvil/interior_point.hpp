@@ -1,8 +1,8 @@
 // anvil::qp::ipm: the parts of a primal-dual interior point for QPs that do not depend on how the Newton system is
 // solved: one constraint row's state (slacks and multipliers of its sides, an equality's free multiplier, an elastic
 // row's violation) and its part of each step, and Mehrotra's predictor-corrector loop around a solver's Newton
-// systems. The stage-structured solver (anvil/riccati.hpp, a Riccati recursion) and the general sparse one
-// (anvil/sparse_ipm.hpp, a sparse LDL' factorization) share them.
+// systems, with a warm start's active-set step before it. The stage-structured solver (anvil/riccati.hpp, a Riccati
+// recursion) and the general sparse one (anvil/sparse_ipm.hpp, a sparse LDL' factorization) share them.
 //
 // A row v = a'z between lo and hi has a side per finite bound: v - lo = t >= 0 (or hi - v = t), multiplier l >= 0. A
 // row with lo == hi is a true equality: it keeps a free multiplier and enters the Newton system with a fixed weight
@@ -329,6 +329,72 @@ void mehrotra_start(const D& d, W& ws, Residuals<typename S::real>& res) {
   });
 }
 
+/// The weights of a guessed active set (active_set_step): a pinned side (multiplier above slack) gets the slack pin
+/// times its multiplier, so its weight l/t is 1/pin, an equality row's; a dropped side gets the multiplier eps times
+/// its slack (at least tol), a weight of eps: nothing to a Hessian, and finite in an augmented system's -t/l.
+template <class S, class W>
+void pin_active_set(W& ws, typename S::real tol) {
+  using T = typename S::real;
+  S::for_rows(ws, [&](Row<T>& r) {
+    each_side(r, [&](Side<T>& q) {
+      if (q.l > q.t) {
+        q.t = equality_regularization<T> * q.l;
+      } else {
+        q.t = std::fmax(q.t, tol);
+        q.l = std::numeric_limits<T>::epsilon() * q.t;
+      }
+    });
+  });
+}
+
+/// A warm start's guess at the active set, tried before the interior point (the hot start of an active-set method):
+/// each present side its previous solution left active is pinned to its bound, the others are dropped
+/// (pin_active_set), and a Newton step toward zero complementarity solves the QP with that active set as equalities,
+/// up to pin times the multipliers' change (left as distance to the bound: -pin dl). Further steps on the same
+/// factorization, the sides pinned again at the new multipliers, remove that rest (each leaves pin times the last
+/// change). A step is taken when every slack and multiplier it reaches is nonnegative (within tol); returns whether
+/// the point meets tol. A receding horizon's QP whose active set held (an MPC step, an SQP near convergence) is then
+/// solved by one factorization instead of 2-4 interior-point iterations. A first step not taken leaves the warm start
+/// as it was (a hard row's m, unused, keeps its multiplier meanwhile); a point taken but not meeting tol is the
+/// interior point's warm start. Elastic rows are left to the interior point.
+template <class S, class D, class W>
+bool active_set_step(const D& d, W& ws, typename S::real tol, Residuals<typename S::real>& res) {
+  using T = typename S::real;
+  constexpr int refinements = 2;
+  bool elastic = false;
+  S::for_rows(ws, [&](const Row<T>& r) { elastic = elastic || r.elastic; });
+  if (elastic) return false;
+  S::for_rows(ws, [&](Row<T>& r) { each_side(r, [&](Side<T>& q) { q.m = q.l; }); });
+  pin_active_set<S>(ws, tol);
+  S::residuals(d, ws, res);
+  bool taken = false, feasible = S::factor(d, ws);
+  for (int pass = 0; feasible && pass <= refinements; ++pass) {
+    if (pass > 0) {
+      pin_active_set<S>(ws, tol);
+      S::residuals(d, ws, res);
+    }
+    S::newton_step(d, ws, T(0), false);
+    S::for_rows(ws, [&](const Row<T>& r) {
+      each_side(r, [&](const Side<T>& q) { feasible = feasible && q.t + q.dt >= -tol && q.l + q.dl >= -tol; });
+    });
+    if (!feasible) break;
+    S::take_step(ws, T(1));
+    taken = true;
+    S::for_rows(ws, [&](Row<T>& r) {
+      each_side(r, [&](Side<T>& q) {
+        q.t = std::fmax(q.t, T(0));
+        q.l = std::fmax(q.l, T(0));
+        q.m = 0.0;
+      });
+    });
+    S::residuals(d, ws, res);
+    if (res.stationarity <= tol && res.equality <= tol && res.inequality <= tol && res.complementarity <= tol)
+      return true;
+  }
+  if (!taken) S::for_rows(ws, [&](Row<T>& r) { each_side(r, [&](Side<T>& q) { q.l = q.m, q.m = 0.0; }); });
+  return false;
+}
+
 /// Mehrotra's predictor-corrector interior point on the Newton systems of S, a solver's static steps:
 ///   void start_rows(const D&, bool warm, T floor, W&)   the rows' starting points (a warm start's floored)
 ///   T residuals(const D&, W&, Residuals&)               the KKT residuals at the iterate; returns mu
@@ -338,8 +404,9 @@ void mehrotra_start(const D& d, W& ws, Residuals<typename S::real>& res) {
 ///   for_rows(W&, f)                                          f(Row&) for every row with a bound (public)
 /// and S::mehrotra_start: whether a cold start begins at Mehrotra's starting point.
 /// Solves to tol (every residual norm) in at most max_iter iterations, from the iterate in ws (the caller's cold or
-/// warm starting point; `warm` restarts the rows from their previous slacks and multipliers). Returns the Status,
-/// the final residuals and the iterations taken.
+/// warm starting point; `warm` first tries the previous solution's active set (active_set_step: one iteration where
+/// it holds), then restarts the rows from their previous slacks and multipliers). Returns the Status, the final
+/// residuals and the iterations taken.
 template <class S, class D, class W>
 int mehrotra(const D& d, typename S::real tol, int max_iter, bool warm, W& ws, Residuals<typename S::real>& res,
              int& iterations) {
@@ -347,6 +414,13 @@ int mehrotra(const D& d, typename S::real tol, int max_iter, bool warm, W& ws, R
   S::start_rows(d, warm, T(0), ws);
   if constexpr (S::mehrotra_start) {
     if (!warm) ipm::mehrotra_start<S>(d, ws, res);
+  }
+  if (warm && max_iter > 0) {
+    if (ipm::active_set_step<S>(d, ws, tol, res)) {
+      iterations = 1;
+      return solved;
+    }
+    S::start_rows(d, warm, T(0), ws);  // the slacks at the distances again: the step's, or the warm start's
   }
   if (warm) {
     // NOTE: the floor a warm start lifts the slacks and multipliers to is the KKT residual of this QP at the

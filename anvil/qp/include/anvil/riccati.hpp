@@ -364,6 +364,8 @@ struct Riccati {
   template <class S, class D, class W>
   friend int ipm::mehrotra(const D& d, typename S::real tol, int max_iter, bool warm, W& ws,
                            ipm::Residuals<typename S::real>& res, int& iterations);
+  template <class S, class D, class W>
+  friend bool ipm::active_set_step(const D& d, W& ws, typename S::real tol, ipm::Residuals<typename S::real>& res);
 
   // One stage's row m, given the stage's stored rows (G, their patterns) after its n_box box rows: a box row's value,
   // gradient and Hessian terms are its variable's (stage N's rows: G_N, patternN, nbN).

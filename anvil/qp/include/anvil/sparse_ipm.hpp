@@ -104,6 +104,8 @@ struct SparseIPMBackend {
   friend int ipm::mehrotra(const D& d, typename S::real tol, int max_iter, bool warm, WS& ws,
                            ipm::Residuals<typename S::real>& res, int& iterations);
   template <class S, class D, class WS>
+  friend bool ipm::active_set_step(const D& d, WS& ws, typename S::real tol, ipm::Residuals<typename S::real>& res);
+  template <class S, class D, class WS>
   friend void ipm::mehrotra_start(const D& d, WS& ws, ipm::Residuals<typename S::real>& res);
 
   /// A with each row scaled by the power of two that brings its largest entry into [1, 2) (exact: no rounding; a row

@@ -307,7 +307,8 @@ def test_elastic_rows_match_the_explicit_l1_penalty(nx: int, nu: int, N: int) ->
 
 def solved_like_osqp(qp: RiccatiQP, d: dict[str, Any]) -> Any:
   """qp's solution of d at tol 1e-10: solved, x and u as OSQP's (the elastic rows as explicit slacks), the input boxes
-  hard; and warm started for d with g nudged, OSQP's again."""
+  hard; warm started for d with g nudged, OSQP's again; and nudged once more by 1e-7, whose active set (the violated
+  sides included) holds, in one iteration."""
   sol = qp(1e-10, **d)
   assert sol.status == "solved" and sol.iterations < 60, (sol.status, sol.iterations)
   x_ref, u_ref, _ = osqp_solution(d)
@@ -318,6 +319,11 @@ def solved_like_osqp(qp: RiccatiQP, d: dict[str, Any]) -> Any:
   warm = qp(1e-10, warm_start=True, **nudged)
   assert warm.status == "solved"
   np.testing.assert_allclose(warm.u, osqp_solution(nudged)[1], atol=1e-6)
+  tiny = {**nudged, "g": nudged["g"] * (1 + 1e-7)}
+  hot = qp(1e-10, warm_start=True, **tiny)
+  assert hot.status == "solved" and hot.iterations == 1, (hot.status, hot.iterations)
+  np.testing.assert_allclose(hot.x, osqp_solution(tiny)[0], atol=1e-6)
+  np.testing.assert_allclose(hot.u, osqp_solution(tiny)[1], atol=1e-6)
   return sol
 
 

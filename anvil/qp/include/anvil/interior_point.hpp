@@ -329,69 +329,86 @@ void mehrotra_start(const D& d, W& ws, Residuals<typename S::real>& res) {
   });
 }
 
-/// The weights of a guessed active set (active_set_step): a pinned side (multiplier above slack) gets the slack pin
-/// times its multiplier, so its weight l/t is 1/pin, an equality row's; a dropped side gets the multiplier eps times
-/// its slack (at least tol), a weight of eps: nothing to a Hessian, and finite in an augmented system's -t/l.
+/// Weights for a guessed active set (active_set_step), read from the warm start. A side whose multiplier exceeds its
+/// slack is pinned to its bound: its slack becomes pin times its multiplier, so its weight l/t is 1/pin, an equality
+/// row's. The others are dropped: the multiplier becomes eps times the slack (at least tol), a weight of eps, nothing
+/// to a Hessian and finite in an augmented system's -t/l. An elastic side's violation s is pinned at zero the same way
+/// (s = pin m) unless it exceeds its multiplier m, which is then dropped (m = eps s): its price acts alone.
 template <class S, class W>
 void pin_active_set(W& ws, typename S::real tol) {
   using T = typename S::real;
+  constexpr T pin = equality_regularization<T>, dropped = std::numeric_limits<T>::epsilon();
   S::for_rows(ws, [&](Row<T>& r) {
     each_side(r, [&](Side<T>& q) {
       if (q.l > q.t) {
-        q.t = equality_regularization<T> * q.l;
+        q.t = pin * q.l;
       } else {
         q.t = std::fmax(q.t, tol);
-        q.l = std::numeric_limits<T>::epsilon() * q.t;
+        q.l = dropped * q.t;
+      }
+      if (!r.elastic) return;
+      if (q.s > q.m) {
+        q.s = std::fmax(q.s, tol);
+        q.m = dropped * q.s;
+      } else {
+        q.m = std::fmax(q.m, tol);
+        q.s = pin * q.m;
       }
     });
   });
 }
 
+/// Whether a step of 1 keeps every slack, multiplier and violation nonnegative, within tol.
+template <class S, class W>
+bool full_step_stays_feasible(W& ws, typename S::real tol) {
+  using T = typename S::real;
+  bool feasible = true;
+  S::for_rows(ws, [&](const Row<T>& r) {
+    each_side(r, [&](const Side<T>& q) {
+      feasible = feasible && q.t + q.dt >= -tol && q.l + q.dl >= -tol &&
+                 (!r.elastic || (q.s + q.ds >= -tol && q.m + q.dm >= -tol));
+    });
+  });
+  return feasible;
+}
+
 /// A warm start's guess at the active set, tried before the interior point (the hot start of an active-set method):
-/// each present side its previous solution left active is pinned to its bound, the others are dropped
-/// (pin_active_set), and a Newton step toward zero complementarity solves the QP with that active set as equalities,
-/// up to pin times the multipliers' change (left as distance to the bound: -pin dl). Further steps on the same
-/// factorization, the sides pinned again at the new multipliers, remove that rest (each leaves pin times the last
-/// change). A step is taken when every slack and multiplier it reaches is nonnegative (within tol); returns whether
-/// the point meets tol. A receding horizon's QP whose active set held (an MPC step, an SQP near convergence) is then
-/// solved by one factorization instead of 2-4 interior-point iterations. A first step not taken leaves the warm start
-/// as it was (a hard row's m, unused, keeps its multiplier meanwhile); a point taken but not meeting tol is the
-/// interior point's warm start. Elastic rows are left to the interior point.
+/// the sides the previous solution left active are pinned to their bounds, the others dropped (pin_active_set), and
+/// a Newton step toward zero complementarity solves the QP with that active set as equalities, up to pin times the
+/// multipliers' change (left as distance to the bound). Two more steps on the same factorization, the sides pinned
+/// again at the new multipliers, remove that rest. A step that keeps every slack, multiplier and violation
+/// nonnegative (within tol) is taken whole, else only as far as they stay so. Returns whether the point meets tol: a
+/// receding horizon's QP whose active set held (an MPC step, an SQP near convergence) is then solved by one
+/// factorization instead of 2-4 interior-point iterations; otherwise the point reached is the interior point's warm
+/// start.
 template <class S, class D, class W>
 bool active_set_step(const D& d, W& ws, typename S::real tol, Residuals<typename S::real>& res) {
   using T = typename S::real;
   constexpr int refinements = 2;
-  bool elastic = false;
-  S::for_rows(ws, [&](const Row<T>& r) { elastic = elastic || r.elastic; });
-  if (elastic) return false;
-  S::for_rows(ws, [&](Row<T>& r) { each_side(r, [&](Side<T>& q) { q.m = q.l; }); });
   pin_active_set<S>(ws, tol);
   S::residuals(d, ws, res);
-  bool taken = false, feasible = S::factor(d, ws);
-  for (int pass = 0; feasible && pass <= refinements; ++pass) {
+  if (!S::factor(d, ws)) return false;
+  for (int pass = 0; pass <= refinements; ++pass) {
     if (pass > 0) {
       pin_active_set<S>(ws, tol);
       S::residuals(d, ws, res);
     }
     S::newton_step(d, ws, T(0), false);
-    S::for_rows(ws, [&](const Row<T>& r) {
-      each_side(r, [&](const Side<T>& q) { feasible = feasible && q.t + q.dt >= -tol && q.l + q.dl >= -tol; });
-    });
-    if (!feasible) break;
-    S::take_step(ws, T(1));
-    taken = true;
+    const bool full = full_step_stays_feasible<S>(ws, tol);
+    S::take_step(ws, full ? T(1) : T(fraction_to_boundary) * max_step<S>(ws));
     S::for_rows(ws, [&](Row<T>& r) {
       each_side(r, [&](Side<T>& q) {
         q.t = std::fmax(q.t, T(0));
         q.l = std::fmax(q.l, T(0));
-        q.m = 0.0;
+        q.s = std::fmax(q.s, T(0));
+        q.m = std::fmax(q.m, T(0));
       });
     });
     S::residuals(d, ws, res);
+    if (!full) return false;
     if (res.stationarity <= tol && res.equality <= tol && res.inequality <= tol && res.complementarity <= tol)
       return true;
   }
-  if (!taken) S::for_rows(ws, [&](Row<T>& r) { each_side(r, [&](Side<T>& q) { q.l = q.m, q.m = 0.0; }); });
   return false;
 }
 

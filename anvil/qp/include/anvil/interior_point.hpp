@@ -333,21 +333,26 @@ void mehrotra_start(const D& d, W& ws, Residuals<typename S::real>& res) {
 /// slack is pinned to its bound: its slack becomes pin times its multiplier, so its weight l/t is 1/pin, an equality
 /// row's. The others are dropped: the multiplier becomes eps times the slack (at least tol), a weight of eps, nothing
 /// to a Hessian and finite in an augmented system's -t/l. An elastic side's violation s is pinned at zero the same way
-/// (s = pin m) unless it exceeds its multiplier m, which is then dropped (m = eps s): its price acts alone.
+/// (s = pin m) unless it exceeds its multiplier m, which is then dropped (m = eps s): its price acts alone. A hard
+/// side's unused s holds -margin, which moves the bound it is pinned to margin = tol / (100 max(1, l)) inside: the
+/// interior point's solutions end there too (l t = tol / 100, its least target), so a hard bound (an actuator's
+/// limit) holds in the NLP's step, not only up to the tolerance.
 template <class S, class W>
 void pin_active_set(W& ws, typename S::real tol) {
   using T = typename S::real;
   constexpr T pin = equality_regularization<T>, dropped = std::numeric_limits<T>::epsilon();
   S::for_rows(ws, [&](Row<T>& r) {
     each_side(r, [&](Side<T>& q) {
-      if (q.l > q.t) {
+      const bool active = q.l > q.t;
+      if (active) {
         q.t = pin * q.l;
       } else {
         q.t = std::fmax(q.t, tol);
         q.l = dropped * q.t;
       }
-      if (!r.elastic) return;
-      if (q.s > q.m) {
+      if (!r.elastic) {
+        q.s = active ? -T(0.01) * tol / std::fmax(T(1), q.l) : T(0);
+      } else if (q.s > q.m) {
         q.s = std::fmax(q.s, tol);
         q.m = dropped * q.s;
       } else {
@@ -373,10 +378,11 @@ bool full_step_stays_feasible(W& ws, typename S::real tol) {
 }
 
 /// A warm start's guess at the active set, tried before the interior point (the hot start of an active-set method):
-/// the sides the previous solution left active are pinned to their bounds, the others dropped (pin_active_set), and
-/// a Newton step toward zero complementarity solves the QP with that active set as equalities, up to pin times the
-/// multipliers' change (left as distance to the bound). Two more steps on the same factorization, the sides pinned
-/// again at the new multipliers, remove that rest. A step that keeps every slack, multiplier and violation
+/// the sides the previous solution left active are pinned to their bounds (a hard side's a margin inside), the others
+/// dropped (pin_active_set), and a Newton step toward zero complementarity solves the QP with that active set as
+/// equalities, up to pin times the multipliers' change, left as distance to the (moved) bound. Two more steps on the
+/// same factorization, the sides pinned again at the new multipliers, remove that rest where the point does not yet
+/// meet tol with every hard side within its bound. A step that keeps every slack, multiplier and violation
 /// nonnegative (within tol) is taken whole, else only as far as they stay so. Returns whether the point meets tol: a
 /// receding horizon's QP whose active set held (an MPC step, an SQP near convergence) is then solved by one
 /// factorization instead of 2-4 interior-point iterations; otherwise the point reached is the interior point's warm
@@ -396,8 +402,14 @@ bool active_set_step(const D& d, W& ws, typename S::real tol, Residuals<typename
     S::newton_step(d, ws, T(0), false);
     const bool full = full_step_stays_feasible<S>(ws, tol);
     S::take_step(ws, full ? T(1) : T(fraction_to_boundary) * max_step<S>(ws));
+    bool inside = true;  // every hard side within its bound
     S::for_rows(ws, [&](Row<T>& r) {
       each_side(r, [&](Side<T>& q) {
+        if (!r.elastic) {
+          q.t -= q.s;  // the slack to the bound itself (s: the pinned side's -margin)
+          q.s = 0.0;
+          inside = inside && q.t >= T(0);
+        }
         q.t = std::fmax(q.t, T(0));
         q.l = std::fmax(q.l, T(0));
         q.s = std::fmax(q.s, T(0));
@@ -406,7 +418,8 @@ bool active_set_step(const D& d, W& ws, typename S::real tol, Residuals<typename
     });
     S::residuals(d, ws, res);
     if (!full) return false;
-    if (res.stationarity <= tol && res.equality <= tol && res.inequality <= tol && res.complementarity <= tol)
+    if (inside && res.stationarity <= tol && res.equality <= tol && res.inequality <= tol &&
+        res.complementarity <= tol)
       return true;
   }
   return false;

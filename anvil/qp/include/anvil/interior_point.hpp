@@ -391,14 +391,10 @@ template <class S, class D, class W>
 bool active_set_step(const D& d, W& ws, typename S::real tol, Residuals<typename S::real>& res) {
   using T = typename S::real;
   constexpr int refinements = 2;
-  pin_active_set<S>(ws, tol);
-  S::residuals(d, ws, res);
-  if (!S::factor(d, ws)) return false;
   for (int pass = 0; pass <= refinements; ++pass) {
-    if (pass > 0) {
-      pin_active_set<S>(ws, tol);
-      S::residuals(d, ws, res);
-    }
+    pin_active_set<S>(ws, tol);
+    S::residuals(d, ws, res);
+    if (pass == 0 && !S::factor(d, ws)) return false;  // the later passes reuse it: the weights are the same
     S::newton_step(d, ws, T(0), false);
     const bool full = full_step_stays_feasible<S>(ws, tol);
     S::take_step(ws, full ? T(1) : T(fraction_to_boundary) * max_step<S>(ws));
@@ -416,8 +412,8 @@ bool active_set_step(const D& d, W& ws, typename S::real tol, Residuals<typename
         q.m = std::fmax(q.m, T(0));
       });
     });
+    if (!full) return false;  // the interior point starts from here (its own residuals)
     S::residuals(d, ws, res);
-    if (!full) return false;
     if (inside && res.stationarity <= tol && res.equality <= tol && res.inequality <= tol &&
         res.complementarity <= tol)
       return true;

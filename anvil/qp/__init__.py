@@ -10,4 +10,7 @@ from anvil.qp.result import OCPQPSolution as OCPQPSolution
 from anvil.qp.result import QPStatus as QPStatus
 from anvil.qp.riccati import RiccatiQP as RiccatiQP
 from anvil.qp.stages import StageLayout as StageLayout
+from anvil.qp.structure import StageReport as StageReport
+from anvil.qp.structure import StageSearch as StageSearch
 from anvil.qp.structure import detect_stages as detect_stages
+from anvil.qp.structure import search_stages as search_stages

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import logging
 import threading
 from dataclasses import dataclass
 from functools import cached_property
@@ -30,7 +31,9 @@ from anvil.qp import (
   RiccatiOptions,
   SparseIPMOptions,
   StageLayout,
-  detect_stages,
+  StageReport,
+  StageSearch,
+  search_stages,
 )
 from anvil.qp.backend import DerivativeSources
 from anvil.sqp.labels import NLPLabels
@@ -299,21 +302,59 @@ class SQPFunction(TemplatedFunction):
   @cached_property
   def layout(self) -> StageLayout | None:
     """The stage layout the QPs are solved with: `stages`, else (with `options.qp` None or RiccatiOptions) the one
-    `anvil.qp.detect_stages` finds in the patterns, where the Riccati backend accepts it, else None."""
-    if self.stages is not None or not (self.options.qp is None or isinstance(self.options.qp, RiccatiOptions)):
+    `anvil.qp.search_stages` finds in the patterns, where the Riccati backend accepts it, else None (`structure`
+    says why; where the patterns looked like an optimal control problem, a warning on the `anvil` logger too)."""
+    if self.stages is not None or not self._searches:
       return self.stages
+    search = self._stage_search
+    if search.layout is None and isinstance(self.options.qp, RiccatiOptions):
+      raise ValueError(f"{self.name}: RiccatiOptions solves QPs with a stage layout: none was found in the patterns "
+                       f"of the constraint Jacobian and the Hessian ({self._reason}); pass "
+                       "stages=StageLayout(...)")  # fmt: skip
+    if search.layout is None and search.stages > 0:
+      logging.getLogger("anvil").warning("%s: no stage structure, so its QPs are solved by the sparse interior point, "
+                                         "not the Riccati one: %s", self.name, self._reason)  # fmt: skip
+    return search.layout
+
+  @property
+  def _searches(self) -> bool:
+    """Whether the stage layout is searched for: none given, and the QP solver is the default or the Riccati one."""
+    return self.stages is None and self.constraints is not None and isinstance(self.options.qp, RiccatiOptions | None)
+
+  @cached_property
+  def _stage_search(self) -> StageSearch:
+    """The search for a stage layout in the patterns of ∂g/∂x and the Hessian, what it found checked by the Riccati
+    backend."""
     hess, jac, p_pattern, a_pattern = self._patterns
     constants = getattr(self.jacobian, "constant_entries", None)
-    found = None if constants is None else detect_stages(jac, constants, hess)
-    try:
-      if found is not None:
-        RiccatiOptions().backend(f"{self.name}_qp", QPProblem(p_pattern, a_pattern, found))
-    except ValueError:
-      found = None  # NOTE: a layout the patterns do not fit (the backend checks every entry)
-    if found is None and isinstance(self.options.qp, RiccatiOptions):
-      raise ValueError(f"{self.name}: RiccatiOptions solves QPs with a stage layout: none was found in the patterns "
-                       "of the constraint Jacobian and the Hessian; pass stages=StageLayout(...)")  # fmt: skip
-    return found
+    if constants is None:
+      return StageSearch(None, "the constraint Jacobian given does not say which of its entries are constant")
+    search = search_stages(jac, constants, hess)
+    if search.layout is not None:
+      try:
+        RiccatiOptions().backend(f"{self.name}_qp", QPProblem(p_pattern, a_pattern, search.layout))
+      except ValueError as error:  # NOTE: a layout the patterns do not fit (the backend checks every entry)
+        reason = str(error).removeprefix(f"{self.name}_qp: ").replace("{", "{{").replace("}", "}}")
+        return StageSearch(None, f"the Riccati interior point cannot take the stages found: {reason}", stages=1)
+    return search
+
+  @property
+  def _reason(self) -> str:
+    """Why the search found no layout, in the NLP's terms."""
+    return self._stage_search.explain(lambda r: self.labels.row(r)[1], lambda j: self.labels.variable(j)[1])
+
+  @cached_property
+  def structure(self) -> StageReport:
+    """The stage structure the QPs are solved with: the layout (given or found: stages, states, inputs, which rows
+    are initial, dynamics, path and terminal) or why none was found; `print(solver.structure)` says it in a line."""
+    if self.stages is not None:
+      origin, reason = "given", ""
+    elif not self._searches:
+      origin, reason = "not searched", ""
+    else:
+      origin = "found" if self.layout is not None else "not found"
+      reason = "" if self.layout is not None else self._reason
+    return StageReport(self.layout, origin, self.qp_options.solver, reason)
 
   @cached_property
   def qp_options(self) -> QPOptions:

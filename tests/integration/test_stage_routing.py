@@ -137,3 +137,56 @@ def test_riccati_without_a_structure_says_so() -> None:
   with pytest.raises(ValueError, match="RiccatiOptions solves QPs with a stage layout: none was found"):
     _ = SQPFunction("route_none", f, g, SQPOptions(qp=RiccatiOptions())).layout
   assert SQPFunction("route_none_auto", f, g).qp_options == SparseIPMOptions()
+
+
+@pytest.mark.slow
+def test_terminal_rows_and_rows_on_single_variables_keep_the_structure() -> None:
+  """The loop in Opti's order with the inputs bounded by rows of their own (a loop before the dynamics) and x_N's
+  angle and cart velocity brought to 0 by rows (one constant entry each, like x_0's): the structure is found, its report
+  names each kind of row, and the Riccati solver reaches the general solver's optimum."""
+  n, m_loop = NX * (N + 1) + N, (NX + 1) * N + NX
+
+  def constraints(w: Tensor, x_init: Tensor) -> Tensor:
+    xs, us = states_first(w)
+    return Tensor.cat(*us, loop_constraints(w, x_init), xs[N][1:3])
+
+  f = av.NumericalFunction("route_terminal_f", loop_cost, (Arg(n), Arg(NX)))
+  g = av.NumericalFunction("route_terminal_g", constraints, (Arg(n), Arg(NX)))
+  lbx, ubx, lbg, ubg = loop_bounds()
+  lbx[:], ubx[:] = -np.inf, np.inf
+  lbg = np.concatenate([np.full(N, -15.0), lbg, np.zeros(2)])
+  ubg = np.concatenate([np.full(N, 15.0), ubg, np.zeros(2)])
+  auto = SQPFunction("route_terminal", f, g)
+  general = SQPFunction("route_terminal_general", f, g, SQPOptions(qp=SparseIPMOptions()))
+  report = auto.structure
+  assert report.origin == "found" and report.qp_solver == "riccati" and report.layout is not None
+  assert report.terminal_rows == (N + m_loop, N + m_loop + 1)
+  assert report.initial_rows == tuple(range(N + m_loop - NX, N + m_loop))
+  assert set(report.path_rows) == set(range(N)) | {N + k * (NX + 1) + NX for k in range(N)}
+  assert len(report.dynamics_rows) == NX * N and report.inputs == (1,) * N + (0,)
+  assert str(report).startswith(f"{N} stages (found): nx = {NX}, nu = 1")
+  assert general.structure.origin == "not searched" and general.structure.layout is None
+  res, ref = (s(np.zeros(n), X_INIT, lbx, ubx, lbg, ubg) for s in (auto, general))
+  assert res.success and ref.success and res.stats["qp_solver"] == "riccati"
+  np.testing.assert_allclose(res.x, ref.x, atol=1e-6)
+  np.testing.assert_allclose(res.lam_g, ref.lam_g, atol=1e-5)
+  assert np.abs(res.x[NX * N + 1 : NX * N + 3]).max() < 1e-9, "x_N's angle and cart velocity at 0"
+  assert np.abs(res.x[NX * (N + 1) :]).max() == pytest.approx(15.0, abs=1e-6), "the input rows active"
+
+
+def test_an_ocp_whose_structure_breaks_says_where(caplog: pytest.LogCaptureFixture) -> None:
+  """A row joining stages 1 and 10 of the loop: no layout; the report and a warning at build time name that row in
+  the NLP's terms (its row of g, the variable of the far stage)."""
+  n, m_loop = NX * (N + 1) + N, (NX + 1) * N + NX
+
+  def constraints(w: Tensor, x_init: Tensor) -> Tensor:
+    xs, _ = states_first(w)
+    return loop_constraints(w, x_init).cat((xs[1][0] * xs[10][1]).reshape(1))
+
+  f = av.NumericalFunction("route_broken_f", loop_cost, (Arg(n), Arg(NX)))
+  g = av.NumericalFunction("route_broken_g", constraints, (Arg(n), Arg(NX)))
+  with caplog.at_level("WARNING", logger="anvil"):
+    report = SQPFunction("route_broken", f, g).structure
+  expected = f"row {m_loop} of route_broken_g joins stage 1's variables to x[{NX * 10 + 1}], a variable of stage 10"
+  assert report.layout is None and report.qp_solver == "sparse_ipm" and report.reason.startswith(expected)
+  assert expected in caplog.text

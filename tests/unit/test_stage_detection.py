@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from anvil.qp import detect_stages
+from anvil.qp import StageReport, StageSearch, detect_stages, search_stages
 
 VARYING = np.nan
 
@@ -178,3 +178,84 @@ def test_stages_coupled_by_the_hessian_are_merged() -> None:
   layout = detect_stages(*patterns(ocp.rows, ocp.n, coupled, np.arange(ocp.n), np.arange(len(ocp.rows))))
   assert layout is not None and (layout.N, layout.nx, layout.nu) == (3, 2, 4)
   assert [layout.variables[c][0] for c in (ocp.u(1, 0), ocp.x(2, 0), ocp.u(2, 0), ocp.x(3, 0))] == [1, 1, 1, 2]
+
+
+def with_rows(ocp: Shooting, rows: list[tuple[dict[int, float], tuple[str, int]]], first: bool = False) -> Shooting:
+  """`ocp` with more rows (entries and (kind, stage)), after its rows or (first) before them."""
+  more = Shooting(ocp.N, ocp.nx, ocp.nu, hessian=ocp.hessian)
+  added = [entries for entries, _ in rows], [kind for _, kind in rows]
+  more.rows = added[0] + ocp.rows if first else ocp.rows + added[0]
+  more.kinds = added[1] + ocp.kinds if first else ocp.kinds + added[1]
+  return more
+
+
+def terminal_state(ocp: Shooting) -> list[tuple[dict[int, float], tuple[str, int]]]:
+  """x_N = 0 as rows: one entry each, a constant, as x_0 = x0's rows are."""
+  return [({ocp.x(ocp.N, i): 1.0}, ("stage", ocp.N)) for i in range(ocp.nx)]
+
+
+def initial_last(ocp: Shooting) -> np.ndarray:
+  """The row order putting x_0 = x0's rows (the first nx) last."""
+  return np.roll(np.arange(len(ocp.rows)), -ocp.nx)
+
+
+@pytest.mark.parametrize("last", [False, True])
+def test_a_terminal_state_written_as_rows_is_no_initial_state(last: bool) -> None:
+  """x_N = 0 written as rows like x_0 = x0's (one constant entry each): the stages still start at x_0, with x_0's rows
+  first, or last right after x_N's (one run of such rows: told apart by the rows their variables share)."""
+  for ocp in (nonlinear_ocp(path=False), nonlinear_ocp(), linear_ocp()):
+    ocp = with_rows(ocp, terminal_state(ocp))
+    rows = initial_last(ocp) if last else np.arange(len(ocp.rows))
+    check(ocp, np.arange(ocp.n), rows)
+
+
+@pytest.mark.parametrize("first", [False, True])
+def test_path_rows_on_one_variable_in_a_loop_of_their_own(first: bool) -> None:
+  """u_k and x_k[0] bounded by rows of their own (one constant entry each), written in a loop before or after the
+  dynamics, with a terminal state: each row is a row of its stage."""
+  ocp = nonlinear_ocp(N=5, nx=3, nu=2, path=False)
+  path = [({ocp.u(k, 1): 1.0}, ("stage", k)) for k in range(ocp.N)]
+  path += [({ocp.x(k, 0): 2.0}, ("stage", k)) for k in range(1, ocp.N)]
+  ocp = with_rows(with_rows(ocp, path, first=first), terminal_state(ocp))
+  check(ocp, np.arange(ocp.n), np.arange(len(ocp.rows)))
+  if not first:  # NOTE: before x_0's rows, rows on single variables in a shuffled order are not told apart from them
+    check(ocp, np.random.default_rng(3).permutation(ocp.n), np.arange(len(ocp.rows)))
+
+
+def search(ocp_rows: list[dict[int, float]], n: int, hessian: set[tuple[int, int]]) -> StageSearch:
+  return search_stages(*patterns(ocp_rows, n, hessian, np.arange(n), np.arange(len(ocp_rows))))
+
+
+def test_where_the_structure_breaks_is_named() -> None:
+  """No layout, and the reason names the row or variable that broke it: a row joining stages 1 and 3 (the row and
+  the variable of stage 3), a Hessian entry doing the same (the variable), no initial rows."""
+  ocp = nonlinear_ocp(N=5, nx=2, nu=1, path=False)
+  far = {ocp.x(1, 0): VARYING, ocp.x(3, 1): VARYING}
+  found = search([*ocp.rows, far], ocp.n, ocp.hessian)
+  assert found.layout is None and (found.row, found.variable) == (len(ocp.rows), ocp.x(3, 1))
+  sentence = found.explain(lambda r: f"row {r} of g", lambda j: f"x[{j}]")
+  assert sentence.startswith(f"row {len(ocp.rows)} of g joins stage 1's variables to x[{ocp.x(3, 1)}], a variable of "
+                             "stage 3")  # fmt: skip
+  found = search(ocp.rows, ocp.n, ocp.hessian | {(ocp.u(0, 0), ocp.u(4, 0))})
+  assert found.layout is None and found.variable in (ocp.u(0, 0), ocp.u(4, 0)) and "Hessian" in found.reason
+  dynamics_only = [r for r, (kind, _) in zip(ocp.rows, ocp.kinds, strict=True) if kind != "initial"]
+  found = search(dynamics_only, ocp.n, ocp.hessian)
+  assert found.layout is None and "x_0 fixed by bounds lbx = ubx alone is not enough" in found.reason
+  assert search(ocp.rows, ocp.n, ocp.hessian).reason == ""
+
+
+def test_the_report_of_a_layout() -> None:
+  """StageReport: the rows of each kind, the inputs per stage, and a line saying it."""
+  ocp = nonlinear_ocp(N=4, nx=2, nu=1)
+  layout = detect_stages(*ocp.patterns(np.arange(ocp.n), np.arange(len(ocp.rows))))
+  report = StageReport(layout, "found", "riccati")
+  kinds = [kind for kind, _ in ocp.kinds]
+  assert report.initial_rows == tuple(r for r, kind in enumerate(kinds) if kind == "initial")
+  assert report.dynamics_rows == tuple(r for r, kind in enumerate(kinds) if kind == "dynamics")
+  assert report.path_rows == tuple(r for r, (kind, k) in enumerate(ocp.kinds) if kind == "stage" and k < ocp.N)
+  assert report.terminal_rows == (len(ocp.rows) - 1,)
+  assert report.inputs == (1, 1, 1, 1, 0)
+  assert str(report) == ("4 stages (found): nx = 2, nu = 1 (0 at stage N); rows: 2 initial, 8 dynamics, 4 path, "
+                         "1 terminal; QPs: riccati")  # fmt: skip
+  none = StageReport(None, "not found", "sparse_ipm", "why")
+  assert str(none) == "no stage structure (not found: why); QPs: sparse_ipm"

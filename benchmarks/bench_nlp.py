@@ -5,7 +5,7 @@ against CasADi's IPOPT on the same NLPs.
 
 Run from the repository root:
 
-  .venv/bin/python -m benchmarks.bench_nlp                      # swing-up N = 50 (loop, batched), Bratu, chain
+  .venv/bin/python -m benchmarks.bench_nlp                      # swing-up N = 50 (three forms), Bratu, chain
   .venv/bin/python -m benchmarks.bench_nlp --forms batched      # the batched swing-up only
   .venv/bin/python -m benchmarks.bench_nlp --qp auto            # the default routing only
 
@@ -17,8 +17,12 @@ NLPs:
   `for k in range(N)`: one cart-pole step per stage, concatenated, and the cost summed stage by stage (a graph unrolled
   over the stages, which anvil builds as straight-line code, its derivatives derived on scalar expressions);
 - swing-up, batched: the same NLP with the stages batched (anvil.problems.shooting.defects);
+- swing-up, terminal: the loop with x_N = 0 written as constraint rows after the defects (as a user appends the
+  terminal condition) instead of bounds on x_N;
 - hanging chain (COPS): n links of fixed length between fixed ends at least potential energy; nonconvex equality
   constraints, banded Jacobian, no stage structure;
+- elastic-plastic torsion (COPS): a convex QP with bounds alone on an n x n grid (n^2 variables);
+- minimal surface with an obstacle (COPS): convex, nonlinear, bounds alone on an n x n grid;
 - Bratu: min sum (u_i - 1)^2 / n s.t. u_{i-1} - 2 u_i + u_{i+1} + h^2 lam exp(u_i) = 0 (lam = 1, u_0 = u_{n+1} = 0) and
   0 <= u_i <= 0.5: a discretized boundary-value problem (tridiagonal Jacobian, diagonal Hessian) with active bounds.
 
@@ -51,6 +55,7 @@ from benchmarks.bench_sqp import median_ms
 from benchmarks.common import anvil_cache, casadi_solver, load_casadi
 
 QP_SOLVERS = ("auto", "sparse_ipm", "osqp")
+FORMS = ("loop", "batched", "terminal")
 
 
 @dataclass
@@ -61,7 +66,7 @@ class NLP:
   n: int
   m: int
   cost: Callable[[Any, Any], Any]
-  constraints: Callable[[Any, Any], Any]
+  constraints: Callable[[Any, Any], Any] | None
   casadi: Callable[[Any], dict[str, Any]]
   p: np.ndarray
   lbx: np.ndarray
@@ -71,9 +76,12 @@ class NLP:
   x0: np.ndarray
 
 
-def swing_up(horizon: int, loop: bool) -> NLP:
-  """The swing-up, its defects written as a loop over the stages or batched."""
+def swing_up(horizon: int, form: str) -> NLP:
+  """The swing-up, its defects written as a loop over the stages ("loop"), batched ("batched"), or as the loop with
+  x_N = 0 as constraint rows appended after the defects instead of bounds on x_N ("terminal")."""
   from tinygrad import Tensor
+
+  loop, terminal = form != "batched", form == "terminal"
 
   def cost_loop(w: Tensor, x_init: Tensor) -> Tensor:
     st, total = shooting.STAGE, Tensor(0.0)
@@ -88,7 +96,7 @@ def swing_up(horizon: int, loop: bool) -> NLP:
     for k in range(horizon):
       x, u = w[st * k : st * k + shooting.NX], w[st * k + shooting.NX : st * (k + 1)]
       pieces.append(w[st * (k + 1) : st * (k + 1) + shooting.NX] - cartpole.step(x, u))
-    return Tensor.cat(*pieces)
+    return Tensor.cat(*pieces, *([w[st * horizon :]] if terminal else []))
 
   def casadi_nlp(ca: Any) -> dict[str, Any]:
     b, st = casadi_backend(ca), shooting.STAGE
@@ -98,14 +106,16 @@ def swing_up(horizon: int, loop: bool) -> NLP:
       x, u = w[st * k : st * k + shooting.NX], w[st * k + shooting.NX : st * (k + 1)]
       cost += ca.dot(x * x, ca.DM(shooting.Q_DIAG)) + cartpole.R * u * u
       defects.append(w[st * (k + 1) : st * (k + 1) + shooting.NX] - cartpole.step(x, u, b))
-    return {"x": w, "p": p, "f": cost, "g": ca.vertcat(*defects)}
+    return {"x": w, "p": p, "f": cost, "g": ca.vertcat(*defects, *([w[st * horizon :]] if terminal else []))}
 
   x_init, lbx, ubx, w0 = shooting.swing_up(horizon)
-  m = shooting.NX * (horizon + 1)
+  m = shooting.NX * (horizon + 1 + terminal)
+  if terminal:
+    lbx[shooting.STAGE * horizon :], ubx[shooting.STAGE * horizon :] = -np.inf, np.inf
   defects = defects_loop if loop else (lambda w, x0: shooting.defects(w, x0, horizon))
   cost = cost_loop if loop else (lambda w, x0: shooting.stage_cost(w, horizon))
-  return NLP(f"swing_up_{'loop' if loop else 'batched'}_{horizon}", shooting.size(horizon), m, cost, defects,
-             casadi_nlp, x_init, lbx, ubx, np.zeros(m), np.zeros(m), w0)  # fmt: skip
+  return NLP(f"swing_up_{form}_{horizon}", shooting.size(horizon), m, cost, defects, casadi_nlp, x_init, lbx, ubx,
+             np.zeros(m), np.zeros(m), w0)  # fmt: skip
 
 
 def bratu(n: int) -> NLP:
@@ -151,6 +161,70 @@ def hanging_chain(n: int) -> NLP:
              casadi_nlp, np.zeros(0), lbx, ubx, g, g, w0)  # fmt: skip
 
 
+def _grid(n: int) -> tuple[float, np.ndarray]:
+  """(h, X): the mesh width of n x n interior points on the unit square and the x coordinate of the (n + 2) x (n + 2)
+  grid with its boundary (row i at y = i h, column j at x = j h)."""
+  h = 1.0 / (n + 1)
+  return h, np.tile(np.arange(n + 2) * h, (n + 2, 1))
+
+
+def torsion(n: int, c: float = 5.0) -> NLP:
+  """Elastic-plastic torsion (COPS): min 1/2 |grad v|^2 - c v over the unit square on an n x n grid (5-point finite
+  differences, v = 0 on the boundary) subject to |v| <= dist(x, boundary): a convex QP with bounds alone."""
+  h, _ = _grid(n)
+  index = np.arange(n)
+  distance = np.minimum.outer(np.minimum(index + 1, n - index), np.minimum(index + 1, n - index)).ravel() * h
+
+  def energy(grid: Any, square_sum: Callable[[Any], Any], total: Any) -> Any:
+    dx, dy = grid[:, 1:] - grid[:, :-1], grid[1:, :] - grid[:-1, :]
+    return 0.5 * (square_sum(dx) + square_sum(dy)) - c * h * h * total
+
+  def cost(w: Any, p: Any) -> Any:
+    return energy(w.reshape(n, n).pad(((1, 1), (1, 1))), lambda d: (d * d).sum(), w.sum())
+
+  def casadi_nlp(ca: Any) -> dict[str, Any]:
+    w, p = ca.SX.sym("w", n * n), ca.SX.sym("p", 0)
+    grid = ca.SX.zeros(n + 2, n + 2)
+    grid[1 : n + 1, 1 : n + 1] = ca.reshape(w, n, n).T
+    return {"x": w, "p": p, "f": energy(grid, ca.sumsqr, ca.sum1(w))}
+
+  return NLP(f"torsion_{n * n}", n * n, 0, cost, None, casadi_nlp, np.zeros(0), -distance, distance, np.zeros(0),
+             np.zeros(0), np.zeros(n * n))  # fmt: skip
+
+
+def minimal_surface(n: int) -> NLP:
+  """Minimal surface with an obstacle (COPS): min the area of v over the unit square on an n x n grid (its two
+  triangles per cell), v = 1 - (2x - 1)^2 on the edges y = 0 and y = 1 and 0 on x = 0 and x = 1, v >= 1 over
+  [1/4, 3/4]^2: convex, nonlinear, bounds alone."""
+  h, x = _grid(n)
+  boundary = np.zeros((n + 2, n + 2))
+  boundary[[0, -1], :] = 1.0 - (2.0 * x[0] - 1.0) ** 2
+  inner = x[1:-1, 1:-1]
+  obstacle = (np.abs(inner - 0.5) <= 0.25) & (np.abs(inner.T - 0.5) <= 0.25)
+  lower = np.where(obstacle, 1.0, -np.inf).ravel()
+
+  def area(grid: Any, sqrt: Callable[[Any], Any], total: Callable[[Any], Any]) -> Any:
+    low = sqrt(1 + ((grid[:-1, 1:] - grid[:-1, :-1]) ** 2 + (grid[1:, :-1] - grid[:-1, :-1]) ** 2) / h**2)
+    high = sqrt(1 + ((grid[1:, 1:] - grid[1:, :-1]) ** 2 + (grid[1:, 1:] - grid[:-1, 1:]) ** 2) / h**2)
+    return 0.5 * h * h * (total(low) + total(high))
+
+  def cost(w: Any, p: Any) -> Any:
+    from tinygrad import Tensor
+
+    grid = w.reshape(n, n).pad(((1, 1), (1, 1))) + Tensor(boundary)
+    return area(grid, lambda v: v.sqrt(), lambda v: v.sum())
+
+  def casadi_nlp(ca: Any) -> dict[str, Any]:
+    w, p = ca.SX.sym("w", n * n), ca.SX.sym("p", 0)
+    grid = ca.SX(ca.DM(boundary))
+    grid[1 : n + 1, 1 : n + 1] = ca.reshape(w, n, n).T
+    return {"x": w, "p": p, "f": area(grid, ca.sqrt, lambda v: ca.sum1(ca.sum2(v)))}
+
+  start = np.maximum(np.tile(1.0 - (2.0 * x[0, 1:-1] - 1.0) ** 2, n), np.where(obstacle.ravel(), 1.0, -np.inf))
+  return NLP(f"minimal_surface_{n * n}", n * n, 0, cost, None, casadi_nlp, np.zeros(0), lower, np.full(n * n, np.inf),
+             np.zeros(0), np.zeros(0), start)  # fmt: skip
+
+
 @dataclass
 class Result:
   """One solver's line of the table (anvil: cold and warm build; CasADi: derive and gcc times)."""
@@ -190,7 +264,7 @@ def _build_and_solve(nlp: NLP, name: str, options: Any) -> tuple[Callable[[], An
   t0 = time.perf_counter()
   args = (av.Arg(nlp.n), av.Arg(nlp.p.size))
   f = av.NumericalFunction(f"{name}_f", nlp.cost, args)
-  g = av.NumericalFunction(f"{name}_g", nlp.constraints, args)
+  g = None if nlp.constraints is None else av.NumericalFunction(f"{name}_g", nlp.constraints, args)
   solver = SQPFunction(name, f, g, options)
   solve = lambda: solver(nlp.x0, nlp.p, nlp.lbx, nlp.ubx, nlp.lbg, nlp.ubg)
   res = solve()
@@ -246,16 +320,18 @@ def print_table(results: list[Result]) -> None:
 def main() -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--sizes", type=int, nargs="*", default=[50], help="swing-up horizons N (none: no swing-up)")
-  ap.add_argument("--forms", choices=("loop", "batched"), nargs="+", default=["loop", "batched"], help="swing-ups")
+  ap.add_argument("--forms", choices=FORMS, nargs="+", default=list(FORMS), help="swing-ups")
   ap.add_argument("--bratu", type=int, default=200, help="Bratu grid points (0: skip)")
   ap.add_argument("--chain", type=int, default=200, help="hanging chain links (0: skip)")
+  ap.add_argument("--cops", type=int, default=50, help="torsion and minimal surface on n x n grids (0: skip)")
   ap.add_argument("--qp", choices=QP_SOLVERS, nargs="+", default=list(QP_SOLVERS), help="anvil's QP solvers")
   ap.add_argument("--solves", type=int, default=5, help="timed solves per solver (median)")
   args = ap.parse_args()
 
-  nlps = [swing_up(n, form == "loop") for n in args.sizes for form in args.forms]
+  nlps = [swing_up(n, form) for n in args.sizes for form in args.forms]
   nlps += [bratu(args.bratu)] if args.bratu else []
   nlps += [hanging_chain(args.chain)] if args.chain else []
+  nlps += [torsion(args.cops), minimal_surface(args.cops)] if args.cops else []
   ca, notes, results = load_casadi(), [], []
   for nlp in nlps:
     results += [run_anvil(nlp, qp, args.solves) for qp in args.qp]

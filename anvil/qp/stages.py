@@ -43,6 +43,8 @@ class StageLayout:
       terms of stage k's variables equals its bound; ("stage", k, j): the j-th row of stage k, between its bounds.
     coefficients: for each constraint row, the coefficient of its state in an initial or dynamics row (a nonzero
       constant: the row is that multiple of the forms above; 1.0 on stage rows); empty (the default): all 1.0.
+    initial_bounds: x_0 has no initial rows: its bounds fix it (lbx = ubx on x_0 at every call, as a CasADi user
+      writes lbw = ubw = x0), and their identity rows of the QP are its initial rows. False (the default): rows do.
     soft: the slacks of soft constraints, as (variable, lower row, upper row): an input of its stage, bounded below
       only, entering no row but the two stage rows of its stage it relaxes, row + s >= lo (lower row, no upper bound)
       and row - s <= hi (upper row, no lower bound; either row -1: none), with a Hessian entry on its diagonal alone.
@@ -62,6 +64,7 @@ class StageLayout:
   rows: tuple[tuple[str, int, int], ...]
   coefficients: tuple[float, ...] = ()
   soft: tuple[tuple[int, int, int], ...] = ()
+  initial_bounds: bool = False
 
   def __post_init__(self) -> None:
     for what, value, least in (("N", self.N, 1), ("nx", self.nx, 1), ("nu", self.nu, 1), ("nuN", self.nuN, 0)):
@@ -82,11 +85,11 @@ class StageLayout:
       if i < 0 or (limit is not None and i >= limit):
         raise ValueError(f"StageLayout: row {r} ({kind} at stage {k}) has index {i} out of range")
     counts = Counter((kind, k, i) for kind, k, i in self.rows if kind != "stage")
-    expected = {("initial", 0, i) for i in range(self.nx)} | {
-      ("dynamics", k, i) for k in range(self.N) for i in range(self.nx)
-    }
+    initial = set() if self.initial_bounds else {("initial", 0, i) for i in range(self.nx)}
+    expected = initial | {("dynamics", k, i) for k in range(self.N) for i in range(self.nx)}
     if set(counts) != expected or max(counts.values()) > 1:
-      raise ValueError("StageLayout: every state needs exactly one row: x_0 its initial row, x_{k+1} its dynamics row")
+      x0 = "fixed by its bounds (initial_bounds), none" if self.initial_bounds else "its initial row"
+      raise ValueError(f"StageLayout: every state needs exactly one row: x_0 {x0}, x_{{k+1}} its dynamics row")
     scales = self.coefficients
     stage_rows = [r for r, (kind, _, _) in enumerate(self.rows) if kind == "stage"]
     if scales and (len(scales) != len(self.rows) or not all(np.isfinite(scales)) or 0.0 in scales
@@ -314,9 +317,9 @@ class _StageTables:
       # (its bounds are equal) and its multiplier is the stage QP's divided by it
       scale = 1.0 / self.stages.coefficient(r)
       lower_scale.append(scale)
-      if kind == "initial":
+      if kind == "initial":  # NOTE: x0 is read from its row's lower bound through initial_rows (x0_to_data)
         initial[i], initial_scale[i] = r, scale
-        lower.append(o["x0"] + i)
+        lower.append(-1)
         upper.append(-1)
         dual.append(-1)
         dual_row.append(-1)
@@ -334,6 +337,10 @@ class _StageTables:
         dual.append(-1)
         dual_row.append(self.row_at(k, row))
         dual_scale.append(1.0)
+    if self.stages.initial_bounds:  # x_0's bound rows: box rows of stage 0 (lo = hi = x0) and its initial rows
+      for v, (k, i) in enumerate(self.stages.variables):
+        if k == 0 and i < nx:
+          initial[i] = len(self.stages.rows) + v
     primal, gradient = [], []
     # NOTE: the elastic rows (set_elastic): the general rows and the state boxes; input boxes and dynamics stay hard
     elastic = [self.bound_at(k, self.general(k, i), "z") for kind, k, i in self.stages.rows if kind == "stage"]
@@ -351,7 +358,7 @@ class _StageTables:
       primal.append(-1 if eliminated else s["x"] + k * nx + i if i < nx else inputs + i - nx)
     return {"q_to_data": tuple(gradient), "l_to_data": tuple(lower), "u_to_data": tuple(upper),
             "primal_from": tuple(primal), "dual_from": tuple(dual), "dual_row": tuple(dual_row),
-            "initial_rows": tuple(initial),
+            "initial_rows": tuple(initial), "x0_to_data": tuple(o["x0"] + i for i in range(nx)),
             "elastic_to_data": tuple(elastic), "l_scale": tuple(lower_scale), "dual_scale": tuple(dual_scale),
             "initial_scale": tuple(initial_scale), **self._soft()}  # fmt: skip
 

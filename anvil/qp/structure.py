@@ -52,7 +52,8 @@ class StageSearch:
       `variable`, named by `explain`.
     row: the constraint row the reason is about (-1: none).
     variable: the variable the reason is about (-1: none).
-    stages: how many stages the search had found where it broke.
+    stages: the most stages a sweep found before it broke (2 or more: the NLP looked like an optimal control
+      problem).
   """
 
   layout: StageLayout | None
@@ -123,9 +124,10 @@ class StageReport:
     if (layout := self.layout) is None:
       return f"no stage structure ({self.origin}{': ' + self.reason if self.reason else ''}); QPs: {self.qp_solver}"
     rows = (len(self.initial_rows), len(self.dynamics_rows), len(self.path_rows), len(self.terminal_rows))
+    initial = "x_0 fixed by its bounds" if layout.initial_bounds else f"{rows[0]} initial"
     return (
       f"{layout.N} stages ({self.origin}): nx = {layout.nx}, nu = {layout.nu} ({layout.nuN} at stage N); rows: "
-      f"{rows[0]} initial, {rows[1]} dynamics, {rows[2]} path, {rows[3]} terminal; QPs: {self.qp_solver}"
+      f"{initial}, {rows[1]} dynamics, {rows[2]} path, {rows[3]} terminal; QPs: {self.qp_solver}"
     )
 
 
@@ -146,19 +148,25 @@ def search_stages(jacobian: sp.csc_array, constants: NDArray[np.float64], hessia
   again from each run of consecutive such rows alone, and from each group of them whose variables share rows; the
   search reports the first layout found, else the sweep that found the most stages before it broke."""
   patterns = _Patterns(jacobian, constants, hessian)
-  best = StageSearch(None, "no row fixes a variable alone: the stages start from x_0's initial rows (x_0 = x0, one "
-                           "entry each with a constant coefficient; x_0 fixed by bounds lbx = ubx alone is not "
-                           "enough)")  # fmt: skip
-  for rows in patterns.initial_candidates():
-    sweep = _Sweep(patterns, rows)
+  best = StageSearch(None, "no row fixes a variable alone and no stages follow from x's first variables: the stages "
+                           "start from x_0, fixed by rows x_0 = x0 (one entry each with a constant coefficient) or by "
+                           "its bounds (lbx = ubx; then x_0 comes first in x)")  # fmt: skip
+  starts: list[tuple[list[int], list[int] | None]] = [(rows, None) for rows in patterns.initial_candidates()]
+  starts += [([], list(range(nx))) for nx in range(1, min(BOUNDED_STATES, patterns.n // 2) + 1)]
+  for rows, states in starts:
+    sweep = _Sweep(patterns, rows, states)
     try:
       return StageSearch(sweep.layout(), stages=len(sweep.stages))
     except _Broken as broken:
-      if best.stages == 0 or len(sweep.stages) > best.stages:
+      if (best.stages == 0 and states is None) or len(sweep.stages) > max(best.stages, 1):
         found = _culprit(sweep, broken) if broken.merged >= 0 else broken
         best = StageSearch(None, found.reason, found.row, found.variable, max(len(sweep.stages), 1))
   return best
 
+
+#: The most states x_0 may have where no row fixes it: its bounds then do (lbx = ubx), and x's first variables are
+#: tried as x_0, one count after the other.
+BOUNDED_STATES = 64
 
 #: How many of the rows and Hessian entries that pulled variables into a stage holding most of them are tried
 #: without, to name the one coupling stages far apart.
@@ -282,11 +290,12 @@ class _Patterns:
 
 
 class _Sweep:
-  """One stage-by-stage sweep over the patterns, from a set of initial rows."""
+  """One stage-by-stage sweep over the patterns, from a set of initial rows or (`states`) from x_0's variables, which
+  their bounds fix (StageLayout.initial_bounds)."""
 
-  def __init__(self, patterns: _Patterns, initial_rows: list[int]) -> None:
+  def __init__(self, patterns: _Patterns, initial_rows: list[int], states: list[int] | None = None) -> None:
     self.p = patterns
-    self.candidates = initial_rows
+    self.candidates, self.bounded = initial_rows, states
     self.stage_of: dict[int, int] = {}  # variable -> stage
     self.row_kind: dict[int, str] = {}
     self.initial_rows: list[int] = []
@@ -294,7 +303,10 @@ class _Sweep:
     self.pulls: list[tuple[int, int, int, int]] = []  # (stage, row or -1, member of a Hessian entry or -1, variable)
 
   def initial(self) -> _Stage:
-    """Stage 0's states: the columns of the candidate initial rows (one row per column)."""
+    """Stage 0's states: the columns of the candidate initial rows (one row per column), or the bounded states."""
+    if self.bounded is not None:
+      self.stage_of.update(dict.fromkeys(self.bounded, 0))
+      return _Stage(list(self.bounded))
     states: list[int] = []
     for r in self.candidates:
       if (c := self.p.cols_of[r][0]) not in self.stage_of:
@@ -399,10 +411,11 @@ class _Sweep:
     p = self.p
     N, nx = len(stages) - 1, len(stages[0].states)
     if N < 1:
+      start = "x's first variables taken as x_0" if self.bounded is not None else "the rows taken as x_0's initial rows"
       raise _Broken(
-        "no dynamics rows follow the rows taken as x_0's initial rows ({row} the first): one stage, no "
-        "horizon (x_0 must be fixed by rows x_0 = x0, one constant entry each; x_0 fixed by bounds lbx = "
-        "ubx alone is not enough)",
+        f"no dynamics rows follow {start}{' ({row} the first)' if self.initial_rows else ''}: one stage, no horizon "
+        "(x_0 is fixed by rows x_0 = x0, one constant entry each, or by its bounds lbx = ubx with its variables "
+        "first in x)",
         self.initial_rows[0] if self.initial_rows else -1,
       )
     free = [c for c in range(p.n) if c not in self.stage_of]
@@ -415,7 +428,7 @@ class _Sweep:
     variables: list[tuple[int, int]] = [(0, 0)] * p.n
     rows: list[tuple[str, int, int]] = [("stage", 0, 0)] * p.m
     coefficients = [1.0] * p.m
-    for i, (r, c) in enumerate(zip(self.initial_rows, stages[0].states, strict=True)):
+    for i, (r, c) in enumerate(zip(self.initial_rows, stages[0].states if self.bounded is None else [], strict=True)):
       rows[r], coefficients[r] = ("initial", 0, i), p.value[(r, c)]
     for k, stage in enumerate(stages):
       for i, c in enumerate(stage.states + stage.inputs):
@@ -431,6 +444,6 @@ class _Sweep:
                     "stage (such as a free final time) pulls them into one stage", merged=k)  # fmt: skip
     try:
       return StageLayout(N=N, nx=nx, nu=nu, nuN=nuN, variables=tuple(variables), rows=tuple(rows),
-                         coefficients=tuple(coefficients))  # fmt: skip
+                         coefficients=tuple(coefficients), initial_bounds=self.bounded is not None)  # fmt: skip
     except ValueError as error:  # e.g. stages without inputs
       raise _Broken(f"the stages found are no stage layout: {error}") from None

@@ -114,6 +114,7 @@ class _SolverContext:
   direct_load: bool
   reuses_steps: bool
   equality_rows: tuple[int, ...]
+  fixed_variables: tuple[int, ...]
   convex_hessian: bool
   options: SQPOptions
   tables: tuple[tuple[str, tuple[int, ...]], ...]
@@ -303,7 +304,8 @@ class SQPFunction(TemplatedFunction):
   def layout(self) -> StageLayout | None:
     """The stage layout the QPs are solved with: `stages`, else (with `options.qp` None or RiccatiOptions) the one
     `anvil.qp.search_stages` finds in the patterns, where the Riccati backend accepts it, else None (`structure`
-    says why; where the patterns looked like an optimal control problem, a warning on the `anvil` logger too)."""
+    says why; where the patterns looked like an optimal control problem, stages found before the structure broke, a
+    warning on the `anvil` logger too)."""
     if self.stages is not None or not self._searches:
       return self.stages
     search = self._stage_search
@@ -311,7 +313,7 @@ class SQPFunction(TemplatedFunction):
       raise ValueError(f"{self.name}: RiccatiOptions solves QPs with a stage layout: none was found in the patterns "
                        f"of the constraint Jacobian and the Hessian ({self._reason}); pass "
                        "stages=StageLayout(...)")  # fmt: skip
-    if search.layout is None and search.stages > 0:
+    if search.layout is None and search.stages > 1:
       logging.getLogger("anvil").warning("%s: no stage structure, so its QPs are solved by the sparse interior point, "
                                          "not the Riccati one: %s", self.name, self._reason)  # fmt: skip
     return search.layout
@@ -335,7 +337,9 @@ class SQPFunction(TemplatedFunction):
         RiccatiOptions().backend(f"{self.name}_qp", QPProblem(p_pattern, a_pattern, search.layout))
       except ValueError as error:  # NOTE: a layout the patterns do not fit (the backend checks every entry)
         reason = str(error).removeprefix(f"{self.name}_qp: ").replace("{", "{{").replace("}", "}}")
-        return StageSearch(None, f"the Riccati interior point cannot take the stages found: {reason}", stages=1)
+        return StageSearch(
+          None, f"the Riccati interior point cannot take the stages found: {reason}", stages=search.stages
+        )
     return search
 
   @property
@@ -432,18 +436,38 @@ class SQPFunction(TemplatedFunction):
     call must give lbg = ubg there."""
     return () if self.layout is None else tuple(r for r, (kind, _, _) in enumerate(self.layout.rows) if kind != "stage")
 
-  def _check_equality_rows(self, lbg: NDArray[np.float64], ubg: NDArray[np.float64]) -> None:
+  @cached_property
+  def fixed_variables(self) -> tuple[int, ...]:
+    """The variables the QPs keep at their bounds as x_0's initial values, where the stage layout fixes x_0 by its
+    bounds (StageLayout.initial_bounds, as found when no row fixes it): a call must give lbx = ubx there."""
+    if (layout := self.layout) is None or not layout.initial_bounds:
+      return ()
+    return tuple(j for j, (k, i) in enumerate(layout.variables) if k == 0 and i < layout.nx)
+
+  def _check_equalities(self, lbx: NDArray[np.float64], ubx: NDArray[np.float64], lbg: NDArray[np.float64],
+                        ubg: NDArray[np.float64]) -> None:  # fmt: skip
+    """ValueError unless the rows and variables the stage layout keeps equal are given equal bounds."""
+    how = "given" if self.stages is not None else "found in the patterns"
+    fix = "for other bounds there, solve without the layout: SQPOptions(qp=SparseIPMOptions())"
     rows = np.asarray(self.equality_rows, dtype=np.int64)
     if (bad := rows[lbg[rows] != ubg[rows]]).size:
       assert self.layout is not None
       r = int(bad[0])
       kind, k, i = self.layout.rows[r]
       what = "the initial value of x_0" if kind == "initial" else f"the dynamics of x_{k + 1}"
-      how = "given" if self.stages is not None else "found in the patterns"
       raise ValueError(
         f"{self.name}: lbg and ubg must be equal at {self.labels.row(r)[1]}: it is {what}[{i}] in the stage layout "
-        f"{how}, which the Riccati QP solver keeps an equality (got lbg = {lbg[r]}, ubg = {ubg[r]}); for other "
-        f"bounds there, solve without the layout: SQPOptions(qp=SparseIPMOptions())"
+        f"{how}, which the Riccati QP solver keeps an equality (got lbg = {lbg[r]}, ubg = {ubg[r]}); {fix}"
+      )
+    fixed = np.asarray(self.fixed_variables, dtype=np.int64)
+    if (bad := fixed[(lbx[fixed] != ubx[fixed]) | ~np.isfinite(lbx[fixed])]).size:
+      assert self.layout is not None
+      j = int(bad[0])
+      raise ValueError(
+        f"{self.name}: lbx and ubx must be equal and finite at {self.labels.variable(j)[1]}: it is "
+        f"x_0[{self.layout.variables[j][1]}] in the stage layout {how}, fixed by its bounds (no row x_0 = x0 fixes "
+        f"it), which the Riccati QP solver keeps at its initial value (got lbx = {lbx[j]}, ubx = {ubx[j]}); write "
+        f"x_0 = x0 as constraint rows, or {fix.removeprefix('for other bounds there, ')}"
       )
 
   @cached_property
@@ -453,7 +477,8 @@ class SQPFunction(TemplatedFunction):
     if (layout := self.layout) is None:
       return (0,) * self.m + (1,) * self.n
     rows = tuple(int(kind != "stage") for kind, _, _ in layout.rows)
-    return rows + tuple(int(i >= layout.nx) for _, i in layout.variables)
+    fixed = set(self.fixed_variables)
+    return rows + tuple(int(i >= layout.nx or j in fixed) for j, (_, i) in enumerate(layout.variables))
 
   def dependencies(self) -> tuple[FunctionBase, ...]:
     """f, ∇f, g, ∂g/∂x, the Lagrangian Hessian and the QP backends."""
@@ -488,7 +513,8 @@ class SQPFunction(TemplatedFunction):
       nnz_jac=0 if jac is None else jac.nnz, nnz_hess=self.hessian.nnz, nnz_P=normal.p_pattern.nnz,
       nnz_A=normal.a_pattern.nnz, nnz_Ae=elastic.a_pattern.nnz, qp=self.qp.name,
       elastic="" if self.elastic is None else self.elastic.name, elastic_rows=self.layout is not None,
-      direct_load=self.direct_load, equality_rows=self.equality_rows, reuses_steps=self.reuses_steps,
+      direct_load=self.direct_load, equality_rows=self.equality_rows, fixed_variables=self.fixed_variables,
+      reuses_steps=self.reuses_steps,
       convex_hessian=self.convex_hessian,
       options=self.options, tables=tuple(tables.items()), real=cpp_real(self.scalar),
     )  # fmt: skip
@@ -527,7 +553,7 @@ class SQPFunction(TemplatedFunction):
               np.zeros(n) if lam_x0 is None else self._vector("lam_x0", lam_x0, n, finite=True)]  # fmt: skip
     for lo, hi, what in ((inputs[2], inputs[3], "x"), (inputs[4], inputs[5], "g")):
       check_bounds(self.name, f"bounds lb{what}, ub{what}", lo, hi, lambda i: f"index {i[0]}")
-    self._check_equality_rows(inputs[4], inputs[5])
+    self._check_equalities(*inputs[2:6])
     limits = np.append(self.limits(max_iter, tol, max_time), float(lam_g0 is None))  # no lam_g0: estimated
     dtype = np.dtype(self.scalar)
     inputs = [a.astype(dtype, copy=False) for a in inputs]

@@ -190,3 +190,34 @@ def test_an_ocp_whose_structure_breaks_says_where(caplog: pytest.LogCaptureFixtu
   expected = f"row {m_loop} of route_broken_g joins stage 1's variables to x[{NX * 10 + 1}], a variable of stage 10"
   assert report.layout is None and report.qp_solver == "sparse_ipm" and report.reason.startswith(expected)
   assert expected in caplog.text
+
+
+@pytest.mark.slow
+def test_x0_fixed_by_its_bounds_alone() -> None:
+  """The loop in Opti's order without the rows x_0 - x_init: x_0 fixed by lbx = ubx, as a CasADi user writes lbw = ubw
+  = x0. The structure is found with x_0 as x's first variables, the Riccati solver reaches the general solver's
+  optimum and multipliers (x_0's on its bounds), and a call not fixing x_0 is told why."""
+  n = NX * (N + 1) + N
+
+  def constraints(w: Tensor, x_init: Tensor) -> Tensor:
+    return loop_constraints(w, x_init)[:-NX]
+
+  f = av.NumericalFunction("route_bounded_f", loop_cost, (Arg(n), Arg(NX)))
+  g = av.NumericalFunction("route_bounded_g", constraints, (Arg(n), Arg(NX)))
+  lbx, ubx, lbg, ubg = loop_bounds()
+  lbx[:NX] = ubx[:NX] = X_INIT
+  lbg, ubg = lbg[:-NX], ubg[:-NX]
+  auto = SQPFunction("route_bounded", f, g)
+  general = SQPFunction("route_bounded_general", f, g, SQPOptions(qp=SparseIPMOptions()))
+  assert auto.layout is not None and auto.layout.initial_bounds and auto.fixed_variables == tuple(range(NX))
+  assert str(auto.structure).startswith(f"{N} stages (found): nx = {NX}, nu = 1 (0 at stage N); rows: x_0 fixed by")
+  assert f"fixed_variables[{NX}]" in auto.header_code, "C++ callers are told"
+  res, ref = (s(np.zeros(n), X_INIT, lbx, ubx, lbg, ubg) for s in (auto, general))
+  assert res.success and ref.success and res.stats["qp_solver"] == "riccati"
+  np.testing.assert_allclose(res.x, ref.x, atol=1e-6)
+  np.testing.assert_allclose(res.lam_g, ref.lam_g, atol=1e-5)
+  np.testing.assert_allclose(res.lam_x, ref.lam_x, atol=1e-5)
+  assert np.abs(res.lam_x[:NX]).max() > 1e-3, "x_0's bounds carry the initial rows' multipliers"
+  ubx[1] += 0.1
+  with pytest.raises(ValueError, match=r"lbx and ubx must be equal and finite at x\[1\]: it is x_0\[1\]"):
+    auto(np.zeros(n), X_INIT, lbx, ubx, lbg, ubg)

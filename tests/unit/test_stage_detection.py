@@ -152,8 +152,7 @@ def no_layout(rows: list[dict[int, float]], n: int, hessian: set[tuple[int, int]
 
 def test_no_structure_no_layout() -> None:
   """A tridiagonal boundary-value problem (Bratu), a free final time entering every stage, a row or a Hessian entry
-  coupling stages far apart (what it couples would be one stage holding most variables), no initial rows: no
-  layout."""
+  coupling stages far apart (what it couples would be one stage holding most variables): no layout."""
   n = 8
   bratu = [{c: VARYING if c == i else 1.0 for c in (i - 1, i, i + 1) if 0 <= c < n} for i in range(n)]
   assert no_layout(bratu, n)
@@ -165,9 +164,6 @@ def test_no_structure_no_layout() -> None:
   assert no_layout(timed, ocp.n + 1)
   assert no_layout([*ocp.rows, {ocp.x(1, 0): VARYING, ocp.x(3, 0): VARYING}], ocp.n, ocp.hessian)
   assert no_layout(ocp.rows, ocp.n, ocp.hessian | {(ocp.u(0, 0), ocp.u(3, 0))})
-  assert no_layout(
-    [r for r, (kind, _) in zip(ocp.rows, ocp.kinds, strict=True) if kind != "initial"], ocp.n, ocp.hessian
-  )
   assert not no_layout(ocp.rows, ocp.n, ocp.hessian)  # the same OCP as it is has one
 
 
@@ -238,9 +234,10 @@ def test_where_the_structure_breaks_is_named() -> None:
                              "stage 3")  # fmt: skip
   found = search(ocp.rows, ocp.n, ocp.hessian | {(ocp.u(0, 0), ocp.u(4, 0))})
   assert found.layout is None and found.variable in (ocp.u(0, 0), ocp.u(4, 0)) and "Hessian" in found.reason
-  dynamics_only = [r for r, (kind, _) in zip(ocp.rows, ocp.kinds, strict=True) if kind != "initial"]
-  found = search(dynamics_only, ocp.n, ocp.hessian)
-  assert found.layout is None and "x_0 fixed by bounds lbx = ubx alone is not enough" in found.reason
+  n = 8
+  bratu = [{c: VARYING if c == i else 1.0 for c in (i - 1, i, i + 1) if 0 <= c < n} for i in range(n)]
+  found = search(bratu, n, set())
+  assert found.layout is None and found.stages < 2 and "the stages start from x_0" in found.reason
   assert search(ocp.rows, ocp.n, ocp.hessian).reason == ""
 
 
@@ -259,3 +256,31 @@ def test_the_report_of_a_layout() -> None:
                          "1 terminal; QPs: riccati")  # fmt: skip
   none = StageReport(None, "not found", "sparse_ipm", "why")
   assert str(none) == "no stage structure (not found: why); QPs: sparse_ipm"
+
+
+def without_initial_rows(ocp: Shooting) -> Shooting:
+  """`ocp` with x_0 fixed by its bounds instead of its rows (as a CasADi user writes lbw = ubw = x0)."""
+  kept = [r for r, (kind, _) in enumerate(ocp.kinds) if kind != "initial"]
+  out = Shooting(ocp.N, ocp.nx, ocp.nu, hessian=ocp.hessian)
+  out.rows, out.kinds = [ocp.rows[r] for r in kept], [ocp.kinds[r] for r in kept]
+  return out
+
+
+@pytest.mark.parametrize("order", ["interleaved", "states first"])
+def test_x0_fixed_by_its_bounds_comes_first_in_x(order: str) -> None:
+  """No rows fix x_0: x's first variables are x_0 (interleaved stages, or all states then all inputs), fixed by their
+  bounds (the layout says so); with a terminal state and rows in any order. (The double integrator's x_N = 0 rows
+  start a sweep backwards in time, a valid layout too: it goes without them.)"""
+  nonlinear = (nonlinear_ocp(), nonlinear_ocp(N=7, nx=4, nu=1, path=False))
+  for ocp in (*(without_initial_rows(with_rows(o, terminal_state(o))) for o in nonlinear),
+              without_initial_rows(linear_ocp())):  # fmt: skip
+    if order == "interleaved":
+      variables = np.arange(ocp.n)
+    else:
+      states = [ocp.x(k, i) for k in range(ocp.N + 1) for i in range(ocp.nx)]
+      variables = np.argsort(np.array(states + [ocp.u(k, j) for k in range(ocp.N) for j in range(ocp.nu)]))
+    for rows in (np.arange(len(ocp.rows)), np.random.default_rng(1).permutation(len(ocp.rows))):
+      check(ocp, variables, rows)
+      layout = detect_stages(*ocp.patterns(variables, rows))
+      assert layout is not None and layout.initial_bounds
+      assert sorted(c for c, (k, i) in enumerate(layout.variables) if k == 0 and i < layout.nx) == list(range(ocp.nx))

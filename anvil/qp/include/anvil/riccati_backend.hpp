@@ -8,7 +8,8 @@
 // rows (x_{k+1} - A_k x_k - B_k u_k = c_k once scaled by the coefficient of x_{k+1}: the dynamics of the stage QP,
 // their multipliers -pi_k / c)
 // and stage rows (rows of G_k, their multipliers lam). The initial rows' multipliers close the stationarity of x_0,
-// which the stage QP eliminates. An initial or dynamics row is an equality: only its lower bound is read.
+// which the stage QP eliminates. An initial or dynamics row is an equality: only its lower bound is read. Where x_0
+// is fixed by its bounds (StageLayout.initial_bounds), its identity rows are its initial rows and box rows alike.
 //
 // Layout L: n, m, nnz_P, nnz_A, nx (states), data_size (reals in Data); tol_min and max_iter (the interior point's
 // tightest tolerance and iteration limit); IPM (the anvil::qp::Riccati solver); P_to_data[nnz_P], P_mirror[nnz_P]
@@ -16,7 +17,7 @@
 // takes into the stage QP; the box rows' unit coefficients are the stage QP's own), q_to_data[n], l_to_data[m],
 // u_to_data[m] (-1: none), l_scale[m], primal_from[n], dual_from[m] (offsets into the interior point's iterate, its
 // Workspace's leading arrays; -1: none), dual_row[m] (the row whose multiplier it is; -1: none), dual_scale[m],
-// initial_rows[nx], initial_scale[nx], elastic_to_data[n_elastic] (the prices of the rows set_elastic() relaxes: the
+// initial_rows[nx], initial_scale[nx], x0_to_data[nx] (where x0 goes), elastic_to_data[n_elastic] (the prices of the rows set_elastic() relaxes: the
 // stage rows and the bounds on states); n_soft eliminated slacks of soft constraints (price_soft_rows) and their
 // soft_var[n_soft], soft_box[n_soft] and, per side (2 n_soft: the lower row, the upper row), soft_row (-1: none),
 // soft_qrow, soft_bound, soft_z, soft_w; loads_derivatives, and with it (an SQP's QP, load_derivatives) n_hess,
@@ -227,13 +228,15 @@ struct RiccatiBackend {
     return IPM::convex_on_equalities(ws.data, screening_regularization, ws.ipm) ? solved : nonconvex;
   }
 
-  /// The rows' bounds l and u into the stage QP's x0, c, lo and hi.
+  /// The rows' bounds l and u into the stage QP's x0, c, lo and hi (x0 from the initial rows' lower bounds: rows of
+  /// g, or x_0's own bounds, which then also bound its box rows).
   static void scatter_bounds(const real* l, const real* u, W& ws) {
     real* data = reinterpret_cast<real*>(&ws.data);
     for (int r = 0; r < L::m; ++r) {
       if (L::l_to_data[r] >= 0) data[L::l_to_data[r]] = L::l_scale[r] * l[r];
       if (L::u_to_data[r] >= 0) data[L::u_to_data[r]] = u[r];
     }
+    for (int i = 0; i < L::nx; ++i) data[L::x0_to_data[i]] = L::initial_scale[i] * l[L::initial_rows[i]];
   }
 };
 

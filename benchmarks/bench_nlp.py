@@ -18,7 +18,8 @@ NLPs:
   over the stages, which anvil builds as straight-line code, its derivatives derived on scalar expressions);
 - swing-up, batched: the same NLP with the stages batched (anvil.problems.shooting.defects);
 - swing-up, terminal: the loop with x_N = 0 written as constraint rows after the defects (as a user appends the
-  terminal condition) instead of bounds on x_N;
+  terminal condition) instead of bounds on x_N; bounds: that with x_0 fixed by its bounds (lbw = ubw = x0, no rows);
+  opti: as Opti writes it (w = [X; U], defects F(x_k, u_k) - x_{k+1}, x_N = 0 rows, then x_0 - x_init);
 - hanging chain (COPS): n links of fixed length between fixed ends at least potential energy; nonconvex equality
   constraints, banded Jacobian, no stage structure;
 - elastic-plastic torsion (COPS): a convex QP with bounds alone on an n x n grid (n^2 variables);
@@ -55,7 +56,7 @@ from benchmarks.bench_sqp import median_ms
 from benchmarks.common import anvil_cache, casadi_solver, load_casadi
 
 QP_SOLVERS = ("auto", "sparse_ipm", "osqp")
-FORMS = ("loop", "batched", "terminal")
+FORMS = ("loop", "batched", "terminal", "bounds", "opti")
 
 
 @dataclass
@@ -77,45 +78,61 @@ class NLP:
 
 
 def swing_up(horizon: int, form: str) -> NLP:
-  """The swing-up, its defects written as a loop over the stages ("loop"), batched ("batched"), or as the loop with
-  x_N = 0 as constraint rows appended after the defects instead of bounds on x_N ("terminal")."""
+  """The swing-up in one of the FORMS: its defects written as a loop over the stages ("loop", w = [x_0, u_0, x_1,
+  ...], x_0 - x_init the first rows, x_N = 0 as bounds), batched ("batched"), the loop with x_N = 0 as constraint rows
+  after the defects ("terminal"), that with x_0 fixed by its bounds instead of rows ("bounds"), or as Opti writes it
+  ("opti": w = [X; U], defects F - x_{k+1}, x_N = 0 as rows, x_0 - x_init the last rows)."""
   from tinygrad import Tensor
 
-  loop, terminal = form != "batched", form == "terminal"
+  nx, st, opti = shooting.NX, shooting.STAGE, form == "opti"
+  rows_x0, rows_xN = form != "bounds", form in ("terminal", "bounds", "opti")
+  interleaved = np.arange(shooting.size(horizon))  # w's entries in the loop's order
+  order = np.r_[np.add.outer(st * np.arange(horizon + 1), np.arange(nx)).ravel(), st * np.arange(horizon) + nx]
+  order = order if opti else interleaved
 
-  def cost_loop(w: Tensor, x_init: Tensor) -> Tensor:
-    st, total = shooting.STAGE, Tensor(0.0)
+  def state(w: Any, k: int) -> Any:
+    return w[nx * k : nx * (k + 1)] if opti else w[st * k : st * k + nx]
+
+  def stage(w: Any, k: int) -> tuple[Any, Any]:
+    u = w[nx * (horizon + 1) + k : nx * (horizon + 1) + k + 1] if opti else w[st * k + nx : st * (k + 1)]
+    return state(w, k), u
+
+  def cost_of(w: Any, square_sum: Callable[[Any, Any], Any]) -> Any:
+    total = 0.0
     for k in range(horizon):
-      x, u = w[st * k : st * k + shooting.NX], w[st * k + shooting.NX : st * (k + 1)]
-      total = total + (x * x * Tensor(shooting.Q_DIAG)).sum() + cartpole.R * (u * u).sum()
+      x, u = stage(w, k)
+      total = total + square_sum(x, shooting.Q_DIAG) + cartpole.R * square_sum(u, np.ones(1))
     return total
 
-  def defects_loop(w: Tensor, x_init: Tensor) -> Tensor:
-    st = shooting.STAGE
-    pieces = [w[: shooting.NX] - x_init]
-    for k in range(horizon):
-      x, u = w[st * k : st * k + shooting.NX], w[st * k + shooting.NX : st * (k + 1)]
-      pieces.append(w[st * (k + 1) : st * (k + 1) + shooting.NX] - cartpole.step(x, u))
-    return Tensor.cat(*pieces, *([w[st * horizon :]] if terminal else []))
+  def rows_of(w: Any, x_init: Any, step: Callable[[Any, Any], Any]) -> list[Any]:
+    defects = [(-1 if opti else 1) * (state(w, k + 1) - step(*stage(w, k))) for k in range(horizon)]
+    initial = [state(w, 0) - x_init] if rows_x0 else []
+    terminal = [state(w, horizon)] if rows_xN else []
+    return defects + terminal + initial if opti else initial + defects + terminal
 
   def casadi_nlp(ca: Any) -> dict[str, Any]:
-    b, st = casadi_backend(ca), shooting.STAGE
-    w, p = ca.SX.sym("w", shooting.size(horizon)), ca.SX.sym("p", shooting.NX)
-    cost, defects = 0, [w[0 : shooting.NX] - p]
-    for k in range(horizon):
-      x, u = w[st * k : st * k + shooting.NX], w[st * k + shooting.NX : st * (k + 1)]
-      cost += ca.dot(x * x, ca.DM(shooting.Q_DIAG)) + cartpole.R * u * u
-      defects.append(w[st * (k + 1) : st * (k + 1) + shooting.NX] - cartpole.step(x, u, b))
-    return {"x": w, "p": p, "f": cost, "g": ca.vertcat(*defects, *([w[st * horizon :]] if terminal else []))}
+    b = casadi_backend(ca)
+    w, p = ca.SX.sym("w", shooting.size(horizon)), ca.SX.sym("p", nx)
+    cost = cost_of(w, lambda v, weights: ca.dot(v * v, ca.DM(weights)))
+    return {"x": w, "p": p, "f": cost, "g": ca.vertcat(*rows_of(w, p, lambda x, u: cartpole.step(x, u, b)))}
+
+  def cost_loop(w: Tensor, x_init: Tensor) -> Tensor:
+    return cost_of(w, lambda v, weights: (v * v * Tensor(weights)).sum())
+
+  def defects_loop(w: Tensor, x_init: Tensor) -> Tensor:
+    return Tensor.cat(*rows_of(w, x_init, cartpole.step))
 
   x_init, lbx, ubx, w0 = shooting.swing_up(horizon)
-  m = shooting.NX * (horizon + 1 + terminal)
-  if terminal:
-    lbx[shooting.STAGE * horizon :], ubx[shooting.STAGE * horizon :] = -np.inf, np.inf
-  defects = defects_loop if loop else (lambda w, x0: shooting.defects(w, x0, horizon))
-  cost = cost_loop if loop else (lambda w, x0: shooting.stage_cost(w, horizon))
-  return NLP(f"swing_up_{form}_{horizon}", shooting.size(horizon), m, cost, defects, casadi_nlp, x_init, lbx, ubx,
-             np.zeros(m), np.zeros(m), w0)  # fmt: skip
+  if rows_xN:
+    lbx[st * horizon :], ubx[st * horizon :] = -np.inf, np.inf
+  if not rows_x0:
+    lbx[:nx] = ubx[:nx] = x_init
+  m = nx * (horizon + rows_x0 + rows_xN)
+  batched = form == "batched"
+  defects = (lambda w, x0: shooting.defects(w, x0, horizon)) if batched else defects_loop
+  cost = (lambda w, x0: shooting.stage_cost(w, horizon)) if batched else cost_loop
+  return NLP(f"swing_up_{form}_{horizon}", shooting.size(horizon), m, cost, defects, casadi_nlp, x_init, lbx[order],
+             ubx[order], np.zeros(m), np.zeros(m), w0[order])  # fmt: skip
 
 
 def bratu(n: int) -> NLP:
@@ -271,7 +288,7 @@ def _build_and_solve(nlp: NLP, name: str, options: Any) -> tuple[Callable[[], An
   return solve, res, time.perf_counter() - t0
 
 
-def run_ipopt(ca: Any, nlp: NLP, solves: int, notes: list[str]) -> Result:
+def run_ipopt(ca: Any, nlp: NLP, solves: int, notes: list[str], gcc: bool = True) -> Result:
   """CasADi's IPOPT on the NLP in SX: `derive_s` the nlpsol construction (its derivatives), `gcc_s` compiling the C
   code CasADi generates for the NLP's functions and derivatives with gcc -O3 (what a user compiling them waits)."""
   opts = {"ipopt.print_level": 0, "print_time": False, "ipopt.sb": "yes"}
@@ -283,7 +300,7 @@ def run_ipopt(ca: Any, nlp: NLP, solves: int, notes: list[str]) -> Result:
   stats = solver.stats()
   ms = median_ms(lambda: solver(**args), solves)
   return Result(nlp.name, "CasADi IPOPT", str(stats["return_status"]), int(stats["iter_count"]), float(sol["f"]), ms,
-                derive_s=derive_s, gcc_s=_gcc_seconds(solver, notes))  # fmt: skip
+                derive_s=derive_s, gcc_s=_gcc_seconds(solver, notes) if gcc else None)  # fmt: skip
 
 
 def _gcc_seconds(solver: Any, notes: list[str]) -> float | None:
@@ -326,6 +343,7 @@ def main() -> int:
   ap.add_argument("--cops", type=int, default=50, help="torsion and minimal surface on n x n grids (0: skip)")
   ap.add_argument("--qp", choices=QP_SOLVERS, nargs="+", default=list(QP_SOLVERS), help="anvil's QP solvers")
   ap.add_argument("--solves", type=int, default=5, help="timed solves per solver (median)")
+  ap.add_argument("--no-gcc", action="store_true", help="skip compiling CasADi's C code (minutes at N >= 50)")
   args = ap.parse_args()
 
   nlps = [swing_up(n, form) for n in args.sizes for form in args.forms]
@@ -336,7 +354,7 @@ def main() -> int:
   for nlp in nlps:
     results += [run_anvil(nlp, qp, args.solves) for qp in args.qp]
     if ca is not None:
-      results.append(run_ipopt(ca, nlp, args.solves, notes))
+      results.append(run_ipopt(ca, nlp, args.solves, notes, gcc=not args.no_gcc))
   print(f"casadi {ca.__version__ if ca else 'missing (no IPOPT rows)'}; solve times: median of {args.solves} calls\n")
   print_table(results)
   for note in notes:

@@ -161,8 +161,13 @@ def search_stages(jacobian: sp.csc_array, constants: NDArray[np.float64], hessia
       if (best.stages == 0 and states is None) or len(sweep.stages) > max(best.stages, 1):
         found = _culprit(sweep, broken) if broken.merged >= 0 else broken
         best = StageSearch(None, found.reason, found.row, found.variable, max(len(sweep.stages), 1))
+      if states is not None and broken.merged == 0:
+        break  # NOTE: x's first variables pull in most of the others: more of them as x_0 pull in no fewer
   return best
 
+
+#: The most sets of rows tried as x_0's initial rows (`_Patterns.initial_candidates`).
+INITIAL_SETS = 256
 
 #: The most states x_0 may have where no row fixes it: its bounds then do (lbx = ubx), and x's first variables are
 #: tried as x_0, one count after the other.
@@ -179,7 +184,7 @@ def _culprit(sweep: _Sweep, broken: _Broken) -> _Broken:
   k = broken.merged
   for row, member, c in [pull[1:] for pull in sweep.pulls if pull[0] == k][:SUSPECTS]:
     without = sweep.p.without(row, member, c)
-    trial = _Sweep(without, sweep.candidates)
+    trial = _Sweep(without, sweep.candidates, sweep.bounded)
     try:
       trial.layout()
     except _Broken:
@@ -244,7 +249,7 @@ class _Patterns:
     """The sets of rows a sweep may start from as x_0's initial rows (`search_stages`): all rows with one entry, a
     constant; then each run of consecutive ones; then, within each run, each group whose variables share a row of g
     or a Hessian entry (x_0 = x0 written next to x_N = 0), and each piece whose variables are consecutive too (x_0 =
-    x0 written next to rows on single variables of other stages)."""
+    x0 written next to rows on single variables of other stages); sets of one row last, INITIAL_SETS at most."""
     single = [r for r in range(self.m) if len(self.cols_of[r]) == 1 and self.constant(r, self.cols_of[r][0])]
     runs: list[list[int]] = []
     for r in single:
@@ -255,7 +260,8 @@ class _Patterns:
     sets = [single, *runs, *(group for run in runs for group in self.groups(run)),
             *(piece for run in runs for piece in self.adjacent(run))]  # fmt: skip
     unique = {tuple(rows): rows for rows in sets if rows}
-    return list(unique.values())
+    # NOTE: sets of several rows first (x_0 = x0 is a vector), the single rows of many stages' bounds after them
+    return sorted(unique.values(), key=lambda rows: len(rows) == 1)[:INITIAL_SETS]
 
   def adjacent(self, rows: list[int]) -> list[list[int]]:
     """`rows` (each with one entry) split where the next row's variable is not the one after the row's."""
@@ -330,29 +336,47 @@ class _Sweep:
     return self.assemble(self.stages)
 
   def grow(self, stage: _Stage, k: int) -> None:
-    """Adds stage k's inputs, stage rows and dynamics rows; _Broken where its rows do not fit the structure."""
-    p, members = self.p, set(stage.states)
+    """Adds stage k's inputs, stage rows and dynamics rows; _Broken where its rows do not fit the structure, or as
+    soon as the stage holds more than half of the variables (`assemble` refuses that). Incremental: each pass reads
+    the rows and Hessian entries of the variables the last one added (a stage pulling in everything, as a
+    non-OCP's sweep does, costs its size, not its size squared)."""
+    p, members, fresh = self.p, set(stage.states), list(stage.states)
+    pending: set[int] = set()  # the rows touching the stage's variables, not yet another stage's
+    count: Counter[int] = Counter()  # how many pending rows reach each variable outside the stage
     while True:
-      pending = sorted({r for v in members for r in p.rows_of[v] if r not in self.row_kind})
-      outside = {r: [c for c in p.cols_of[r] if c not in members] for r in pending}
-      count = Counter(c for cs in outside.values() for c in cs)
-      pulled = {c: (r, -1) for r, cs in outside.items() for c in cs if count[c] > 1 or not p.constant(r, c)}
-      pulled |= {c: (-1, v) for v in members for c in p.coupled[v] if c not in members and c not in pulled}
-      inputs = set(pulled)
-      if not inputs:
-        inputs = self.split(outside, pending, len(stage.states), stage, k)
-        pulled = {c: next((r, -1) for r, cs in outside.items() if c in cs) for c in inputs}
-      if taken := inputs & self.stage_of.keys():
-        self.joined(k, min(taken), members, pending)
-      if not inputs:
+      pulled: dict[int, tuple[int, int]] = {}  # a new input: (the row pulling it in or -1, the Hessian's member)
+      for v in fresh:
+        for r in p.rows_of[v]:
+          if r in self.row_kind or r in pending:
+            continue
+          pending.add(r)
+          for c in p.cols_of[r]:
+            if c not in members:
+              count[c] += 1
+              if count[c] > 1 or not p.constant(r, c):
+                pulled.setdefault(c, (r, -1))
+      for v in fresh:
+        pulled |= {c: (-1, v) for c in p.coupled[v] if c not in members and c not in pulled}
+      rows = sorted(pending)
+      if not pulled:
+        outside = {r: [c for c in p.cols_of[r] if c not in members] for r in rows}
+        found = self.split(outside, rows, len(stage.states), stage, k)
+        pulled = {c: next((r, -1) for r, cs in outside.items() if c in cs) for c in found}
+      if taken := pulled.keys() & self.stage_of.keys():
+        self.joined(k, min(taken), members, rows)
+      if not pulled:
         break
+      if 2 * (len(members) + len(pulled)) > p.n:
+        raise _Broken(f"stage {k} holds more than half of the {p.n} variables: a variable entering every stage (such "
+                      "as a free final time) pulls them into one stage", merged=k)  # fmt: skip
       self.pulls += [(k, r, v, c) for c, (r, v) in sorted(pulled.items())]
-      members |= inputs
-      stage.inputs.extend(sorted(inputs))
+      fresh = sorted(pulled)
+      members.update(fresh)
+      stage.inputs.extend(fresh)
     dynamics = {r for r, _ in stage.dynamics}
-    for r in pending:
+    for r in rows:
       self.row_kind[r] = "dynamics" if r in dynamics else "stage"
-    stage.rows = [r for r in pending if r not in dynamics]
+    stage.rows = [r for r in rows if r not in dynamics]
     for c in stage.inputs:
       self.stage_of[c] = k
 

@@ -113,8 +113,7 @@ class _SolverContext:
   elastic_rows: bool
   direct_load: bool
   reuses_steps: bool
-  equality_rows: tuple[int, ...]
-  fixed_variables: tuple[int, ...]
+  kept_equal: tuple[tuple[str, tuple[int, ...], str], ...]  # (C++ name, indices, what they are), for C++ callers
   convex_hessian: bool
   options: SQPOptions
   tables: tuple[tuple[str, tuple[int, ...]], ...]
@@ -444,6 +443,15 @@ class SQPFunction(TemplatedFunction):
       return ()
     return tuple(j for j, (k, i) in enumerate(layout.variables) if k == 0 and i < layout.nx)
 
+  @property
+  def _kept_equal(self) -> tuple[tuple[str, tuple[int, ...], str], ...]:
+    """The rows of g and the variables the QPs keep equal, as the generated header lists them."""
+    lists = (
+      ("equality_rows", self.equality_rows, "Rows of g the QPs keep at lbg = ubg (initial and dynamics rows)"),
+      ("fixed_variables", self.fixed_variables, "Variables the QPs keep at lbx = ubx (x_0 fixed by its bounds)"),
+    )
+    return tuple(entry for entry in lists if entry[1])
+
   def _check_equalities(self, lbx: NDArray[np.float64], ubx: NDArray[np.float64], lbg: NDArray[np.float64],
                         ubg: NDArray[np.float64]) -> None:  # fmt: skip
     """ValueError unless the rows and variables the stage layout keeps equal are given equal bounds."""
@@ -513,8 +521,7 @@ class SQPFunction(TemplatedFunction):
       nnz_jac=0 if jac is None else jac.nnz, nnz_hess=self.hessian.nnz, nnz_P=normal.p_pattern.nnz,
       nnz_A=normal.a_pattern.nnz, nnz_Ae=elastic.a_pattern.nnz, qp=self.qp.name,
       elastic="" if self.elastic is None else self.elastic.name, elastic_rows=self.layout is not None,
-      direct_load=self.direct_load, equality_rows=self.equality_rows, fixed_variables=self.fixed_variables,
-      reuses_steps=self.reuses_steps,
+      direct_load=self.direct_load, kept_equal=self._kept_equal, reuses_steps=self.reuses_steps,
       convex_hessian=self.convex_hessian,
       options=self.options, tables=tuple(tables.items()), real=cpp_real(self.scalar),
     )  # fmt: skip

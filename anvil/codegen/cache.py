@@ -4,15 +4,18 @@ Every artefact (rendered code, compiled objects and libraries) is written to a p
 disk, and its size and SHA-256 recorded in a `<name>.sha256` record beside it before it is renamed into place; a
 reader uses an artefact only when it matches its record, so a truncated, emptied or replaced file is rebuilt (and
 replaced) instead of trusted. Temporary files carry the writing process's id: those of processes that no longer run
-are removed when a process first uses the cache. A cache directory that cannot be created or written falls back, with
-a warning, to a private temporary one; artefacts already in a read-only cache are still used.
+are removed when a process first uses the cache. A cache directory that cannot be created or written, or no home
+directory to put one in, falls back, with a warning, to a private temporary one that is removed when the process
+exits; artefacts already in a read-only cache are still used.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import os
+import shutil
 import stat
 import tempfile
 import time
@@ -28,11 +31,26 @@ STALE_TEMPORARY_S = 24 * 3600.0
 _SUBFOLDERS = ("lib", "obj", "code", "index", "derived", "robots")
 
 
-def configured_cache_dir() -> Path:
-  """The configured cache directory: $ANVIL_CACHE_DIR, else $XDG_CACHE_HOME/anvil, else ~/.cache/anvil."""
+def configured_cache_dir() -> Path | None:
+  """The configured cache directory: $ANVIL_CACHE_DIR, else $XDG_CACHE_HOME/anvil, else ~/.cache/anvil (the home
+  directory from $HOME, an empty one unset, else the user's passwd entry); None where there is no home directory."""
   if d := os.environ.get("ANVIL_CACHE_DIR"):
     return Path(d)
-  return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "anvil"
+  if d := os.environ.get("XDG_CACHE_HOME"):
+    return Path(d) / "anvil"
+  home = os.environ.get("HOME") or _passwd_home()
+  return Path(home) / ".cache" / "anvil" if home and os.path.isabs(home) else None
+
+
+def _passwd_home() -> str | None:
+  """The home directory of this process's user in the passwd database, or None (no entry: a container started with
+  an arbitrary uid; not POSIX)."""
+  try:
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_dir
+  except (ImportError, KeyError, AttributeError):
+    return None
 
 
 @dataclass(frozen=True)
@@ -50,24 +68,41 @@ def cache_dir() -> Path:
 
 def cache_location() -> CacheLocation:
   """The cache this process uses, resolved once per configured directory."""
-  return _resolve(str(configured_cache_dir()))
+  configured = configured_cache_dir()
+  return _resolve("" if configured is None else str(configured))
 
 
 @functools.cache
 def _resolve(configured: str) -> CacheLocation:
   path = Path(configured)
-  if (problem := _unwritable(path)) is None:
+  problem = _unwritable(path) if configured else "no home directory ($HOME unset and no passwd entry) to cache in"
+  if problem is None:
     _warn_if_shared(path)
     remove_orphans(path)
     return CacheLocation(path, (path,))
-  fallback = Path(tempfile.mkdtemp(prefix="anvil-cache-"))
+  where = f"the cache directory {path} " if configured else ""
+  fallback = _private_temporary()
   warnings.warn(
-    f"anvil: the cache directory {path} {problem}; this process caches in {fallback} instead (set ANVIL_CACHE_DIR "
-    "to a writable directory to keep builds between runs)",
+    f"anvil: {where}{problem}; this process caches in {fallback} instead, removed when it exits (set "
+    "ANVIL_CACHE_DIR to a writable directory to keep builds between runs)",
     RuntimeWarning,
     stacklevel=4,
   )
-  return CacheLocation(fallback, (fallback, path) if path.is_dir() else (fallback,))
+  return CacheLocation(fallback, (fallback, path) if configured and path.is_dir() else (fallback,))
+
+
+def _private_temporary() -> Path:
+  """A new private (0700) temporary cache directory, removed when the process that made it exits (not when a child
+  it forked does)."""
+  folder = Path(tempfile.mkdtemp(prefix="anvil-cache-"))
+  owner = os.getpid()
+
+  def remove() -> None:
+    if os.getpid() == owner:
+      shutil.rmtree(folder, ignore_errors=True)
+
+  atexit.register(remove)
+  return folder
 
 
 def _unwritable(path: Path) -> str | None:

@@ -231,6 +231,42 @@ def test_an_uncreatable_cache_directory_falls_back_to_a_temporary_one(
   assert Path(f.library).is_relative_to(fallback)
 
 
+def _passwd_has(uid: int) -> bool:
+  import pwd
+
+  try:
+    pwd.getpwuid(uid)
+  except KeyError:
+    return False
+  return True
+
+
+#: A uid with no passwd entry (a container started with an arbitrary uid), run as by `setpriv` where this is root.
+HOMELESS_UID = 54321
+
+
+@pytest.mark.parametrize("home", [None, ""])
+def test_no_home_directory_falls_back_to_a_temporary_cache_removed_at_exit(home: str | None) -> None:
+  """$HOME unset (or empty) and no passwd entry, no ANVIL_CACHE_DIR or XDG_CACHE_HOME: the process builds in a private
+  temporary cache, says so once, and removes it when it exits. Run under a uid without a passwd entry (setpriv) where
+  this process may switch users, else with the passwd lookup stubbed out."""
+  env = {k: v for k, v in os.environ.items() if k not in ("HOME", "XDG_CACHE_HOME", "ANVIL_CACHE_DIR")}
+  env |= {"PYTHONPATH": str(ROOT), **({} if home is None else {"HOME": home})}
+  switch = os.geteuid() == 0 and shutil.which("setpriv") is not None and not _passwd_has(HOMELESS_UID)
+  hook = "" if switch else "import anvil.codegen.cache as c; c._passwd_home = lambda: None"
+  prefix = ["setpriv", f"--reuid={HOMELESS_UID}", f"--regid={HOMELESS_UID}", "--clear-groups"] if switch else []
+  script = BUILD.format(hook=hook, x=X)
+  proc = subprocess.run([*prefix, sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True,
+                        timeout=300)  # fmt: skip
+  assert proc.returncode == 0, proc.stderr
+  result = json.loads(proc.stdout.strip().splitlines()[-1])
+  np.testing.assert_allclose(result["y"], expected(), rtol=1e-14)
+  assert proc.stderr.count("no home directory") == 1, proc.stderr
+  library = Path(result["library"])
+  fallback = next(p for p in library.parents if p.name.startswith("anvil-cache-"))
+  assert str(fallback) in proc.stderr and not fallback.exists(), "removed when the process exited"
+
+
 def test_a_read_only_cache_is_still_read(
   copied_cache: Path, monkeypatch: pytest.MonkeyPatch, resolve_again: None
 ) -> None:

@@ -76,8 +76,8 @@ def cache_location() -> CacheLocation:
 def _resolve(configured: str) -> CacheLocation:
   path = Path(configured)
   problem = _unwritable(path) if configured else "no home directory ($HOME unset and no passwd entry) to cache in"
+  foreign = problem is None and (problem := _untrusted(path)) is not None
   if problem is None:
-    _warn_if_shared(path)
     remove_orphans(path)
     return CacheLocation(path, (path,))
   where = f"the cache directory {path} " if configured else ""
@@ -88,7 +88,8 @@ def _resolve(configured: str) -> CacheLocation:
     RuntimeWarning,
     stacklevel=4,
   )
-  return CacheLocation(fallback, (fallback, path) if configured and path.is_dir() else (fallback,))
+  readable = configured and not foreign and path.is_dir()  # NOTE: a read-only cache still serves; a foreign one not
+  return CacheLocation(fallback, (fallback, path) if readable else (fallback,))
 
 
 def _private_temporary() -> Path:
@@ -108,7 +109,7 @@ def _private_temporary() -> Path:
 def _unwritable(path: Path) -> str | None:
   """Why `path` cannot serve as a writable cache directory, or None when it can."""
   try:
-    path.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(path)
   except OSError as e:
     return f"cannot be created ({e.strerror or e})"
   if not os.access(path, os.W_OK | os.X_OK):
@@ -122,22 +123,36 @@ def _unwritable(path: Path) -> str | None:
   return None
 
 
-def _warn_if_shared(path: Path) -> None:
-  """Warn when others than the cache's owner may write into it: they could plant code this process loads."""
-  for folder in (path, path / "lib"):
+def _untrusted(path: Path) -> str | None:
+  """Why the cache at `path` cannot be trusted, or None: it (or a folder in it) is owned by another user, or others
+  than its owner may write into it; they could plant code this process loads."""
+  for folder in (path, *(path / sub for sub in (*_SUBFOLDERS, "src"))):
     try:
-      st = folder.stat()
+      st = folder.lstat()
     except OSError:
       continue
+    if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+      return f"({folder}) is owned by another user (uid {st.st_uid}): they could plant code this process loads"
+    if stat.S_ISLNK(st.st_mode) and folder != path:
+      return f"({folder}) is a symbolic link: the cache's folders must be its own"
     if st.st_mode & stat.S_IWOTH or (st.st_mode & stat.S_IWGRP and _group_has_others(st.st_gid, st.st_uid)):
-      warnings.warn(
-        f"anvil: the cache directory {folder} is writable by others than its owner (mode "
-        f"{stat.filemode(st.st_mode)}): they could replace compiled code this process loads; `chmod go-w` it or set "
-        "ANVIL_CACHE_DIR",
-        RuntimeWarning,
-        stacklevel=5,
-      )
-      return
+      return (f"({folder}) is writable by others than its owner (mode {stat.filemode(st.st_mode)}): they could "
+              "replace compiled code this process loads; `chmod go-w` it")  # fmt: skip
+  return None
+
+
+def make_private_dirs(path: Path) -> None:
+  """Create `path` and its missing parents as directories only their owner may use (0700), whatever the umask."""
+  missing = []
+  while not path.exists() and path != path.parent:
+    missing.append(path)
+    path = path.parent
+  for folder in reversed(missing):
+    try:
+      folder.mkdir(mode=0o700)
+    except FileExistsError:
+      continue
+    os.chmod(folder, 0o700)  # NOTE: the umask may have taken bits off mode (never added any)
 
 
 def _group_has_others(gid: int, uid: int) -> bool:
@@ -194,7 +209,7 @@ def remove_orphans(root: Path) -> list[Path]:
 
 def temporary_beside(path: Path) -> Path:
   """A new private file next to `path` (created empty), named so `remove_orphans` knows its writer."""
-  path.parent.mkdir(parents=True, exist_ok=True)
+  make_private_dirs(path.parent)
   fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
   os.close(fd)
   return Path(tmp)
@@ -209,8 +224,10 @@ def _digest(data: bytes) -> str:
 
 
 def publish(tmp: Path, path: Path, recorded: bool = True) -> None:
-  """Move the finished temporary file `tmp` to `path` atomically; a `recorded` artefact is flushed to disk and its
-  record written first."""
+  """Move the finished temporary file `tmp` to `path` atomically, readable and writable by its owner alone (0600,
+  whatever the umask or the tool that wrote it); a `recorded` artefact is flushed to disk and its record written
+  first."""
+  os.chmod(tmp, 0o600)
   if recorded:
     with open(tmp, "rb+") as f:
       data = f.read()
@@ -218,8 +235,20 @@ def publish(tmp: Path, path: Path, recorded: bool = True) -> None:
     record = _record_of(path)
     record_tmp = temporary_beside(record)
     record_tmp.write_text(_digest(data))
+    _set_aside_if_odd(record)
     os.replace(record_tmp, record)
+  _set_aside_if_odd(path)
   os.replace(tmp, path)
+
+
+def _set_aside_if_odd(path: Path) -> None:
+  """Remove a directory found where an artefact goes (moved aside first, so no reader sees it half removed), so the
+  artefact can take its place (a link is replaced as a file is)."""
+  if path.is_symlink() or not path.is_dir():
+    return
+  aside = tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".aside")
+  os.replace(path, aside)
+  shutil.rmtree(aside, ignore_errors=True)
 
 
 def write_atomic(path: Path, data: str | bytes, recorded: bool = True) -> None:
@@ -243,6 +272,8 @@ def read_verified(path: Path) -> bytes | None:
 
 
 def _verified_in_cache(relative: str) -> tuple[Path, bytes] | None:
+  if Path(relative).is_absolute() or ".." in Path(relative).parts:
+    raise ValueError(f"anvil: {relative!r} is no path inside the cache")
   for root in cache_location().read:
     if (data := read_verified(path := root / relative)) is not None:
       return path, data

@@ -13,6 +13,7 @@ import numpy as np
 
 from anvil.codegen import dlpack
 from anvil.codegen.arg import Arg, numpy_dtype
+from anvil.codegen.cache import make_private_dirs
 from anvil.codegen.caller import convert_input, count_error
 from anvil.codegen.jit import cache_dir
 from anvil.codegen.native import NativeHandle
@@ -30,7 +31,7 @@ def _check(name: str, error: bytes | None) -> None:
 def gpu_programs() -> Path:
   """The folder where CUDA keeps the kernels `init_ws()` compiles (the configuration of a GPU function's workspace)."""
   programs = cache_dir() / "gpu-programs"
-  programs.mkdir(parents=True, exist_ok=True)
+  make_private_dirs(programs)
   return programs
 
 

@@ -226,7 +226,13 @@ def _last_built(portable: str) -> str | None:
   if (data := read_artifact(f"index/{portable}")) is None:
     return None
   key = data.decode(errors="replace")
-  return key if find_artifact(f"lib/{key}.so") is not None else None
+  return key if is_key(key) and find_artifact(f"lib/{key}.so") is not None else None
+
+
+def is_key(text: str) -> bool:
+  """Whether `text` is a cache key as anvil makes them (32 lowercase hex digits): what else an index entry or a
+  shipped library names is never joined into a path."""
+  return len(text) == 32 and all(c in "0123456789abcdef" for c in text)
 
 
 def store_library(key: str, data: bytes) -> Path:
@@ -258,6 +264,10 @@ class ShippedLibrary:
   key: str
   portable: str | None
   data: bytes
+
+  def __post_init__(self) -> None:
+    if not is_key(self.key) or (self.portable is not None and not is_key(self.portable)):
+      raise ValueError(f"ShippedLibrary: keys are 32 hex digits, got {self.key!r} and {self.portable!r}")
 
   @classmethod
   def of(cls, path: str | Path) -> ShippedLibrary:

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -110,6 +111,7 @@ DAMAGES: dict[str, tuple[str, str, Callable[[Path], None]]] = {
   "library planted": ("lib", ".so", _plant_library),
   "library record missing": ("lib", ".so.sha256", lambda p: p.unlink()),
   "library record garbage": ("lib", ".so.sha256", lambda p: p.write_text("12 nonsense")),
+  "library a directory": ("lib", ".so", lambda p: (p.unlink(), p.mkdir(), (p / "x").write_text(""))),
   "code {}": ("code", ".json", lambda p: p.write_text("{}")),
   "code truncated": ("code", ".json", _truncate),
 }
@@ -284,23 +286,81 @@ def test_a_read_only_cache_is_still_read(
   assert all(STAGE_COUNTS[s] == before.get(s, 0) for s in ("render", "compile")), "read from the read-only cache"
 
 
-def test_a_cache_writable_by_others_is_warned_about(
-  tmp_path: Path, monkeypatch: pytest.MonkeyPatch, resolve_again: None
+@pytest.mark.parametrize("folder", ["", "lib"])
+def test_a_cache_others_can_write_is_not_used(
+  tmp_path: Path, monkeypatch: pytest.MonkeyPatch, resolve_again: None, folder: str
 ) -> None:
-  from anvil.codegen.cache import cache_dir
+  """A cache (or a folder in it) that others may write: they could plant code, so it is neither read nor written; the
+  process caches privately instead and says why."""
+  from anvil.codegen.cache import cache_location
 
   shared = tmp_path / "shared"
-  shared.mkdir()
-  shared.chmod(0o777)
+  (shared / "lib").mkdir(parents=True)
+  (shared / folder).chmod(0o777)
   monkeypatch.setenv("ANVIL_CACHE_DIR", str(shared))
-  with pytest.warns(RuntimeWarning, match="writable by others"):
-    assert cache_dir() == shared
+  with pytest.warns(RuntimeWarning, match="writable by others than its owner.*ANVIL_CACHE_DIR"):
+    location = cache_location()
+  assert location.write != shared and shared not in location.read
   private = tmp_path / "private"
   private.mkdir(mode=0o700)
   monkeypatch.setenv("ANVIL_CACHE_DIR", str(private))
   with warnings.catch_warnings():
     warnings.simplefilter("error")
-    assert cache_dir() == private
+    assert cache_location().read == (private,)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a folder another user's needs root")
+def test_a_cache_owned_by_another_user_is_not_used(
+  tmp_path: Path, monkeypatch: pytest.MonkeyPatch, resolve_again: None
+) -> None:
+  from anvil.codegen.cache import cache_location
+
+  foreign = tmp_path / "foreign"
+  (foreign / "lib").mkdir(parents=True, mode=0o700)
+  os.chown(foreign / "lib", HOMELESS_UID, HOMELESS_UID)
+  monkeypatch.setenv("ANVIL_CACHE_DIR", str(foreign))
+  with pytest.warns(RuntimeWarning, match=f"owned by another user \\(uid {HOMELESS_UID}\\)"):
+    location = cache_location()
+  assert foreign not in location.read
+
+
+def test_umask_000_makes_a_private_cache(tmp_path: Path) -> None:
+  """Whatever the umask (000: common in containers and shared CI runners), the cache's folders are 0700 and its files
+  0600: no one else can plant code in it."""
+  cache = tmp_path / "cache"
+  built(cache, hook="os.umask(0)")
+  entries = [cache, *cache.rglob("*")]
+  assert len(entries) > 10
+  for entry in entries:
+    mode = stat.S_IMODE(entry.lstat().st_mode)
+    assert mode == (0o700 if entry.is_dir() else 0o600), f"{entry}: {oct(mode)}"
+
+
+def test_an_index_entry_pointing_outside_the_cache_is_never_loaded(copied_cache: Path, tmp_path: Path) -> None:
+  """An index entry (with a matching record) rewritten to lead out of the cache, to a library whose constructor
+  would run when loaded, and no compiler: the entry is not a key, nothing outside the cache is loaded."""
+  marker = tmp_path / "constructor-ran"
+  outside = copied_cache.parent / "outside"
+  outside.mkdir()
+  source = outside / "x.c"
+  source.write_text(
+    f'#include <stdio.h>\n__attribute__((constructor)) static void ran(void) {{ fclose(fopen("{marker}", "w")); }}\n'
+  )
+  subprocess.run(["gcc", "-shared", "-fPIC", str(source), "-o", str(outside / "x.so")], check=True)
+  (outside / "x.so.sha256").write_text(_digest((outside / "x.so").read_bytes()))
+  for entry in (copied_cache / "index").iterdir():
+    if not entry.name.endswith(".sha256"):
+      entry.write_text("../../outside/x")
+      Path(f"{entry}.sha256").write_text(_digest(b"../../outside/x"))
+  proc = run_build(copied_cache, env={"CXX": "/nonexistent/c++"})
+  assert proc.returncode != 0 and "has no library built for this code" in proc.stderr
+  assert not marker.exists(), "the library outside the cache was loaded"
+
+
+def _digest(data: bytes) -> str:
+  from anvil.codegen.cache import _digest as digest
+
+  return digest(data)
 
 
 def test_orphaned_temporary_files_are_removed(tmp_path: Path) -> None:

@@ -387,10 +387,22 @@ LIBRARY_NAMES = frozenset(
 )
 
 
-def check_identifier(name: object, what: str) -> str:
-  """Return `name` if it can name a generated function, constant or module, else raise ValueError saying why not."""
+#: The longest name of a generated function, constant or module: its files ("anvil_jit_<name>_part<k>.cpp", and the
+#: private temporary file each is written through) stay within the 255 bytes file systems allow a file name.
+MAX_NAME = 160
+#: What a solver or controller (SQPFunction, MPCFunction, MHEFunction, an integrator) leaves of MAX_NAME for the
+#: suffixes of the functions it derives ("<name>_terminal_gauss_newton_gauss_newton"): their names fit too.
+DERIVED_ROOM = 48
+
+
+def check_identifier(name: object, what: str, room: int = 0) -> str:
+  """Return `name` if it can name a generated function, constant or module (at most MAX_NAME - `room` characters:
+  `room` for the suffixes of the names derived from it), else raise ValueError saying why not."""
   if not isinstance(name, str):
     raise TypeError(f"{what}: expected a str, got {type(name).__name__}")
+  if len(name) > MAX_NAME - room:
+    raise ValueError(f"{what}: {name[:24]!r}... is {len(name)} characters long; at most {MAX_NAME - room} name a "
+                     "generated function here (its files' names must fit the file system's 255 bytes)")  # fmt: skip
   if not name.isidentifier() or not name.isascii() or keyword.iskeyword(name) or name in CPP_KEYWORDS:
     raise ValueError(f"{what}: {name!r} is not a valid C++ identifier (letters, digits and _, not a keyword)")
   if name.startswith("_") or "__" in name:

@@ -91,7 +91,7 @@ def module_library(fn: FunctionBase, wrapper: Callable[[str], str]) -> str:
   module = f"anvil_jit_{fn.name}"
   code = module_code(module, [fn], split_over=SPLIT_OVER)
   extra = {path: text for f in code.functions for path, text in f.extra_files().items()}
-  parts = {f"{module}_{name}.cpp": text for name, text in code.parts.items()}
+  parts = {f"{module}_part{k}.cpp": text for k, (_, text) in enumerate(sorted(code.parts.items()), 1)}
   sources = {**extra, **parts, f"{module}.hpp": code.header, f"{module}.cpp": code.source}
   sources["jit.cpp"] = inline_runtime_headers(wrapper(module))
   digest = hashlib.sha256("".join(f"{k}\0{v}\0" for k, v in sorted(sources.items())).encode()).hexdigest()

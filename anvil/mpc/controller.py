@@ -18,6 +18,7 @@ from numpy.typing import ArrayLike, NDArray
 from anvil.codegen import FunctionBase
 from anvil.codegen.base import check_identifier
 from anvil.codegen.jit import cached_library, library_key, sources_fingerprint, store_library
+from anvil.codegen.names import DERIVED_ROOM
 from anvil.codegen.native import NativeHandle
 from anvil.codegen.precision import cpp_real
 from anvil.codegen.templated import TemplatedFunction
@@ -129,7 +130,7 @@ class MPCFunction(TemplatedFunction):
     u_rate_bounds: Bounds | None = None,
     u_rate_weight: ArrayLike | None = None,
   ) -> None:
-    self.name = check_identifier(name, "MPCFunction name")
+    self.name = check_identifier(name, "MPCFunction name", DERIVED_ROOM + len("_sqp"))  # NOTE: its SQP is <name>_sqp
     if options is not None and not isinstance(options, MPCOptions):
       raise TypeError(f"{name}: options must be MPCOptions, got {type(options).__name__}")
     self.options = options or MPCOptions()

@@ -21,6 +21,7 @@ from tinygrad import Tensor
 from anvil.ad import jacobian
 from anvil.codegen import Arg, FunctionBase, NumericalFunction
 from anvil.codegen.base import check_identifier
+from anvil.codegen.names import DERIVED_ROOM
 from anvil.codegen.precision import in_precision
 from anvil.codegen.templated import TemplatedFunction
 from anvil.mpc.controller import MPCFunction
@@ -125,7 +126,7 @@ class MHEFunction(TemplatedFunction):
     p: ArrayLike | None = None,
     options: MPCOptions | None = None,
   ) -> None:
-    self.name = check_identifier(name, "MHEFunction name")
+    self.name = check_identifier(name, "MHEFunction name", DERIVED_ROOM)
     where = f"MHEFunction({name})"
     require_type(where, "dynamics", dynamics, (NumericalFunction,), "a NumericalFunction (x, u[, p]) -> x_next")
     require_type(where, "measurement", measurement, (NumericalFunction,), "a NumericalFunction (x[, p]) -> y")

@@ -14,6 +14,7 @@ from tinygrad import Tensor
 
 from anvil.codegen import Arg, NumericalFunction
 from anvil.codegen.base import check_identifier
+from anvil.codegen.names import DERIVED_ROOM
 
 
 def rk4(
@@ -107,7 +108,7 @@ class ExplicitIntegrator(NumericalFunction[..., Any]):
 def check_model(where: str, name: str, ode: object, signature: str, dt: object, **sizes: tuple[object, int]) -> None:
   """The checks of an integrator's arguments: a C++ identifier, a callable ODE, dt > 0, each size an int >= its
   least."""
-  check_identifier(name, f"{where}: name")
+  check_identifier(name, f"{where}: name", DERIVED_ROOM)
   if not callable(ode):
     raise TypeError(f"{where}: ode must be callable {signature}, got {type(ode).__name__}")
   if isinstance(dt, bool) or not isinstance(dt, (int, float)) or not dt > 0:

@@ -20,6 +20,7 @@ from anvil.ad import gradient as cost_gradient
 from anvil.ad import sphessian, spjacobian
 from anvil.codegen import Arg, FunctionBase, NumericalFunction
 from anvil.codegen.base import check_identifier
+from anvil.codegen.names import DERIVED_ROOM
 from anvil.codegen.precision import SCALARS, cpp_real, in_precision
 from anvil.codegen.sparse import entry_positions, stored_coordinates
 from anvil.codegen.templated import TemplatedFunction
@@ -197,7 +198,7 @@ class SQPFunction(TemplatedFunction):
     constraints_code: FunctionBase | None = None,
     gradient: FunctionBase | None = None,
   ) -> None:
-    self.name = check_identifier(name, "SQPFunction name")
+    self.name = check_identifier(name, "SQPFunction name", DERIVED_ROOM)
     if options is not None and not isinstance(options, SQPOptions):
       raise TypeError(f"{name}: options must be SQPOptions, got {type(options).__name__}")
     self.options = options or SQPOptions()

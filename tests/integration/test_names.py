@@ -171,3 +171,20 @@ def test_function_and_constant_of_one_name_are_rejected(tmp_path: Path) -> None:
   f = av.NumericalFunction("twin", lambda x: x, [av.Arg(av.CodegenIntConstant("twin", 2))])
   with pytest.raises(ValueError, match="twin"):
     av.generate_module("clash", [f], out_dir=tmp_path)
+
+
+def test_names_too_long_for_the_file_system_are_refused_at_construction() -> None:
+  """A 250-character name is refused when the function is made (its files' names would not fit the file system);
+  a solver's name keeps room for the names it derives: the longest one allowed builds and solves."""
+  from anvil.codegen.names import DERIVED_ROOM, MAX_NAME
+  from anvil.sqp import SQPFunction
+
+  long = "f" * 250
+  with pytest.raises(ValueError, match=r"NumericalFunction name: 'f+'\.\.\. is 250 characters long; at most 160"):
+    av.NumericalFunction(long, lambda x: x * 2.0, av.Arg(2))
+  cost = av.NumericalFunction("long_name_cost", lambda x, p: ((x - p) ** 2).sum(), (av.Arg(2), av.Arg(2)))
+  with pytest.raises(ValueError, match=f"SQPFunction name: .* at most {MAX_NAME - DERIVED_ROOM}"):
+    SQPFunction("s" * (MAX_NAME - DERIVED_ROOM + 1), cost)
+  solver = SQPFunction("s" * (MAX_NAME - DERIVED_ROOM), cost)
+  res = solver(np.zeros(2), np.array([0.5, -1.0]), np.full(2, -np.inf), np.full(2, np.inf), [], [])
+  np.testing.assert_allclose(res.x, [0.5, -1.0], atol=1e-9)

@@ -10,6 +10,8 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from anvil.codegen.forksafe import owned_lock
+
 logger = logging.getLogger("anvil")
 
 #: How many times each build stage actually ran in this process (a warm cache skips `schedule`, `render`, `compile`).
@@ -18,7 +20,7 @@ STAGE_COUNTS: Counter[str] = Counter()
 PROGRESS_AFTER_S = 2.0
 #: Held while a progress line is written; a build forks its render workers under it, so no worker starts with the
 #: stream's lock held by a thread it does not have.
-OUTPUT_LOCK = threading.Lock()
+OUTPUT_LOCK = owned_lock(sys.modules[__name__], "OUTPUT_LOCK")
 
 
 class Progress:
@@ -68,7 +70,7 @@ class Progress:
 _active: dict[str, Progress] = {}
 # NOTE: tinygrad keeps global state (hash-consing caches, Context variables) and is not thread-safe, so build stages
 # of all functions run one at a time; calling compiled functions needs no lock.
-_BUILD_LOCK = threading.RLock()
+_BUILD_LOCK = owned_lock(sys.modules[__name__], "_BUILD_LOCK", threading.RLock)
 
 
 @contextmanager

@@ -9,7 +9,7 @@ import os
 import platform
 import shutil
 import subprocess
-import threading
+import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from anvil.codegen.cache import cache_dir, find_artifact, publish, read_artifact, temporary_beside, write_atomic
+from anvil.codegen.forksafe import owned_lock
 from anvil.version import __version__
 
 #: Flags of every JIT build; extra flags may be appended through the ANVIL_CXXFLAGS environment variable. Symbols are
@@ -299,7 +300,7 @@ class LibraryLoadError(RuntimeError):
 
 
 _LOADED: dict[str, ctypes.PyDLL] = {}
-_LOADING = threading.Lock()
+_LOADING = owned_lock(sys.modules[__name__], "_LOADING")
 
 
 def load_library(path: Path | str) -> ctypes.PyDLL:

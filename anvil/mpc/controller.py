@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -17,6 +16,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from anvil.codegen import FunctionBase
 from anvil.codegen.base import check_identifier
+from anvil.codegen.forksafe import owned_lock
 from anvil.codegen.jit import cached_library, library_key, sources_fingerprint, store_library
 from anvil.codegen.names import DERIVED_ROOM
 from anvil.codegen.native import NativeHandle
@@ -158,7 +158,7 @@ class MPCFunction(TemplatedFunction):
     if terminal_constraints is None and terminal_constraint_bounds is not None:
       raise ValueError(f"{name}: terminal_constraint_bounds given without terminal_constraints")
     self.defaults = self._bounds(x_bounds, u_bounds, constraint_bounds, x_terminal_bounds, terminal_constraint_bounds)
-    self._lock = threading.Lock()
+    self._lock = owned_lock(self)
 
   # *** sizes ***
 

@@ -9,7 +9,6 @@ call-time argument or the estimator's state, in Python and in the generated C++ 
 from __future__ import annotations
 
 import ctypes
-import threading
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -21,6 +20,7 @@ from tinygrad import Tensor
 from anvil.ad import jacobian
 from anvil.codegen import Arg, FunctionBase, NumericalFunction
 from anvil.codegen.base import check_identifier
+from anvil.codegen.forksafe import owned_lock
 from anvil.codegen.names import DERIVED_ROOM
 from anvil.codegen.precision import in_precision
 from anvil.codegen.templated import TemplatedFunction
@@ -151,7 +151,7 @@ class MHEFunction(TemplatedFunction):
       np.zeros(self.nx) if x_prior is None else float_array(where, "x_prior", x_prior, (self.nx,), finite=True)
     )
     self.p = None if p is None else float_array(where, "p", p, (self.np,), finite=True)
-    self._lock = threading.Lock()
+    self._lock = owned_lock(self)
 
   # *** the OCP ***
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -25,6 +24,7 @@ from tinygrad import Tensor, dtypes
 from anvil.codegen import Arg, NumericalFunction
 from anvil.codegen.base import FunctionBase
 from anvil.codegen.caller import convert_input, count_error
+from anvil.codegen.forksafe import owned_lock
 from anvil.codegen.templated import TemplatedFunction
 from anvil.codegen.trace import OutputSpec
 from anvil.mpc.integrators import check_model, checked_rate, model_inputs
@@ -164,7 +164,7 @@ class ImplicitIntegrator(TemplatedFunction):
     self.outputs = (OutputSpec((nx,), dtypes.float64),) + ((OutputSpec((nx, nz), dtypes.float64),) * with_jacobian)
     self.h, self.steps, self.a, self.b = method.h, method.steps, method.a, method.b
     self.newton_tol, self.newton_iter, self.z_guess = method.newton_tol, method.newton_iter, method.z_guess
-    self._lock = threading.Lock()
+    self._lock = owned_lock(self)
 
   @cached_property
   def jacobian(self) -> ImplicitIntegrator:

@@ -19,7 +19,6 @@ constraints' curvature (exact).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -36,6 +35,7 @@ from anvil.ad.sparsity import jacobian_sparsity
 from anvil.ad.transforms import placeholders
 from anvil.codegen import Arg, NumericalFunction
 from anvil.codegen.base import FunctionBase, render_template
+from anvil.codegen.forksafe import owned_lock
 from anvil.codegen.precision import SCALARS, cpp_real, in_precision
 from anvil.codegen.sparse import entry_positions, stored_coordinates
 from anvil.codegen.templated import TemplatedFunction, module_library
@@ -182,7 +182,7 @@ class _StageCost(TemplatedFunction, Generic[Part]):
   ) -> None:  # fmt: skip
     self.name, self.inputs, self.place, self.scalar = name, inputs, place, scalar
     self.stage, self.final, self.weights = stage, final, weights
-    self._lock = threading.Lock()
+    self._lock = owned_lock(self)
 
   def dependencies(self) -> tuple[FunctionBase, ...]:
     """The stage functions this one calls."""

@@ -20,7 +20,6 @@ any function, and both are callable from Python (a `scipy.sparse.csc_array`, a n
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -32,6 +31,7 @@ from tinygrad import dtypes
 
 from anvil.codegen import NumericalFunction, SparseNumericalFunction
 from anvil.codegen.base import FunctionBase
+from anvil.codegen.forksafe import owned_lock
 from anvil.codegen.precision import cpp_real
 from anvil.codegen.runtime import runtime_include
 from anvil.codegen.sparse import entry_positions, stored_coordinates
@@ -92,7 +92,7 @@ class _StageWise(TemplatedFunction):
     self.scalar = "float32" if rest.inputs[0].dtype == dtypes.float32 else "float64"  # NOTE: the rest's, the NLP's
     self.nx, self.nu = ode.integrator.inputs[0].size, ode.integrator.inputs[1].size
     self.np = ode.integrator.inputs[2].size if len(ode.integrator.inputs) > 2 else 0
-    self._lock = threading.Lock()
+    self._lock = owned_lock(self)
 
   @property
   def size(self) -> int:

@@ -19,7 +19,6 @@ move together), dx/dp is unique and the multipliers' derivatives are those of th
 from __future__ import annotations
 
 import ctypes
-import threading
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -31,6 +30,7 @@ from tinygrad import Tensor
 
 from anvil.ad import gradient, jacobian, sphessian, spjacobian
 from anvil.codegen import Arg, FunctionBase, NumericalFunction
+from anvil.codegen.forksafe import owned_lock
 from anvil.codegen.templated import TemplatedFunction
 from anvil.qp.kkt import ActiveSetKKT
 from anvil.qp.osqp import UsesQDLDL
@@ -116,7 +116,7 @@ class SensitivityFunction(UsesQDLDL, TemplatedFunction):
       raise ValueError(f"{sqp.name}: the NLP has no parameter (np = 0): there is nothing to differentiate by")
     self.name = f"{sqp.name}_sensitivity"
     self.sqp = sqp
-    self._lock = threading.Lock()
+    self._lock = owned_lock(self)
     cost, constraints = sqp.cost.fn, None if sqp.constraints is None else sqp.constraints.fn
 
     def lagrangian(x: Tensor, p: Tensor, lam: Tensor) -> Tensor:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import logging
-import threading
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Protocol, cast, runtime_checkable
@@ -20,6 +19,7 @@ from anvil.ad import gradient as cost_gradient
 from anvil.ad import sphessian, spjacobian
 from anvil.codegen import Arg, FunctionBase, NumericalFunction
 from anvil.codegen.base import check_identifier
+from anvil.codegen.forksafe import owned_lock
 from anvil.codegen.names import DERIVED_ROOM
 from anvil.codegen.precision import SCALARS, cpp_real, in_precision
 from anvil.codegen.sparse import entry_positions, stored_coordinates
@@ -226,7 +226,7 @@ class SQPFunction(TemplatedFunction):
     if not isinstance(convex_hessian, bool) or (convex_hessian and hessian is None):
       raise ValueError(f"{name}: convex_hessian=True declares a given hessian positive semidefinite; pass hessian=")
     self.convex_hessian = convex_hessian
-    self._lock = threading.Lock()
+    self._lock = owned_lock(self)
 
   def _check_derivative(self, fn: SparseDerivative, what: str) -> SparseDerivative:
     """TypeError/ValueError unless `fn` is a sparse derivative of the right inputs and shape (a Hessian: an upper

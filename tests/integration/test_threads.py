@@ -4,8 +4,10 @@ test_errors, test_sparse, test_sqp and test_mpc (same names and graphs: their co
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -110,3 +112,47 @@ def test_mpc_function() -> None:
     np.testing.assert_array_equal(got.x[0], x0)
     np.testing.assert_allclose(got.x, want.x, atol=1e-6)
     np.testing.assert_allclose(got.u, want.u, atol=1e-6)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX")
+def test_a_forked_child_calls_while_a_parent_thread_held_the_lock() -> None:
+  """`multiprocessing` with the fork start method while another thread is inside a call (holding the controller's,
+  the solver's and the JIT's locks): each child gets them back unlocked, and its first call gives the parent's
+  result."""
+  import multiprocessing
+
+  from anvil.codegen import build, jit
+
+  mpc = cm.stabilizing("test_mpc_stab_riccati", MPCOptions(qp_solver="riccati"))  # test_mpc's
+  x0 = cm.X0_STABILIZE * 0.3
+  mpc.reset()
+  want = mpc(x0).u0
+  mpc.reset()
+  held, release = threading.Event(), threading.Event()
+
+  def inside_a_call() -> None:
+    with mpc._lock, jit._LOADING, build._BUILD_LOCK:
+      held.set()
+      release.wait(60.0)
+
+  thread = threading.Thread(target=inside_a_call)
+  thread.start()
+  held.wait(10.0)
+  try:
+    _FORKED[:] = [mpc]  # NOTE: the forked children inherit it (a controller does not pickle)
+    with warnings.catch_warnings():  # NOTE: Python 3.12 warns that forking a threaded process may deadlock: the case
+      warnings.simplefilter("ignore", DeprecationWarning)
+      with multiprocessing.get_context("fork").Pool(2) as pool:
+        got = pool.map_async(_first_call, [x0] * 4).get(timeout=120.0)
+  finally:
+    release.set()
+    thread.join()
+  for u0 in got:
+    np.testing.assert_allclose(u0, want, atol=1e-9)
+
+
+_FORKED: list[Any] = []
+
+
+def _first_call(x0: np.ndarray) -> np.ndarray:
+  return _FORKED[0](x0).u0

@@ -401,7 +401,7 @@ class NumericalFunction(FunctionBase, Generic[P, R]):
   def library(self) -> str:
     """Path of the compiled shared library (stage `compile`, skipped when the disk cache has it)."""
     lib_key = library_key(f"{self.key}|{array_data_offset()}", self.device)
-    if (path := cached_library(lib_key)) is not None:
+    if (path := cached_library(lib_key, f"anvil_{self.name}_ws_new")) is not None:
       return str(path)
     module = f"anvil_jit_{self.name}"
     code = module_code(module, [self])

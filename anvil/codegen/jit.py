@@ -17,7 +17,15 @@ from pathlib import Path
 
 import numpy as np
 
-from anvil.codegen.cache import cache_dir, find_artifact, publish, read_artifact, temporary_beside, write_atomic
+from anvil.codegen.cache import (
+  RECORD_SUFFIX,
+  cache_dir,
+  find_artifact,
+  publish,
+  read_artifact,
+  temporary_beside,
+  write_atomic,
+)
 from anvil.codegen.forksafe import owned_lock
 from anvil.version import __version__
 
@@ -284,15 +292,31 @@ class ShippedLibrary:
         write_atomic(cache_dir() / "index" / self.portable, self.key)
 
 
-def cached_library(key: str) -> Path | None:
-  """The cached library for `key` when it matches its record and loads; None when it must be (re)built."""
+def cached_library(key: str, entry: str | None = None) -> Path | None:
+  """The cached library for `key` when it matches its record, loads and exports `entry` (an entry point it must
+  have: `anvil_<name>_ws_new`); None when it must be (re)built, a library that does not load or lacks the entry point
+  set aside first, whatever its record says (the rebuilt one is loaded from its own file, a new handle)."""
   if (path := find_artifact(f"lib/{key}.so")) is None:
     return None
   try:
-    load_library(path)
+    lib = load_library(path)
   except LibraryLoadError:
+    _set_aside(path)
+    return None
+  if entry is not None and not hasattr(lib, entry):
+    with _LOADING:
+      _LOADED.pop(str(path), None)
+    _set_aside(path)
     return None
   return path
+
+
+def _set_aside(path: Path) -> None:
+  """Remove a cached library that cannot serve (and its record) from the cache this process writes; one in a
+  read-only cache is left, and shadowed by the rebuilt one."""
+  if path.is_relative_to(cache_dir()):
+    for stale in (path, path.with_name(path.name + RECORD_SUFFIX)):
+      stale.unlink(missing_ok=True)
 
 
 class LibraryLoadError(RuntimeError):

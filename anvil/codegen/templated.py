@@ -96,7 +96,7 @@ def module_library(fn: FunctionBase, wrapper: Callable[[str], str]) -> str:
   sources["jit.cpp"] = inline_runtime_headers(wrapper(module))
   digest = hashlib.sha256("".join(f"{k}\0{v}\0" for k, v in sorted(sources.items())).encode()).hexdigest()
   key = library_key(f"module|{codegen_fingerprint()}|{digest}")
-  if (path := cached_library(key)) is not None:
+  if (path := cached_library(key, f"anvil_{fn.name}_ws_new")) is not None:
     return str(path)
   c_sources = sorted(path for path in extra if path.endswith(".c"))
   include_dirs = sorted({d for f in code.functions for d in f.include_dirs})

@@ -286,7 +286,7 @@ class MPCFunction(TemplatedFunction):
     """Path of the compiled controller library (the controller, its SQP solver, OSQP and every function)."""
     # NOTE: a warm process finds the controller by a key of the user's functions and the OCP's structure alone, so
     # it skips tracing and deriving the NLP's functions (which the full key of the generated code needs).
-    quick = cached_library(self._problem_key)
+    quick = cached_library(self._problem_key, f"anvil_{self.name}_ws_new")
     if quick is not None:
       return str(quick)
     path = super().library

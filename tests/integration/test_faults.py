@@ -104,6 +104,15 @@ def _plant_library(path: Path) -> None:
   shutil.copyfile(planted, path)
 
 
+def _foreign_library(path: Path) -> None:
+  """Replace the library by a shared object without anvil's entry points, its record rewritten to match."""
+  source = path.parent / "foreign.c"
+  source.write_text("int unrelated(void) { return 7; }\n")
+  subprocess.run(["gcc", "-shared", "-fPIC", str(source), "-o", str(path)], check=True)
+  source.unlink()
+  Path(f"{path}.sha256").write_text(_digest(path.read_bytes()))
+
+
 DAMAGES: dict[str, tuple[str, str, Callable[[Path], None]]] = {
   "library truncated": ("lib", ".so", _truncate),
   "library empty": ("lib", ".so", lambda p: p.write_bytes(b"")),
@@ -111,6 +120,7 @@ DAMAGES: dict[str, tuple[str, str, Callable[[Path], None]]] = {
   "library planted": ("lib", ".so", _plant_library),
   "library record missing": ("lib", ".so.sha256", lambda p: p.unlink()),
   "library record garbage": ("lib", ".so.sha256", lambda p: p.write_text("12 nonsense")),
+  "library without entry points": ("lib", ".so", _foreign_library),
   "library a directory": ("lib", ".so", lambda p: (p.unlink(), p.mkdir(), (p / "x").write_text(""))),
   "code {}": ("code", ".json", lambda p: p.write_text("{}")),
   "code truncated": ("code", ".json", _truncate),

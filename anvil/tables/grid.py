@@ -17,8 +17,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.interpolate import BSpline, make_interp_spline
-from scipy.sparse.linalg import spsolve
 from tinygrad import Tensor, dtypes
 
 Array = NDArray[np.float64]
@@ -54,6 +52,8 @@ class Axis:
   @cached_property
   def _knots(self) -> Array:
     """The knots of the cubic B-spline with not-a-knot ends (the nodes but 1 and n - 2; the ends four times)."""
+    from scipy.interpolate import make_interp_spline  # NOTE: scipy.interpolate is imported when a table needs it
+
     return make_interp_spline(self.grid, np.zeros(self.size), k=3).t
 
   @property
@@ -84,6 +84,8 @@ class Axis:
     if self.uniform:
       scale = (1 / h.mean()) ** np.arange(4)
       return np.broadcast_to((UNIFORM_CUBIC * scale[:, None])[None], (len(h), 4, 4)).copy()
+    from scipy.interpolate import BSpline
+
     # NOTE: each interval's four functions sampled at four points (sparse: the design matrix), their cubics solved
     at = h[:, None] * SAMPLES
     design = BSpline.design_matrix((self.grid[:-1, None] + at).ravel(), self._knots, 3).tocsr()
@@ -97,6 +99,9 @@ class Axis:
     """The uniform B-spline coefficients (n + 2, ...) of the not-a-knot spline through `values` (n, ...): it is a C²
     cubic with knots at the nodes, so the uniform basis on the extended knots holds it exactly; found by collocation
     at the nodes and the end intervals' midpoints (a banded system, solved sparse)."""
+    from scipy.interpolate import BSpline, make_interp_spline
+    from scipy.sparse.linalg import spsolve
+
     g, n = self.grid, self.size
     samples = np.r_[g, (g[0] + g[1]) / 2, (g[-2] + g[-1]) / 2]
     knots = g[0] + (g[-1] - g[0]) / (n - 1) * np.arange(-3, n + 3)
@@ -122,6 +127,8 @@ class Axis:
       return values
     if self.uniform:
       return np.moveaxis(self._uniform_coefficients(np.moveaxis(values, axis, 0)), 0, axis)
+    from scipy.interpolate import make_interp_spline
+
     return np.moveaxis(make_interp_spline(self.grid, np.moveaxis(values, axis, 0), k=3).c, 0, axis)
 
   def start(self, i: Tensor) -> Tensor:

@@ -474,3 +474,20 @@ def test_a_workspace_too_large_raises_memory_error(fresh_cache: Path) -> None:
   f = av.NumericalFunction("fault_huge", outer, av.Arg(n))
   with pytest.raises(MemoryError, match="fault_huge: not enough memory"):
     f(np.zeros(n))
+
+
+HEAVY = ("scipy.interpolate", "scipy.linalg", "scipy.sparse.linalg", "scipy.special")
+
+
+def test_import_anvil_is_lean_and_works_in_little_memory() -> None:
+  """`import anvil` imports none of scipy's heavy modules (they start thread pools: under `ulimit -v 250000` the
+  import hung in them), and completes under that limit."""
+  import resource
+
+  script = f"import sys, anvil; print([m for m in {HEAVY!r} if m in sys.modules])"
+  limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (250_000 * 1024, 250_000 * 1024))
+  env = {**os.environ, "PYTHONPATH": str(ROOT)}
+  proc = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60,
+                        preexec_fn=limit)  # fmt: skip
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout.strip() == "[]"

@@ -251,6 +251,14 @@ def _set_aside_if_odd(path: Path) -> None:
   shutil.rmtree(aside, ignore_errors=True)
 
 
+def discard(path: Path) -> None:
+  """Remove the artefact at `path` and its record from the cache this process writes (one in a read-only cache is
+  left, to be shadowed by what replaces it)."""
+  if path.is_relative_to(cache_dir()):
+    for stale in (path, _record_of(path)):
+      stale.unlink(missing_ok=True)
+
+
 def write_atomic(path: Path, data: str | bytes, recorded: bool = True) -> None:
   """Write an artefact so that concurrent readers see either nothing or the whole file (and, when `recorded`, its
   record: see `read_verified`)."""

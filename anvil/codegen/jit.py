@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from anvil.codegen.cache import (
-  RECORD_SUFFIX,
   cache_dir,
+  discard,
   find_artifact,
   publish,
   read_artifact,
@@ -301,22 +301,14 @@ def cached_library(key: str, entry: str | None = None) -> Path | None:
   try:
     lib = load_library(path)
   except LibraryLoadError:
-    _set_aside(path)
+    discard(path)
     return None
   if entry is not None and not hasattr(lib, entry):
     with _LOADING:
       _LOADED.pop(str(path), None)
-    _set_aside(path)
+    discard(path)
     return None
   return path
-
-
-def _set_aside(path: Path) -> None:
-  """Remove a cached library that cannot serve (and its record) from the cache this process writes; one in a
-  read-only cache is left, and shadowed by the rebuilt one."""
-  if path.is_relative_to(cache_dir()):
-    for stale in (path, path.with_name(path.name + RECORD_SUFFIX)):
-      stale.unlink(missing_ok=True)
 
 
 class LibraryLoadError(RuntimeError):

@@ -145,8 +145,9 @@ def search_stages(jacobian: sp.csc_array, constants: NDArray[np.float64], hessia
 
   The stages start from x_0's initial rows: rows with one entry, a constant (x_0 = x0). Other rows alike (a terminal
   condition x_N = 0, a bound written as a row) are no initial rows: where the sweep from all of them breaks, it starts
-  again from each run of consecutive such rows alone, and from each group of them whose variables share rows; the
-  search reports the first layout found, else the sweep that found the most stages before it broke."""
+  again from smaller sets of them (`_Patterns.initial_candidates`); where none works, from x's first 1, 2, ...
+  variables as x_0, fixed by their bounds (BOUNDED_STATES at most). The search reports the first layout found, else
+  the sweep that found the most stages before it broke, naming what broke it."""
   patterns = _Patterns(jacobian, constants, hessian)
   best = StageSearch(None, "no row fixes a variable alone and no stages follow from x's first variables: the stages "
                            "start from x_0, fixed by rows x_0 = x0 (one entry each with a constant coefficient) or by "
@@ -251,27 +252,13 @@ class _Patterns:
     or a Hessian entry (x_0 = x0 written next to x_N = 0), and each piece whose variables are consecutive too (x_0 =
     x0 written next to rows on single variables of other stages); sets of one row last, INITIAL_SETS at most."""
     single = [r for r in range(self.m) if len(self.cols_of[r]) == 1 and self.constant(r, self.cols_of[r][0])]
-    runs: list[list[int]] = []
-    for r in single:
-      if runs and runs[-1][-1] == r - 1:
-        runs[-1].append(r)
-      else:
-        runs.append([r])
+    runs = _consecutive(single, lambda r: r)
+    pieces = [_consecutive(run, lambda r: self.cols_of[r][0]) for run in runs]
     sets = [single, *runs, *(group for run in runs for group in self.groups(run)),
-            *(piece for run in runs for piece in self.adjacent(run))]  # fmt: skip
+            *(piece for split in pieces if len(split) > 1 for piece in split)]  # fmt: skip
     unique = {tuple(rows): rows for rows in sets if rows}
     # NOTE: sets of several rows first (x_0 = x0 is a vector), the single rows of many stages' bounds after them
     return sorted(unique.values(), key=lambda rows: len(rows) == 1)[:INITIAL_SETS]
-
-  def adjacent(self, rows: list[int]) -> list[list[int]]:
-    """`rows` (each with one entry) split where the next row's variable is not the one after the row's."""
-    pieces = [[rows[0]]]
-    for r in rows[1:]:
-      if self.cols_of[r][0] == self.cols_of[pieces[-1][-1]][0] + 1:
-        pieces[-1].append(r)
-      else:
-        pieces.append([r])
-    return pieces if len(pieces) > 1 else []
 
   def groups(self, rows: list[int]) -> list[list[int]]:
     """`rows` (each with one entry) split into groups whose variables are linked by sharing a row or a Hessian
@@ -293,6 +280,23 @@ class _Patterns:
     for r in rows:
       found.setdefault(root(r), []).append(r)
     return list(found.values()) if len(found) > 1 else []
+
+
+def _merged(k: int, held: str, n: int) -> _Broken:
+  """The break of a stage k that holds `held` of the n variables (a Riccati recursion over it would gain nothing)."""
+  return _Broken(f"stage {k} holds {held} of the {n} variables: a variable entering every stage (such as a free final "
+                 "time) pulls them into one stage", merged=k)  # fmt: skip
+
+
+def _consecutive(items: list[int], key: Callable[[int], int]) -> list[list[int]]:
+  """`items` split into runs whose keys go up by one from each item to the next."""
+  runs: list[list[int]] = []
+  for item in items:
+    if runs and key(item) == key(runs[-1][-1]) + 1:
+      runs[-1].append(item)
+    else:
+      runs.append([item])
+  return runs
 
 
 class _Sweep:
@@ -363,12 +367,11 @@ class _Sweep:
         found = self.split(outside, rows, len(stage.states), stage, k)
         pulled = {c: next((r, -1) for r, cs in outside.items() if c in cs) for c in found}
       if taken := pulled.keys() & self.stage_of.keys():
-        self.joined(k, min(taken), members, rows)
+        self.joined(k, min(taken), rows)
       if not pulled:
         break
       if 2 * (len(members) + len(pulled)) > p.n:
-        raise _Broken(f"stage {k} holds more than half of the {p.n} variables: a variable entering every stage (such "
-                      "as a free final time) pulls them into one stage", merged=k)  # fmt: skip
+        raise _merged(k, "more than half", p.n)
       self.pulls += [(k, r, v, c) for c, (r, v) in sorted(pulled.items())]
       fresh = sorted(pulled)
       members.update(fresh)
@@ -380,7 +383,7 @@ class _Sweep:
     for c in stage.inputs:
       self.stage_of[c] = k
 
-  def joined(self, k: int, c: int, members: set[int], pending: list[int]) -> None:
+  def joined(self, k: int, c: int, pending: list[int]) -> None:
     """_Broken: stage k reaches variable c of another stage (stage 0's, unless c is an earlier stage's): through
     one of its rows, or a Hessian entry."""
     other = self.stage_of[c]
@@ -402,7 +405,7 @@ class _Sweep:
     reaching = [r for r in pending if outside[r]]
     for r in reaching:
       if taken := [c for c in outside[r] if c in self.stage_of]:
-        self.joined(k, taken[0], set(), [r])
+        self.joined(k, taken[0], [r])
     current = set(pending)
     used = {r: [c for c in outside[r] if p.coupled[c] or any(q not in current for q in p.rows_of[c])]
             for r in reaching}  # fmt: skip
@@ -452,8 +455,8 @@ class _Sweep:
     variables: list[tuple[int, int]] = [(0, 0)] * p.n
     rows: list[tuple[str, int, int]] = [("stage", 0, 0)] * p.m
     coefficients = [1.0] * p.m
-    for i, (r, c) in enumerate(zip(self.initial_rows, stages[0].states if self.bounded is None else [], strict=True)):
-      rows[r], coefficients[r] = ("initial", 0, i), p.value[(r, c)]
+    for i, r in enumerate(self.initial_rows):  # NOTE: none where x_0's bounds fix it
+      rows[r], coefficients[r] = ("initial", 0, i), p.value[(r, stages[0].states[i])]
     for k, stage in enumerate(stages):
       for i, c in enumerate(stage.states + stage.inputs):
         variables[c] = (k, i)
@@ -464,8 +467,7 @@ class _Sweep:
     nu, nuN = max(len(s.inputs) for s in stages[:N]), len(stages[N].inputs)
     if 2 * (nx + max(nu, nuN)) > p.n:
       k = max(range(N + 1), key=lambda k: len(stages[k].inputs))
-      raise _Broken(f"stage {k} holds {nx + len(stages[k].inputs)} of the {p.n} variables: a variable entering every "
-                    "stage (such as a free final time) pulls them into one stage", merged=k)  # fmt: skip
+      raise _merged(k, str(nx + len(stages[k].inputs)), p.n)
     try:
       return StageLayout(N=N, nx=nx, nu=nu, nuN=nuN, variables=tuple(variables), rows=tuple(rows),
                          coefficients=tuple(coefficients), initial_bounds=self.bounded is not None)  # fmt: skip

@@ -457,7 +457,7 @@ class SQPFunction(TemplatedFunction):
                         ubg: NDArray[np.float64]) -> None:  # fmt: skip
     """ValueError unless the rows and variables the stage layout keeps equal are given equal bounds."""
     how = "given" if self.stages is not None else "found in the patterns"
-    fix = "for other bounds there, solve without the layout: SQPOptions(qp=SparseIPMOptions())"
+    fix = "solve without the layout: SQPOptions(qp=SparseIPMOptions())"
     rows = np.asarray(self.equality_rows, dtype=np.int64)
     if (bad := rows[lbg[rows] != ubg[rows]]).size:
       assert self.layout is not None
@@ -466,7 +466,8 @@ class SQPFunction(TemplatedFunction):
       what = "the initial value of x_0" if kind == "initial" else f"the dynamics of x_{k + 1}"
       raise ValueError(
         f"{self.name}: lbg and ubg must be equal at {self.labels.row(r)[1]}: it is {what}[{i}] in the stage layout "
-        f"{how}, which the Riccati QP solver keeps an equality (got lbg = {lbg[r]}, ubg = {ubg[r]}); {fix}"
+        f"{how}, which the Riccati QP solver keeps an equality (got lbg = {lbg[r]}, ubg = {ubg[r]}); for other bounds "
+        f"there, {fix}"
       )
     fixed = np.asarray(self.fixed_variables, dtype=np.int64)
     if (bad := fixed[(lbx[fixed] != ubx[fixed]) | ~np.isfinite(lbx[fixed])]).size:
@@ -476,7 +477,7 @@ class SQPFunction(TemplatedFunction):
         f"{self.name}: lbx and ubx must be equal and finite at {self.labels.variable(j)[1]}: it is "
         f"x_0[{self.layout.variables[j][1]}] in the stage layout {how}, fixed by its bounds (no row x_0 = x0 fixes "
         f"it), which the Riccati QP solver keeps at its initial value (got lbx = {lbx[j]}, ubx = {ubx[j]}); write "
-        f"x_0 = x0 as constraint rows, or {fix.removeprefix('for other bounds there, ')}"
+        f"x_0 = x0 as constraint rows, or {fix}"
       )
 
   @cached_property

@@ -17,8 +17,9 @@
 // takes into the stage QP; the box rows' unit coefficients are the stage QP's own), q_to_data[n], l_to_data[m],
 // u_to_data[m] (-1: none), l_scale[m], primal_from[n], dual_from[m] (offsets into the interior point's iterate, its
 // Workspace's leading arrays; -1: none), dual_row[m] (the row whose multiplier it is; -1: none), dual_scale[m],
-// initial_rows[nx], initial_scale[nx], x0_to_data[nx] (where x0 goes), elastic_to_data[n_elastic] (the prices of the rows set_elastic() relaxes: the
-// stage rows and the bounds on states); n_soft eliminated slacks of soft constraints (price_soft_rows) and their
+// initial_rows[nx], initial_scale[nx], x0_to_data[nx] (where x0 goes), elastic_to_data[n_elastic] (the prices of
+// the rows set_elastic() relaxes: the stage rows and the bounds on states); n_soft eliminated slacks of soft
+// constraints (price_soft_rows) and their
 // soft_var[n_soft], soft_box[n_soft] and, per side (2 n_soft: the lower row, the upper row), soft_row (-1: none),
 // soft_qrow, soft_bound, soft_z, soft_w; loads_derivatives, and with it (an SQP's QP, load_derivatives) n_hess,
 // hess_to_data[n_hess], hess_mirror[n_hess], diag_to_data[n], diag_mirror[n] (an eliminated slack's second row;

@@ -5,7 +5,7 @@ against CasADi's IPOPT on the same NLPs.
 
 Run from the repository root:
 
-  .venv/bin/python -m benchmarks.bench_nlp                      # swing-up N = 50 (three forms), Bratu, chain
+  .venv/bin/python -m benchmarks.bench_nlp                      # swing-up N = 50 (five forms), Bratu, chain, COPS
   .venv/bin/python -m benchmarks.bench_nlp --forms batched      # the batched swing-up only
   .venv/bin/python -m benchmarks.bench_nlp --qp auto            # the default routing only
 
@@ -86,9 +86,9 @@ def swing_up(horizon: int, form: str) -> NLP:
 
   nx, st, opti = shooting.NX, shooting.STAGE, form == "opti"
   rows_x0, rows_xN = form != "bounds", form in ("terminal", "bounds", "opti")
-  interleaved = np.arange(shooting.size(horizon))  # w's entries in the loop's order
-  order = np.r_[np.add.outer(st * np.arange(horizon + 1), np.arange(nx)).ravel(), st * np.arange(horizon) + nx]
-  order = order if opti else interleaved
+  # w's entries in the loop's (interleaved) order: Opti's [X; U] takes the states, then the inputs
+  states, inputs = np.add.outer(st * np.arange(horizon + 1), np.arange(nx)).ravel(), st * np.arange(horizon) + nx
+  order = np.r_[states, inputs] if opti else np.arange(shooting.size(horizon))
 
   def state(w: Any, k: int) -> Any:
     return w[nx * k : nx * (k + 1)] if opti else w[st * k : st * k + nx]

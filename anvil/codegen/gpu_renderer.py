@@ -21,6 +21,7 @@ from anvil.codegen.renderer import (
   RenderedKernel,
   mark_cos,
   pm_guarded_division,
+  pm_wrapping,
 )
 
 #: pi/2 in float64 and rounded to float32: float32 kernels carry the rounded constant.
@@ -34,11 +35,25 @@ DIVISION = (
   "T(({u})0 - ({u})a) : T(a / b); }}\ntemplate <class T> {q} T anvil_cmod(T a, T b) {{ return b == T(0) || "
   "(T(-1) < T(0) && b == T(-1)) ? T(0) : T(a % b); }}"
 )
+#: anvil_wrap_add ... anvil_wrap_shl of a GPU kernel source, as anvil/support.hpp defines them (modulo 2^bits, computed
+#: in the 64-bit unsigned type {u}, whose low bits are T's), declared with the qualifiers {q}.
+WRAPPING = "\n".join(
+  f"template <class T> {{q}} T anvil_wrap_{name}({params}) {{{{ return T({body}); }}}}"
+  for name, params, body in (
+    ("add", "T a, T b", "({u})a + ({u})b"),
+    ("sub", "T a, T b", "({u})a - ({u})b"),
+    ("mul", "T a, T b", "({u})a * ({u})b"),
+    ("neg", "T a", "({u})0 - ({u})a"),
+    ("shl", "T a, T b", "(T(-1) < T(0) && b < T(0)) || b >= T(8 * sizeof(T)) ? ({u})0 : ({u})a << b"),
+  )
+)
 #: What each device's kernel source starts with, once per function (tinygrad repeats it per kernel).
 PRELUDES = {
   "CUDA": "template <class T, class F> __device__ __forceinline__ T tg_bitcast(F v) { union U { F f; T t; }; U u; "
-  "u.f = v; return u.t; }\n" + DIVISION.format(q="__device__ __forceinline__", u="unsigned long long"),
-  "METAL": "#include <metal_stdlib>\nusing namespace metal;\n" + DIVISION.format(q="inline", u="ulong"),
+  "u.f = v; return u.t; }\n"
+  + "\n".join(h.format(q="__device__ __forceinline__", u="unsigned long long") for h in (DIVISION, WRAPPING)),
+  "METAL": "#include <metal_stdlib>\nusing namespace metal;\n"
+  + "\n".join(h.format(q="inline", u="ulong") for h in (DIVISION, WRAPPING)),
 }
 
 
@@ -88,6 +103,7 @@ class AnvilCudaRenderer(_SharedSourceRenderer, CUDARenderer):
   string_rewrite = (
     PatternMatcher([(UPat(Ops.SIN, arg=COS_MARK, name="x"), lambda ctx, x: f"cos({ctx[x.src[0]]})")])
     + pm_guarded_division
+    + pm_wrapping
     + CUDARenderer.string_rewrite
   )
 
@@ -99,6 +115,7 @@ class AnvilMetalRenderer(_SharedSourceRenderer, MetalRenderer):
   string_rewrite = (
     PatternMatcher([(UPat(Ops.SIN, arg=COS_MARK, name="x"), lambda ctx, x: f"precise::cos({ctx[x.src[0]]})")])
     + pm_guarded_division
+    + pm_wrapping
     + MetalRenderer.string_rewrite
   )
 

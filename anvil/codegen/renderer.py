@@ -13,7 +13,7 @@ from tinygrad.codegen import to_program
 from tinygrad.codegen.opt import KernelOptError, Opt, OptOps
 from tinygrad.codegen.opt.postrange import Scheduler
 from tinygrad.device import Compiler
-from tinygrad.dtype import AddrSpace
+from tinygrad.dtype import AddrSpace, DType
 from tinygrad.helpers import Context, Target
 from tinygrad.renderer import Renderer
 from tinygrad.renderer.cstyle import ClangRenderer, CStyleLanguage, base_rewrite
@@ -58,8 +58,8 @@ def division_may_fault(x: UOp) -> bool:
 
 
 class DivisionGuardedRenderer(CStyleLanguage):
-  """A C-style renderer whose integer division helpers (see `pm_guarded_division`) are spelled `division_prefix`
-  followed by cdiv or cmod."""
+  """A C-style renderer whose integer helpers (see `pm_guarded_division` and `pm_wrapping`) are spelled
+  `division_prefix` followed by cdiv, cmod, wrap_add, wrap_sub, wrap_mul, wrap_neg or wrap_shl."""
 
   division_prefix: str
 
@@ -77,6 +77,46 @@ def _render_division(ctx: DivisionGuardedRenderer, x: UOp) -> str | None:
 pm_guarded_division = PatternMatcher([(UPat(tuple(DIVISION_HELPERS), dtype=dtypes.ints, name="x"), _render_division)])
 
 
+#: The helper (anvil/support.hpp, or a GPU prelude) each integer op is rendered as where it may overflow.
+WRAPPING_HELPERS = {op: f"wrap_{op.name.lower()}" for op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.SHL)}
+
+
+def wraps_unlike_numpy(dtype: DType) -> bool:
+  """Whether C++ integer arithmetic on `dtype` may differ from numpy's where a result leaves the dtype's range: signed
+  overflow is undefined, and types narrower than int are computed in int, truncated only where stored. Unsigned types
+  at least as wide as int wrap as numpy's do."""
+  return dtypes.is_int(dtype) and not (dtypes.is_unsigned(dtype) and dtype.itemsize >= 4)
+
+
+def may_overflow(x: UOp) -> bool:
+  """Whether the integer ADD, SUB, MUL, NEG or SHL `x` may leave its dtype's range where C++ does not wrap it as numpy
+  does (signed overflow is undefined, which optimizers fold away; narrower types are not truncated within an
+  expression), by tinygrad's value ranges: index arithmetic, whose ranges are known and small, never does; arithmetic
+  on values read from buffers may."""
+  if not wraps_unlike_numpy(x.dtype):
+    return False
+  if x.op is Ops.NEG:
+    low, high = -x.src[0].vmax, -x.src[0].vmin
+  elif x.op is Ops.SHL and (x.src[0].vmin < 0 or not 0 <= x.src[1].vmin <= x.src[1].vmax < 8 * x.dtype.itemsize):
+    return True
+  else:
+    low, high = x.vmin, x.vmax
+  return low < x.dtype.min or high > x.dtype.max
+
+
+def _render_wrapping(ctx: DivisionGuardedRenderer, x: UOp) -> str | None:
+  if not may_overflow(x):
+    return None
+  helper = f"{ctx.division_prefix}{WRAPPING_HELPERS[x.op]}<{ctx.render_dtype(x.dtype)}>"
+  return f"{helper}({', '.join(ctx[s] for s in x.src)})"
+
+
+#: Integer ADD, SUB, MUL, NEG and SHL that may leave their dtype's range rendered as calls of the renderer's
+#: `division_prefix` + wrap_add ... wrap_shl: modulo 2^bits, as numpy computes; any other (index arithmetic, whose
+#: ranges are known) keeps C's operator.
+pm_wrapping = PatternMatcher([(UPat(tuple(WRAPPING_HELPERS), dtype=dtypes.ints, name="x"), _render_wrapping)])
+
+
 def _bit_cast(ctx: PortableCppRenderer, x: UOp) -> str:
   return f"anvil::bit_cast<{ctx.render_type(x)}>({ctx[x.src[0]]})"
 
@@ -88,6 +128,9 @@ class PortableCppRenderer(DivisionGuardedRenderer, ClangRenderer):
   dtype's minimum `// -1` wraps to itself (`% -1 == 0`). C++ leaves these undefined (x86 traps), so a CDIV or CMOD
   whose divisor may be 0 or -1 becomes a call of `anvil::cdiv` / `anvil::cmod` (anvil/support.hpp); division by a
   constant other than 0 and -1 keeps the operator, so index arithmetic and float code render as tinygrad renders them.
+  Integer addition, subtraction, multiplication, negation and left shift wrap modulo 2^bits, as numpy's do: where
+  tinygrad's value ranges say one may leave its dtype's range, it becomes a call of `anvil::wrap_add` ...
+  `anvil::wrap_shl` (unsigned arithmetic, truncated to the dtype; C++ leaves signed overflow undefined).
   """
 
   has_threads = False
@@ -123,6 +166,7 @@ class PortableCppRenderer(DivisionGuardedRenderer, ClangRenderer):
       ]
     )
     + pm_guarded_division
+    + pm_wrapping
     + base_rewrite
   )
 

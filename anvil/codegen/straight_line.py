@@ -24,7 +24,7 @@ from tinygrad.uop.ops import Ops, UOp
 
 from anvil.codegen.arg import cpp_type
 from anvil.codegen.program import ALIGNMENT, BufferRef, CopyStep, KernelStep, Program, cpp_literal, output_copies
-from anvil.codegen.renderer import COS_MARK, RENDERER, RenderedKernel
+from anvil.codegen.renderer import COS_MARK, RENDERER, WRAPPING_HELPERS, RenderedKernel, wraps_unlike_numpy
 from anvil.codegen.rolling import Family, find_families
 from anvil.codegen.scalar import ScalarGraph, Unsupported, lower
 from anvil.codegen.trace import TracedGraph
@@ -266,6 +266,8 @@ def _render(g: ScalarGraph, i: int, xs: list[str]) -> str:
     return f"(({xs[0]}*{xs[1]})+{xs[2]})"
   if op in (Ops.CDIV, Ops.CMOD):
     return f"anvil::{'cdiv' if op is Ops.CDIV else 'cmod'}({xs[0]}, {xs[1]})"
+  if op in WRAPPING_HELPERS and wraps_unlike_numpy(dtype):  # NOTE: no value ranges here: every such op wraps
+    return f"anvil::{WRAPPING_HELPERS[op]}<{cpp_type(dtype, 'value')}>({', '.join(xs)})"
   return RENDERER.code_for_op[op](*xs, dtype)
 
 

@@ -148,6 +148,39 @@ constexpr T cmod(T a, T b) noexcept {
   return b == T(0) ? T(0) : static_cast<T>(a % b);
 }
 
+/// The unsigned type integers of type T wrap in: T's unsigned counterpart, at least as wide as int (narrower types
+/// would be promoted back to int, where overflow is undefined).
+template <typename T>
+using wrapping_t = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
+
+/// Integer a + b, a - b, a * b, -a and a << b modulo 2^bits, as numpy computes them, where C++ leaves signed overflow
+/// (and shifting a negative value) undefined: the unsigned operation, converted back. A shift by a negative count or
+/// by T's width or more gives 0 (numpy's). Generated code calls them only where an operation may overflow; index
+/// arithmetic keeps the operators.
+template <typename T>
+constexpr T wrap_add(T a, T b) noexcept {
+  return static_cast<T>(static_cast<wrapping_t<T>>(a) + static_cast<wrapping_t<T>>(b));
+}
+template <typename T>
+constexpr T wrap_sub(T a, T b) noexcept {
+  return static_cast<T>(static_cast<wrapping_t<T>>(a) - static_cast<wrapping_t<T>>(b));
+}
+template <typename T>
+constexpr T wrap_mul(T a, T b) noexcept {
+  return static_cast<T>(static_cast<wrapping_t<T>>(a) * static_cast<wrapping_t<T>>(b));
+}
+template <typename T>
+constexpr T wrap_neg(T a) noexcept {
+  return static_cast<T>(wrapping_t<T>(0) - static_cast<wrapping_t<T>>(a));
+}
+template <typename T>
+constexpr T wrap_shl(T a, T b) noexcept {
+  if constexpr (std::is_signed<T>::value) {
+    if (b < T(0)) return T(0);
+  }
+  return b >= T(8 * sizeof(T)) ? T(0) : static_cast<T>(static_cast<wrapping_t<T>>(a) << b);
+}
+
 /// The pointer of a Buffer, spelled either way: `b.data()` (a call) or `b.data` (converts to the pointer), as the API
 /// reference's examples write it (`Eigen::Map<const SpMat> J(..., out.data)`). A const Buffer gives const pointers.
 template <typename T>

@@ -11,6 +11,7 @@ from anvil.codegen import CudaArray as CudaArray
 from anvil.codegen import DeviceInfo as DeviceInfo
 from anvil.codegen import DeviceUnavailableError as DeviceUnavailableError
 from anvil.codegen import FunctionBase as FunctionBase
+from anvil.codegen import GraphTooDeepError as GraphTooDeepError
 from anvil.codegen import NumericalFunction as NumericalFunction
 from anvil.codegen import SparseNumericalFunction as SparseNumericalFunction
 from anvil.codegen import devices as devices

@@ -18,3 +18,4 @@ from anvil.codegen.module import generate_module as generate_module
 from anvil.codegen.native import NativeHandle as NativeHandle
 from anvil.codegen.sparse import SparseNumericalFunction as SparseNumericalFunction
 from anvil.codegen.sparse import sparse_numerical_function as sparse_numerical_function
+from anvil.codegen.trace import GraphTooDeepError as GraphTooDeepError

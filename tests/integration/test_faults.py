@@ -15,6 +15,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -491,3 +492,40 @@ def test_import_anvil_is_lean_and_works_in_little_memory() -> None:
                         preexec_fn=limit)  # fmt: skip
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout.strip() == "[]"
+
+
+# *** graphs too deep ***
+
+
+def _chain(steps: int) -> Callable[[Any], Any]:
+  def chained(x: Any) -> Any:
+    for _ in range(steps):
+      x = x * 1.0001 + 1.0
+    return x
+
+  return chained
+
+
+def test_a_graph_too_deep_is_refused_before_any_build(fresh_cache: Path) -> None:
+  import anvil as av
+  from anvil.codegen.trace import MAX_DEPTH
+
+  # NOTE: 10^5 chained operations (tinygrad raised "infinite loop in graph_rewrite" after 169 s; 80,000 crash g++)
+  f = av.NumericalFunction("deep_chain", _chain(50_000), [av.Arg(3)])
+  start = time.perf_counter()
+  with pytest.raises(av.GraphTooDeepError, match=rf"deep_chain: .* more than {MAX_DEPTH:,} dependent operations"):
+    f(np.ones(3))
+  assert time.perf_counter() - start < 60.0  # NOTE: the trace alone, not minutes of rewriting and compiling
+  assert not (fresh_cache / "lib").exists() or not any((fresh_cache / "lib").iterdir())
+
+
+def test_the_depth_limit_counts_the_longest_chain(monkeypatch: pytest.MonkeyPatch) -> None:
+  import anvil as av
+  from anvil.codegen import trace
+
+  monkeypatch.setattr(trace, "MAX_DEPTH", 100)
+  wide = av.NumericalFunction("deep_wide", lambda x: av.Tensor.stack(*(x * float(k) for k in range(200))).sum(0),
+                              [av.Arg(3)])  # fmt: skip
+  np.testing.assert_allclose(wide(np.ones(3)), np.full(3, sum(range(200))))  # NOTE: 200 products, one sum: shallow
+  with pytest.raises(av.GraphTooDeepError, match=r"deep_long: .* \(a NumericalFunction of one or a few steps"):
+    _ = av.NumericalFunction("deep_long", _chain(60), [av.Arg(3)]).key

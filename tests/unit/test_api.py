@@ -22,8 +22,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 PUBLIC = {
   "Arg", "CodegenIntConstant", "CompileError", "CompilerNotFoundError", "CudaArray", "DeviceInfo",
-  "DeviceUnavailableError", "FunctionBase", "Interpolant", "NumericalFunction", "SparseNumericalFunction", "Tensor",
-  "devices", "dtypes", "generate_module", "interpolant", "numerical_function", "sparse_numerical_function",
+  "DeviceUnavailableError", "FunctionBase", "GraphTooDeepError", "Interpolant", "NumericalFunction",
+  "SparseNumericalFunction", "Tensor", "devices", "dtypes", "generate_module", "interpolant", "numerical_function",
+  "sparse_numerical_function",
   "__version__",
 }  # fmt: skip
 #: The public names anvil.tables (lookup tables) gives the top level.

@@ -4,7 +4,7 @@ same NLPs, in one run.
 Run from the repository root (a few minutes with a warm anvil cache; each controller's first build adds ~20 s):
 
   .venv/bin/python -m benchmarks.bench_robust              # every section
-  .venv/bin/python -m benchmarks.bench_robust --only hs    # one section: hs, mpc, bicycle
+  .venv/bin/python -m benchmarks.bench_robust --only hs    # one section: hs, mpc, bicycle, budget
 
 Sections:
 - hs: the Hock-Schittkowski problems of anvil.problems.hock_schittkowski from their published starting points: status,
@@ -17,6 +17,9 @@ Sections:
   the shifted least-violation plan). Target: every infeasible call ends "infeasible" within 5x the median feasible
   step. A call whose warm start failed and restarted cold (anvil.mpc's policy) says so in its note.
 - bicycle: the obstacle-avoiding bicycle MPC (anvil.problems.bicycle) from its hard cold starts, against IPOPT.
+- budget: each controller called 1000 times with max_time (its sample time, then 0.3x its slowest cold start) over
+  its hard starts and the closed loops from them: the worst call's wall time against max_time (target 1.2x), u0 finite
+  and inside its bounds, status time_limit or better.
 
 Targets are printed with PASS/MISS; they are informational and the script exits 0.
 """
@@ -44,6 +47,7 @@ SOLVES = 3
 TIME_FACTOR = 5.0  # an infeasible call may cost this many median feasible steps
 NARROW = np.array([0.1, INF, INF, INF])
 HORIZON = 20
+BOUND_TOL = 1e-9  # NOTE: a converged u0 at its bound may pass it by rounding (1e-14 seen)
 
 
 @dataclass
@@ -209,14 +213,73 @@ def bicycle_section(ca: Any) -> None:
   print_cases("bicycle MPC with an obstacle, cold starts (IPOPT time includes its setup)", cases)
 
 
+# *** real-time budget ***
+
+
+def budget_calls(mpc: MPCFunction, starts: list[np.ndarray], model: Callable[..., np.ndarray], calls: int,
+                 max_time: float) -> tuple[list[float], list[str], int]:  # fmt: skip
+  """`calls` calls with `max_time`, cycling through the hard starts (each cold, after a reset, and warm, after a
+  few closed-loop steps from the first start), then the closed loop on from there: (call time / max_time of each,
+  statuses, calls whose u0 was not finite or not inside the input bounds, to BOUND_TOL: the SQP's rounding)."""
+  lower, upper = mpc.defaults["lbu"][0] - BOUND_TOL, mpc.defaults["ubu"][0] + BOUND_TOL
+  ratios, statuses, bad, k = [], [], 0, 0
+  while len(ratios) < calls:
+    x = starts[k % len(starts)]
+    mpc.reset()
+    if k // len(starts) % 2:  # NOTE: warm: a few steps from the first start, then the jump without reset()
+      for _ in range(3):
+        mpc(starts[0], max_time=max_time)
+    for _ in range(10):
+      start = time.perf_counter()
+      sol = mpc(x, max_time=max_time)
+      ratios.append((time.perf_counter() - start) / max_time)
+      statuses.append(str(sol.status))
+      bad += not (np.isfinite(sol.u0).all() and (lower <= sol.u0).all() and (sol.u0 <= upper).all())
+      x = model(x, sol.u0)
+    k += 1
+  return ratios[:calls], statuses[:calls], bad
+
+
+def budget_section(ca: Any) -> None:
+  """Each controller called with max_time (its sample time, then a budget that cuts its hard starts short) 1000
+  times over its hard starts and the closed loops from them: the worst call's wall time (Python included) against
+  max_time; target 1.2x, a finite u0 inside the input bounds, status time_limit or better."""
+  from anvil.problems import bicycle
+
+  del ca
+  carts = [np.array(x) for x in ([0.05, 0.1, 0.0, 0.0], [0.0, 0.0, 4.0, 0.0], [0.3, 0.0, 0.0, 0.0])]
+  wide = [np.array(x) for x in ([0.5, 0.3, 0.0, 0.0], [3.0, 0.0, 0.0, 0.0], [1.9, 0.0, 4.0, 0.0], [1.5, -0.8, 1, 0])]
+  swerves = [np.asarray(x, float) for x in bicycle.HARD_STARTS.values()]
+  controllers = {
+    "cart-pole narrow, riccati": (narrow_mpc(MPCOptions(qp_solver="riccati")), carts, cartpole.step_numpy, cartpole.H),
+    "cart-pole narrow, osqp": (narrow_mpc(MPCOptions(qp_solver="osqp")), carts, cartpole.step_numpy, cartpole.H),
+    "cart-pole P2, riccati": (cm.stabilizing("bench_robust_wide_riccati", MPCOptions(qp_solver="riccati")), wide,
+                              cartpole.step_numpy, cartpole.H),
+    "bicycle": (bicycle.bicycle_mpc("bench_robust_bicycle"), swerves, bicycle.step_numpy, bicycle.DT),
+  }  # fmt: skip
+  print("\nreal-time budget: 1000 calls each with max_time (PASS: every call within 1.2x max_time, u0 finite and in "
+        "its bounds, status time_limit or better)")  # fmt: skip
+  print("| controller | max_time ms | worst call / max_time | 99th percentile | statuses | bad u0 | verdict |")
+  print("|---|---|---|---|---|---|---|")
+  for name, (mpc, starts, model, sample) in controllers.items():
+    mpc.reset()
+    cold = max(mpc(x).solve_time for x in starts)  # NOTE: the slowest unlimited cold start (the build first)
+    for max_time in (sample, 0.3 * cold):
+      ratios, statuses, bad = budget_calls(mpc, starts, model, 1000, max_time)
+      counts = ", ".join(f"{s} {statuses.count(s)}" for s in sorted(set(statuses)))
+      ok = max(ratios) <= 1.2 and bad == 0 and all(s != "numerical_error" for s in statuses)
+      print(f"| {name} | {1e3 * max_time:.3g} | {max(ratios):.2f} | {np.percentile(ratios, 99):.2f} | {counts} | "
+            f"{bad} | {'PASS' if ok else 'MISS'} |")  # fmt: skip
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--only", choices=("hs", "mpc", "bicycle"), help="run one section")
+  parser.add_argument("--only", choices=("hs", "mpc", "bicycle", "budget"), help="run one section")
   args = parser.parse_args()
   ca = load_casadi()
   if ca is None:
     print("casadi is not installed: anvil's side only")
-  sections = {"hs": hs_section, "mpc": mpc_section, "bicycle": bicycle_section}
+  sections = {"hs": hs_section, "mpc": mpc_section, "bicycle": bicycle_section, "budget": budget_section}
   for name, section in sections.items():
     if args.only in (None, name):
       section(ca)

@@ -265,9 +265,13 @@ def test_no_home_directory_falls_back_to_a_temporary_cache_removed_at_exit(home:
   this process may switch users, else with the passwd lookup stubbed out."""
   env = {k: v for k, v in os.environ.items() if k not in ("HOME", "XDG_CACHE_HOME", "ANVIL_CACHE_DIR")}
   env |= {"PYTHONPATH": str(ROOT), **({} if home is None else {"HOME": home})}
+  prefix = ["setpriv", f"--reuid={HOMELESS_UID}", f"--regid={HOMELESS_UID}", "--clear-groups"]
   switch = os.geteuid() == 0 and shutil.which("setpriv") is not None and not _passwd_has(HOMELESS_UID)
+  # NOTE: the other uid must be able to run this Python and import anvil (a checkout in a 0700 directory is not)
+  probe = [*prefix, sys.executable, "-c", "import numpy, anvil"]
+  switch = switch and subprocess.run(probe, env=env, cwd=ROOT, capture_output=True, timeout=120).returncode == 0
   hook = "" if switch else "import anvil.codegen.cache as c; c._passwd_home = lambda: None"
-  prefix = ["setpriv", f"--reuid={HOMELESS_UID}", f"--regid={HOMELESS_UID}", "--clear-groups"] if switch else []
+  prefix = prefix if switch else []
   script = BUILD.format(hook=hook, x=X)
   proc = subprocess.run([*prefix, sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True,
                         timeout=300)  # fmt: skip

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -159,6 +160,7 @@ class MPCFunction(TemplatedFunction):
       raise ValueError(f"{name}: terminal_constraint_bounds given without terminal_constraints")
     self.defaults = self._bounds(x_bounds, u_bounds, constraint_bounds, x_terminal_bounds, terminal_constraint_bounds)
     self._lock = owned_lock(self)
+    self._after = 0.0  # NOTE: seconds a call spends in Python after its C++ (a decaying maximum), for max_time
 
   # *** sizes ***
 
@@ -390,6 +392,7 @@ class MPCFunction(TemplatedFunction):
     the acceptable level, the solution is the least-violation one (status "infeasible") or the call's initial guess
     (the previous plan shifted by one stage, or the cold guess) with its inputs clipped to their bounds (`fallback`
     says which); the next call then starts cold, or after an infeasible call from its plan shifted, restoring."""
+    entered = time.perf_counter()
     changed = (x_bounds, u_bounds, constraint_bounds, x_terminal_bounds, terminal_constraint_bounds)
     bounds = self.defaults if all(b is None for b in changed) else self._bounds(*changed, defaults=self.defaults)
     given = max_iter is not None or tol is not None or max_time is not None
@@ -403,7 +406,7 @@ class MPCFunction(TemplatedFunction):
         raise ValueError(f"{self.name}: u_prev is the previous input of input-rate terms; this MPC has none")
       u_prev = float_array(self.name, "u_prev", u_prev, (self.nu,), finite=True)
     with self._lock:
-      return self._solve(state, params, bounds, limits, tuning, u_prev)
+      return self._solve(state, params, bounds, limits, tuning, u_prev, entered)
 
   def _state(self, x0: ArrayLike) -> F64:
     """x0, checked (a finite float64 array of the right shape is taken as it is: the common case costs one test)."""
@@ -412,9 +415,18 @@ class MPCFunction(TemplatedFunction):
     return float_array(self.name, "x0", x0, (self.nx,), finite=True)
 
   def _solve(
-    self, x0: F64, params: F64 | None, bounds: dict[str, F64], limits: F64 | None, tuning: F64, u_prev: F64 | None
+    self,
+    x0: F64,
+    params: F64 | None,
+    bounds: dict[str, F64],
+    limits: F64 | None,
+    tuning: F64,
+    u_prev: F64 | None,
+    entered: float,
   ) -> MPCSolution:
-    """One call of the controller's C++ on checked inputs: stages them, calls, unpacks (under the lock)."""
+    """One call of the controller's C++ on checked inputs: stages them, calls, unpacks (under the lock). A finite
+    max_time is the whole call's (`entered`: when it began): the C++ gets what is left of it after the Python before
+    it (lock wait included), less what the Python after it took lately."""
     e = self._entry
     np.copyto(e.x0, x0)
     np.copyto(e.tuning[: tuning.size], tuning)
@@ -424,7 +436,11 @@ class MPCFunction(TemplatedFunction):
       np.copyto(e.u_prev, u_prev)
     inputs = e.with_u_prev(e.default_inputs if bounds is self.defaults else e.inputs(bounds), u_prev is not None)
     limits = e.default_limits if limits is None else limits
+    if np.isfinite(limits[2]):
+      limits = limits.copy()
+      limits[2] = max(limits[2] - (time.perf_counter() - entered) - self._after, MIN_TIME)
     e.call(inputs, e.outputs, limits.ctypes.data, e.pointers[0], e.pointers[1], e.pointers[2], e.pointers[3], e.ws)
+    called = time.perf_counter()
     history, ihistory, info = e.stats
     scalars = e.scalars
     _, status, stats = self.sqp.unpack_stats(history, ihistory, info, scalars[:2], scalars[5:9], bounds, self.labels)
@@ -432,9 +448,11 @@ class MPCFunction(TemplatedFunction):
     x, u = e.x.astype(np.float64), e.u.astype(np.float64)  # NOTE: copies (the buffers are the next call's)
     fallback = FALLBACKS[int(scalars[4])]
     solved = self.options.mode == "sqp" and status in SUCCESS and fallback == "none"
-    return MPCSolution(x, u, status, int(scalars[9]), float(scalars[2]), float(scalars[3]),
-                       self.options.mode == "rti", stats, fallback, self._sensitivity(e) if solved else None,
-                       (self.ocp.nx, self.np))  # fmt: skip
+    solution = MPCSolution(x, u, status, int(scalars[9]), float(scalars[2]), float(scalars[3]),
+                           self.options.mode == "rti", stats, fallback, self._sensitivity(e) if solved else None,
+                           (self.ocp.nx, self.np))  # fmt: skip
+    self._after = max(time.perf_counter() - called, AFTER_DECAY * self._after)
+    return solution
 
   def _sensitivity(self, e: _Entry) -> Callable[[], Sensitivity]:
     """The sensitivity of the last call's solution, computed when asked (its NLP state copied now)."""
@@ -453,6 +471,12 @@ class MPCFunction(TemplatedFunction):
     if arr.shape != (N + 1, np_):
       raise ValueError(f"{self.name}: p: expected shape ({np_},) or per stage ({N + 1}, {np_}), got {arr.shape}")
     return arr
+
+
+#: The least max_time the C++ gets (a positive one: the solve stops at its first look at the clock).
+MIN_TIME = 1e-9
+#: How fast the estimate of a call's Python time after its C++ forgets an outlier (a garbage collection), per call.
+AFTER_DECAY = 0.95
 
 
 def _with_bounds(name: str, what: str, fn: Any, bounds: Bounds | None) -> tuple[Any, Bounds | None]:

@@ -218,7 +218,9 @@ def test_kkt_header_screens_and_polishes(cxx: str, tmp_path: Path, osqp_sources:
 CONTRACT = """#include "anvil/qp.hpp"
 struct Complete {
   using real = double;
-  struct Workspace {};
+  struct Workspace {
+    double deadline = 0.0;
+  };
   static void reset(Workspace&) {}
   static void shift(Workspace&) {}
   static int load(const double*, const double*, const double*, const double*, bool, Workspace&) { return 0; }
@@ -250,6 +252,7 @@ def test_the_qp_contract_is_checked_at_compile_time(cxx: str, tmp_path: Path) ->
   assert subprocess.run([*base, "-DBACKEND=Complete"], capture_output=True).returncode == 0
   proc = subprocess.run([*base, "-DBACKEND=Partial"], capture_output=True, text=True)
   assert proc.returncode != 0 and "QP backend: int solve(const real* q" in proc.stderr
+  assert "deadline" in proc.stderr  # NOTE: its Workspace has none
 
 
 def test_modules_inline_each_runtime_header_once(tmp_path: Path) -> None:

@@ -115,6 +115,9 @@ inline double now() {
 }
 #endif
 
+/// Whether the clock has passed `deadline` (an anvil::now() reading; 0: no deadline, never passed).
+inline bool expired(double deadline) { return has_clock && deadline > 0.0 && now() >= deadline; }
+
 /// Reinterprets the bits of `from` as a `To` (std::bit_cast is C++20).
 template <typename To, typename From>
 inline To bit_cast(const From& from) noexcept {

@@ -60,9 +60,9 @@ struct Condensed {
   /// Condenses d, solves the condensed QP (warm_start: from the previous solution, when it was solved) and expands
   /// its solution into ws (S::solve_in_place's contract). The status and residual norms are the condensed QP's.
   static int solve_in_place(const Data& d, T tol, int max_iter, Workspace& ws, bool warm_start,
-                            ipm::Residuals<T>& res, int& it) {
+                            ipm::Residuals<T>& res, int& it, double deadline = 0.0) {
     condense(d, ws.data);
-    const int status = Inner::solve_in_place(ws.data, tol, max_iter, ws.inner, warm_start, res, it);
+    const int status = Inner::solve_in_place(ws.data, tol, max_iter, ws.inner, warm_start, res, it, deadline);
     expand(d, ws);
     return status;
   }

@@ -432,10 +432,11 @@ bool active_set_step(const D& d, W& ws, typename S::real tol, Residuals<typename
 /// Solves to tol (every residual norm) in at most max_iter iterations, from the iterate in ws (the caller's cold or
 /// warm starting point; `warm` first tries the previous solution's active set (active_set_step: one iteration where
 /// it holds), then restarts the rows from their previous slacks and multipliers). Returns the Status, the final
-/// residuals and the iterations taken.
+/// residuals and the iterations taken. Past `deadline` (an anvil::now() reading; 0: none) it stops after the iteration
+/// under way, as at max_iter: the caller's time limit.
 template <class S, class D, class W>
 int mehrotra(const D& d, typename S::real tol, int max_iter, bool warm, W& ws, Residuals<typename S::real>& res,
-             int& iterations) {
+             int& iterations, double deadline = 0.0) {
   using T = typename S::real;
   S::start_rows(d, warm, T(0), ws);
   if constexpr (S::mehrotra_start) {
@@ -472,7 +473,7 @@ int mehrotra(const D& d, typename S::real tol, int max_iter, bool warm, W& ws, R
       status = solved;
       break;
     }
-    if (it == max_iter) break;
+    if (it == max_iter || (it > 0 && anvil::expired(deadline))) break;
     if (mu > T(1e14) * mu_scale) {  // multipliers diverging: no feasible point
       status = infeasible;
       break;

@@ -25,6 +25,7 @@
 
 #include "anvil/kkt.hpp"
 #include "anvil/qp.hpp"
+#include "anvil/support.hpp"
 #include "osqp.h"
 
 namespace anvil {
@@ -38,6 +39,7 @@ struct OSQPBackend {
   using KKT = ActiveSetKKT<L, W>;
   static constexpr double polish_eps = 1e-6;   ///< ADMM accuracy sought before polishing a QP solution
   static constexpr int polish_max_iter = 100;  ///< ADMM iterations before the first attempt to polish
+  static constexpr int deadline_chunk = 50;    ///< ADMM iterations between two looks at the clock, with a deadline
 
   static void reset(W& ws) {
     OSQPSolver* solver = bound(ws);
@@ -78,7 +80,9 @@ struct OSQPBackend {
       return solve_polished(q, ws.l.data(), ws.u.data(), tol, ws);
     } else {
       (void)tol;
-      if (osqp_update_data_vec(solver, q, ws.l.data(), ws.u.data()) != 0 || osqp_solve(solver) != 0) return nonconvex;
+      if (osqp_update_data_vec(solver, q, ws.l.data(), ws.u.data()) != 0) return nonconvex;
+      if (ws.deadline > 0.0) return admm_until(ws);
+      if (osqp_solve(solver) != 0) return nonconvex;
       ws.iterations = static_cast<int>(solver->info->iter);
       return status_of(static_cast<int>(solver->info->status_val));
     }
@@ -131,6 +135,25 @@ struct OSQPBackend {
     return &ws.osqp.solver;
   }
 
+  /// ADMM to the final tolerances in chunks of deadline_chunk iterations, each continuing from the last, until it
+  /// ends, max_iter is spent or ws.deadline passes (max_iterations, the iterate as far as it got): OSQP's embedded
+  /// code has no clock of its own. The status; the iterations in ws.iterations.
+  static int admm_until(W& ws) {
+    OSQPSolver* solver = &ws.osqp.solver;
+    const OSQPSettings settings = *solver->settings;
+    OSQPSettings chunk = settings;
+    int status = max_iterations;
+    while (ws.iterations < L::max_iter && !(ws.iterations > 0 && anvil::expired(ws.deadline))) {
+      chunk.max_iter = std::min(deadline_chunk, L::max_iter - ws.iterations);
+      osqp_update_settings(solver, &chunk);
+      status = osqp_solve(solver) == 0 ? status_of(static_cast<int>(solver->info->status_val)) : nonconvex;
+      ws.iterations += static_cast<int>(solver->info->iter);
+      if (status != max_iterations) break;
+    }
+    osqp_update_settings(solver, &settings);
+    return status;
+  }
+
   /// ADMM to the accuracy asked for, then the polish (see the top of this file); the status, with the solution in
   /// the polish's buffers when ws.polished. A polish that finds an active set nonconvex makes the QP nonconvex.
   static int solve_polished(const double* q, const double* l, const double* u, double tol, W& ws) {
@@ -153,9 +176,10 @@ struct OSQPBackend {
     if (status != solved && status != max_iterations) return status;
     typename KKT::Polish outcome = KKT::polish(P, A, q, l, u, solver->solution->x, solver->solution->y, ws);
     int spent = static_cast<int>(solver->info->iter), extra = 0;
-    while (outcome == KKT::polish_failed && spent < L::max_iter) {
+    // NOTE: with a deadline, chunks of deadline_chunk iterations (a doubled one might run far past it)
+    while (outcome == KKT::polish_failed && spent < L::max_iter && !anvil::expired(ws.deadline)) {
       extra = spent;
-      chunk.max_iter = std::min(spent, L::max_iter - spent);
+      chunk.max_iter = std::min(ws.deadline > 0.0 ? deadline_chunk : spent, L::max_iter - spent);
       osqp_update_settings(solver, &chunk);
       status = osqp_solve(solver) == 0 ? status_of(static_cast<int>(solver->info->status_val)) : nonconvex;
       if (status != solved && status != max_iterations) break;

@@ -27,6 +27,10 @@
 //       active upper bound, negative at an active lower bound, free for an equality row).
 //   int iterations(const Workspace& ws)
 //       The iterations the last solve took.
+//
+// and Workspace::deadline, a double the caller sets (an anvil::now() reading; 0, as a zeroed workspace has it: none):
+// past it a solve stops after the iteration under way and returns max_iterations, its iterate as far as it got (the
+// SQP solver's time limit reaches into its QPs so).
 #ifndef ANVIL_QP_HPP
 #define ANVIL_QP_HPP
 #include <type_traits>
@@ -59,6 +63,7 @@ constexpr bool implements_contract() {
                 "QP backend: const real* dual(const Workspace&)");
   static_assert(std::is_same_v<decltype(&B::iterations), int (*)(const W&)>,
                 "QP backend: int iterations(const Workspace&)");
+  static_assert(std::is_same_v<decltype(W::deadline), double>, "QP backend: Workspace::deadline (double)");
   return true;
 }
 

@@ -301,14 +301,15 @@ struct Riccati {
   }
 
   /// solve() leaving the solution in ws (x, u, uN, pi; a row's multiplier: multiplier(ws.rows[k][m]); r_z and r_N:
-  /// the stationarity residuals there, x_0's included), the residual norms in res and the iterations in it.
+  /// the stationarity residuals there, x_0's included), the residual norms in res and the iterations in it; past
+  /// `deadline` (anvil::now(); 0: none) it stops as at max_iter.
   static int solve_in_place(const Data& d, T tol, int max_iter, Workspace& ws, bool warm_start,
-                            ipm::Residuals<T>& res, int& it) {
+                            ipm::Residuals<T>& res, int& it, double deadline = 0.0) {
     tol = std::fmax(tol, tol_floor);
     const bool warm = warm_start && ws.warm;
     initialize(d, warm, ws);
     it = 0;
-    const int status = ipm::mehrotra<Riccati>(d, tol, max_iter, warm, ws, res, it);
+    const int status = ipm::mehrotra<Riccati>(d, tol, max_iter, warm, ws, res, it, deadline);
     ws.warm = status == solved;
     return status;
   }
@@ -363,7 +364,7 @@ struct Riccati {
  private:
   template <class S, class D, class W>
   friend int ipm::mehrotra(const D& d, typename S::real tol, int max_iter, bool warm, W& ws,
-                           ipm::Residuals<typename S::real>& res, int& iterations);
+                           ipm::Residuals<typename S::real>& res, int& iterations, double deadline);
   template <class S, class D, class W>
   friend bool ipm::active_set_step(const D& d, W& ws, typename S::real tol, ipm::Residuals<typename S::real>& res);
 

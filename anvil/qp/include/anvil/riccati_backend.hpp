@@ -100,7 +100,8 @@ struct RiccatiBackend {
     price_soft_rows(q, l, data);
     const real tol_qp = ipm::attainable(std::fmax(real(L::tol_min), std::fmin(real(1e-6), tol)), q, L::n);
     ipm::Residuals<real> residuals;
-    const int status = IPM::solve_in_place(ws.data, tol_qp, L::max_iter, ws.ipm, warm, residuals, ws.iterations);
+    const int status =
+        IPM::solve_in_place(ws.data, tol_qp, L::max_iter, ws.ipm, warm, residuals, ws.iterations, ws.deadline);
     const auto& it = ws.ipm;  // the solution, where the interior point leaves it
     const real* iterate = reinterpret_cast<const real*>(&it);
     for (int j = 0; j < L::n; ++j) ws.d[j] = L::primal_from[j] >= 0 ? iterate[L::primal_from[j]] : real(0);

@@ -76,7 +76,8 @@ struct SparseIPMBackend {
       for (int j = 0; j < n; ++j) ws.x[j] = 0.0;
     ipm::Residuals<double> res;
     const double tol_qp = ipm::attainable(std::fmax(L::tol_min, std::fmin(1e-6, tol)), q, n);
-    const int status = ipm::mehrotra<SparseIPMBackend>(d, tol_qp, L::max_iter, from_solution, ws, res, ws.iterations);
+    const int status =
+        ipm::mehrotra<SparseIPMBackend>(d, tol_qp, L::max_iter, from_solution, ws, res, ws.iterations, ws.deadline);
     for (int i = 0; i < m; ++i) ws.y[i] = ws.active[i] ? ws.rows[i].hi.l - ws.rows[i].lo.l : 0.0;
     ws.warm = status == solved;
     // NOTE: an interior point stops short of the active bounds (by tol over the multiplier): an SQP step from x on a
@@ -102,7 +103,7 @@ struct SparseIPMBackend {
  private:
   template <class S, class D, class WS>
   friend int ipm::mehrotra(const D& d, typename S::real tol, int max_iter, bool warm, WS& ws,
-                           ipm::Residuals<typename S::real>& res, int& iterations);
+                           ipm::Residuals<typename S::real>& res, int& iterations, double deadline);
   template <class S, class D, class WS>
   friend bool ipm::active_set_step(const D& d, WS& ws, typename S::real tol, ipm::Residuals<typename S::real>& res);
   template <class S, class D, class WS>

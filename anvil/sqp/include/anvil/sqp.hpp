@@ -57,7 +57,7 @@ enum Status : int {
 struct Limits {
   int max_iter;     ///< at most the build-time max_iter (the size of the history)
   double tol;       ///< the convergence tolerance
-  double max_time;  ///< seconds; past it the solve ends with time_limit (once per iteration; never without a clock)
+  double max_time;  ///< seconds; past it the solve ends with time_limit (its QPs stop there too; never without a clock)
   bool restore = true;         ///< false: the solve ends max_iterations where its restoration phase would begin
   bool restore_first = false;  ///< begin in the restoration phase where x0 violates the constraints
   /// x0 is the previous call's solution shifted by one stage (a receding horizon's guess): the first QP starts warm
@@ -183,6 +183,9 @@ class Solver {
     // the caller shifted that call's solution into x0 (a receding horizon, whose result depends on it anyway)
     restart_qp(limits.shifted, ws);
     if constexpr (!P::elastic_in_qp) Elastic::reset(ws.elastic);
+    // NOTE: the time limit reaches into the QPs: one that runs past it stops there (the solve then ends time_limit)
+    const double deadline = std::isfinite(limits.max_time) && limits.max_time > 0.0 ? start + limits.max_time : 0.0;
+    set_deadline(deadline, ws);
     // NOTE: x0 is moved into its bounds (as IPOPT does): a QP step keeps x + d within them, but a shortened one from
     // outside would leave them violated, and their multipliers then grow without bound
     for (int i = 0; i < nx; ++i) {
@@ -256,6 +259,12 @@ class Solver {
         // from the previous QP's solution (the first from an earlier call's only when shifted).
         const real qp_tol = qp_tolerance(std::fmax(kkt.primal, kkt.dual), tol);
         int qp_status = solve_regularized(qp_tol, k > 0 || limits.shifted, reg, stats, clock, ws);
+        if (anvil::expired(deadline)) {  // NOTE: no line search past it either (a restoration's took 0.2 ms)
+          stats.qp_status[k] = qp_status;
+          stats.qp_iterations[k] = QP::iterations(ws.qp);
+          status = acceptable_now ? acceptable : time_limit;
+          break;
+        }
         const real* d = QP::primal(ws.qp);
         const real* y = QP::dual(ws.qp);
         stats.qp_iterations[k] = QP::iterations(ws.qp);
@@ -306,6 +315,10 @@ class Solver {
       const int qp_status = solve_elastic(v.grad.data(), search.rho, reg_r, stats, clock, ws);
       stats.qp_status[k] = qp_status;
       stats.qp_iterations[k] = elastic_iterations(ws);
+      if (anvil::expired(deadline)) {
+        status = acceptable_now ? acceptable : time_limit;
+        break;
+      }
       stats.regularization[k] = reg_r;
       if (qp_status == anvil::qp::nonconvex && !zero_multipliers) {
         // NOTE: the Hessian of the Lagrangian at multipliers that blew up may be indefinite beyond any regularization:
@@ -365,6 +378,7 @@ class Solver {
       }
     }
     stats.time_evaluation += lap(clock);
+    set_deadline(0.0, ws);  // NOTE: QPs solved outside a solve (a real-time iteration's) have none
     finish(x, g, lbx, ubx, lbg, ubg, k, status, stats);
     *f = fx;
     return status;
@@ -952,6 +966,7 @@ class Solver {
       // direction the rows leave open, as an LP's), whose iterates diverge alike: unregularized, the QP is solved
       // once more with regularization before it counts as infeasible
       if (status == anvil::qp::infeasible && reg > real(0)) return status;
+      if (status == anvil::qp::max_iterations && anvil::expired(ws.qp.deadline)) return status;
       // NOTE: inertia-free curvature test: a step along which the regularized Hessian is not positive is no descent
       // direction, so it counts as nonconvex too
       if (status == anvil::qp::solved && curvature(v.hess.data(), QP::primal(ws.qp), reg) >= real(0)) return status;
@@ -1051,6 +1066,12 @@ class Solver {
       if (status != anvil::qp::nonconvex || reg * real(10) > P::reg_max) return status;
       reg = reg > real(0) ? reg * real(10) : P::reg_min;
     }
+  }
+
+  /// The deadline (anvil::now(); 0: none) of the QPs, the elastic ones' too.
+  static void set_deadline(double deadline, WS& ws) {
+    ws.qp.deadline = deadline;
+    elastic_ws(ws).deadline = deadline;
   }
 
   /// The elastic QP backend's workspace (the QP's own when it solves the elastic QPs too).

@@ -1063,7 +1063,10 @@ class Solver {
         if (status == anvil::qp::solved) status = Elastic::solve(qe, le, ue, real(0), false, e);
       }
       stats.time_qp_solve += lap(clock);
-      if (status != anvil::qp::nonconvex || reg * real(10) > P::reg_max) return status;
+      // NOTE: an elastic QP is feasible by construction: "infeasible" is its interior point's multipliers blowing up
+      // (the bicycle's restart from 20 m/s), which more regularization tames as it does a nonconvex QP
+      const bool retry = status == anvil::qp::nonconvex || status == anvil::qp::infeasible;
+      if (!retry || reg * real(10) > P::reg_max || anvil::expired(e.deadline)) return status;
       reg = reg > real(0) ? reg * real(10) : P::reg_min;
     }
   }

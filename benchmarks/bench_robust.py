@@ -261,10 +261,10 @@ def budget_section(ca: Any) -> None:
     "bicycle": (bicycle.bicycle_mpc("bench_robust_bicycle"), swerves, bicycle.step_numpy, bicycle.DT),
   }  # fmt: skip
   print("\nreal-time budget: 1000 calls each with max_time (PASS: every call within 1.2x max_time, u0 finite and in "
-        "its bounds, status time_limit or better)")  # fmt: skip
-  print("| controller | max_time ms | worst call / max_time | 99th percentile | worst in C++ | statuses | bad u0 | "
-        "verdict |")  # fmt: skip
-  print("|---|---|---|---|---|---|---|---|")
+        "its bounds, status time_limit or better; the call as Python sees it, and its C++ alone)")  # fmt: skip
+  print("| controller | max_time ms | worst call / max_time | 99th percentile | worst in C++ | calls over 1.2x, "
+        "Python / C++ | statuses | bad u0 | verdict | verdict, C++ |")  # fmt: skip
+  print("|---|---|---|---|---|---|---|---|---|---|")
   for name, (mpc, starts, model, sample) in controllers.items():
     mpc.reset()
     cold = max(mpc(x).solve_time for x in starts)  # NOTE: the slowest unlimited cold start (the build first)
@@ -273,10 +273,11 @@ def budget_section(ca: Any) -> None:
     for max_time in (sample, 0.3 * cold):
       ratios, inside, statuses, bad = budget_calls(mpc, starts, model, 1000, max_time)
       counts = ", ".join(f"{s} {statuses.count(s)}" for s in sorted(set(statuses)))
-      ok = max(ratios) <= 1.2 and bad == 0 and all(s != "numerical_error" for s in statuses)
+      sound = bad == 0 and all(s != "numerical_error" for s in statuses)
+      verdicts = ["PASS" if sound and max(r) <= 1.2 else "MISS" for r in (ratios, inside)]
       print(f"| {name} | {1e3 * max_time:.3g} | {max(ratios):.2f} | {np.percentile(ratios, 99):.2f} | "
-            f"{max(inside):.2f} | {counts} | "
-            f"{bad} | {'PASS' if ok else 'MISS'} |")  # fmt: skip
+            f"{max(inside):.2f} | {sum(r > 1.2 for r in ratios)} / {sum(r > 1.2 for r in inside)} | {counts} | {bad} | "
+            f"{' | '.join(verdicts)} |")  # fmt: skip
 
 
 def main() -> None:

@@ -630,15 +630,15 @@ class SQPFunction(TemplatedFunction):
     search); `labels` (default: this NLP's) word the message, with the call's `bounds` (for this NLP: lbx, ubx, lbg,
     ubg)."""
     iterations, status = int(info[0]), SQP_CODES[int(info[1])]
-    rows = slice(0, iterations + 1)
-    stats: dict[str, Any] = {name: history[rows, c].copy() for c, name in enumerate(HISTORY_NAMES)}
-    stats["qp_iterations"] = ihistory[rows, 0].copy()
-    stats["qp_status"] = tuple([QP_CODES[code] for code in ihistory[rows, 1].tolist()])
-    stats["restoration"] = ihistory[rows, 2].astype(bool)
+    # NOTE: one copy of each history, its columns rows of it (an MPC call unpacks them every sample)
+    stats: dict[str, Any] = dict(zip(HISTORY_NAMES, history[: iterations + 1].T.copy(), strict=True))
+    qp_iterations, qp_codes, restoration = ihistory[: iterations + 1].T.copy()
+    stats["qp_iterations"] = qp_iterations
+    stats["qp_status"] = tuple([QP_CODES[code] for code in qp_codes.tolist()])
+    stats["restoration"] = restoration.astype(bool)
     stats["qp_solver"] = self.qp.options.solver
     stats["elastic_qp_solver"] = (self.elastic or self.qp).options.solver
-    for name, seconds in zip(TIME_NAMES, times, strict=True):
-      stats[name] = float(seconds)
+    stats.update(zip(TIME_NAMES, times.tolist(), strict=True))
     labels = labels or self.labels
     if info[2] >= 0:
       stats["failed_function"] = self._function_name(int(info[2]))

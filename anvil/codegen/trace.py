@@ -36,6 +36,8 @@ VALUE_READS = frozenset({"item", "tolist", "numpy", "data", "_data", "__bool__"}
 #: How Python, math, numpy and tinygrad word their refusal of a Tensor where they need a number (float(t), math.sin(t),
 #: a numpy ufunc, `if t:`, a numpy array of Tensors).
 TENSOR_REFUSALS = ("not 'Tensor'", "not Tensor", "of type Tensor", "on Tensor", "<Tensor")
+#: How anvil words an error tinygrad raised while tracing a function.
+TRACER_HINT = "tinygrad could not trace it"
 VALUE_HINT = (
   "a traced function cannot read tensor values (.item(), .numpy(), .tolist(), float(t), int(t), `if t > 0:`) nor "
   "pass tensors to numpy or math functions (np.sin(t), math.exp(t)): while it is traced its tensors hold no values. "
@@ -227,14 +229,39 @@ def tracing_in(dtype: DType) -> Iterator[None]:
 
 
 def _run(name: str, fn: Callable[..., Any], inputs: list[Tensor]) -> Any:
-  """fn(*inputs); an attempt to read a tensor's values is raised as a TypeError saying what to write instead."""
+  """fn(*inputs); an attempt to read a tensor's values is raised as a TypeError saying what to write instead, and
+  another error tinygrad raised as the same type of error naming the function and the line of it that failed."""
   try:
     return fn(*inputs)
-  except (RuntimeError, TypeError, KeyError) as e:
-    if VALUE_HINT in str(e) or not _reads_values(e):  # NOTE: a function traced inside another said it already
+  except (RuntimeError, TypeError, KeyError, ValueError, AssertionError, IndexError) as e:
+    if VALUE_HINT in str(e) or TRACER_HINT in str(e):  # NOTE: a function traced inside another said it already
       raise
-    first = (str(e).splitlines() or [""])[0]
-    raise TypeError(f"{name}: {VALUE_HINT} (it raised {type(e).__name__}: {first})") from e
+    if isinstance(e, (RuntimeError, TypeError, KeyError)) and _reads_values(e):
+      first = (str(e).splitlines() or [""])[0]
+      raise TypeError(f"{name}: {VALUE_HINT} (it raised {type(e).__name__}: {first})") from e
+    if (where := _failed_line(e)) is None:
+      raise
+    message = f"{name}: {TRACER_HINT} {where}: {type(e).__name__}: {e}"
+    try:
+      wrapped = type(e)(message)
+    except TypeError:
+      wrapped = RuntimeError(message)
+    raise wrapped from e
+
+
+def _failed_line(e: BaseException) -> str | None:
+  """Where in the user's code a tinygrad operation raised `e` ("the line model.py:12 `return x * K`"), or None where
+  `e` did not come from tinygrad."""
+  frames = traceback.extract_tb(e.__traceback__)
+  inside = f"{os.sep}tinygrad{os.sep}"
+  if not frames or inside not in frames[-1].filename:
+    return None
+  here = os.path.dirname(os.path.dirname(__file__))
+  user = [f for f in frames if inside not in f.filename and not f.filename.startswith(here)]
+  if not user:
+    return "at a tensor operation"
+  f = user[-1]
+  return f"at the line {os.path.basename(f.filename)}:{f.lineno} `{(f.line or '').strip()}`"
 
 
 def _reads_values(e: Exception) -> bool:
@@ -261,6 +288,10 @@ def _as_tensors(name: str, result: Any) -> tuple[Tensor, ...]:
       raise TypeError(
         f"{name}: the function must return a Tensor or a tuple of Tensors, output {i} is {type(o).__name__}"
       )
+    try:
+      _ = o.shape  # NOTE: tinygrad works shapes out lazily: operands that do not broadcast fail only here
+    except (ValueError, IndexError, RuntimeError, AssertionError) as e:
+      raise type(e)(f"{name}: {TRACER_HINT} (output {i}'s shape): {type(e).__name__}: {e}") from e
   return outs
 
 

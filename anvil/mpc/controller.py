@@ -159,6 +159,7 @@ class MPCFunction(TemplatedFunction):
     if terminal_constraints is None and terminal_constraint_bounds is not None:
       raise ValueError(f"{name}: terminal_constraint_bounds given without terminal_constraints")
     self.defaults = self._bounds(x_bounds, u_bounds, constraint_bounds, x_terminal_bounds, terminal_constraint_bounds)
+    self.ocp.check_soft()
     self._lock = owned_lock(self)
     self._after = 0.0  # NOTE: seconds a call spends in Python after its C++ (a decaying maximum), for max_time
 

@@ -44,8 +44,8 @@ class Soft:
         raise ValueError(f"Soft.indices: repeated index in {self.indices!r}")
 
   def components(self, size: int, group: str) -> tuple[int, ...]:
-    """The softened components of a group of `size` bounds."""
+    """The softened components of a group of `size` bounds (`group` names it in the error)."""
     chosen = tuple(range(size)) if self.indices is None else self.indices
     if any(i >= size for i in chosen):
-      raise ValueError(f"Soft({group}): indices {chosen} out of range for {size} bounds")
+      raise ValueError(f"{group}: Soft.indices {chosen} out of range: the group has {size} bounds (0 .. {size - 1})")
     return chosen

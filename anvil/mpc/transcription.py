@@ -173,9 +173,13 @@ class Transcription:
       if (spec := self.soft.get(group)) is None:
         continue
       size, stages, in_g, index = groups[group]
-      comps = spec.components(size, group)
+      comps = spec.components(size, f"{self.name}: soft[{group!r}]")
       entries += [SoftEntry(group, k, c, in_g, index(k, c), spec.l1, spec.l2) for k in stages for c in comps]
     return tuple(entries)
+
+  def check_soft(self) -> None:
+    """Raise now for what the softened bounds would fail on at the first call (indices out of range)."""
+    _ = self.soft_entries
 
   @property
   def ns(self) -> int:
@@ -337,7 +341,7 @@ class Transcription:
       spec, table = self.soft.get(group), tables.get(group)
       if spec is None or table is None or table.shape[0] == 0:
         continue
-      comps = spec.components(int(table.shape[1]), group)
+      comps = spec.components(int(table.shape[1]), f"{self.name}: soft[{group!r}]")
       pieces.append(Tensor.stack(*[table[:, c] for c in comps], dim=1).flatten())
     return pieces[0].cat(*pieces[1:])
 

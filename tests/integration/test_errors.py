@@ -126,3 +126,21 @@ def test_reading_a_tensor_without_data() -> None:
   f = av.NumericalFunction("err_stray", lambda x: x + stray, av.Arg(3))
   with pytest.raises(ValueError, match=r"err_stray: the function reads a tensor .* neither an input nor a captured"):
     f(np.ones(3))
+
+
+GAIN = 2.0
+
+
+def _scaled(x: av.Tensor) -> av.Tensor:
+  return x * GAIN
+
+
+def test_a_tinygrad_error_names_the_function_and_its_line(monkeypatch: pytest.MonkeyPatch) -> None:
+  # NOTE: a global the model reads, reassigned to another object (tinygrad said only "Could not infer dtype of ...")
+  monkeypatch.setattr(f"{__name__}.GAIN", av.NumericalFunction("err_other", lambda x: x, av.Arg(1)))
+  f = av.NumericalFunction("err_global", _scaled, av.Arg(3))
+  with pytest.raises(RuntimeError, match=r"err_global: tinygrad could not trace it at the line test_errors.py:\d+ "
+                                         r"`return x \* GAIN`: RuntimeError: Could not infer dtype"):  # fmt: skip
+    f(np.ones(3))
+  with pytest.raises(IndexError, match=r"err_shapes: tinygrad could not trace it \(output 0.s shape\): IndexError"):
+    av.NumericalFunction("err_shapes", lambda x, y: x + y, [av.Arg(3), av.Arg(4)])(np.ones(3), np.ones(4))

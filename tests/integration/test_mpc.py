@@ -443,6 +443,9 @@ def test_bad_inputs_raise_clear_errors(tracking: MPCFunction) -> None:
     MPCFunction("test_mpc_err", F, cost, horizon=5, u_bounds=([1.0], [-1.0]))
   with pytest.raises(ValueError, match="soft groups"):
     MPCFunction("test_mpc_err", F, cost, horizon=5, soft={"y": Soft()})
+  # NOTE: at construction, not at the first call (issues 53 and 54)
+  with pytest.raises(ValueError, match=r"test_mpc_err: soft\['x'\]: Soft.indices \(12,\) out of range: .* 4 bounds"):
+    MPCFunction("test_mpc_err", F, cost, horizon=5, x_bounds=(-np.ones(4), np.ones(4)), soft={"x": Soft(indices=(12,))})
   with pytest.raises(ValueError, match="inputs shaped"):
     MPCFunction("test_mpc_err", F, av.NumericalFunction("test_mpc_err_l3", lambda x: x.sum(), (Arg(4),)), horizon=5)
   with pytest.raises(TypeError, match="options"):

@@ -122,8 +122,10 @@ def main() -> None:
   for label, py, cpp in rows:
     print(f"{label:43} {py:>32} {cpp:>32}".rstrip())
 
-  print(f"\ngenerated C++ in {CPP_DIR.relative_to(ROOT)}: {MODULE}.hpp/.cpp (controller, dynamics, stage cost),")
-  print("  osqp/ (OSQP's C sources and QP workspaces), closed_loop_config.hpp, closed_loop (the executable)")
+  # NOTE: what is there, not a list to keep in step with the generator
+  written = ", ".join(sorted(p.name for p in CPP_DIR.iterdir() if p.is_file()))
+  print(f"\ngenerated C++ in {CPP_DIR.relative_to(ROOT)} ({MODULE}.hpp/.cpp: controller, dynamics, stage cost):")
+  print(f"  {written}")
   print("build it by hand or with CMake: examples/cpp/README.md (its commands use build/cpp; substitute this folder)")
 
 

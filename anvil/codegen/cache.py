@@ -223,11 +223,11 @@ def _digest(data: bytes) -> str:
   return f"{len(data)} {hashlib.sha256(data).hexdigest()}"
 
 
-def publish(tmp: Path, path: Path, recorded: bool = True) -> None:
+def publish(tmp: Path, path: Path, recorded: bool = True, private: bool = True) -> None:
   """Move the finished temporary file `tmp` to `path` atomically, readable and writable by its owner alone (0600,
-  whatever the umask or the tool that wrote it); a `recorded` artefact is flushed to disk and its record written
-  first."""
-  os.chmod(tmp, 0o600)
+  whatever the umask or the tool that wrote it; not `private`: as the umask allows, a user's own output); a `recorded`
+  artefact is flushed to disk and its record written first."""
+  os.chmod(tmp, 0o600 if private else _umask_mode())
   if recorded:
     with open(tmp, "rb+") as f:
       data = f.read()
@@ -259,13 +259,20 @@ def discard(path: Path) -> None:
       stale.unlink(missing_ok=True)
 
 
-def write_atomic(path: Path, data: str | bytes, recorded: bool = True) -> None:
+def _umask_mode() -> int:
+  """The mode open() gives a new file: 0666 less the process's umask."""
+  mask = os.umask(0o022)
+  os.umask(mask)
+  return 0o666 & ~mask
+
+
+def write_atomic(path: Path, data: str | bytes, recorded: bool = True, private: bool = True) -> None:
   """Write an artefact so that concurrent readers see either nothing or the whole file (and, when `recorded`, its
-  record: see `read_verified`)."""
+  record: see `read_verified`); `private` as `publish` takes it."""
   tmp = temporary_beside(path)
   try:
     tmp.write_bytes(data.encode() if isinstance(data, str) else data)
-    publish(tmp, path, recorded)
+    publish(tmp, path, recorded, private)
   finally:
     tmp.unlink(missing_ok=True)
 

@@ -135,21 +135,40 @@ def module_code(
   return ModuleCode(module_name, header, source, ordered, parts=parts)
 
 
-def write_build_files(module_name: str, fns: Sequence[FunctionBase], out: Path) -> None:
+def write_build_files(module_name: str, fns: Sequence[FunctionBase], out: Path) -> list[Path]:
   """`<module_name>.cmake`, `<module_name>.mk` and (unless the folder has its own) `CMakeLists.txt` into `out`: the
-  module and the C sources among its functions' extra files as one static library."""
+  module and the C sources among its functions' extra files as one static library. Returns the paths written."""
   c_sources = sorted({path for f in fns for path in f.extra_files() if path.endswith(".c")})
   include_dirs = list(dict.fromkeys(d for f in fns for d in f.include_dirs))
   context: dict[str, Any] = dict(version=__version__, name=module_name, c_sources=c_sources, var=module_name.upper(),
                                  include_dirs=include_dirs, native_flags=[" ".join(f) for f in HOST_FLAGS],
                                  fma_flags=FMA_FLAGS)  # fmt: skip
-  write_atomic(out / f"{module_name}.cmake", render_template("module.cmake.j2", **context), recorded=False)
-  write_atomic(out / f"{module_name}.mk", render_template("module.mk.j2", **context), recorded=False)
+  written = [_write(out / f"{module_name}.cmake", render_template("module.cmake.j2", **context)),
+             _write(out / f"{module_name}.mk", render_template("module.mk.j2", **context))]  # fmt: skip
   lists = out / "CMakeLists.txt"
   if not lists.exists() or lists.read_text().startswith(GENERATED_MARK):
-    write_atomic(lists, render_template("CMakeLists.txt.j2", version=__version__), recorded=False)
+    written.append(_write(lists, render_template("CMakeLists.txt.j2", version=__version__)))
   else:
     logger.info("generate_module: %s is not anvil's; include %s.cmake from it", lists, module_name)
+  return written
+
+
+def _write(path: Path, text: str) -> Path:
+  """A file of the user's module, written atomically, as readable as the umask allows; its path."""
+  write_atomic(path, text, recorded=False, private=False)
+  return path
+
+
+class ModuleFiles(tuple[Path, ...]):
+  """What `generate_module` wrote: as a tuple, the header and the source (the header alone for a GPU module);
+  `written`, every file (with the functions' extra sources and the build files)."""
+
+  written: tuple[Path, ...]
+
+  def __new__(cls, module: Sequence[Path], written: Sequence[Path]) -> ModuleFiles:
+    files = super().__new__(cls, module)
+    files.written = tuple(written)
+    return files
 
 
 def _source(module_name: str, fns: Sequence[FunctionBase], inlined: set[str]) -> str:
@@ -188,7 +207,7 @@ def generate_module(
   constants: Sequence[CodegenIntConstant] | None = None,
   verbosity: int = 0,
   out_dir: str | Path = ".",
-) -> tuple[Path, ...]:
+) -> ModuleFiles:
   """Write `<module_name>.hpp` and `<module_name>.cpp` holding `fns`, everything they depend on, and `constants`.
 
   Functions that need more files (an SQP solver's embedded OSQP C sources) write them beside the module. A CPU module
@@ -205,7 +224,8 @@ def generate_module(
     out_dir: the folder to write into (created if missing).
 
   Returns:
-    The paths of the header and the source (only the header for a GPU module).
+    The paths of the header and the source (only the header for a GPU module), a tuple whose `written` lists every
+    file written (the functions' extra sources, the build files), each as readable as the umask allows.
 
   Raises:
     ValueError: no functions, a name that is not a C++ identifier or is reserved (see `anvil.codegen.names`), two
@@ -222,18 +242,15 @@ def generate_module(
   files = {out / f"{module_name}.hpp": code.header}
   if code.device == "CPU":
     files[out / f"{module_name}.cpp"] = code.source
-  for path, text in files.items():
-    write_atomic(path, text, recorded=False)
-  for f in code.functions:
-    for relative, text in f.extra_files().items():
-      write_atomic(out / relative, text, recorded=False)
+  written = [_write(path, text) for path, text in files.items()]
+  written += [_write(out / relative, text) for f in code.functions for relative, text in f.extra_files().items()]
   if code.device == "CPU":
-    write_build_files(module_name, code.functions, out)
-  written = " and ".join(map(str, files))
-  logger.info("generate_module: wrote %s (%d functions)", written, len(code.functions))
+    written += write_build_files(module_name, code.functions, out)
+  listed = ", ".join(map(str, written))
+  logger.info("generate_module: wrote %s (%d functions)", listed, len(code.functions))
   if verbosity >= 1:
-    print(f"anvil: wrote {written}")
+    print(f"anvil: wrote {listed}")
   if verbosity >= 2:
     for f in code.functions:
       print(f"  {type(f).__name__} {f.name}")
-  return tuple(files)
+  return ModuleFiles(tuple(files), written)

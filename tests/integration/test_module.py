@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 from pathlib import Path
 
@@ -240,3 +242,19 @@ def test_generate_module_rejects_cycles(tmp_path: Path) -> None:
   a.inner, b.inner = b, a  # type: ignore[assignment]
   with pytest.raises(ValueError, match=r"dependency cycle mod_a -> mod_b -> mod_a"):
     av.generate_module("cyc", [a], out_dir=tmp_path)
+
+
+def test_generate_module_returns_every_file_readable_as_the_umask_allows(tmp_path: Path) -> None:
+  f = av.NumericalFunction("mod_files", lambda x: x * 2, av.Arg(2))
+  previous = os.umask(0o022)
+  try:
+    files = av.generate_module("files_mod", [f], out_dir=tmp_path)
+  finally:
+    os.umask(previous)
+  header, source = files
+  assert (header.name, source.name) == ("files_mod.hpp", "files_mod.cpp")
+  names = {p.name for p in files.written}
+  assert names == {"files_mod.hpp", "files_mod.cpp", "files_mod.cmake", "files_mod.mk", "CMakeLists.txt"}
+  assert names == {p.name for p in tmp_path.iterdir() if p.is_file()}, "everything written is listed"
+  for path in files.written:
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644, path  # NOTE: not the cache's private 0600

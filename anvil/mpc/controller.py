@@ -334,7 +334,9 @@ class MPCFunction(TemplatedFunction):
     return OCPLabels(self)
 
   def reset(self) -> None:
-    """Forget the previous solution: the next call starts cold."""
+    """Forget the previous solution and, with input-rate terms, the last input returned (the next call's default
+    u_prev): the next call starts as the first did. What the controller was built with (bounds, weights, options)
+    stays."""
     with self._lock:
       entry = self._entry
       entry.reset(entry.ws)

@@ -76,6 +76,10 @@ def test_equals_the_hand_augmented_formulation(hessian: str) -> None:
   np.testing.assert_allclose(one.u, ref.u, atol=1e-8)
   np.testing.assert_allclose(one.x, ref.x[:, :NX], atol=1e-8)
   assert one.cost == pytest.approx(ref.cost, rel=1e-9)
+  # NOTE: reset() forgets the last input too (issue 54): the run after it is the first run again
+  rate.reset()
+  again = simulate(rate, F, X0, 3, progress=False)
+  np.testing.assert_allclose(again.u, loop.u[:3], atol=1e-10)
 
 
 def test_real_time_iteration_takes_its_jacobians_steps() -> None:

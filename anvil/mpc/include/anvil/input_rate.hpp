@@ -53,6 +53,11 @@ struct InputRate {
     }
   }
 
+  /// The last input returned forgotten: the next call without u_prev takes zeros, as the first does.
+  static void forget(State& r) {
+    for (int j = 0; j < nu; ++j) r.last_u[j] = real(0);
+  }
+
   /// The plan's states without the previous inputs (from r.x); u's first input kept as the next call's u_prev.
   static void shrink(const real* u, real* x, State& r) {
     for (int k = 0; k <= N; ++k)

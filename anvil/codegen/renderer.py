@@ -64,11 +64,13 @@ class DivisionGuardedRenderer(CStyleLanguage):
   division_prefix: str
 
 
+def _helper_call(ctx: DivisionGuardedRenderer, x: UOp, helper: str) -> str:
+  """`x` as a call of the renderer's integer `helper`, typed by its dtype."""
+  return f"{ctx.division_prefix}{helper}<{ctx.render_dtype(x.dtype)}>({', '.join(ctx[s] for s in x.src)})"
+
+
 def _render_division(ctx: DivisionGuardedRenderer, x: UOp) -> str | None:
-  if not division_may_fault(x):
-    return None
-  helper = f"{ctx.division_prefix}{DIVISION_HELPERS[x.op]}<{ctx.render_dtype(x.dtype)}>"
-  return f"{helper}({ctx[x.src[0]]}, {ctx[x.src[1]]})"
+  return _helper_call(ctx, x, DIVISION_HELPERS[x.op]) if division_may_fault(x) else None
 
 
 #: Integer CDIV and CMOD that may fault rendered as calls of the renderer's `division_prefix` + cdiv / cmod, typed by
@@ -105,10 +107,7 @@ def may_overflow(x: UOp) -> bool:
 
 
 def _render_wrapping(ctx: DivisionGuardedRenderer, x: UOp) -> str | None:
-  if not may_overflow(x):
-    return None
-  helper = f"{ctx.division_prefix}{WRAPPING_HELPERS[x.op]}<{ctx.render_dtype(x.dtype)}>"
-  return f"{helper}({', '.join(ctx[s] for s in x.src)})"
+  return _helper_call(ctx, x, WRAPPING_HELPERS[x.op]) if may_overflow(x) else None
 
 
 #: Integer ADD, SUB, MUL, NEG and SHL that may leave their dtype's range rendered as calls of the renderer's

@@ -161,9 +161,9 @@ KILL_HOOKS = {
   "trace": "import anvil.codegen.function as f; f.trace = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)",
   "render": (
     "import anvil.codegen.cache as c; publish = c.publish\n"
-    "def killing(tmp, path, recorded=True):\n"
+    "def killing(tmp, path, *rest):\n"
     "  if path.suffix == '.json': os.kill(os.getpid(), signal.SIGKILL)\n"
-    "  publish(tmp, path, recorded)\n"
+    "  publish(tmp, path, *rest)\n"
     "c.publish = killing"
   ),
   "compile": (

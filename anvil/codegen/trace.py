@@ -241,12 +241,15 @@ def _run(name: str, fn: Callable[..., Any], inputs: list[Tensor]) -> Any:
       raise TypeError(f"{name}: {VALUE_HINT} (it raised {type(e).__name__}: {first})") from e
     if (where := _failed_line(e)) is None:
       raise
-    message = f"{name}: {TRACER_HINT} {where}: {type(e).__name__}: {e}"
-    try:
-      wrapped = type(e)(message)
-    except TypeError:
-      wrapped = RuntimeError(message)
-    raise wrapped from e
+    raise _renamed(e, f"{name}: {TRACER_HINT} {where}: {type(e).__name__}: {e}") from e
+
+
+def _renamed(e: Exception, message: str) -> Exception:
+  """An error of `e`'s type with `message` (a RuntimeError where that type takes other arguments)."""
+  try:
+    return type(e)(message)
+  except TypeError:
+    return RuntimeError(message)
 
 
 def _failed_line(e: BaseException) -> str | None:
@@ -291,7 +294,7 @@ def _as_tensors(name: str, result: Any) -> tuple[Tensor, ...]:
     try:
       _ = o.shape  # NOTE: tinygrad works shapes out lazily: operands that do not broadcast fail only here
     except (ValueError, IndexError, RuntimeError, AssertionError) as e:
-      raise type(e)(f"{name}: {TRACER_HINT} (output {i}'s shape): {type(e).__name__}: {e}") from e
+      raise _renamed(e, f"{name}: {TRACER_HINT} (output {i}'s shape): {type(e).__name__}: {e}") from e
   return outs
 
 

@@ -259,18 +259,16 @@ class Solver {
         // from the previous QP's solution (the first from an earlier call's only when shifted).
         const real qp_tol = qp_tolerance(std::fmax(kkt.primal, kkt.dual), tol);
         int qp_status = solve_regularized(qp_tol, k > 0 || limits.shifted, reg, stats, clock, ws);
+        stats.qp_status[k] = qp_status;
+        stats.qp_iterations[k] = QP::iterations(ws.qp);
         if (anvil::expired(deadline)) {  // NOTE: no line search past it either (a restoration's took 0.2 ms)
-          stats.qp_status[k] = qp_status;
-          stats.qp_iterations[k] = QP::iterations(ws.qp);
           status = acceptable_now ? acceptable : time_limit;
           break;
         }
         const real* d = QP::primal(ws.qp);
         const real* y = QP::dual(ws.qp);
-        stats.qp_iterations[k] = QP::iterations(ws.qp);
         // NOTE: inconsistent linearized constraints (or a failed QP): restoration, below
         if (qp_status == anvil::qp::solved) search.rho = 0.0;  // the next price follows these multipliers
-        stats.qp_status[k] = qp_status;
         stats.regularization[k] = reg;
         if (qp_status == anvil::qp::solved) {
           // NOTE: corrections only after a shortened step: far from a solution, a corrected full step can leave the

@@ -8,25 +8,25 @@ costs, each crocoddyl's 0.5 weight |r|^2 and dt-scaled on the running knots: the
 target (log6(target^-1 placement), weight 1 per knot and 1e3 at the end), the state's distance to the start (1e-4) and
 the torque's to gravity compensation (1e-4); the torques boxed by the URDF's effort limits.
 
-Per robot, crocoddyl's BoxFDDP (single thread) and anvil's MPCFunction (Gauss-Newton Hessian, as FDDP's, and the exact
-one) each: a full solve from the start at rest (crocoddyl: its default warm start, the start state repeated and zero
-torques; anvil: its own cold guess, the same), the cost it converges to and its time; then a warm MPC step: from the
-plan's next state x1, started from the plan at x0 shifted by one knot, one iteration (anvil: its real-time iteration
-controller, `mode="rti"`, the whole step; in brackets its feedback phase alone, after `prepare()` ran while waiting
-for x1) and up to ten iterations (anvil: SQP to convergence); and at equal accuracy: anvil's SQP at
-the loosest tolerance whose cost comes as close to its converged step's as crocoddyl's 10 iterations come to its own
-(relative cost, shown on crocoddyl's row); medians of `--rounds` repetitions.
-anvil's controllers are built from anvil.robots' ABA (`euler` on (v + dt a, a): crocoddyl's Euler step; a third row
-on RK4 of ẋ = (v, a), another discretization of the same problem), their build time in the last columns: construction
-and first call less that call's solve, cold or from the cache, and in a new Python process once the cache holds the
+Per robot, crocoddyl's BoxFDDP (one thread, as anvil; a second row on crocoddyl's default, every core) and anvil's
+MPCFunction (Gauss-Newton Hessian, as FDDP's, and the exact one) each: a full solve from the start at rest (crocoddyl:
+its default warm start, the start state repeated and zero torques; anvil: its own cold guess, the same), the cost it
+converges to and its time; then a warm MPC step: from the plan's next state x1, started from the plan at x0 shifted by
+one knot, one iteration (anvil: its real-time iteration controller, `mode="rti"`, the whole step; in brackets its
+feedback phase alone, after `prepare()` ran while waiting for x1) and up to ten iterations (anvil: SQP to convergence);
+and at equal accuracy: anvil's SQP at the loosest tolerance whose cost comes as close to its converged step's as
+crocoddyl's 10 iterations come to its own (relative cost, shown on crocoddyl's row); medians of `--rounds` repetitions.
+anvil's controllers are built from anvil.robots' ABA (`euler` on (v + dt a, a): crocoddyl's Euler step; a third row on
+RK4 of ẋ = (v, a), another discretization of the same problem), their build time in the last columns: construction and
+first call less that call's solve, cold or from the cache, and in a new Python process once the cache holds the
 controller (the warm build a restarted script waits for). With `--casadi PYTHON` (a Python with pip
-`cmeel-casadi-kin-dyn`, as for bench_robots), IPOPT solves the same NLP from the same cold start on Pinocchio's own
-ABA as CasADi functions: the optimum's independent check (its time is CasADi's virtual machine's, for reference).
-"""
+`cmeel-casadi-kin-dyn`, as for bench_robots), IPOPT solves the same NLP from the same cold start on Pinocchio's own ABA
+as CasADi functions: the optimum's independent check (its time is CasADi's virtual machine's, for reference). """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -72,8 +72,9 @@ def problem(name: str) -> dict[str, Any]:
           "effort": np.asarray(model.effortLimit, dtype=np.float64)}  # fmt: skip
 
 
-def crocoddyl_solver(p: dict[str, Any]) -> Any:
-  """crocoddyl's BoxFDDP on the OCP."""
+def crocoddyl_solver(p: dict[str, Any], threads: int = 1) -> Any:
+  """crocoddyl's BoxFDDP on the OCP, its problem's calc and calcDiff on `threads` threads (crocoddyl's own default is
+  every core: one thread is anvil's, the symmetric comparison)."""
   import crocoddyl
   import pinocchio as pin
 
@@ -95,7 +96,9 @@ def crocoddyl_solver(p: dict[str, Any]) -> Any:
   end = crocoddyl.IntegratedActionModelEuler(
     crocoddyl.DifferentialActionModelFreeFwdDynamics(state, actuation, terminal), 0.0
   )
-  solver = crocoddyl.SolverBoxFDDP(crocoddyl.ShootingProblem(p["x0"], [model] * T, end))
+  shooting = crocoddyl.ShootingProblem(p["x0"], [model] * T, end)
+  shooting.nthreads = threads
+  solver = crocoddyl.SolverBoxFDDP(shooting)
   solver.th_stop = 1e-12
   return solver
 
@@ -287,11 +290,10 @@ def anvil_row(name: str, p: dict[str, Any], hessian: str, integrator: str, x1: n
           f"{build:.1f} s", f"{warm_build(name, hessian, integrator):.2f} s"]  # fmt: skip
 
 
-def measure(name: str, rounds: int, casadi: str = "") -> list[list[str]]:
-  """Rows of one robot: crocoddyl, anvil Gauss-Newton, anvil exact. The warm steps: the plan's next state x1, started
-  from the plan at x0 shifted by one knot (crocoddyl: the shifted xs, us given; anvil: its own warm start)."""
-  p = problem(name)
-  solver = crocoddyl_solver(p)
+def crocoddyl_row(name: str, p: dict[str, Any], rounds: int, threads: int) -> tuple[list[str], dict[str, Any]]:
+  """crocoddyl's row on `threads` threads, and what anvil's rows are measured against: the plan's next state x1, the
+  converged cost, and the relative accuracy of crocoddyl's 10-iteration warm step."""
+  solver = crocoddyl_solver(p, threads)
   start = time.perf_counter()
   solver.solve([], [], 1000)
   full, iterations, cost = time.perf_counter() - start, solver.iter, solver.cost
@@ -308,16 +310,28 @@ def measure(name: str, rounds: int, casadi: str = "") -> list[list[str]]:
   ten_cost = solver.cost
   warm(1000)
   accuracy = abs(ten_cost - solver.cost) / abs(solver.cost)  # NOTE: of the 10 iterations, against its own limit
-  rows = [[name, "crocoddyl BoxFDDP", str(iterations), f"{cost:.9g}", "", f"{1e3 * full:.1f}",
-           f"{1e3 * full / max(iterations, 1):.2f}", f"{1e3 * one:.2f}", f"{1e3 * ten:.2f}",
-           f"{1e3 * ten:.2f} (cost to {accuracy:.0e})", "", ""]]  # fmt: skip
+  label = "crocoddyl BoxFDDP" + ("" if threads == 1 else f" ({threads} threads)")
+  row = [name, label, str(iterations), f"{cost:.9g}", "", f"{1e3 * full:.1f}", f"{1e3 * full / max(iterations, 1):.2f}",
+         f"{1e3 * one:.2f}", f"{1e3 * ten:.2f}", f"{1e3 * ten:.2f} (cost to {accuracy:.0e})", "", ""]  # fmt: skip
+  return row, {"x1": x1, "cost": cost, "accuracy": accuracy}
+
+
+def measure(name: str, rounds: int, casadi: str = "") -> list[list[str]]:
+  """Rows of one robot: crocoddyl on one thread (and on its default, every core, for reference), anvil Gauss-Newton,
+  anvil exact. The warm steps: the plan's next state x1, started from the plan at x0 shifted by one knot (crocoddyl:
+  the shifted xs, us given; anvil: its own warm start)."""
+  p = problem(name)
+  row, ref = crocoddyl_row(name, p, rounds, 1)
+  rows = [row]
+  if (cores := os.cpu_count() or 1) > 1:
+    rows.append(crocoddyl_row(name, p, rounds, cores)[0])
   if casadi:
     its, ipopt_cost, seconds = ipopt_solve(name, p, casadi)
     rows.append([name, "IPOPT (CasADi; Pinocchio's ABA)", str(its), f"{ipopt_cost:.9g}",
-                 f"{abs(ipopt_cost - cost) / abs(cost):.1e}", f"{1e3 * seconds:.1f}",
+                 f"{abs(ipopt_cost - ref['cost']) / abs(ref['cost']):.1e}", f"{1e3 * seconds:.1f}",
                  f"{1e3 * seconds / max(its, 1):.2f}", "", "", "", "", ""])  # fmt: skip
   for hessian, integrator in (("gauss_newton", "euler"), ("exact", "euler"), ("gauss_newton", "rk4")):
-    rows.append(anvil_row(name, p, hessian, integrator, x1, cost, rounds, accuracy))
+    rows.append(anvil_row(name, p, hessian, integrator, ref["x1"], ref["cost"], rounds, ref["accuracy"]))
   return rows
 
 

@@ -69,6 +69,7 @@ def crocoddyl_solver() -> tuple[Any, np.ndarray]:
     return crocoddyl.IntegratedActionModelEuler(dynamics, dt)
 
   problem = crocoddyl.ShootingProblem(x0, [knot(example.DT)] * example.N, knot(0.0))
+  problem.nthreads = 1  # NOTE: crocoddyl's default is every core; anvil's step runs on one
   solver = crocoddyl.SolverFDDP(problem)
   solver.th_stop = 1e-9
   return solver, x0

@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 SUDO := $(shell [ "$$(id -u)" -ne 0 ] && echo sudo)
 
-.PHONY: demo test lint format bench compiler embedded clean
+.PHONY: demo test docs lint format bench compiler embedded clean
 
 $(STAMP): pyproject.toml
 	@command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 || command -v clang++ >/dev/null 2>&1 \
@@ -27,13 +27,22 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadgroup tests
 
+DOCS_STAMP := $(VENV)/.docs-stamp
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e ".[docs]"
+	@touch $(DOCS_STAMP)
+
+# the documentation site in build/site, warnings as errors (mkdocs.yml: strict)
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 lint: $(STAMP)
-	$(VENV)/bin/ruff check anvil tests examples benchmarks
-	$(VENV)/bin/ruff format --check anvil tests examples benchmarks
+	$(VENV)/bin/ruff check anvil tests examples benchmarks docs
+	$(VENV)/bin/ruff format --check anvil tests examples benchmarks docs
 
 format: $(STAMP)
-	$(VENV)/bin/ruff format anvil tests examples benchmarks
-	$(VENV)/bin/ruff check --fix anvil tests examples benchmarks
+	$(VENV)/bin/ruff format anvil tests examples benchmarks docs
+	$(VENV)/bin/ruff check --fix anvil tests examples benchmarks docs
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.bench_eval

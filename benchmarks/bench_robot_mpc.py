@@ -21,7 +21,7 @@ RK4 of ẋ = (v, a), another discretization of the same problem), their build ti
 first call less that call's solve, cold or from the cache, and in a new Python process once the cache holds the
 controller (the warm build a restarted script waits for). With `--casadi PYTHON` (a Python with pip
 `cmeel-casadi-kin-dyn`, as for bench_robots), IPOPT solves the same NLP from the same cold start on Pinocchio's own ABA
-as CasADi functions: the optimum's independent check (its time is CasADi's virtual machine's, for reference). """
+as CasADi functions: the optimum's independent check (its time is CasADi's virtual machine's, for reference)."""
 
 from __future__ import annotations
 

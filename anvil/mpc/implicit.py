@@ -48,7 +48,10 @@ def irk(
     ode: the continuous dynamics written with Tensor ops: `ode(x, u[, p]) -> xdot`, or for a semi-explicit index-1
       DAE (nz > 0) `ode(x, z, u[, p]) -> (xdot, g)`, with 0 = g(x, z, u[, p]) (nz equations, dg/dz invertible).
     dt: the sampling time (seconds), > 0.
-    nx, nu: state and input sizes; np: parameter size (0: the function takes no parameter); nz: algebraic states.
+    nx: the state size.
+    nu: the input size.
+    np: the parameter size (0: the function takes no parameter).
+    nz: the number of algebraic states.
     method: "radau" (Radau IIA: order 2 stages - 1, stiffly accurate, L-stable; the one for DAEs) or "gauss"
       (Gauss-Legendre: order 2 stages, A-stable, symplectic; ODEs only).
     stages: collocation points per step, 1 to 4.

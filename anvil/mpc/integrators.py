@@ -26,7 +26,9 @@ def rk4(
     name: a C++ identifier for the new function.
     ode: the continuous dynamics, `ode(x, u) -> xdot` (or `ode(x, u, p)` when np > 0), written with Tensor ops.
     dt: the sampling time (seconds), > 0.
-    nx, nu: state and input sizes; np: parameter size (0: the function takes no parameter).
+    nx: the state size.
+    nu: the input size.
+    np: the parameter size (0: the function takes no parameter).
     steps: integration steps per sampling interval.
 
   Example:

@@ -2,14 +2,13 @@
 blocks of least-squares costs, or the exact Hessian of any cost).
 
 Traced over the horizon, the derivatives of N stages are a vmap of the stage cost's: batched tinygrad kernels that
-recompute the cost's whole computation (a robot's kinematics and SE(3) logarithm) per seed or per color (the panda
-reaching MPC of benchmarks/bench_robot_mpc.py spent half of each Gauss-Newton SQP iteration in its Hessian, and 13 of
-its 32 s of cold build scheduling and rendering its gradient). Here one function of one stage's [x; u] (and p, and the
-run-time weight W of a least-squares cost) gives the stage's part, derived on its scalar expressions (straight-line
-code): the gradient of the stage cost (rᵀ W r for a LeastSquares), `anvil.ad.gauss_newton` of the residual (Jᵀ (W +
-Wᵀ) J, dense on the coordinates it uses), or the sparse Hessian of the cost. A C++ loop calls it stage after stage and
-puts each part in its place with the input rate's (the rate's cost is quadratic: its constant block, its gradient
-from u - u_prev); then the terminal cost's part and the slacks' (l1 + 2 l2 s, 2 l2).
+recompute the cost's whole computation (a robot's kinematics and SE(3) logarithm) per seed or per color: for a robot's
+reaching cost, half of each Gauss-Newton SQP iteration and much of the cold build. Here one function of one stage's
+[x; u] (and p, and the run-time weight W of a least-squares cost) gives the stage's part, derived on its scalar
+expressions (straight-line code): the gradient of the stage cost (rᵀ W r for a LeastSquares), `anvil.ad.gauss_newton` of
+the residual (Jᵀ (W + Wᵀ) J, dense on the coordinates it uses), or the sparse Hessian of the cost. A C++ loop calls it
+stage after stage and puts each part in its place with the input rate's (the rate's cost is quadratic: its constant
+block, its gradient from u - u_prev); then the terminal cost's part and the slacks' (l1 + 2 l2 s, 2 l2).
 
 `StageCostGradient` has the C++ interface of a NumericalFunction of (w, params) (the SQP solver's cost gradient);
 `StageCostHessian` that of a SparseNumericalFunction of (w, params, sigma, lam), sigma times the Hessian's upper

@@ -58,7 +58,11 @@ class RiccatiQP(TemplatedFunction):
 
   Args:
     name: a C++ identifier.
-    nx, nu, N, ng, ngN: state, input, horizon and row counts (a row is an equality where its bounds are equal).
+    nx: states per stage.
+    nu: inputs per stage.
+    N: the horizon (stages).
+    ng: general rows per stage (a row is an equality where its bounds are equal).
+    ngN: rows at the last stage.
     max_iter: interior-point iteration limit (default: RiccatiOptions().max_iter).
     nuN: inputs at the last stage (they enter no dynamics; the slacks of soft terminal constraints).
     nud: the inputs that enter the dynamics (the first nud; default nu): the columns of B after them must be zero

@@ -176,7 +176,9 @@ class Robot:
     """Inverse dynamics: τ = M(q) a + C(q, v) v + g(q) - Σ Jᵀ fext (Pinocchio's rnea).
 
     Args:
-      q, v, a: configuration (nq), velocity (nv), acceleration (nv).
+      q: the configuration (nq).
+      v: the velocity (nv).
+      a: the acceleration (nv).
       fext: external wrenches {frame name: (force, torque) (6,)} acting on each frame's body, in `reference`
         coordinates: "local" (the frame's axes, the torque about its origin), "local_world_aligned" (the world's
         axes, the torque about the frame's origin) or "world" (the world's axes, the torque about its origin).

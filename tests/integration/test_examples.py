@@ -1,4 +1,4 @@
-"""Smoke runs of what users see first: the demo and the README example."""
+"""Smoke runs of what users see first: the demo and the first example of the guide."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.integration.docs_runner import python_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,12 +33,13 @@ def test_demo_python_and_cpp_closed_loops_match() -> None:
   assert png.exists()
 
 
-def test_readme_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-  readme = (ROOT / "README.md").read_text()
-  code = readme.split("```python\n")[1].split("```")[0]
+def test_functions_guide_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+  """The functions guide's first blocks run and their numbers are right."""
+  page = ROOT / "docs" / "guide" / "functions.md"
   monkeypatch.chdir(tmp_path)
   scope: dict = {}
-  exec(compile(code, "README.md", "exec"), scope)
+  for line, code, _ in python_blocks(page.read_text())[:3]:
+    exec(compile("\n" * (line - 1) + code, str(page), "exec"), scope)
   np.testing.assert_allclose(scope["v"], [0.0, 1.0, 0.0], atol=1e-15)
   assert float(scope["e"]) == pytest.approx(0.5 * (2.3e-3 + 2.3e-3 + 4.0e-3), rel=1e-15)
   np.testing.assert_array_equal(scope["Ax"], np.ones(3))

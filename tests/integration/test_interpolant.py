@@ -301,16 +301,18 @@ def test_mhe_inverts_a_calibration_table() -> None:
   np.testing.assert_allclose(estimate.x_hat, truth, atol=1e-4)
 
 
-def test_readme_example() -> None:
-  """The README's interpolant example runs and its numbers are the spline's."""
+def test_the_guide_example() -> None:
+  """The lookup-table guide's example runs and its numbers are the spline's."""
   from pathlib import Path
 
   from scipy.interpolate import make_interp_spline
 
-  readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-  code = readme.split("## Lookup tables and splines")[1].split("```python\n")[1].split("```")[0]
+  from tests.integration.docs_runner import python_blocks
+
+  page = Path(__file__).resolve().parents[2] / "docs" / "guide" / "tables.md"
+  line, code, _ = python_blocks(page.read_text())[0]
   scope: dict[str, Any] = {}
-  exec(compile(code, "README.md", "exec"), scope)
+  exec(compile("\n" * (line - 1) + code, str(page), "exec"), scope)
   spline = make_interp_spline(scope["s"], np.sin(scope["s"] / 5), k=3)
   assert float(scope["value"]) == pytest.approx(float(spline(12.5)), abs=1e-13)
   assert float(scope["slope"][0, 0]) == pytest.approx(float(spline(12.5, 1)), abs=1e-12)

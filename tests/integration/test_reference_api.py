@@ -3,7 +3,7 @@ every documented signature and every code example, run on anvil.
 
 Examples are adapted only where they need a GPU (CUDA/Metal code is generated and, where the device is missing, the
 call is checked to raise `DeviceUnavailableError`) or clang (any C++17 compiler). Where anvil deliberately differs
-(README, "Differences from the reference"), the test asserts anvil's documented alternative. Every function name starts
+(docs/differences.md), the test asserts anvil's documented alternative. Every function name starts
 with `ref_` so that compiled libraries do not clash with other tests.
 """
 
@@ -320,7 +320,8 @@ def test_guide_capturing_constants() -> None:
   A = av.Tensor([[1.0, 2.0], [3.0, 4.0]])  # captured constant
   fn = av.NumericalFunction("ref_matmul", lambda x: A @ x, (av.Arg(2),))
   np.testing.assert_array_equal(fn(np.array([1.0, 1.0])), np.array([3.0, 7.0]))
-  # embedded as a static constexpr double array; anvil's kernels read it in place (README: not copied by init_ws())
+  # embedded as a static constexpr double array; anvil's kernels read it in place (docs/differences.md: not copied by
+  # init_ws())
   assert (name := re.search(r"static constexpr double (\w+)\[4\] = \{", fn.source_code))
   call = fn.source_code.split("void call(")[1]
   assert f"const_cast<double*>({name.group(1)})" in call and "memcpy" not in fn.source_code

@@ -10,6 +10,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("ANVIL_CACHE_DIR", str(ROOT / "build" / "test-cache"))
+#: Warnings generated modules are also clean of, beyond -Wall -Wextra (a robot's build may turn them on)
+STRICT = ["-Wshadow", "-Wconversion"]
 
 
 def available_compilers() -> list[str]:

@@ -117,5 +117,12 @@ class FunctionBase(abc.ABC):
   def source_code(self) -> str:
     """Definitions for the module source."""
 
+  @property
+  def exported_header_code(self) -> str:
+    """Declarations for the header of a module a user builds (`generate_module`): `header_code` and what only such a
+    module carries, e.g. a controller's Python-side defaults. The JIT's library, which Python calls with those
+    defaults, leaves it out: changing them rebuilds nothing."""
+    return self.header_code
+
   def __repr__(self) -> str:
     return f"{type(self).__name__}({self.name!r})"

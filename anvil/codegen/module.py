@@ -90,9 +90,14 @@ class ModuleCode:
 
 
 def module_code(
-  module_name: str, fns: Sequence[FunctionBase], constants: Sequence[CodegenIntConstant] = (), split_over: int = 0
+  module_name: str,
+  fns: Sequence[FunctionBase],
+  constants: Sequence[CodegenIntConstant] = (),
+  split_over: int = 0,
+  exported: bool = False,
 ) -> ModuleCode:
-  """Render the header and source of a module holding `fns`, their dependencies and `constants`.
+  """Render the header and source of a module holding `fns`, their dependencies and `constants`; `exported`: a
+  module for the user (`generate_module`: each function's `exported_header_code`), else the JIT's.
 
   With `split_over` > 0, the definitions of every function with a self-contained source longer than `split_over`
   characters go into a translation unit of their own (`ModuleCode.parts`), so a build compiles them side
@@ -124,7 +129,7 @@ def module_code(
       ]
     ),
     constants=[c.declaration() for c in consts],
-    functions=[f.header_code for f in ordered],
+    functions=[f.exported_header_code if exported else f.header_code for f in ordered],
   )
   header = inline_runtime_headers(header, inlined)
   if gpu:
@@ -237,7 +242,7 @@ def generate_module(
   """
   if isinstance(fns, FunctionBase):
     fns = [fns]
-  code = module_code(module_name, fns, constants or ())
+  code = module_code(module_name, fns, constants or (), exported=True)
   out = Path(out_dir)
   files = {out / f"{module_name}.hpp": code.header}
   if code.device == "CPU":

@@ -251,6 +251,20 @@ class MPCFunction(TemplatedFunction):
       rate_ub=() if ocp.rate is None else tuple(float(v) for v in ocp.rate.upper),
     )  # fmt: skip
 
+  @property
+  def header_code(self) -> str:
+    """The declarations, without the Python-side defaults (the JIT's library: Python passes them on every call)."""
+    return self.render(".hpp.j2", exported=None)
+
+  @property
+  def exported_header_code(self) -> str:
+    """The declarations with the Python-side defaults (`Defaults defaults`: bounds, tuning, limits) and call() by
+    named `Options`, for a module a robot's code builds; the JIT's library leaves them out, so new defaults rebuild
+    nothing."""
+    flat = {key: tuple(float(v) for v in np.ravel(value)) for key, value in self.defaults.items()}
+    exported = {**flat, "tuning": tuple(float(v) for v in self.ocp.default_tuning)}
+    return self.render(".hpp.j2", exported=exported) + self.render("_exported.hpp.j2", exported=exported)
+
   # *** bounds ***
 
   def _bounds(
@@ -306,14 +320,16 @@ class MPCFunction(TemplatedFunction):
   @cached_property
   def _problem_key(self) -> str:
     """Cache key of the controller from what determines its code: anvil's and OSQP's sources, the options, the OCP's
-    sizes and softened bounds, and the keys of the user's functions (their traced graphs)."""
+    sizes and softened bounds, and the keys of the user's functions (their traced graphs). Not the values of weights
+    and penalties (the JIT's library takes them at run time, `exported_header_code`): their patterns only."""
     ocp = self.ocp
     anvil_sources = sources_fingerprint(Path(__file__).parent.parent)
-    parts = [self.name, anvil_sources, osqp.__version__, repr(self.options), repr(ocp.soft_entries),
+    soft = [(e.group, e.stage, e.component, e.in_g, e.index, e.l1 > 0, e.l2 > 0) for e in ocp.soft_entries]
+    parts = [self.name, anvil_sources, osqp.__version__, repr(self.options), repr(soft),
              _rate_key(ocp.rate), f"{ocp.N}|{ocp.nx}|{ocp.nu}|{ocp.np}|{ocp.nh}|{ocp.nhN}"]  # fmt: skip
     for fn in (ocp.dynamics, ocp.stage_cost, ocp.terminal_cost, ocp.constraints, ocp.terminal_constraints):
       if isinstance(fn, LeastSquares):
-        parts.append(f"{fn.residual.key}|{fn.weight.tobytes().hex()}|{np.packbits(fn.pattern).tobytes().hex()}")
+        parts.append(f"{fn.residual.key}|{fn.weight.shape}|{np.packbits(fn.pattern).tobytes().hex()}")
       else:
         parts.append("-" if fn is None else fn.key)
     return library_key("mpc|" + hashlib.sha256("\0".join(parts).encode()).hexdigest())

@@ -20,6 +20,7 @@ from anvil.problems import cstr
 from anvil.problems.backend import NUMPY, TINYGRAD
 from anvil.sqp import SQPOptions
 from examples.cpp.harness import INCLUDES, SOURCE, build_harness, run_harness
+from tests.conftest import STRICT
 from tests.integration.test_implicit import cartesian_pendulum, pendulum, with_algebraic_state, with_torque_eliminated
 
 CLOSED_LOOP_STEPS = 15
@@ -177,8 +178,9 @@ def test_cpp_closed_loop_equals_python_and_compiles_warning_free(harness_mpc: MP
     if shutil.which(compiler) is None:
       continue
     flags = ["-std=c++17", "-O2", "-Wall", "-Wextra", "-Wpedantic", "-Werror", *(f"-I{tmp_path / i}" for i in INCLUDES)]
-    for source in (tmp_path / "irk_harness_controller.cpp", SOURCE):
-      proc = subprocess.run([compiler, *flags, "-c", str(source), "-o", os.devnull], capture_output=True, text=True)
+    for source, strict in ((tmp_path / "irk_harness_controller.cpp", STRICT), (SOURCE, [])):
+      command = [compiler, *flags, *strict, "-c", str(source), "-o", os.devnull]
+      proc = subprocess.run(command, capture_output=True, text=True)
       assert proc.returncode == 0 and not proc.stderr, f"{compiler} {source.name}:\n{proc.stderr}"
 
 

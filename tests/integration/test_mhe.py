@@ -20,6 +20,7 @@ from anvil.mpc import MHEFunction, MPCOptions, rk4, simulate
 from anvil.problems import cartpole
 from anvil.problems import cartpole_mpc as cm
 from anvil.problems.backend import TINYGRAD, casadi_backend
+from tests.conftest import STRICT
 
 NX, NU, NY, M, STEPS = 4, 1, 2, 10, 36
 SIGMA_Y, SIGMA_W = 0.02, 0.002  # measurement and process noise (standard deviations)
@@ -208,7 +209,7 @@ def test_cpp_equals_python(mhe: MHEFunction, run: dict[str, Any], tmp_path: Path
   (tmp_path / "mhe_windows.hpp").write_text("\n".join(lines) + "\n")
   (tmp_path / "main.cpp").write_text(HARNESS)
   exe = tmp_path / "mhe_harness"
-  flags = ["-std=c++17", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-fsanitize=address,undefined",
+  flags = ["-std=c++17", "-O1", "-g", "-Wall", "-Wextra", *STRICT, "-Werror", "-fsanitize=address,undefined",
            "-fno-sanitize-recover=all"]  # fmt: skip
   built = subprocess.run([find_compiler(), *flags, f"-I{tmp_path}", str(source), str(tmp_path / "main.cpp"), "-o",
                           str(exe)], capture_output=True, text=True)  # fmt: skip

@@ -16,6 +16,7 @@ from anvil.ad import jacobian, spjacobian
 from anvil.codegen import program, straight_line
 from anvil.problems import cartpole, quadrotor
 from anvil.robots import Robot
+from tests.conftest import STRICT
 from tests.robots import SMALL_URDF
 
 N = av.CodegenIntConstant("N_POINTS", 3)
@@ -161,6 +162,7 @@ def _compile_and_run(cxx: str, out: Path, flags: list[str], exe: str) -> list[st
     "-Wall",
     "-Wextra",
     "-Wpedantic",
+    *STRICT,
     "-Werror",
     *flags,
     "main.cpp",

@@ -482,11 +482,11 @@ def test_riccati_qp_solver_swing_up_and_module(tmp_path: Any) -> None:
   # the generated controller (SQP loop + Riccati QP) compiles warning-free with g++ and clang++
   import subprocess
 
-  from tests.conftest import available_compilers
+  from tests.conftest import STRICT, available_compilers
 
   _, source = av.generate_module("ric_controller", [mpc], out_dir=tmp_path)
-  flags = ["-std=c++17", "-O1", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-I", str(tmp_path / "osqp"), "-I",
-           str(tmp_path / "osqp/inc/public"), "-I", str(tmp_path / "osqp/inc/private"), "-c", str(source), "-o",
+  flags = ["-std=c++17", "-O1", "-Wall", "-Wextra", "-Wpedantic", *STRICT, "-Werror", "-I", str(tmp_path / "osqp"),
+           "-I", str(tmp_path / "osqp/inc/public"), "-I", str(tmp_path / "osqp/inc/private"), "-c", str(source), "-o",
            str(tmp_path / "m.o")]  # fmt: skip
   for cxx in available_compilers():
     proc = subprocess.run([cxx, *flags], capture_output=True, text=True)

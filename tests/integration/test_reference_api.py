@@ -24,10 +24,11 @@ import scipy.sparse as sp
 
 import anvil as av
 from anvil.ad import sphessian, spjacobian
+from tests.conftest import STRICT
 
 F32, F64 = av.dtypes.float32, av.dtypes.float64
 DEVICES = {d.name: d for d in av.devices()}
-CXX_FLAGS = ["-std=c++17", "-Wall", "-Wextra", "-Werror"]
+CXX_FLAGS = ["-std=c++17", "-Wall", "-Wextra", *STRICT, "-Werror"]
 EIGEN = Path("/usr/include/eigen3")
 
 #: The CSC pattern [[a, 0, c], [0, 0, d], [b, 0, 0]] with its nonzeros in CSC order (a, b, c, d).

@@ -17,6 +17,7 @@ from anvil.problems import cartpole
 from anvil.problems import cartpole_mpc as cm
 from anvil.qp import RiccatiOptions
 from anvil.sqp import SQPFunction, SQPOptions
+from tests.conftest import STRICT
 
 H_FD = 1e-6  # central differences of solves converged to 1e-12: error ~1e-10 + rounding 1e-16 / 1e-6
 LBX, UBX = np.array([-np.inf, 0.0]), np.array([np.inf, np.inf])
@@ -205,7 +206,7 @@ def test_generated_du0_dx0_equals_python(mpc: MPCFunction, x0: list[float], bloc
   source = write_module(mpc, tmp_path, x0=np.array(x0))
   (tmp_path / "gain.cpp").write_text(GAIN_HARNESS)
   exe = tmp_path / "gain"
-  flags = ["-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", *(f"-I{tmp_path / i}" for i in INCLUDES)]
+  flags = ["-std=c++17", "-O2", "-Wall", "-Wextra", *STRICT, "-Werror", *(f"-I{tmp_path / i}" for i in INCLUDES)]
   built = subprocess.run([find_compiler(), *flags, str(source), str(tmp_path / "gain.cpp"), "-o", str(exe)],
                          capture_output=True, text=True)  # fmt: skip
   assert built.returncode == 0, built.stderr

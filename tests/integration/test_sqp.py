@@ -12,6 +12,7 @@ import anvil as av
 from anvil import Arg, NumericalFunction, Tensor
 from anvil.codegen import templated
 from anvil.sqp import SQPFunction, SQPOptions
+from tests.conftest import STRICT
 
 INF = np.inf
 
@@ -161,8 +162,9 @@ int main() {
     obj = src.replace("/", "_") + ".o"
     subprocess.run(["cc", "-std=c99", "-O2", *inc, "-c", src, "-o", obj], cwd=tmp_path, check=True)
     objects.append(obj)
-  build = subprocess.run(["c++", "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", *inc, "main.cpp", "nlp_solver.cpp",
-                          *objects, "-o", "main", "-lm"], cwd=tmp_path, capture_output=True, text=True)  # fmt: skip
+  build = subprocess.run(["c++", "-std=c++17", "-O2", "-Wall", "-Wextra", *STRICT, "-Werror", *inc, "main.cpp",
+                          "nlp_solver.cpp", *objects, "-o", "main", "-lm"], cwd=tmp_path, capture_output=True,
+                         text=True)  # fmt: skip
   assert build.returncode == 0, build.stderr
   out = subprocess.run([str(tmp_path / "main")], capture_output=True, text=True, check=True).stdout.split()
   assert int(out[0]) == 0 and int(out[1]) == res.iterations

@@ -15,7 +15,7 @@ from anvil import Arg, NumericalFunction, Tensor
 from anvil.ad import gauss_newton, gradient, jacobian, sphessian
 from anvil.mpc import LeastSquares, MPCFunction, MPCOptions, Soft, rk4
 from anvil.mpc.stage_cost import StageCostGradient, StageCostHessian
-from tests.conftest import available_compilers
+from tests.conftest import STRICT, available_compilers
 
 NX, NU, NP, N = 3, 2, 2, 5
 
@@ -169,7 +169,7 @@ int main() {{
 }}
 """
   (tmp_path / "main.cpp").write_text(main)
-  warnings = ["-std=c++17", "-O1", "-Wall", "-Wextra", "-Wpedantic", "-Werror"]
+  warnings = ["-std=c++17", "-O1", "-Wall", "-Wextra", "-Wpedantic", *STRICT, "-Werror"]
   for cxx in available_compilers():
     build = subprocess.run([cxx, *warnings, "-c", "gn_module.cpp", "-o", f"{cxx}.o"], cwd=tmp_path, capture_output=True,
                            text=True)  # fmt: skip

@@ -15,6 +15,7 @@ from anvil.codegen.jit import find_compiler
 from anvil.mpc import LeastSquares, MPCFunction, MPCOptions, Soft
 from anvil.problems import cartpole
 from anvil.problems import cartpole_mpc as cm
+from tests.conftest import STRICT
 
 Q = np.diag(cartpole.Q)
 W_BUILD = np.concatenate([Q, [cartpole.R]])
@@ -129,7 +130,8 @@ def test_run_time_weights_keep_the_hessians_sparsity() -> None:
 
 
 def test_the_cpp_call_takes_the_tuning(tmp_path: Path) -> None:
-  """The generated call() with a tuning vector equals the Python call with the same weights (and nullptr: defaults)."""
+  """The generated call() with a tuning vector equals the Python call with the same weights (and nullptr: defaults);
+  the exported header's `defaults` hold the constructor's bounds and tuning, and call() takes named options."""
   mpc = controller("tune_cpp", W_BUILD, 10 * Q, Soft(l1=100.0, l2=10.0), MPCOptions())
   weights = {"stage_cost": W_CALL}
   tuning = mpc.tuning(weights)
@@ -155,12 +157,44 @@ def test_the_cpp_call_takes_the_tuning(tmp_path: Path) -> None:
     + "    c::reset(ws);\n"
     + "    c::call(x0, nullptr, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], x, u, stats, ws, c::N > 0 ? 50 : 0,"
     + " 1e-8, HUGE_VAL, t);\n"
-    + '    std::printf("%.17g\\n", u[0]);\n  }\n}\n'
+    + '    std::printf("%.17g\\n", u[0]);\n  }\n'
+    # the exported defaults: the bounds and tuning the controller was built with, and call() by named options
+    + "  c::reset(ws);\n  c::call(x0, nullptr, x, u, stats, ws);\n"
+    + '  std::printf("%.17g\\n", u[0]);\n'
+    + "  c::Options options;\n  options.tuning = tuning;\n  options.max_iter = 50;\n  c::reset(ws);\n"
+    + "  const c::Defaults& d = c::defaults;\n"
+    + "  c::call(x0, nullptr, d.lbx, d.ubx, d.lbu, d.ubu, d.lbh, d.ubh, d.lbhN, d.ubhN, x, u, stats, ws, options);\n"
+    + '  std::printf("%.17g\\n", u[0]);\n'
+    + "  int same = 1;\n"
+    + "  for (int i = 0; i < (c::N + 1) * c::nx; ++i) same &= d.lbx[i] == lbx[i] && d.ubx[i] == ubx[i];\n"
+    + "  for (int i = 0; i < c::N * c::nu; ++i) same &= d.lbu[i] == lbu[i] && d.ubu[i] == ubu[i];\n"
+    + "  for (int i = 0; i < c::n_tuning; ++i) same &= c::tuning_default[i] == c::defaults.options.tuning[i];\n"
+    + '  std::printf("%d\\n", same);\n}\n'
   )
   exe = tmp_path / "tune"
-  subprocess.run([find_compiler(), "-O1", "-std=c++17", f"-I{tmp_path}", str(main), str(tmp_path / "tune_module.cpp"),
-                  "-o", str(exe)], check=True, capture_output=True)  # fmt: skip
-  tuned, untuned = (float(v) for v in subprocess.run([str(exe)], capture_output=True, text=True).stdout.split())
+  subprocess.run([find_compiler(), "-O1", "-std=c++17", "-Wall", "-Wextra", *STRICT, "-Werror", f"-I{tmp_path}",
+                  str(main), str(tmp_path / "tune_module.cpp"), "-o", str(exe)],
+                 check=True, capture_output=True)  # fmt: skip
+  out = subprocess.run([str(exe)], capture_output=True, text=True).stdout.split()
+  tuned, untuned, by_defaults, by_options = (float(v) for v in out[:4])
   assert tuned == pytest.approx(float(expected[0]), rel=1e-9, abs=1e-12)
   assert untuned == pytest.approx(float(default[0]), rel=1e-9, abs=1e-12)
   assert abs(tuned - untuned) > 1e-6
+  assert by_defaults == untuned and by_options == tuned
+  assert out[4] == "1", "the exported defaults are the constructor's bounds and tuning"
+  np.testing.assert_array_equal(mpc.ocp.default_tuning, mpc.tuning())
+
+
+def test_constructor_weights_and_penalties_rebuild_nothing() -> None:
+  """Controllers that differ only in their weights and penalties share one library (Python passes them on every
+  call), and each solves with its own: as the first one called with the second's weights."""
+  first = controller("tune_defaults", W_BUILD, 10 * Q, Soft(l1=100.0, l2=10.0), MPCOptions())
+  second = controller("tune_defaults", W_CALL, 20 * Q, Soft(l1=300.0, l2=1.0), MPCOptions())
+  # NOTE: the same JIT code, under the same quick key of the problem: the second finds the first's library
+  assert (first.header_code, first.source_code) == (second.header_code, second.source_code)
+  assert first._problem_key == second._problem_key
+  x0 = np.array([0.2, 0.05, 0.0, 0.0])
+  first.reset()
+  retuned = first(x0, weights={"stage_cost": W_CALL, "terminal_cost": 20 * Q}, soft_penalties={"x": (300.0, 1.0)})
+  np.testing.assert_allclose(second(x0).u, retuned.u, rtol=1e-12, atol=1e-12)
+  assert first.exported_header_code != second.exported_header_code, "the exported module keeps each one's defaults"

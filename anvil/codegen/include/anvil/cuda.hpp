@@ -184,7 +184,7 @@ inline std::mutex& cache_mutex() {
 inline std::string program_key(const std::string& source, const std::string& options) {
   unsigned long long h = 14695981039346656037ull;
   for (const std::string* s : {&source, &options}) {
-    for (unsigned char c : *s) h = (h ^ c) * 1099511628211ull;
+    for (char c : *s) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
   }
   char key[17];
   std::snprintf(key, sizeof key, "%016llx", h);

@@ -238,8 +238,11 @@ class Buffer {
   }
   ~Buffer() { release(); }
 
-  T& operator[](std::size_t i) noexcept { return data.pointer_[i]; }
-  const T& operator[](std::size_t i) const noexcept { return data.pointer_[i]; }
+  // NOTE: any integral index (an int loop counter too) without a sign conversion (clang's -Wconversion)
+  template <typename I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
+  T& operator[](I i) noexcept { return data.pointer_[i]; }
+  template <typename I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
+  const T& operator[](I i) const noexcept { return data.pointer_[i]; }
   T* begin() noexcept { return data.pointer_; }
   T* end() noexcept { return data.pointer_ + size; }
   const T* begin() const noexcept { return data.pointer_; }
@@ -287,8 +290,10 @@ struct Array {
 
   T* data() noexcept { return elements; }
   const T* data() const noexcept { return elements; }
-  T& operator[](std::size_t i) noexcept { return elements[i]; }
-  const T& operator[](std::size_t i) const noexcept { return elements[i]; }
+  template <typename I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
+  T& operator[](I i) noexcept { return elements[i]; }
+  template <typename I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
+  const T& operator[](I i) const noexcept { return elements[i]; }
   T* begin() noexcept { return elements; }
   T* end() noexcept { return elements + N; }
   const T* begin() const noexcept { return elements; }

@@ -179,13 +179,13 @@ class Estimator {
       for (int j = 0; j < nx; ++j) P[i * nx + j] = real(0.5) * (S[i][j] + S[j][i]);
   }
 
-  /// S = M^-1 for a symmetric positive definite M (M is overwritten by its Cholesky factor); false if it is not.
-  static bool inverse(real (&M)[nx][nx], real (&S)[nx][nx]) {
-    if (!anvil::qp::riccati::cholesky(M)) return false;
+  /// S = A^-1 for a symmetric positive definite A (A is overwritten by its Cholesky factor); false if it is not.
+  static bool inverse(real (&A)[nx][nx], real (&S)[nx][nx]) {
+    if (!anvil::qp::riccati::cholesky(A)) return false;
     for (int j = 0; j < nx; ++j) {
       real e[nx];
       for (int i = 0; i < nx; ++i) e[i] = real(i == j);
-      anvil::qp::riccati::cholesky_solve(M, e);
+      anvil::qp::riccati::cholesky_solve(A, e);
       for (int i = 0; i < nx; ++i) S[i][j] = e[i];
     }
     return true;

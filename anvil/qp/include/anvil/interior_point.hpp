@@ -293,7 +293,7 @@ typename S::real mu_after(W& ws, typename S::real alpha) {
   typename S::real sum = 0;
   int count = 0;
   S::for_rows(ws, [&](const Row<typename S::real>& r) { row_products(r, alpha, sum, count); });
-  return count ? sum / count : typename S::real(0);
+  return count ? sum / typename S::real(count) : typename S::real(0);
 }
 
 /// Mehrotra's starting point for a cold start (Nocedal and Wright, 14.3): a full affine-scaling step from the naive

@@ -489,7 +489,7 @@ struct Riccati {
     res.equality = n.equality;
     res.inequality = n.inequality;
     res.complementarity = n.complementarity;
-    return n.count ? n.sum / n.count : T(0);
+    return n.count ? n.sum / T(n.count) : T(0);
   }
 
   /// The lower triangle of the symmetric H plus regularization I, into Q.

@@ -227,7 +227,7 @@ class Solver {
         status = converged;
         break;
       }
-      acceptable_streak = meets(kkt, acceptable_tol) ? acceptable_streak + 1 : 0;
+      acceptable_streak = meets(kkt, real(acceptable_tol)) ? acceptable_streak + 1 : 0;
       const bool acceptable_now = acceptable_streak > 0;
       if (acceptable_streak >= P::acceptable_iter) {
         status = acceptable;
@@ -460,7 +460,7 @@ class Solver {
       stats.complementarity[0] = kkt.complementarity;
       stats.regularization[0] = v.rti_regularization;
       stats.time_evaluation += lap(clock);
-      if (meets(kkt, std::fmax(real(tol), tol_floor))) {
+      if (meets(kkt, std::fmax(real(tol), real(tol_floor)))) {
         // NOTE: the linearization point is already a solution for the new parameter (a plant that followed the
         // prediction): its QP step would be below the tolerance; the QP kept for the next warm start is the last one
         finish(x, g, lbx, ubx, lbg, ubg, 0, converged, stats);
@@ -528,10 +528,10 @@ class Solver {
     int worst = -1;
   };
 
-  static constexpr real restoration_prox = 1e-6;          ///< the least regularization of a restoration QP
-  static constexpr real restoration_stationarity = 1e-6;  ///< predicted/actual penalty where restoration stops
-  static constexpr real restoration_reduction = 0.1;      ///< violation reduction that ends a restoration
-  static constexpr real restoration_steering = 1e4;       ///< the most the price may grow at stationary points
+  static constexpr real restoration_prox = real(1e-6);          ///< the least regularization of a restoration QP
+  static constexpr real restoration_stationarity = real(1e-6);  ///< predicted/actual penalty where restoration stops
+  static constexpr real restoration_reduction = real(0.1);      ///< violation reduction that ends a restoration
+  static constexpr real restoration_steering = real(1e4);       ///< the most the price may grow at stationary points
 
   /// A filter (Fletcher and Leyffer, with Waechter and Biegler's margins): pairs of a violation theta and an objective
   /// phi; a trial point must improve on every entry in one of them. Its entries live in the workspace (v.filter_theta

@@ -144,3 +144,20 @@ def test_a_tinygrad_error_names_the_function_and_its_line(monkeypatch: pytest.Mo
     f(np.ones(3))
   with pytest.raises(IndexError, match=r"err_shapes: tinygrad could not trace it \(output 0.s shape\): IndexError"):
     av.NumericalFunction("err_shapes", lambda x, y: x + y, [av.Arg(3), av.Arg(4)])(np.ones(3), np.ones(4))
+
+
+def test_an_sqp_checks_its_functions_outputs_at_construction() -> None:
+  """A vector cost or a matrix of constraints is refused when the solver is built, naming the function, not at the
+  first call deep in a derivative."""
+  from anvil.sqp import SQPFunction
+
+  args = (av.Arg(2), av.Arg(0))
+  g = av.NumericalFunction("sqp_out_g", lambda x, p: x.sum(), args)
+  for bad in (lambda x, p: x * 2.0, lambda x, p: (x * x).sum().reshape(1)):
+    f = av.NumericalFunction("sqp_out_f", bad, args)
+    with pytest.raises(ValueError, match=r"sqp_out: cost sqp_out_f must return one scalar \(shape \(\)"):
+      SQPFunction("sqp_out", f, g)
+  f = av.NumericalFunction("sqp_out_f2", lambda x, p: (x * x).sum(), args)
+  h = av.NumericalFunction("sqp_out_h", lambda x, p: x.reshape(1, 2), args)
+  with pytest.raises(ValueError, match=r"sqp_out: constraints sqp_out_h must return one vector \(m,\)"):
+    SQPFunction("sqp_out", f, h)

@@ -30,9 +30,19 @@ def as_array(where: str, what: str, value: object, dtype: DTypeLike) -> NDArray[
   except (ValueError, TypeError) as e:
     raise TypeError(f"{where}: {what}: cannot convert {type(value).__name__} to an array: {e}") from None
   target = np.dtype(dtype)
+  if arr.dtype.kind == "f" and target.kind in "iu" and _whole_numbers_of(arr, target):
+    return arr.astype(target)  # NOTE: floats holding integers cast to an integer input, as the reference casts
   if arr.dtype.kind in NOT_NUMBERS or not np.can_cast(arr.dtype, target, casting="same_kind"):
-    raise TypeError(f"{where}: {what}: cannot cast dtype {arr.dtype} to {target} (expected numbers)")
+    whole = " holding whole numbers in its range" if arr.dtype.kind == "f" and target.kind in "iu" else ""
+    raise TypeError(f"{where}: {what}: cannot cast dtype {arr.dtype} to {target} (expected numbers{whole})")
   return arr
+
+
+def _whole_numbers_of(arr: NDArray[Any], target: np.dtype[Any]) -> bool:
+  """Whether every entry of a float array is a whole number within the integer dtype `target`'s range."""
+  info = np.iinfo(target)
+  with np.errstate(invalid="ignore"):
+    return bool(np.all(np.isfinite(arr) & (arr == np.trunc(arr)) & (arr >= info.min) & (arr <= info.max)))
 
 
 def tensor_data(where: str, what: str, value: object) -> object:

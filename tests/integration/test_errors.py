@@ -46,11 +46,14 @@ def test_castable_inputs_are_converted(axpy: av.NumericalFunction) -> None:
   np.testing.assert_array_equal(axpy(np.float32(2), x.astype(">f8"), np.ones(3, np.int64)), 2 * x + 1)
 
 
-def test_integer_input_rejects_floats() -> None:
+def test_integer_input_takes_whole_floats_and_rejects_the_others() -> None:
   f = av.NumericalFunction("err_int", lambda i: i * 2, av.Arg(2, av.dtypes.int32))
   np.testing.assert_array_equal(f(np.array([1, 2], np.int32)), [2, 4])
-  with pytest.raises(TypeError, match=r"err_int: input 0 \(i\): cannot cast dtype float64 to int32"):
-    f(np.array([1.5, 2.0]))
+  np.testing.assert_array_equal(f(np.array([1.0, -3.0])), [2, -6])  # cast, as the reference API casts
+  for bad in ([1.5, 2.0], [np.nan, 1.0], [np.inf, 1.0], [2.0**31, 0.0]):
+    with pytest.raises(TypeError, match=r"err_int: input 0 \(i\): cannot cast dtype float64 to int32 \(expected "
+                       r"numbers holding whole numbers in its range\)"):
+      f(np.array(bad))
 
 
 @pytest.mark.parametrize("result", [1.0, np.ones(3), None, (), "x"])

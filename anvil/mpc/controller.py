@@ -30,7 +30,7 @@ from anvil.mpc.options import MPCOptions
 from anvil.mpc.rate import InputRate
 from anvil.mpc.result import FALLBACKS, MPCSolution
 from anvil.mpc.sensitivity import MPCSensitivityFunction
-from anvil.mpc.soft import Soft
+from anvil.mpc.soft import SOFT_SIDES, Soft
 from anvil.mpc.transcription import Cost, Fn, Transcription
 from anvil.mpc.tuning import tuning_vector
 from anvil.sqp import Sensitivity, SQPFunction, SQPStatus
@@ -235,6 +235,7 @@ class MPCFunction(TemplatedFunction):
     tables = {
       "soft_in_g": tuple(int(e.in_g) for e in entries),
       "soft_index": tuple(e.index for e in entries),
+      "soft_side": tuple(SOFT_SIDES[e.side] for e in entries),
       "shift_w": shift_w,
       "shift_g": shift_g,
       "shift_lam_x": shift_lam_x,
@@ -324,7 +325,7 @@ class MPCFunction(TemplatedFunction):
     and penalties (the JIT's library takes them at run time, `exported_header_code`): their patterns only."""
     ocp = self.ocp
     anvil_sources = sources_fingerprint(Path(__file__).parent.parent)
-    soft = [(e.group, e.stage, e.component, e.in_g, e.index, e.l1 > 0, e.l2 > 0) for e in ocp.soft_entries]
+    soft = [(e.group, e.stage, e.component, e.in_g, e.index, e.side, e.l1 > 0, e.l2 > 0) for e in ocp.soft_entries]
     parts = [self.name, anvil_sources, osqp.__version__, repr(self.options), repr(soft),
              _rate_key(ocp.rate), f"{ocp.N}|{ocp.nx}|{ocp.nu}|{ocp.np}|{ocp.nh}|{ocp.nhN}"]  # fmt: skip
     for fn in (ocp.dynamics, ocp.stage_cost, ocp.terminal_cost, ocp.constraints, ocp.terminal_constraints):

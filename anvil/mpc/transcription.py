@@ -47,6 +47,7 @@ class SoftEntry:
   index: int
   l1: float
   l2: float
+  side: str = "both"
 
 
 def _check_function(name: str, what: str, fn: object, outputs: bool) -> None:
@@ -174,7 +175,7 @@ class Transcription:
         continue
       size, stages, in_g, index = groups[group]
       comps = spec.components(size, f"{self.name}: soft[{group!r}]")
-      entries += [SoftEntry(group, k, c, in_g, index(k, c), spec.l1, spec.l2) for k in stages for c in comps]
+      entries += [SoftEntry(group, k, c, in_g, index(k, c), spec.l1, spec.l2, spec.side) for k in stages for c in comps]
     return tuple(entries)
 
   def check_soft(self) -> None:

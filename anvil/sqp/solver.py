@@ -132,8 +132,10 @@ def _xp_args(name: str, fn: Fn, what: str, scalar: str) -> tuple[int, int]:
   require_cpu_float64(name, what, fn, scalar=SCALARS[scalar])
   outputs = [tuple(o.shape) for o in fn.outputs]  # NOTE: traces fn: its errors come at construction, not first call
   if what == "cost" and outputs != [()]:
-    raise ValueError(f"{name}: cost {fn.name} must return one scalar (shape (); e.g. t.sum() or t[0] of a 1-vector), "
-                     f"got outputs shaped {outputs}")
+    raise ValueError(
+      f"{name}: cost {fn.name} must return one scalar (shape (); e.g. t.sum() or t[0] of a 1-vector), "
+      f"got outputs shaped {outputs}"
+    )
   if what == "constraints" and (len(outputs) != 1 or len(outputs[0]) > 1):
     raise ValueError(f"{name}: constraints {fn.name} must return one vector (m,), got outputs shaped {outputs}")
   return n.shape[0], p.shape[0]

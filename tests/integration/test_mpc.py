@@ -567,3 +567,35 @@ def test_partial_condensing_steers_as_the_stage_qps(mode: str) -> None:
   assert cl.failures == reference.failures == 0 and cl.statuses == reference.statuses
   np.testing.assert_allclose(cl.u, reference.u, atol=U_ATOL)
   assert cl.cost == pytest.approx(reference.cost, rel=1e-9)
+
+
+def test_one_sided_soft_bounds_keep_the_other_side_hard() -> None:
+  """Soft(side="upper") prices leaving the upper bound and keeps the lower one hard (side="lower" the mirror): driven
+  past the soft side it solves as the two-sided soft controller does (the other side inactive); driven past the hard
+  side, as the controller without slacks does. The Riccati QP (slacks eliminated, the hard side's row free) and OSQP
+  agree."""
+  ode = lambda x, u, p: Tensor.stack(x[1], u[0])
+  cost = lambda x, u, p: (x[0] - p[0]) ** 2 + 0.1 * x[1] ** 2 + 0.01 * u[0] ** 2
+  x_bounds = ([-0.5, -INF], [0.5, INF])
+
+  def controller(side: str | None, qp: str = "riccati") -> MPCFunction:
+    name = f"test_mpc_side_{side}_{qp}"
+    soft = {} if side is None else {"x": Soft(indices=(0,), l1=0.5, l2=1.0, side=side)}
+    return MPCFunction(name, rk4(f"{name}_F", ode, 0.1, nx=2, nu=1, np=1),
+                       av.NumericalFunction(f"{name}_l", cost, (Arg(2), Arg(1), Arg(1))), horizon=N_SMALL,
+                       x_bounds=x_bounds, u_bounds=([-5.0], [5.0]), soft=soft,
+                       options=MPCOptions(qp_solver=qp))  # fmt: skip
+
+  mpcs = {side: controller(side) for side in (None, "both", "lower", "upper")}
+  x0 = np.zeros(2)
+  for target, soft_side, hard_side in ((2.0, "upper", "lower"), (-2.0, "lower", "upper")):
+    solve = {side: mpc(x0, np.array([target])) for side, mpc in mpcs.items()}
+    assert all(s.success for s in solve.values()), {k: s.status for k, s in solve.items()}
+    np.testing.assert_allclose(solve[soft_side].x, solve["both"].x, atol=1e-5)
+    np.testing.assert_allclose(solve[hard_side].x, solve[None].x, atol=1e-5)
+    assert np.abs(solve[soft_side].x[:, 0]).max() > 0.5 + 1e-3, "the soft side is used"
+    assert np.abs(solve[hard_side].x[:, 0]).max() <= 0.5 + 1e-7, "the other side holds"
+  osqp = controller("upper", "osqp")(x0, np.array([-2.0]))
+  np.testing.assert_allclose(osqp.x, mpcs[None](x0, np.array([-2.0])).x, atol=1e-6)
+  with pytest.raises(ValueError, match=r"Soft.side: expected one of \('both', 'lower', 'upper'\), got 'top'"):
+    Soft(side="top")

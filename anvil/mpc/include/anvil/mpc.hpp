@@ -9,6 +9,7 @@
 // The controller C (generated per OCP) provides: sizes nx, nu, N, np, nh, nhN, ns, nw, ng, n_tuning;
 // tuning_default[n_tuning] (the build-time weights and penalties); real_time_iteration and
 // warm_start (bools); tables soft_in_g[ns], soft_index[ns] (where each softened bound lives, in w's bounds or g's),
+// soft_side[ns] (0: both bounds soft, 1: the lower alone, 2: the upper alone),
 // shift_w[nw], shift_g[ng], shift_lam_x[nw] (the source of each entry when the solution is shifted by one stage; -1:
 // zero); SQP (anvil::sqp::Solver of the NLP) and Workspace (members sqp: the SQP's workspace, and s: a State<C>).
 // A controller calls solve() in full-SQP mode and feedback() (after prepare(), or preparing itself) in real-time
@@ -267,15 +268,17 @@ class Controller {
       ubg[nx * (N + 1) + N * nh + i] = ubhN[i];
     }
     for (int e = 0; e < ns; ++e) {
-      // a softened bound moves from its hard place to the two rows v + s >= lb and v - s <= ub
+      // a softened bound moves from its hard place to the row v + s >= lb (v - s <= ub); a one-sided one
+      // (C::soft_side: 1 the lower, 2 the upper alone) leaves the other bound hard where it was, its row free
       real* lo = C::soft_in_g[e] ? &lbg[C::soft_index[e]] : &lbw[C::soft_index[e]];
       real* hi = C::soft_in_g[e] ? &ubg[C::soft_index[e]] : &ubw[C::soft_index[e]];
-      lbg[soft_rows + e] = *lo;
+      const bool soft_lower = C::soft_side[e] != 2, soft_upper = C::soft_side[e] != 1;
+      lbg[soft_rows + e] = soft_lower ? *lo : -inf;
       ubg[soft_rows + e] = inf;
       lbg[soft_rows + ns + e] = -inf;
-      ubg[soft_rows + ns + e] = *hi;
-      *lo = -inf;
-      *hi = inf;
+      ubg[soft_rows + ns + e] = soft_upper ? *hi : inf;
+      if (soft_lower) *lo = -inf;
+      if (soft_upper) *hi = inf;
     }
     s.assembled = true;
   }

@@ -25,6 +25,7 @@ from anvil.codegen.precision import cpp_real
 from anvil.codegen.templated import TemplatedFunction
 from anvil.mpc.costs import LeastSquares
 from anvil.mpc.implicit import ImplicitIntegrator
+from anvil.mpc.integrators import ExplicitIntegrator
 from anvil.mpc.labels import OCPLabels
 from anvil.mpc.options import MPCOptions
 from anvil.mpc.rate import InputRate
@@ -467,12 +468,22 @@ class MPCFunction(TemplatedFunction):
     stats["restarted_cold"] = bool(scalars[10])
     x, u = e.x.astype(np.float64), e.u.astype(np.float64)  # NOTE: copies (the buffers are the next call's)
     fallback = FALLBACKS[int(scalars[4])]
+    if status == "numerical_error" and isinstance(self.ocp.dynamics, ExplicitIntegrator):
+      stats["message"] = self._integrator_hint(str(stats.get("message", status)), x0, u[0], params)
     solved = self.options.mode == "sqp" and status in SUCCESS and fallback == "none"
     solution = MPCSolution(x, u, status, int(scalars[9]), float(scalars[2]), float(scalars[3]),
                            self.options.mode == "rti", stats, fallback, self._sensitivity(e) if solved else None,
                            (self.ocp.nx, self.np))  # fmt: skip
     self._after = max(time.perf_counter() - called, AFTER_DECAY * self._after)
     return solution
+
+  def _integrator_hint(self, message: str, x0: F64, u0: F64, params: F64 | None) -> str:
+    """The message of a failed solve, with why an explicit integrator's discrete model diverges at x0 if it does."""
+    dynamics = self.ocp.dynamics
+    assert isinstance(dynamics, ExplicitIntegrator)
+    p = None if params is None or not self.np else np.asarray(params).reshape(-1, self.np)[0]
+    hint = dynamics.unstable_hint(x0, np.nan_to_num(u0), p)
+    return f"{message} ({hint})" if hint else message
 
   def _sensitivity(self, e: _Entry) -> Callable[[], Sensitivity]:
     """The sensitivity of the last call's solution, computed when asked (its NLP state copied now)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from tinygrad import Tensor
 
 from anvil.codegen import Arg, NumericalFunction
@@ -105,6 +106,38 @@ class ExplicitIntegrator(NumericalFunction[..., Any]):
   ) -> None:
     super().__init__(name, step, rate.inputs)
     self.rate, self.h, self.steps, self.a, self.b = rate, h, steps, a, b
+
+  def _steps(self, x: np.ndarray, args: tuple[Any, ...], h: float, steps: int) -> np.ndarray:
+    """`steps` steps of h of the method from x, in numpy on the compiled rate (args: u[, p])."""
+    for _ in range(steps):
+      k: list[np.ndarray] = []
+      for row in self.a:
+        k.append(
+          np.asarray(self.rate(x + h * sum((c * kj for c, kj in zip(row, k, strict=False)), np.zeros_like(x)), *args))
+        )
+      x = x + h * sum(bi * ki for bi, ki in zip(self.b, k, strict=True))
+    return x
+
+  def step_error(self, x: Any, u: Any, p: Any = None) -> float:
+    """How far this step from x is from the same method's twice as many steps of half the length, relative to
+    1 + |x| (max norms; inf where either is not finite): the discretization error's order of magnitude, large where
+    the step is too long for the model (a stiff one: its steps diverge where the ODE decays)."""
+    x = np.asarray(x, dtype=np.float64)
+    args = (u,) if p is None else (u, p)
+    with np.errstate(all="ignore"):
+      whole, halves = self._steps(x, args, self.h, self.steps), self._steps(x, args, self.h / 2, 2 * self.steps)
+      error = float(np.max(np.abs(whole - halves)) / (1.0 + np.max(np.abs(x))))
+    return error if np.isfinite(error) else float("inf")
+
+  def unstable_hint(self, x: Any, u: Any, p: Any = None) -> str:
+    """Why the discrete model is not to be trusted from (x, u[, p]) and what to do, or "" where a step from there
+    agrees with two of half its length to 1%."""
+    if (error := self.step_error(x, u, p)) <= 1e-2:
+      return ""
+    return (
+      f"{self.name}: a step from x0 differs from two of half its length by {error:.3g} relative to |x0|: "
+      f"its steps of {self.h:g} s are too long for the model (stiff?); take more (steps=) or use irk"
+    )
 
 
 def check_model(where: str, name: str, ode: object, signature: str, dt: object, **sizes: tuple[object, int]) -> None:

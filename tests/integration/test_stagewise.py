@@ -232,3 +232,36 @@ def test_a_nan_in_the_stage_wise_dynamics_is_a_status_not_a_crash() -> None:
   assert sol.status == "numerical_error" and "dynamics test_stagewise_nan_F" in sol.stats["message"]
   assert "stage 0" in sol.stats["message"] and np.isfinite(sol.u0).all()
   assert mpc(np.array([1.0, 0.0])).status == "converged"
+
+
+def test_step_error_compares_a_step_with_two_halves() -> None:
+  """On x' = -40 x + u, RK4 steps multiply x by R(h λ) (its stability polynomial): the error estimate is the
+  difference of R(-4) and R(-2)² (one unstable step of 0.1 s against two stable ones), and ten steps are stable."""
+  decay = lambda x, u: -40.0 * x + u[0]
+  R = lambda z: 1 + z + z**2 / 2 + z**3 / 6 + z**4 / 24
+  x, u = np.array([2.0]), np.zeros(1)
+  one = rk4("test_stagewise_decay1", decay, 0.1, nx=1, nu=1)
+  assert one.step_error(x, u) == pytest.approx(abs(R(-4.0) - R(-2.0) ** 2) * 2.0 / 3.0, rel=1e-12)
+  assert "take more (steps=) or use irk" in one.unstable_hint(x, u)
+  ten = rk4("test_stagewise_decay10", decay, 0.1, nx=1, nu=1, steps=10)
+  assert ten.step_error(x, u) == pytest.approx(abs(R(-0.4) ** 10 - R(-0.2) ** 20) * 2.0 / 3.0, rel=1e-9)
+  assert ten.unstable_hint(x, u) == ""
+
+
+def test_a_diverging_explicit_model_says_why_it_failed() -> None:
+  """A stiff reactor (its reaction 100x faster than the sample) under one RK4 step per sample: the solve ends
+  numerical_error, its message saying the step is too long for the model; ten steps solve it."""
+
+  def cstr(x: Tensor, u: Tensor) -> Tensor:
+    k = 100.0 * (2.0 * (1.0 - 1.0 / x[1])).exp()
+    return Tensor.stack(1.0 - x[0] - k * x[0], 1.0 - x[1] + 0.5 * k * x[0] - u[0])
+
+  x0, residual = np.array([1.0, 1.0]), lambda x, u: x.cat(u) - Tensor([0.0083, 1.1, 0.396])
+  for steps, ok in ((1, False), (10, True)):
+    name = f"test_stagewise_stiff{steps}"
+    r = NumericalFunction(f"{name}_r", residual, (Arg(2), Arg(1)))
+    mpc = MPCFunction(name, rk4(f"{name}_F", cstr, 0.1, nx=2, nu=1, steps=steps), LeastSquares(r, [1e3, 10.0, 0.1]),
+                      horizon=10, u_bounds=([0.0], [3.0]))  # fmt: skip
+    sol = mpc(x0)
+    assert sol.success == ok, (steps, sol.status, sol.message)
+    assert ("steps of 0.1 s are too long for the model" in sol.message) != ok, sol.message

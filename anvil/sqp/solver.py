@@ -130,7 +130,13 @@ def _xp_args(name: str, fn: Fn, what: str, scalar: str) -> tuple[int, int]:
   if len(p.shape) != 1:
     raise TypeError(f"{name}: the parameter of {what} {fn.name} must be a vector (Arg(0) for none)")
   require_cpu_float64(name, what, fn, scalar=SCALARS[scalar])
-  outputs = [tuple(o.shape) for o in fn.outputs]  # NOTE: traces fn: its errors come at construction, not first call
+  return n.shape[0], p.shape[0]
+
+
+def _check_outputs(name: str, fn: Fn, what: str) -> None:
+  """ValueError unless the cost returns one scalar and the constraints one vector (this traces fn: its errors come at
+  construction, not at the first call)."""
+  outputs = [tuple(o.shape) for o in fn.outputs]
   if what == "cost" and outputs != [()]:
     raise ValueError(
       f"{name}: cost {fn.name} must return one scalar (shape (); e.g. t.sum() or t[0] of a 1-vector), "
@@ -138,7 +144,6 @@ def _xp_args(name: str, fn: Fn, what: str, scalar: str) -> tuple[int, int]:
     )
   if what == "constraints" and (len(outputs) != 1 or len(outputs[0]) > 1):
     raise ValueError(f"{name}: constraints {fn.name} must return one vector (m,), got outputs shaped {outputs}")
-  return n.shape[0], p.shape[0]
 
 
 class SQPFunction(TemplatedFunction):
@@ -229,6 +234,9 @@ class SQPFunction(TemplatedFunction):
     if constraints_code is not None and (constraints is None or not isinstance(constraints_code, FunctionBase)):
       raise TypeError(f"{name}: constraints_code must be a generated function (FunctionBase), with constraints")
     self.constraints_code = constraints_code
+    _check_outputs(name, cost, "cost")
+    if constraints is not None and constraints_code is None:  # NOTE: given code: the constraints are never traced
+      _check_outputs(name, constraints, "constraints")
     self._hessian = None if hessian is None else self._check_derivative(hessian, "hessian")
     self._jacobian = None if jacobian is None else self._check_derivative(jacobian, "jacobian")
     if not isinstance(convex_hessian, bool) or (convex_hessian and hessian is None):

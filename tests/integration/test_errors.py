@@ -51,8 +51,11 @@ def test_integer_input_takes_whole_floats_and_rejects_the_others() -> None:
   np.testing.assert_array_equal(f(np.array([1, 2], np.int32)), [2, 4])
   np.testing.assert_array_equal(f(np.array([1.0, -3.0])), [2, -6])  # cast, as the reference API casts
   for bad in ([1.5, 2.0], [np.nan, 1.0], [np.inf, 1.0], [2.0**31, 0.0]):
-    with pytest.raises(TypeError, match=r"err_int: input 0 \(i\): cannot cast dtype float64 to int32 \(expected "
-                       r"numbers holding whole numbers in its range\)"):
+    with pytest.raises(
+      TypeError,
+      match=r"err_int: input 0 \(i\): cannot cast dtype float64 to int32 \(expected "
+      r"numbers holding whole numbers in its range\)",
+    ):
       f(np.array(bad))
 
 

@@ -40,12 +40,19 @@ def arrays() -> st.SearchStrategy[Any]:
 
 
 def _acceptable(value: Any, shape: tuple[int, ...], dtype: type) -> np.ndarray | None:
-  """`value` as the input it may be taken for (same shape, a dtype cast within its kind), or None."""
+  """`value` as the input it may be taken for (same shape, a dtype cast within its kind, or floats holding whole
+  numbers in an integer dtype's range), or None."""
   try:
     arr = np.asarray(value)
   except (TypeError, ValueError):
     return None
-  if arr.shape != shape or arr.dtype.kind in "OUSVcMm" or not np.can_cast(arr.dtype, dtype, casting="same_kind"):
+  if arr.shape != shape or arr.dtype.kind in "OUSVcMm":
+    return None
+  if arr.dtype.kind == "f" and np.dtype(dtype).kind == "i":
+    info = np.iinfo(dtype)
+    whole = all(np.isfinite(v) and v == int(v) and info.min <= v <= info.max for v in arr.ravel().tolist())
+    return arr.astype(dtype) if whole else None
+  if not np.can_cast(arr.dtype, dtype, casting="same_kind"):
     return None
   return arr.astype(dtype)
 

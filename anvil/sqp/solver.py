@@ -234,9 +234,12 @@ class SQPFunction(TemplatedFunction):
     if constraints_code is not None and (constraints is None or not isinstance(constraints_code, FunctionBase)):
       raise TypeError(f"{name}: constraints_code must be a generated function (FunctionBase), with constraints")
     self.constraints_code = constraints_code
-    _check_outputs(name, cost, "cost")
-    if constraints is not None and constraints_code is None:  # NOTE: given code: the constraints are never traced
-      _check_outputs(name, constraints, "constraints")
+    # NOTE: a plain NLP's functions are checked now (tracing them); one given its derivatives, code or layout (as an
+    # MPCFunction builds it from functions it checked) is checked where those are built: a warm build traces nothing
+    if all(given is None for given in (hessian, jacobian, stages, constraints_code, gradient)):
+      _check_outputs(name, cost, "cost")
+      if constraints is not None:
+        _check_outputs(name, constraints, "constraints")
     self._hessian = None if hessian is None else self._check_derivative(hessian, "hessian")
     self._jacobian = None if jacobian is None else self._check_derivative(jacobian, "jacobian")
     if not isinstance(convex_hessian, bool) or (convex_hessian and hessian is None):

@@ -30,10 +30,11 @@ def as_array(where: str, what: str, value: object, dtype: DTypeLike) -> NDArray[
   except (ValueError, TypeError) as e:
     raise TypeError(f"{where}: {what}: cannot convert {type(value).__name__} to an array: {e}") from None
   target = np.dtype(dtype)
-  if arr.dtype.kind == "f" and target.kind in "iu" and _whole_numbers_of(arr, target):
+  float_to_int = arr.dtype.kind == "f" and target.kind in "iu"
+  if float_to_int and _whole_numbers_of(arr, target):
     return arr.astype(target)  # NOTE: floats holding integers cast to an integer input, as the reference casts
   if arr.dtype.kind in NOT_NUMBERS or not np.can_cast(arr.dtype, target, casting="same_kind"):
-    whole = " holding whole numbers in its range" if arr.dtype.kind == "f" and target.kind in "iu" else ""
+    whole = " holding whole numbers in its range" if float_to_int else ""
     raise TypeError(f"{where}: {what}: cannot cast dtype {arr.dtype} to {target} (expected numbers{whole})")
   return arr
 
@@ -41,8 +42,10 @@ def as_array(where: str, what: str, value: object, dtype: DTypeLike) -> NDArray[
 def _whole_numbers_of(arr: NDArray[Any], target: np.dtype[Any]) -> bool:
   """Whether every entry of a float array is a whole number within the integer dtype `target`'s range."""
   info = np.iinfo(target)
+  # NOTE: the bound past the largest value, 2^k, is a float exactly (int64's maximum itself rounds up to it)
+  past_max = float(info.max) + 1.0
   with np.errstate(invalid="ignore"):
-    return bool(np.all(np.isfinite(arr) & (arr == np.trunc(arr)) & (arr >= info.min) & (arr <= info.max)))
+    return bool(np.all(np.isfinite(arr) & (arr == np.trunc(arr)) & (arr >= info.min) & (arr < past_max)))
 
 
 def tensor_data(where: str, what: str, value: object) -> object:

@@ -59,6 +59,16 @@ def test_integer_input_takes_whole_floats_and_rejects_the_others() -> None:
       f(np.array(bad))
 
 
+def test_whole_floats_past_int64_are_refused_not_wrapped() -> None:
+  """int64's largest value rounds up to 2^63 as a float: 2^63 itself is out of range, not cast to -2^63."""
+  from anvil.validation import as_array
+
+  np.testing.assert_array_equal(as_array("f", "x", np.array([2.0**62, -(2.0**63)]), np.int64), [2**62, -(2**63)])
+  for bad in (2.0**63, 2.0**64):
+    with pytest.raises(TypeError, match=r"f: x: cannot cast dtype float64 to int64"):
+      as_array("f", "x", np.array([bad]), np.int64)
+
+
 @pytest.mark.parametrize("result", [1.0, np.ones(3), None, (), "x"])
 def test_function_must_return_tensors(result: object) -> None:
   f = av.NumericalFunction("err_ret", lambda x: result, av.Arg(3))

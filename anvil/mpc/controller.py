@@ -36,6 +36,7 @@ from anvil.mpc.transcription import Cost, Fn, Transcription
 from anvil.mpc.tuning import tuning_vector
 from anvil.sqp import Sensitivity, SQPFunction, SQPStatus
 from anvil.sqp.result import SUCCESS
+from anvil.sqp.stats import StatsReader
 from anvil.validation import check_bounds, float_array
 
 Bounds = tuple[ArrayLike, ArrayLike]
@@ -216,6 +217,13 @@ class MPCFunction(TemplatedFunction):
                        stages=self.ocp.stage_layout(), convex_hessian=gauss_newton, constraints_code=code,
                        gradient=grad)  # fmt: skip
 
+  @cached_property
+  def stats_reader(self) -> StatsReader:
+    """Checks a call's limits and reads the Stats it filled: from the options and sizes, so a controller loaded from
+    the cache builds no derivatives (its SQP solver's functions are named only where one returned NaN/inf)."""
+    return StatsReader(f"{self.name}_sqp", self.options.sqp_options, self.ocp.ng, True,
+                       lambda which: self.sqp.function_name(which))  # fmt: skip
+
   @property
   def model_functions(self) -> tuple[FunctionBase, Fn]:
     """The dynamics and the stage cost (its residual for a LeastSquares cost): emitted in the module too, for robot
@@ -340,10 +348,10 @@ class MPCFunction(TemplatedFunction):
   def _entry(self) -> _Entry:
     sizes = (self.nx, self.nu, self.np, self.ocp.default_tuning.size)
     nlp = (self.ocp.nw, self.ocp.ng, self.ocp.n_params)
-    entry = _Entry(self.handle, self.sqp.stats_buffers(), self.N, sizes, self.options.scalar, nlp)
+    entry = _Entry(self.handle, self.stats_reader.buffers(), self.N, sizes, self.options.scalar, nlp)
     entry.default_inputs = entry.inputs(self.defaults)
     entry.default_staged = entry.keep  # NOTE: alive as long as the pointers to them
-    entry.default_limits = self.sqp.limits(None, None, None)
+    entry.default_limits = self.stats_reader.limits(None, None, None)
     return entry
 
   @cached_property
@@ -417,7 +425,7 @@ class MPCFunction(TemplatedFunction):
     changed = (x_bounds, u_bounds, constraint_bounds, x_terminal_bounds, terminal_constraint_bounds)
     bounds = self.defaults if all(b is None for b in changed) else self._bounds(*changed, defaults=self.defaults)
     given = max_iter is not None or tol is not None or max_time is not None
-    limits = self.sqp.limits(max_iter, tol, max_time) if given else None
+    limits = self.stats_reader.limits(max_iter, tol, max_time) if given else None
     state = self._state(x0)
     params = self._params(p) if p is not None or self.np else None
     tuned = weights is not None or soft_penalties is not None
@@ -464,7 +472,8 @@ class MPCFunction(TemplatedFunction):
     called = time.perf_counter()
     history, ihistory, info = e.stats
     scalars = e.scalars
-    _, status, stats = self.sqp.unpack_stats(history, ihistory, info, scalars[:2], scalars[5:9], bounds, self.labels)
+    arrays = (history, ihistory, info, scalars[:2], scalars[5:9])
+    _, status, stats = self.stats_reader.unpack(*arrays, bounds, self.labels)
     stats["restarted_cold"] = bool(scalars[10])
     x, u = e.x.astype(np.float64), e.u.astype(np.float64)  # NOTE: copies (the buffers are the next call's)
     fallback = FALLBACKS[int(scalars[4])]

@@ -270,7 +270,7 @@ class MHEFunction(TemplatedFunction):
     build-time p). A call with k = M moves the arrival cost one time on (see the class). max_iter, tol and max_time
     limit this call's SQP (as MPCFunction's)."""
     y, u, params = self._window(y_window, u_window, p)
-    limits = self.ocp.sqp.limits(max_iter, tol, max_time)
+    limits = self.ocp.stats_reader.limits(max_iter, tol, max_time)
     with self._lock:
       return self._solve(y, u, params, limits)
 
@@ -308,8 +308,8 @@ class MHEFunction(TemplatedFunction):
     e.call(e.inputs, e.outputs, k, limits.ctypes.data, *e.pointers, e.ws)
     history, ihistory, info = e.stats
     scalars, ocp = e.scalars, self.ocp
-    _, status, stats = ocp.sqp.unpack_stats(history, ihistory, info, scalars[:2], scalars[5:9], ocp.defaults,
-                                            ocp.labels)  # fmt: skip
+    arrays = (history, ihistory, info, scalars[:2], scalars[5:9])
+    _, status, stats = ocp.stats_reader.unpack(*arrays, ocp.defaults, ocp.labels)
     stats["restarted_cold"] = bool(scalars[10])
     x, w = e.x[:k].astype(np.float64), e.w[: k - 1].astype(np.float64)
     return MHEEstimate(x[-1].copy(), x, w, status, int(scalars[9]), float(scalars[2]), float(scalars[3]), stats,
@@ -325,7 +325,7 @@ class _Entry:
     self.call = handle.entry("call", ctypes.c_int, pointer, pointer, ctypes.c_int, *[pointer] * 6)
     self.reset = handle.entry("reset", None, pointer, pointer, pointer)
     self.arrival = handle.entry("arrival", None, pointer, pointer, pointer)
-    self.ws, self.stats = handle.pointer, mhe.ocp.sqp.stats_buffers()
+    self.ws, self.stats = handle.pointer, mhe.ocp.stats_reader.buffers()
     self.y, self.u = np.zeros((M, mhe.ny), self.dtype), np.zeros((M, mhe.nu), self.dtype)
     self.p = np.zeros((M, max(mhe.np, 1)), self.dtype)[:, : mhe.np]
     self.x, self.w, self.scalars = np.zeros((M, nx), self.dtype), np.zeros((M, nx), self.dtype), np.zeros(11)

@@ -11,14 +11,24 @@ from anvil.sqp.labels import NLPLabels
 
 if TYPE_CHECKING:
   from anvil.mpc.controller import MPCFunction
+  from anvil.sqp import SQPFunction
 
 
 class OCPLabels(NLPLabels):
   """Names rows and variables of an `MPCFunction`'s NLP (layout: anvil.mpc.transcription) by stage and function."""
 
-  def __init__(self, mpc: MPCFunction) -> None:
-    super().__init__(mpc.sqp)
-    self.ocp = mpc.ocp
+  def __init__(self, mpc: MPCFunction) -> None:  # NOTE: not NLPLabels': its SQP solver is built on first use
+    self.mpc, self.ocp = mpc, mpc.ocp
+
+  @property
+  def sqp(self) -> SQPFunction:  # type: ignore[override]
+    """The controller's SQP solver (built here where a message needs its derivatives' patterns)."""
+    return self.mpc.sqp
+
+  @property
+  def m(self) -> int:
+    """The number of constraint rows of the NLP."""
+    return self.ocp.ng
 
   def _row_place(self, i: int) -> tuple[str, str, int, int]:
     """(group, function name, stage, index in the function's output) of NLP row i."""

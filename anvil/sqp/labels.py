@@ -27,6 +27,11 @@ class NLPLabels:
   def __init__(self, sqp: SQPFunction) -> None:
     self.sqp = sqp
 
+  @property
+  def m(self) -> int:
+    """The number of constraint rows."""
+    return self.sqp.m
+
   def row(self, i: int) -> tuple[str, str]:
     """(the group, the row) of constraint row i, for a violation: ("constraints", "row 3 of g")."""
     return "constraints", f"row {i} of {getattr(self.sqp.constraints, 'name', 'g')}"
@@ -78,7 +83,7 @@ class NLPLabels:
   def violation(self, index: int, amount: float, value: float, bounds: Any) -> str:
     """The sentence for the most violated constraint: row `index` of g (index < m), else the bound on x[index - m];
     `value` is g's row or x's entry there; `bounds` are the call's (see `bound`)."""
-    m = self.sqp.m
+    m = self.m
     if index < m:
       group, where = self.row(index)
       return f"{group}: {where} violated by {amount:.3g}"

@@ -4,7 +4,6 @@ backends of the QP layer (anvil.qp) through the one QP contract."""
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import logging
 from dataclasses import dataclass
 from functools import cached_property
@@ -28,9 +27,7 @@ from anvil.qp import (
   QPBackend,
   QPOptions,
   QPProblem,
-  QPStatus,
   RiccatiOptions,
-  SparseIPMOptions,
   StageLayout,
   StageReport,
   StageSearch,
@@ -39,15 +36,12 @@ from anvil.qp import (
 from anvil.qp.backend import DerivativeSources
 from anvil.sqp.labels import NLPLabels
 from anvil.sqp.options import SQPOptions
-from anvil.sqp.result import SUCCESS, SQPResult, SQPStatus
+from anvil.sqp.result import SQPResult
 from anvil.sqp.sensitivity import Sensitivity, SensitivityFunction
+from anvil.sqp.stats import StatsReader, elastic_options, qp_options
 from anvil.validation import check_bounds, float_array, require_cpu_float64, require_type
 
 Fn = NumericalFunction[..., Any]
-HISTORY_NAMES = ("objective", "primal_infeasibility", "dual_infeasibility", "step", "regularization", "complementarity")
-TIME_NAMES = ("time_evaluation", "time_qp_update", "time_qp_solve", "time_line_search")
-# NOTE: unpacking runs on every MPC call from Python: statuses by their C++ codes, looked up once
-SQP_CODES, QP_CODES = SQPStatus.codes(), QPStatus.codes()
 
 
 @runtime_checkable
@@ -383,7 +377,7 @@ class SQPFunction(TemplatedFunction):
   def qp_options(self) -> QPOptions:
     """The QP solver's options: `options.qp`, else RiccatiOptions() with a stage layout and SparseIPMOptions()
     without."""
-    options = self.options.qp or (SparseIPMOptions() if self.layout is None else RiccatiOptions())
+    options = qp_options(self.options, self.layout is not None)
     if self.scalar != "float64" and not (isinstance(options, RiccatiOptions) and self.layout is not None):
       raise ValueError(f"{self.name}: SQPOptions(scalar={self.scalar!r}) solves its QPs by the Riccati interior point "
                        "(OSQP and the sparse interior point factor in double), which needs the stage layout of an "
@@ -437,17 +431,14 @@ class SQPFunction(TemplatedFunction):
 
   @cached_property
   def elastic(self) -> QPBackend | None:
-    """The backend solving the elastic QPs, or None when the QP backend solves them itself. With a stage layout, the
-    Riccati interior point's elastic rows (stage rows and state bounds elastic; initial, dynamics and input rows hard:
-    its QPs are always feasible); without one, slacks on every constraint row, solved by the sparse interior point
-    when it solves the QPs, else by OSQP."""
-    if self.layout is not None:
-      return None if isinstance(self.qp_options, RiccatiOptions) else RiccatiOptions().backend(
-        f"{self.name}_elastic", self._qp_layout[0])  # fmt: skip
-    if isinstance(self.qp_options, SparseIPMOptions):
-      return self.qp_options.backend(f"{self.name}_elastic", self._qp_layout[1])
-    # NOTE: unpolished: polishing needs P's full diagonal in its pattern, which the slacks' columns do not have
-    return dataclasses.replace(self.options.osqp, polish=False).backend(f"{self.name}_elastic", self._qp_layout[1])
+    """The backend solving the elastic QPs, or None when the QP backend solves them itself (`stats.elastic_options`:
+    with a stage layout the Riccati interior point's elastic rows, stage rows and state bounds elastic, initial,
+    dynamics and input rows hard, its QPs always feasible; without one, slacks on every constraint row)."""
+    options = elastic_options(self.options, self.layout is not None)
+    if options is None:
+      return None
+    normal, elastic, _ = self._qp_layout
+    return options.backend(f"{self.name}_elastic", normal if self.layout is not None else elastic)
 
   @cached_property
   def equality_rows(self) -> tuple[int, ...]:
@@ -582,18 +573,19 @@ class SQPFunction(TemplatedFunction):
     for lo, hi, what in ((inputs[2], inputs[3], "x"), (inputs[4], inputs[5], "g")):
       check_bounds(self.name, f"bounds lb{what}, ub{what}", lo, hi, lambda i: f"index {i[0]}")
     self._check_equalities(*inputs[2:6])
-    limits = np.append(self.limits(max_iter, tol, max_time), float(lam_g0 is None))  # no lam_g0: estimated
+    limits = np.append(self.stats_reader.limits(max_iter, tol, max_time), float(lam_g0 is None))  # no lam_g0: estimated
     dtype = np.dtype(self.scalar)
     inputs = [a.astype(dtype, copy=False) for a in inputs]
     outs = [np.empty(n, dtype), np.empty(1, dtype), np.empty(m, dtype), np.empty(n, dtype)]
-    (history, ihistory, info), scalars = self.stats_buffers(), np.zeros(6)
+    (history, ihistory, info), scalars = self.stats_reader.buffers(), np.zeros(6)
     in_ptrs = (ctypes.c_void_p * 8)(*(a.ctypes.data for a in inputs))
     out_ptrs = (ctypes.c_void_p * 4)(*(a.ctypes.data for a in outs))
     with self._lock:  # NOTE: the first call loads the library: one workspace, however many threads call at once
       self._call(in_ptrs, out_ptrs, limits.ctypes.data, history.ctypes.data, ihistory.ctypes.data,
                  info.ctypes.data, scalars.ctypes.data, self.handle.pointer)  # fmt: skip
     bounds = (inputs[2], inputs[3], inputs[4], inputs[5])
-    iterations, status, stats = self.unpack_stats(history, ihistory, info, scalars[:2], scalars[2:], bounds)
+    stats_arrays = (history, ihistory, info, scalars[:2], scalars[2:])
+    iterations, status, stats = self.stats_reader.unpack(*stats_arrays, bounds, self.labels)
     x, lam_g, lam_x = (a.astype(np.float64, copy=False) for a in (outs[0], outs[2], outs[3]))
     at = (inputs[1].astype(np.float64), *(b.astype(np.float64) for b in bounds))
     return SQPResult(x, float(outs[1][0]), lam_g, lam_x, status, iterations, stats,
@@ -611,74 +603,19 @@ class SQPFunction(TemplatedFunction):
                                                                          (n, n, m, m), strict=True))  # fmt: skip
     return self.sensitivity_function(x_, p_, lam_g_, lam_x_, (lbx, ubx, lbg, ubg))
 
-  def limits(self, max_iter: int | None, tol: float | None, max_time: float | None) -> NDArray[np.float64]:
-    """[max_iter, tol, max_time] of one call: the options' where None, checked."""
-    options = self.options
-    if max_iter is not None and (isinstance(max_iter, bool) or not isinstance(max_iter, int)
-                                 or not 0 <= max_iter <= options.max_iter):  # fmt: skip
-      raise ValueError(f"{self.name}: max_iter must be an int in [0, {options.max_iter}] (the options' max_iter, "
-                       f"the size of the history), got {max_iter!r}")  # fmt: skip
-    for what, value in (("tol", tol), ("max_time", max_time)):
-      if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
-        raise ValueError(f"{self.name}: {what} must be a positive number, got {value!r}")
-    return np.array([options.max_iter if max_iter is None else max_iter, options.tol if tol is None else tol,
-                     options.max_time if max_time is None else max_time], dtype=np.float64)  # fmt: skip
-
   def _vector(self, what: str, value: ArrayLike | None, size: int, finite: bool = False) -> NDArray[np.float64]:
     if value is None and what == "p" and size:
       raise ValueError(f"{self.name}: p is required: the problem has {size} parameters; pass p of length {size}")
     return float_array(self.name, what, np.zeros(0) if value is None and not size else value, (size,), finite=finite)
 
-  def stats_buffers(self) -> tuple[NDArray[np.float64], NDArray[np.int32], NDArray[np.int32]]:
-    """Fresh arrays the JIT export of Stats fills: history, ihistory and info."""
-    rows = self.options.max_iter + 1
-    return np.zeros((rows, 6)), np.zeros((rows, 3), dtype=np.int32), np.zeros(5, dtype=np.int32)
+  @cached_property
+  def stats_reader(self) -> StatsReader:
+    """Checks a call's limits and reads the Stats it filled."""
+    return StatsReader(self.name, self.options, self.m, self.layout is not None, self.function_name)
 
-  def unpack_stats(
-    self,
-    history: NDArray[np.float64],
-    ihistory: NDArray[np.int32],
-    info: NDArray[np.int32],
-    worst: NDArray[np.float64],
-    times: NDArray[np.float64],
-    bounds: Any,
-    labels: NLPLabels | None = None,
-  ) -> tuple[int, SQPStatus, dict[str, Any]]:
-    """(iterations, status, stats dict) from the arrays the JIT export of Stats filled (worst: the most violated
-    constraint's violation and value; times: seconds spent in evaluations, QP updates, QP solves and the line
-    search); `labels` (default: this NLP's) word the message, with the call's `bounds` (for this NLP: lbx, ubx, lbg,
-    ubg)."""
-    iterations, status = int(info[0]), SQP_CODES[int(info[1])]
-    # NOTE: one copy of each history, its columns rows of it (an MPC call unpacks them every sample)
-    stats: dict[str, Any] = dict(zip(HISTORY_NAMES, history[: iterations + 1].T.copy(), strict=True))
-    qp_iterations, qp_codes, restoration = ihistory[: iterations + 1].T.copy()
-    stats["qp_iterations"] = qp_iterations
-    stats["qp_status"] = tuple([QP_CODES[code] for code in qp_codes.tolist()])
-    stats["restoration"] = restoration.astype(bool)
-    stats["qp_solver"] = self.qp.options.solver
-    stats["elastic_qp_solver"] = (self.elastic or self.qp).options.solver
-    stats.update(zip(TIME_NAMES, times.tolist(), strict=True))
-    labels = labels or self.labels
-    if info[2] >= 0:
-      stats["failed_function"] = self._function_name(int(info[2]))
-      stats["failed_index"] = int(info[3])
-      stats["message"] = f"{status}: {labels.failure(int(info[2]), int(info[3]))}"
-    elif status not in SUCCESS:
-      # NOTE: a violation within the tolerance (rounding) is no diagnosis: the KKT residuals say what was not met
-      residuals = f"primal infeasibility {history[iterations, 1]:.3g}, dual infeasibility {history[iterations, 2]:.3g}"
-      if info[4] >= 0 and worst[0] > self.options.tol:
-        kind = "g" if info[4] < self.m else "x"
-        index = int(info[4]) if info[4] < self.m else int(info[4]) - self.m
-        stats["most_violated"] = (kind, index, float(worst[0]))
-        sentence = labels.violation(int(info[4]), float(worst[0]), float(worst[1]), bounds)
-        stats["message"] = f"{status}: {sentence}" + ("" if status == SQPStatus.infeasible else f" ({residuals})")
-      else:
-        stats["message"] = f"{status}: {residuals}"
-    else:
-      stats["message"] = str(status)
-    return iterations, status, stats
-
-  def _function_name(self, which: int) -> str:
+  def function_name(self, which: int) -> str:
+    """The name of the generated function of code `which` (anvil::sqp::Evaluated: cost, gradient, constraints,
+    Jacobian, Hessian)."""
     return {0: self.cost.name, 1: self.gradient.name, 2: getattr(self.constraints, "name", ""),
             3: getattr(self.jacobian, "name", ""), 4: self.hessian.name}[which]  # fmt: skip
 

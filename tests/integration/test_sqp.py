@@ -322,3 +322,26 @@ def test_second_order_corrections_overcome_the_maratos_effect() -> None:
   assert steps[0] < 1.0 and np.all(steps[1:] == 1.0)  # after the first shortened step, full (corrected) ones
   with pytest.raises(ValueError, match="max_soc"):
     SQPOptions(max_soc=-1)
+
+
+@pytest.mark.parametrize(("qp", "staged"), [(None, False), (None, True), ("osqp", False), ("osqp", True),
+                                           ("sparse_ipm", False), ("sparse_ipm", True), ("riccati", True)])  # fmt: skip
+def test_reported_qp_solvers_are_the_backends_built(qp: str | None, staged: bool) -> None:
+  """stats["qp_solver"] and ["elastic_qp_solver"], worded from the options alone (an MPC found in the cache builds no
+  backend), name the backends the solver builds, with and without a stage layout."""
+  from anvil.mpc import shooting_layout
+  from anvil.problems import shooting
+  from anvil.qp import OSQPOptions, RiccatiOptions, SparseIPMOptions
+
+  n = 3
+  size = shooting.size(n)
+  f = av.NumericalFunction("names_cost", lambda w, x0: shooting.stage_cost(w, n), (Arg(size), Arg(4)))
+  g = av.NumericalFunction("names_defects", lambda w, x0: shooting.defects(w, x0, n), (Arg(size), Arg(4)))
+  chosen = {None: None, "osqp": OSQPOptions(), "sparse_ipm": SparseIPMOptions(), "riccati": RiccatiOptions()}[qp]
+  stages = shooting_layout(n, 4, 1) if staged else None  # NOTE: without, the default's search finds it
+  solver = SQPFunction(f"names_{qp}_{staged}", f, g, SQPOptions(qp=chosen), stages=stages)
+  history, ihistory, info = solver.stats_reader.buffers()
+  info[2] = info[4] = -1
+  _, _, stats = solver.stats_reader.unpack(history, ihistory, info, np.zeros(2), np.zeros(4), None, solver.labels)
+  assert stats["qp_solver"] == solver.qp.options.solver
+  assert stats["elastic_qp_solver"] == (solver.elastic or solver.qp).options.solver

@@ -198,3 +198,20 @@ def test_constructor_weights_and_penalties_rebuild_nothing() -> None:
   retuned = first(x0, weights={"stage_cost": W_CALL, "terminal_cost": 20 * Q}, soft_penalties={"x": (300.0, 1.0)})
   np.testing.assert_allclose(second(x0).u, retuned.u, rtol=1e-12, atol=1e-12)
   assert first.exported_header_code != second.exported_header_code, "the exported module keeps each one's defaults"
+
+
+def test_a_controller_found_in_the_cache_builds_no_derivatives() -> None:
+  """A controller whose library another built (as a new process finds it in the cache) solves, checks its call's
+  limits and words its messages without building its SQP solver (the NLP's derivatives: most of a warm build's
+  time)."""
+  first = controller("tune_warm", W_BUILD, 10 * Q, Soft(l1=100.0, l2=10.0), MPCOptions())
+  reference = first(X0)
+  second = controller("tune_warm", W_BUILD, 10 * Q, Soft(l1=100.0, l2=10.0), MPCOptions())
+  sol = second(X0)
+  np.testing.assert_allclose(sol.u, reference.u, rtol=1e-12, atol=1e-12)
+  assert sol.stats["qp_solver"] == reference.stats["qp_solver"] == first.sqp.qp.options.solver
+  short = second(X0 + 0.3, max_iter=1)
+  assert short.status == "max_iterations" and short.stats["message"].startswith("max_iterations: ")
+  with pytest.raises(ValueError, match="max_iter must be an int"):
+    second(X0, max_iter=-1)
+  assert "sqp" not in vars(second), "the warm controller built its SQP solver"

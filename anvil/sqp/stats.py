@@ -1,0 +1,118 @@
+"""`StatsReader`: what reading one call of a generated SQP solver needs (its limits checked, its Stats arrays
+unpacked into a status and a stats dict), from the options and sizes alone: an `MPCFunction` loaded from the cache
+reads its calls without building its NLP's derivatives."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from anvil.qp import QPOptions, QPStatus, RiccatiOptions, SparseIPMOptions
+from anvil.sqp.options import SQPOptions
+from anvil.sqp.result import SUCCESS, SQPStatus
+
+if TYPE_CHECKING:
+  from anvil.sqp.labels import NLPLabels
+
+HISTORY_NAMES = ("objective", "primal_infeasibility", "dual_infeasibility", "step", "regularization", "complementarity")
+TIME_NAMES = ("time_evaluation", "time_qp_update", "time_qp_solve", "time_line_search")
+# NOTE: unpacking runs on every MPC call from Python: statuses by their C++ codes, looked up once
+SQP_CODES, QP_CODES = SQPStatus.codes(), QPStatus.codes()
+
+
+def qp_options(options: SQPOptions, staged: bool) -> QPOptions:
+  """The options of the QP solver an SQP solver uses: `options.qp`, else RiccatiOptions() with a stage layout
+  (`staged`) and SparseIPMOptions() without."""
+  return options.qp or (RiccatiOptions() if staged else SparseIPMOptions())
+
+
+def elastic_options(options: SQPOptions, staged: bool) -> QPOptions | None:
+  """The options of the solver of the elastic QPs, or None where the QP solver solves them itself: with a stage
+  layout the Riccati interior point; without one the sparse interior point where it solves the QPs, else OSQP,
+  unpolished (polishing needs P's full diagonal in its pattern, which the slacks' columns do not have)."""
+  qp = qp_options(options, staged)
+  if staged:
+    return None if isinstance(qp, RiccatiOptions) else RiccatiOptions()
+  return qp if isinstance(qp, SparseIPMOptions) else dataclasses.replace(options.osqp, polish=False)
+
+
+@dataclass(frozen=True)
+class StatsReader:
+  """Checks a call's limits and unpacks the arrays its Stats filled, for the SQP solver `name`.
+
+  Attributes:
+    name: the solver's name, for messages.
+    options: its options.
+    m: its number of constraint rows (a violation's index past them is a bound's).
+    staged: whether its QPs have a stage layout (which QP solvers it reports).
+    function_name: the name of the function of code `which` (anvil::sqp::Evaluated) that returned NaN/inf.
+  """
+
+  name: str
+  options: SQPOptions
+  m: int
+  staged: bool
+  function_name: Callable[[int], str]
+
+  def buffers(self) -> tuple[NDArray[np.float64], NDArray[np.int32], NDArray[np.int32]]:
+    """Fresh arrays the JIT export of Stats fills: history, ihistory and info."""
+    rows = self.options.max_iter + 1
+    return np.zeros((rows, 6)), np.zeros((rows, 3), dtype=np.int32), np.zeros(5, dtype=np.int32)
+
+  def limits(self, max_iter: int | None, tol: float | None, max_time: float | None) -> NDArray[np.float64]:
+    """[max_iter, tol, max_time] of one call: the options' where None, checked."""
+    options = self.options
+    if max_iter is not None and (isinstance(max_iter, bool) or not isinstance(max_iter, int)
+                                 or not 0 <= max_iter <= options.max_iter):  # fmt: skip
+      raise ValueError(f"{self.name}: max_iter must be an int in [0, {options.max_iter}] (the options' max_iter, "
+                       f"the size of the history), got {max_iter!r}")  # fmt: skip
+    for what, value in (("tol", tol), ("max_time", max_time)):
+      if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+        raise ValueError(f"{self.name}: {what} must be a positive number, got {value!r}")
+    return np.array([options.max_iter if max_iter is None else max_iter, options.tol if tol is None else tol,
+                     options.max_time if max_time is None else max_time], dtype=np.float64)  # fmt: skip
+
+  def unpack(self, history: NDArray[np.float64], ihistory: NDArray[np.int32], info: NDArray[np.int32],
+             worst: NDArray[np.float64], times: NDArray[np.float64], bounds: Any,
+             labels: NLPLabels) -> tuple[int, SQPStatus, dict[str, Any]]:  # fmt: skip
+    """(iterations, status, stats dict) from the arrays the JIT export of Stats filled (worst: the most violated
+    constraint's violation and value; times: seconds spent in evaluations, QP updates, QP solves and the line
+    search); `labels` word the message, with the call's `bounds` (for an NLP: lbx, ubx, lbg, ubg)."""
+    iterations, status = int(info[0]), SQP_CODES[int(info[1])]
+    # NOTE: one copy of each history, its columns rows of it (an MPC call unpacks them every sample)
+    stats: dict[str, Any] = dict(zip(HISTORY_NAMES, history[: iterations + 1].T.copy(), strict=True))
+    qp_iterations, qp_codes, restoration = ihistory[: iterations + 1].T.copy()
+    stats["qp_iterations"] = qp_iterations
+    stats["qp_status"] = tuple([QP_CODES[code] for code in qp_codes.tolist()])
+    stats["restoration"] = restoration.astype(bool)
+    qp = qp_options(self.options, self.staged)
+    stats["qp_solver"] = qp.solver
+    stats["elastic_qp_solver"] = (elastic_options(self.options, self.staged) or qp).solver
+    stats.update(zip(TIME_NAMES, times.tolist(), strict=True))
+    if info[2] >= 0:
+      stats["failed_function"] = self.function_name(int(info[2]))
+      stats["failed_index"] = int(info[3])
+      stats["message"] = f"{status}: {labels.failure(int(info[2]), int(info[3]))}"
+    elif status not in SUCCESS:
+      stats["message"] = self._diagnosis(status, iterations, history, info, worst, bounds, labels, stats)
+    else:
+      stats["message"] = str(status)
+    return iterations, status, stats
+
+  def _diagnosis(self, status: SQPStatus, iterations: int, history: NDArray[np.float64], info: NDArray[np.int32],
+                 worst: NDArray[np.float64], bounds: Any, labels: NLPLabels, stats: dict[str, Any]) -> str:  # fmt: skip
+    """The message of an unsuccessful call: the most violated constraint (stats["most_violated"]), or the KKT
+    residuals where none is violated beyond the tolerance (rounding is no diagnosis)."""
+    residuals = f"primal infeasibility {history[iterations, 1]:.3g}, dual infeasibility {history[iterations, 2]:.3g}"
+    if info[4] < 0 or worst[0] <= self.options.tol:
+      return f"{status}: {residuals}"
+    kind = "g" if info[4] < self.m else "x"
+    index = int(info[4]) if info[4] < self.m else int(info[4]) - self.m
+    stats["most_violated"] = (kind, index, float(worst[0]))
+    sentence = labels.violation(int(info[4]), float(worst[0]), float(worst[1]), bounds)
+    return f"{status}: {sentence}" + ("" if status == SQPStatus.infeasible else f" ({residuals})")

@@ -40,6 +40,7 @@ import numpy as np
 from anvil.mpc import MPCOptions
 from anvil.problems import cartpole, cartpole_mpc
 from anvil.problems.backend import casadi_backend
+from anvil.qp import OSQPOptions
 from benchmarks.common import casadi_solver, load_casadi, shift, verdict
 from examples.cpp.harness import build_harness, run_harness
 
@@ -88,7 +89,7 @@ def run_cpp(mpc: Any, steps: int, folder: Path) -> Loop:
   cost = sum(stage_cost(x, u) for x, u in zip(run.x[:-1], run.u, strict=True))
   fails = sum(s != "converged" for s in run.statuses)
   scalar = "" if mpc.options.scalar == "float64" else f", {mpc.options.scalar}"
-  label = f"anvil C++ harness ({mpc.options.qp_solver}{scalar})"
+  label = f"anvil C++ harness ({mpc.options.qp.solver}{scalar})"
   return Loop(label, run.solve_times, run.iterations, fails, cost, {"harness_cost": run.cost})
 
 
@@ -109,11 +110,11 @@ def run_python(mpc: Any, steps: int) -> Loop:
     fails += sol.status != "converged"
     for k, v in parts.items():
       v.append(sol.stats[f"time_{k}"])
-    qp_limit += int((sol.stats["qp_iterations"] >= mpc.options.sqp.qp_max_iter).any())
+    qp_limit += int((sol.stats["qp_iterations"] >= mpc.options.qp.max_iter).any())
     cost += stage_cost(x, sol.u0)
     x = np.asarray(plant(x, sol.u0), dtype=np.float64)
   extra = {"inner": np.array(inner), "parts": {k: np.array(v) for k, v in parts.items()}, "qp_limit": qp_limit}
-  return Loop(f"anvil from Python ({mpc.options.qp_solver})", np.array(walls), np.array(its), fails, cost, extra)
+  return Loop(f"anvil from Python ({mpc.options.qp.solver})", np.array(walls), np.array(its), fails, cost, extra)
 
 
 def setup_times() -> list[tuple[float, float, str]]:
@@ -230,7 +231,7 @@ def main() -> int:
 
   setup = None if args.quick else setup_times()
   mpc = cartpole_mpc.stabilizing("cartpole_mpc")  # the default QP solver: the Riccati interior point
-  mpc_osqp = cartpole_mpc.stabilizing("cartpole_mpc_osqp", MPCOptions(qp_solver="osqp"))
+  mpc_osqp = cartpole_mpc.stabilizing("cartpole_mpc_osqp", MPCOptions(qp=OSQPOptions()))
   mpc_f32 = cartpole_mpc.stabilizing("cartpole_mpc_f32", MPCOptions(scalar="float32"))
   with tempfile.TemporaryDirectory(prefix="bench_mpc_") as tmp:
     loops = [run_cpp(mpc, steps, Path(tmp) / "riccati"), run_python(mpc, steps)]
@@ -265,7 +266,7 @@ def main() -> int:
     ]
     print("  | " + " | ".join(f"{c:.1f}" for c in cells) + " |")
   if py.extra["qp_limit"]:
-    notes.append(f"OSQP hit its iteration limit ({mpc.options.sqp.qp_max_iter}) in {py.extra['qp_limit']} step(s): "
+    notes.append(f"OSQP hit its iteration limit ({mpc.options.qp.max_iter}) in {py.extra['qp_limit']} step(s): "
                  "those steps set the max column")  # fmt: skip
   if setup is not None:
     print()

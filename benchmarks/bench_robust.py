@@ -41,6 +41,7 @@ from anvil.problems import cartpole
 from anvil.problems import cartpole_mpc as cm
 from anvil.problems import hock_schittkowski as hs
 from anvil.problems.backend import casadi_backend
+from anvil.qp import OSQPOptions, RiccatiOptions
 from benchmarks.common import load_casadi, verdict
 
 INF = np.inf
@@ -113,7 +114,7 @@ def hs_section(ca: Any) -> None:
 
 def narrow_mpc(options: MPCOptions) -> MPCFunction:
   """The cart-pole MPC with |xc| <= 0.1 (hard) on x_1..x_N, |u| <= 20."""
-  name = f"bench_robust_narrow_{options.qp_solver}"
+  name = f"bench_robust_narrow_{options.qp.solver}"
   return MPCFunction(name, cm.dynamics(f"{name}_F"), cm.stage_cost(f"{name}_l"), cm.terminal_cost(f"{name}_lN"),
                      horizon=HORIZON, x_bounds=(-NARROW, NARROW), u_bounds=(np.array([-20.0]), np.array([20.0])),
                      options=options)  # fmt: skip
@@ -157,7 +158,7 @@ def infeasible_loop(mpc: MPCFunction, reference_ms: float) -> Case:
 
 def mpc_section(ca: Any) -> None:
   for qp_solver in ("riccati", "osqp"):
-    options = MPCOptions(qp_solver=qp_solver)
+    options = MPCOptions(qp=RiccatiOptions() if qp_solver == "riccati" else OSQPOptions())
     narrow, wide = narrow_mpc(options), cm.stabilizing(f"bench_robust_wide_{qp_solver}", options)
     loops = {"narrow": (narrow, np.array([0.05, 0.1, 0.0, 0.0]), 0.1, HORIZON), "P2": (wide, cm.X0_STABILIZE, 2.0, 30)}
     cases, reference = [], {}
@@ -254,9 +255,9 @@ def budget_section(ca: Any) -> None:
   wide = [np.array(x) for x in ([0.5, 0.3, 0.0, 0.0], [3.0, 0.0, 0.0, 0.0], [1.9, 0.0, 4.0, 0.0], [1.5, -0.8, 1, 0])]
   swerves = [np.asarray(x, float) for x in bicycle.HARD_STARTS.values()]
   controllers = {
-    "cart-pole narrow, riccati": (narrow_mpc(MPCOptions(qp_solver="riccati")), carts, cartpole.step_numpy, cartpole.H),
-    "cart-pole narrow, osqp": (narrow_mpc(MPCOptions(qp_solver="osqp")), carts, cartpole.step_numpy, cartpole.H),
-    "cart-pole P2, riccati": (cm.stabilizing("bench_robust_wide_riccati", MPCOptions(qp_solver="riccati")), wide,
+    "cart-pole narrow, riccati": (narrow_mpc(MPCOptions()), carts, cartpole.step_numpy, cartpole.H),
+    "cart-pole narrow, osqp": (narrow_mpc(MPCOptions(qp=OSQPOptions())), carts, cartpole.step_numpy, cartpole.H),
+    "cart-pole P2, riccati": (cm.stabilizing("bench_robust_wide_riccati", MPCOptions()), wide,
                               cartpole.step_numpy, cartpole.H),
     "bicycle": (bicycle.bicycle_mpc("bench_robust_bicycle"), swerves, bicycle.step_numpy, bicycle.DT),
   }  # fmt: skip

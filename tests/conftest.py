@@ -5,8 +5,12 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+  from anvil.qp import QPOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("ANVIL_CACHE_DIR", str(ROOT / "build" / "test-cache"))
@@ -46,3 +50,11 @@ def write_osqp_sources(out: Path, prefix: str) -> Path:
     (out / name).parent.mkdir(parents=True, exist_ok=True)
     (out / name).write_text(text)
   return out
+
+
+def qp_named(name: str) -> QPOptions:
+  """The default options of the QP solver named `name` ("riccati", "osqp", "sparse_ipm"), for tests parametrized by
+  solver name."""
+  from anvil.qp import OSQPOptions, RiccatiOptions, SparseIPMOptions
+
+  return {"riccati": RiccatiOptions, "osqp": OSQPOptions, "sparse_ipm": SparseIPMOptions}[name]()

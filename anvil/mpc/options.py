@@ -6,12 +6,11 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from anvil.codegen.precision import check_scalar
-from anvil.qp.options import OSQPOptions, QPOptions, RiccatiOptions, check_bool, check_int, check_positive
+from anvil.qp.options import OSQPOptions, QPOptions, RiccatiOptions, check_bool
 from anvil.sqp import SQPOptions
 
 MODES = ("sqp", "rti")
 HESSIANS = ("exact", "gauss_newton")
-QP_SOLVERS = ("osqp", "riccati")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,17 +31,10 @@ class MPCOptions:
   hessian: str = "exact"
   """"exact": the Lagrangian Hessian (regularized only when a QP is nonconvex). "gauss_newton": 2 JᵀWJ of the
   LeastSquares costs (needs every cost given as LeastSquares; other costs keep their exact Hessian)."""
-  qp: QPOptions | None = None
+  qp: QPOptions = field(default_factory=RiccatiOptions)
   """The QP solver inside the SQP iterations and its settings: `RiccatiOptions()` (the default: a generated interior
-  point exploiting the stage structure by a Riccati recursion; OSQP stays for the elastic fallback) or `OSQPOptions`
-  (OSQP's embedded C code, polished)."""
-  qp_solver: str | None = None
-  """Alias choosing `qp` by name: "riccati" (RiccatiOptions with riccati_max_iter and riccati_tol) or "osqp" (the
-  OSQP settings of `sqp`)."""
-  riccati_max_iter: int | None = None
-  """Alias of `RiccatiOptions.max_iter` (60 by default)."""
-  riccati_tol: float | None = None
-  """Alias of `RiccatiOptions.tol_min` (1e-12 by default)."""
+  point exploiting the stage structure by a Riccati recursion, which solves the elastic QPs of the restoration phase
+  too) or `OSQPOptions` (OSQP's embedded C code, polished)."""
   sqp: SQPOptions = field(default_factory=lambda: SQPOptions(max_iter=50))
   """Settings of the underlying SQP solver (iteration limit, tolerances, verbosity...)."""
   warm_start: bool = True
@@ -59,48 +51,24 @@ class MPCOptions:
   `SQPOptions.scalar` says; needs the Riccati QP solver). `sqp.scalar` follows it."""
 
   def __post_init__(self) -> None:
-    for what, value, allowed in (("mode", self.mode, MODES), ("hessian", self.hessian, HESSIANS),
-                                 ("qp_solver", self.qp_solver, (*QP_SOLVERS, None))):  # fmt: skip
+    for what, value, allowed in (("mode", self.mode, MODES), ("hessian", self.hessian, HESSIANS)):
       if value not in allowed:
         raise ValueError(f"MPCOptions.{what}: expected one of {allowed}, got {value!r}")
     if not isinstance(self.sqp, SQPOptions):
       raise TypeError(f"MPCOptions.sqp: expected SQPOptions, got {type(self.sqp).__name__}")
-    if self.riccati_max_iter is not None:
-      check_int("MPCOptions", "riccati_max_iter", self.riccati_max_iter)
-    if self.riccati_tol is not None:
-      check_positive("MPCOptions", "riccati_tol", self.riccati_tol, at_most=1e-6)
     check_bool("MPCOptions", "warm_start", self.warm_start)
     check_bool("MPCOptions", "integrator_derivatives", self.integrator_derivatives)
     check_scalar("MPCOptions", self.scalar)
     if self.sqp.scalar not in ("float64", self.scalar):
       raise ValueError(f"MPCOptions: scalar={self.scalar!r} disagrees with sqp.scalar={self.sqp.scalar!r}")
-    if self.qp is not None and not isinstance(self.qp, (OSQPOptions, RiccatiOptions)):
+    if not isinstance(self.qp, (OSQPOptions, RiccatiOptions)):
       raise TypeError(f"MPCOptions.qp: expected RiccatiOptions or OSQPOptions, got {type(self.qp).__name__}")
-    qp = self.qp or self._qp_from_aliases()
-    if self.qp_solver is not None and self.qp_solver != qp.solver:
-      raise ValueError(f"MPCOptions: qp_solver={self.qp_solver!r} disagrees with qp={qp!r}")
-    if isinstance(qp, RiccatiOptions):
-      for alias, setting in (("riccati_max_iter", qp.max_iter), ("riccati_tol", qp.tol_min)):
-        if getattr(self, alias) not in (None, setting):
-          raise ValueError(f"MPCOptions: {alias}={getattr(self, alias)!r} disagrees with qp={qp!r}")
-        object.__setattr__(self, alias, setting)
-    if self.scalar != "float64" and not isinstance(qp, RiccatiOptions):
-      raise ValueError(f"MPCOptions: scalar={self.scalar!r} needs the Riccati QP solver (qp_solver='riccati'): OSQP "
+    if self.scalar != "float64" and not isinstance(self.qp, RiccatiOptions):
+      raise ValueError(f"MPCOptions: scalar={self.scalar!r} needs the Riccati QP solver (qp=RiccatiOptions()): OSQP "
                        "factors in double")  # fmt: skip
-    object.__setattr__(self, "qp", qp)
-    object.__setattr__(self, "qp_solver", qp.solver)
-
-  def _qp_from_aliases(self) -> QPOptions:
-    if self.qp_solver == "osqp":
-      return self.sqp.osqp
-    defaults = RiccatiOptions()
-    return RiccatiOptions(
-      max_iter=self.riccati_max_iter or defaults.max_iter, tol_min=self.riccati_tol or defaults.tol_min
-    )
 
   @property
   def sqp_options(self) -> SQPOptions:
     """The options of the SQP solver: `sqp` with the QP solver `qp` (and one iteration per call in "rti" mode)."""
-    assert self.qp is not None
     options = dataclasses.replace(self.sqp.with_qp(self.qp), scalar=self.scalar)
     return dataclasses.replace(options, max_iter=1) if self.mode == "rti" else options

@@ -1,5 +1,5 @@
 """The settings of each QP solver: `OSQPOptions`, `RiccatiOptions` and `SparseIPMOptions`, frozen and checked field
-by field, each able to build its solver's backend for a QP's patterns."""
+by field: plain data (`anvil.qp.registry` builds each solver's backend from them)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
-  from anvil.qp.backend import QPBackend, QPProblem
+  pass
 
 
 def check_positive(owner: str, field: str, value: object, at_most: float | None = None) -> None:
@@ -59,12 +59,6 @@ class OSQPOptions:
     check_int("OSQPOptions", "max_iter", self.max_iter)
     check_bool("OSQPOptions", "polish", self.polish)
 
-  def backend(self, name: str, problem: QPProblem) -> QPBackend[OSQPOptions]:
-    """The OSQP backend for `problem`'s patterns, C++ namespace `name`."""
-    from anvil.qp.osqp import OSQPBackend  # NOTE: the backends import these options
-
-    return OSQPBackend(name, problem, self)
-
 
 @dataclass(frozen=True, kw_only=True)
 class InteriorPointOptions:
@@ -104,12 +98,6 @@ class RiccatiOptions(InteriorPointOptions):
     if self.condensing != "auto":
       check_int("RiccatiOptions", "condensing", self.condensing)
 
-  def backend(self, name: str, problem: QPProblem) -> QPBackend[RiccatiOptions]:
-    """The Riccati backend for `problem` (which must carry its stage layout), C++ namespace `name`."""
-    from anvil.qp.stages import RiccatiBackend  # NOTE: the backends import these options
-
-    return RiccatiBackend(name, problem, self)
-
 
 @dataclass(frozen=True, kw_only=True)
 class SparseIPMOptions(InteriorPointOptions):
@@ -125,12 +113,6 @@ class SparseIPMOptions(InteriorPointOptions):
   """The solver's name, as `SQPResult.stats["qp_solver"]` reports it."""
   max_iter: int = 100
   """Interior-point iteration limit per QP."""
-
-  def backend(self, name: str, problem: QPProblem) -> QPBackend[SparseIPMOptions]:
-    """The sparse interior point for `problem`'s patterns, C++ namespace `name`."""
-    from anvil.qp.sparse_ipm import SparseIPMBackend  # NOTE: the backends import these options
-
-    return SparseIPMBackend(name, problem, self)
 
 
 #: The settings of any QP solver.

@@ -3,7 +3,6 @@ behind the QP contract, optionally polished (`OSQPBackend`; the C++ is anvil/osq
 
 from __future__ import annotations
 
-import functools
 import tempfile
 from dataclasses import dataclass
 from functools import cached_property
@@ -75,29 +74,6 @@ class EmbeddedOSQP:
 
 #: The include folders of OSQP's files, relative to where they are written.
 INCLUDE_DIRS = ("osqp", "osqp/inc/public", "osqp/inc/private")
-
-
-@functools.cache
-def qdldl_files() -> dict[str, str]:
-  """QDLDL (the sparse LDLᵀ factorization in OSQP's sources) alone: `osqp/src/qdldl.c` and the headers it needs, at the
-  paths OSQP's own files have, under INCLUDE_DIRS (for ActiveSetKKT in a module without an OSQP solver)."""
-  one = sp.csc_array(sp.eye_array(1, format="csc"))
-  files = EmbeddedOSQP("anvil_qdldl_", one, one, OSQPOptions()).files
-  keep = lambda path: path == "osqp/src/qdldl.c" or (path.endswith(".h") and "workspace" not in path)
-  return {path: text for path, text in files.items() if keep(path)}
-
-
-class UsesQDLDL:
-  """For a backend whose C++ factors KKT systems with QDLDL alone (anvil/kkt.hpp): its sources and include folders."""
-
-  def extra_files(self) -> dict[str, str]:
-    """QDLDL from OSQP's sources."""
-    return qdldl_files()
-
-  @property
-  def include_dirs(self) -> tuple[str, ...]:
-    """QDLDL's include folders among the extra files."""
-    return INCLUDE_DIRS
 
 
 def _without_timestamp(text: str) -> str:

@@ -10,7 +10,7 @@ from functools import cached_property
 
 from anvil.qp.backend import QPBackend
 from anvil.qp.options import SparseIPMOptions
-from anvil.qp.osqp import UsesQDLDL
+from anvil.qp.qdldl import UsesQDLDL
 
 
 @dataclass(frozen=True)

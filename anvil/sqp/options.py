@@ -14,9 +14,6 @@ from anvil.qp.options import (
   check_positive,
 )
 
-#: The QP settings SQPOptions also takes under their former names, as aliases of OSQPOptions fields.
-OSQP_ALIASES = {"qp_eps_abs": "eps_abs", "qp_eps_rel": "eps_rel", "qp_max_iter": "max_iter"}
-
 
 @dataclass(frozen=True, kw_only=True)
 class SQPOptions:
@@ -42,18 +39,11 @@ class SQPOptions:
   "acceptable" there). A call may ask for another."""
   qp: QPOptions | None = None
   """The QP solver and its settings: None (the default: automatic, `SQPFunction.qp_options`: the Riccati interior
-  point for an NLP with a stage layout, given or detected, else the sparse interior point; OSQP's when only the qp_*
-  aliases below are given), `SparseIPMOptions` (the sparse interior point, for any NLP, no stage structure used),
-  `OSQPOptions` (OSQP's ADMM, polished) or `RiccatiOptions` (for NLPs with a stage layout, given as
-  `SQPFunction(..., stages=...)`, as `MPCFunction` builds them, or detected). The restoration phase's elastic QPs are
-  the Riccati interior point's own (elastic rows) with a stage layout, the sparse interior point's with its QPs, else
-  OSQP's with these settings."""
-  qp_eps_abs: float | None = None
-  """Alias of `OSQPOptions.eps_abs` for the OSQP QPs (the QPs themselves with OSQP, else the elastic ones)."""
-  qp_eps_rel: float | None = None
-  """Alias of `OSQPOptions.eps_rel` for the OSQP QPs."""
-  qp_max_iter: int | None = None
-  """Alias of `OSQPOptions.max_iter` for the OSQP QPs."""
+  point for an NLP with a stage layout, given or detected, else the sparse interior point), `SparseIPMOptions` (the
+  sparse interior point, for any NLP, no stage structure used), `OSQPOptions` (OSQP's ADMM, polished) or
+  `RiccatiOptions` (for NLPs with a stage layout, given as `SQPFunction(..., stages=...)`, as `MPCFunction` builds
+  them, or detected). The restoration phase's elastic QPs are the Riccati interior point's own (elastic rows) with a
+  stage layout, the sparse interior point's with its QPs, else OSQP's with its settings."""
   regularization_min: float = 1e-8
   """Smallest multiple of the identity added to a Hessian that makes the QP nonconvex."""
   regularization_max: float = 1e8
@@ -85,14 +75,9 @@ class SQPOptions:
     for name in ("tol", "acceptable_tol", "max_time", "regularization_min", "regularization_max", "armijo", "backtrack",
                  "min_step"):  # fmt: skip
       check_positive("SQPOptions", name, getattr(self, name))
-    for name in ("qp_eps_abs", "qp_eps_rel"):
-      if getattr(self, name) is not None:
-        check_positive("SQPOptions", name, getattr(self, name))
     check_int("SQPOptions", "max_iter", self.max_iter)
     check_int("SQPOptions", "acceptable_iter", self.acceptable_iter)
     check_int("SQPOptions", "max_soc", self.max_soc, least=0)
-    if self.qp_max_iter is not None:
-      check_int("SQPOptions", "qp_max_iter", self.qp_max_iter)
     check_bool("SQPOptions", "verbose", self.verbose)
     check_scalar("SQPOptions", self.scalar)
     if not 0 < self.backtrack < 1 or not 0 < self.armijo < 0.5:
@@ -103,28 +88,12 @@ class SQPOptions:
       raise TypeError(
         f"SQPOptions.qp: expected OSQPOptions, SparseIPMOptions or RiccatiOptions, got {type(self.qp).__name__}"
       )
-    osqp = self.osqp
-    aliased = any(getattr(self, alias) is not None for alias in OSQP_ALIASES)
-    object.__setattr__(self, "qp", self.qp or (osqp if aliased else None))
-    for alias, name in OSQP_ALIASES.items():
-      object.__setattr__(self, alias, getattr(osqp, name))
 
   @property
   def osqp(self) -> OSQPOptions:
-    """The settings of the QPs OSQP solves: `qp` when it is OSQP's (the aliases must agree with it), else OSQP's
-    defaults with the aliases given."""
-    given = {name: getattr(self, alias) for alias, name in OSQP_ALIASES.items() if getattr(self, alias) is not None}
-    if not isinstance(self.qp, OSQPOptions):
-      return OSQPOptions(**given)
-    for name, value in given.items():
-      if getattr(self.qp, name) != value:
-        alias = next(a for a, n in OSQP_ALIASES.items() if n == name)
-        raise ValueError(f"SQPOptions: {alias}={value!r} disagrees with qp.{name}={getattr(self.qp, name)!r}")
-    return self.qp
+    """The settings of the QPs OSQP solves: `qp` when it is OSQP's, else OSQP's defaults."""
+    return self.qp if isinstance(self.qp, OSQPOptions) else OSQPOptions()
 
   def with_qp(self, qp: QPOptions) -> SQPOptions:
-    """These options with the QP solver `qp` (OSQP's settings then come from it; with RiccatiOptions the elastic QPs
-    keep these ones)."""
-    if isinstance(qp, OSQPOptions):
-      return dataclasses.replace(self, qp=qp, qp_eps_abs=None, qp_eps_rel=None, qp_max_iter=None)
+    """These options with the QP solver `qp`."""
     return dataclasses.replace(self, qp=qp)

@@ -33,7 +33,7 @@ from anvil.codegen import Arg, FunctionBase, NumericalFunction
 from anvil.codegen.forksafe import owned_lock
 from anvil.codegen.templated import TemplatedFunction
 from anvil.qp.kkt import ActiveSetKKT
-from anvil.qp.osqp import UsesQDLDL
+from anvil.qp.qdldl import UsesQDLDL
 
 if TYPE_CHECKING:
   from anvil.sqp.solver import SQPFunction

@@ -34,6 +34,7 @@ from anvil.qp import (
   search_stages,
 )
 from anvil.qp.backend import DerivativeSources
+from anvil.qp.registry import qp_backend
 from anvil.sqp.labels import NLPLabels
 from anvil.sqp.options import SQPOptions
 from anvil.sqp.result import SQPResult
@@ -347,7 +348,7 @@ class SQPFunction(TemplatedFunction):
     search = search_stages(jac, constants, hess)
     if search.layout is not None:
       try:
-        RiccatiOptions().backend(f"{self.name}_qp", QPProblem(p_pattern, a_pattern, search.layout))
+        qp_backend(RiccatiOptions(), f"{self.name}_qp", QPProblem(p_pattern, a_pattern, search.layout))
       except ValueError as error:  # NOTE: a layout the patterns do not fit (the backend checks every entry)
         reason = str(error).removeprefix(f"{self.name}_qp: ").replace("{", "{{").replace("}", "}}")
         return StageSearch(
@@ -427,7 +428,7 @@ class SQPFunction(TemplatedFunction):
   @cached_property
   def qp(self) -> QPBackend:
     """The backend solving the QPs of the iteration (`qp_options`)."""
-    return self.qp_options.backend(f"{self.name}_qp", self._qp_layout[0])
+    return qp_backend(self.qp_options, f"{self.name}_qp", self._qp_layout[0])
 
   @cached_property
   def elastic(self) -> QPBackend | None:
@@ -438,7 +439,7 @@ class SQPFunction(TemplatedFunction):
     if options is None:
       return None
     normal, elastic, _ = self._qp_layout
-    return options.backend(f"{self.name}_elastic", normal if self.layout is not None else elastic)
+    return qp_backend(options, f"{self.name}_elastic", normal if self.layout is not None else elastic)
 
   @cached_property
   def equality_rows(self) -> tuple[int, ...]:

@@ -30,6 +30,7 @@ import pytest
 
 from anvil.mpc import ClosedLoop, MPCFunction, MPCOptions, MPCSolution, simulate
 from anvil.problems import bicycle
+from tests.conftest import qp_named
 
 QP_SOLVERS = ("riccati", "osqp")
 COST_RTOL = 1e-6
@@ -67,7 +68,7 @@ def cases() -> list[Any]:
 @pytest.fixture(scope="module")
 def controllers() -> dict[str, MPCFunction]:
   """The bicycle MPC with each QP solver (built on first call)."""
-  return {qp: bicycle.bicycle_mpc(f"test_bicycle_{qp}", MPCOptions(qp_solver=qp)) for qp in QP_SOLVERS}
+  return {qp: bicycle.bicycle_mpc(f"test_bicycle_{qp}", MPCOptions(qp=qp_named(qp))) for qp in QP_SOLVERS}
 
 
 def check_plan(sol: MPCSolution, x0: np.ndarray) -> None:

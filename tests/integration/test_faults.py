@@ -447,7 +447,7 @@ f = av.NumericalFunction("sqp_par_f", lambda x, p: ((x - p[:2]) ** 2).sum(), (av
 g = av.NumericalFunction("sqp_par_g", lambda x, p: (x.sum() - p[2]).reshape(1), (av.Arg(2), av.Arg(3)))
 res = SQPFunction("sqp_par", f, g)(np.zeros(2), np.array([0.2, 0.3, 0.0]), np.full(2, -np.inf), np.full(2, np.inf),
                                    [-np.inf], [0.0])
-sol = cm.stabilizing("test_mpc_stab_riccati", MPCOptions(qp_solver="riccati"))(np.array([0.3, 0.0, 0.1, 0.0]))
+sol = cm.stabilizing("test_mpc_stab_riccati", MPCOptions())(np.array([0.3, 0.0, 0.1, 0.0]))
 print(json.dumps({"x": res.x.tolist(), "u0": sol.u0.tolist(), "stages": dict(STAGE_COUNTS)}))
 """
 

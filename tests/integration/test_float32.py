@@ -81,7 +81,7 @@ def test_float32_is_refused_where_it_cannot_run() -> None:
   with pytest.raises(ValueError, match="scalar"):
     MPCOptions(scalar="float16")
   with pytest.raises(ValueError, match="Riccati"):
-    MPCOptions(scalar="float32", qp_solver="osqp")
+    MPCOptions(scalar="float32", qp=OSQPOptions())
   with pytest.raises(ValueError, match="scalar"):
     SQPOptions(scalar="half")
   f = NumericalFunction("f32_rosen", lambda x, p: (1 - x[0]) ** 2 + 100 * (x[1] - x[0] ** 2) ** 2, (Arg(2), Arg(0)))

@@ -76,7 +76,7 @@ SOLVER = SQPFunction(
   av.NumericalFunction("sqp_par_f", lambda x, p: ((x - p[:2]) ** 2).sum(), (Arg(2), Arg(3))),
   av.NumericalFunction("sqp_par_g", lambda x, p: (x.sum() - p[2]).reshape(1), (Arg(2), Arg(3))),
 )
-MPC = cm.stabilizing("test_mpc_stab_riccati", MPCOptions(qp_solver="riccati"))
+MPC = cm.stabilizing("test_mpc_stab_riccati", MPCOptions())
 
 
 def numbers(shape: tuple[int, ...]) -> st.SearchStrategy[Any]:

@@ -15,8 +15,9 @@ from anvil.mpc import ClosedLoop, LeastSquares, MPCFunction, MPCOptions, Soft, e
 from anvil.problems import cartpole
 from anvil.problems import cartpole_mpc as cm
 from anvil.problems.backend import TINYGRAD
-from anvil.qp import RiccatiOptions
+from anvil.qp import OSQPOptions, RiccatiOptions
 from anvil.sqp import SQPStatus
+from tests.conftest import qp_named
 
 N_SMALL = 10
 INF = np.inf
@@ -27,7 +28,7 @@ U_ATOL = 1e-6
 
 @pytest.mark.parametrize("qp_solver", ["riccati", "osqp"])
 def test_p2_stabilizing_closed_loop_reference(qp_solver: str) -> None:
-  stabilizing = cm.stabilizing(f"test_mpc_stab_{qp_solver}", MPCOptions(qp_solver=qp_solver))
+  stabilizing = cm.stabilizing(f"test_mpc_stab_{qp_solver}", MPCOptions(qp=qp_named(qp_solver)))
   cl = simulate(stabilizing, cartpole.step_numpy, cm.X0_STABILIZE, cm.STEPS_STABILIZE)
   assert cl.cost == pytest.approx(cm.COST_STABILIZE, rel=1e-5)
   assert np.linalg.norm(cl.x[-1]) < 1e-5
@@ -248,7 +249,7 @@ def test_a_receding_horizon_starts_its_first_qp_warm(mode: str) -> None:
   """A call from the previous solution shifted starts its first QP from the previous call's last QP solution, shifted
   alike (the Riccati interior point's multipliers and slacks, one stage earlier): fewer iterations than the same
   controller's first QP when every call starts cold (reset before each), and the same plan where the SQP converges."""
-  options = MPCOptions(qp_solver="riccati", mode=mode)
+  options = MPCOptions(mode=mode)
   mpc, cold = cm.stabilizing(f"test_mpc_shift_{mode}", options), cm.stabilizing(f"test_mpc_shift_{mode}", options)
   x, warm_first, cold_first = cm.X0_STABILIZE.copy(), [], []
   for _ in range(15):
@@ -285,7 +286,7 @@ def narrow(request: pytest.FixtureRequest) -> dict[str, MPCFunction]:
   eliminates the slacks: their rows are elastic, x_N's too; OSQP keeps them as variables)."""
   u_bounds = (np.array([-20.0]), np.array([20.0]))
   x_hi = np.array([0.1, INF, INF, INF])
-  options = MPCOptions(qp_solver=request.param)
+  options = MPCOptions(qp=qp_named(request.param))
   make = lambda name, soft: MPCFunction(name, cm.dynamics(f"{name}_F"), cm.stage_cost(f"{name}_l"),
                                         cm.terminal_cost(f"{name}_lN"), horizon=N_SMALL, x_bounds=(-x_hi, x_hi),
                                         u_bounds=u_bounds, soft=soft, options=options)  # fmt: skip
@@ -364,7 +365,7 @@ def test_an_infeasible_call_returns_the_least_violation_plan_and_the_next_recove
 def test_a_jump_of_the_state_after_a_run_recovers_within_the_call() -> None:
   """After a closed-loop run, x0 jumps far from the shifted plan (whose linearization is inconsistent there): the call
   restarts from the cold guess by itself and ends at the cold solve's optimum, without reset()."""
-  mpc = cm.stabilizing("test_mpc_stab_riccati", MPCOptions(qp_solver="riccati"))
+  mpc = cm.stabilizing("test_mpc_stab_riccati", MPCOptions())
   jump = np.array([1.5, -0.8, 1.0, 0.0])
   mpc.reset()
   cold = mpc(jump)
@@ -450,12 +451,10 @@ def test_bad_inputs_raise_clear_errors(tracking: MPCFunction) -> None:
     MPCFunction("test_mpc_err", F, av.NumericalFunction("test_mpc_err_l3", lambda x: x.sum(), (Arg(4),)), horizon=5)
   with pytest.raises(TypeError, match="options"):
     MPCFunction("test_mpc_err", F, cost, horizon=5, options=object())  # type: ignore[arg-type]
-  with pytest.raises(ValueError, match="qp_solver"):
-    MPCOptions(qp_solver="nope")
-  with pytest.raises(ValueError, match="riccati_max_iter"):
-    MPCOptions(riccati_max_iter=0)
-  with pytest.raises(ValueError, match="riccati_tol"):
-    MPCOptions(riccati_tol=1e-3)
+  with pytest.raises(TypeError, match=r"MPCOptions\.qp: expected RiccatiOptions or OSQPOptions"):
+    MPCOptions(qp="osqp")  # type: ignore[arg-type]
+  with pytest.raises(ValueError, match=r"RiccatiOptions\.max_iter"):
+    MPCOptions(qp=RiccatiOptions(max_iter=0))
   p = np.zeros(4)
   with pytest.raises(ValueError, match=r"x0: expected shape \(4,\)"):
     tracking(np.zeros(3), p)
@@ -474,8 +473,8 @@ def test_bad_inputs_raise_clear_errors(tracking: MPCFunction) -> None:
 
 
 def test_riccati_qp_solver_swing_up_and_module(tmp_path: Any) -> None:
-  mpc = cm.stabilizing("test_mpc_stab_riccati", MPCOptions(qp_solver="riccati"))
-  swing = cm.swing_up("test_mpc_ric_swing", MPCOptions(qp_solver="riccati"))
+  mpc = cm.stabilizing("test_mpc_stab_riccati", MPCOptions())
+  swing = cm.swing_up("test_mpc_ric_swing", MPCOptions())
   swing.set_guess(*cm.swing_up_guess(cm.X0_SWING_UP))
   sol = swing(cm.X0_SWING_UP)  # the swing-up NLP through the transcription, QPs by the Riccati interior point
   assert sol.success and sol.cost == pytest.approx(173.28254, rel=1e-6)
@@ -502,13 +501,14 @@ def test_soft_path_input_and_terminal_constraints_agree_across_qp_solvers() -> N
   x_bounds, _ = cm.bounds()
   soft = {"constraints": Soft(l1=5.0, l2=50.0), "u": Soft(l1=1.0, l2=10.0), "terminal_constraints": Soft(l2=100.0)}
   solutions = {}
+  riccati = RiccatiOptions(max_iter=40, tol_min=1e-9)
   for qp in ("riccati", "osqp"):
     name = f"test_mpc_soft3_{qp}"
     mpc = MPCFunction(name, cm.dynamics(f"{name}_F"), cm.stage_cost(f"{name}_l"),
                       cm.terminal_cost(f"{name}_lN"), horizon=N_SMALL, x_bounds=x_bounds,
                       u_bounds=([-2.0], [2.0]), constraints=(tip, ([-0.05], [0.05])), terminal_constraints=upright,
                       terminal_constraint_bounds=([0.0, 0.0], [0.0, 0.0]), soft=soft,
-                      options=MPCOptions(qp_solver=qp, riccati_max_iter=40, riccati_tol=1e-9))  # fmt: skip
+                      options=MPCOptions(qp=riccati if qp == "riccati" else OSQPOptions()))  # fmt: skip
     solutions[qp] = mpc(np.array([0.3, 0.4, 0.5, 0.0]))
     if qp == "riccati":
       ipm = mpc.sqp.qp.solver  # the Riccati QP's solver, its options those given
@@ -536,7 +536,7 @@ def test_path_equalities_agree_across_qp_solvers() -> None:
     name = f"test_mpc_law_{qp}"
     mpc = MPCFunction(name, cm.dynamics(f"{name}_F"), cm.stage_cost(f"{name}_l"), cm.terminal_cost(f"{name}_lN"),
                       horizon=N_SMALL, x_bounds=x_bounds, u_bounds=u_bounds, constraints=(law, ([0.0], [0.0])),
-                      options=MPCOptions(qp_solver=qp))  # fmt: skip
+                      options=MPCOptions(qp=qp_named(qp)))  # fmt: skip
     solutions[qp] = mpc(x0)
     assert solutions[qp].success
   ric, ref = solutions["riccati"], solutions["osqp"]
@@ -547,7 +547,7 @@ def test_path_equalities_agree_across_qp_solvers() -> None:
 
 
 def test_simulate_starts_from_a_given_guess() -> None:
-  swing = cm.swing_up("test_mpc_stab_riccati_swing", MPCOptions(qp_solver="riccati"))
+  swing = cm.swing_up("test_mpc_stab_riccati_swing", MPCOptions())
   guess = cm.swing_up_guess(cm.X0_SWING_UP)
   cl = simulate(swing, cartpole.step_numpy, cm.X0_SWING_UP, 2, guess=guess)
   swing.set_guess(*guess)
@@ -584,7 +584,7 @@ def test_one_sided_soft_bounds_keep_the_other_side_hard() -> None:
     return MPCFunction(name, rk4(f"{name}_F", ode, 0.1, nx=2, nu=1, np=1),
                        av.NumericalFunction(f"{name}_l", cost, (Arg(2), Arg(1), Arg(1))), horizon=N_SMALL,
                        x_bounds=x_bounds, u_bounds=([-5.0], [5.0]), soft=soft,
-                       options=MPCOptions(qp_solver=qp))  # fmt: skip
+                       options=MPCOptions(qp=qp_named(qp)))  # fmt: skip
 
   mpcs = {side: controller(side) for side in (None, "both", "lower", "upper")}
   x0 = np.zeros(2)

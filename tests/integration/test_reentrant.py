@@ -15,6 +15,7 @@ from anvil.codegen import find_c_compiler, find_compiler
 from anvil.mpc import MPCOptions
 from anvil.problems import cartpole_mpc as cm
 from examples.cpp.harness import INCLUDES, write_module
+from tests.conftest import qp_named
 
 #: Two instances' closed loops from different states, alone then in two threads at once; then a bitwise copy of one
 #: instance and the instance itself go on from the same state, at once. Exit 0 when every input of the concurrent
@@ -103,7 +104,7 @@ def _build(cmd: list[str], cwd: Path) -> None:
 
 @pytest.mark.parametrize("qp_solver", ["riccati", "osqp"])
 def test_instances_run_at_once_in_threads(tmp_path: Path, qp_solver: str) -> None:
-  mpc = cm.stabilizing(f"reentrant_{qp_solver}", MPCOptions(qp_solver=qp_solver))
+  mpc = cm.stabilizing(f"reentrant_{qp_solver}", MPCOptions(qp=qp_named(qp_solver)))
   source = write_module(mpc, tmp_path, x0=cm.X0_STABILIZE)
   (tmp_path / "two_instances.cpp").write_text(SOURCE)
   cxx = find_compiler()

@@ -20,7 +20,7 @@ FAILING_STEP = 3
 @pytest.fixture(scope="module")
 def mpc() -> MPCFunction:
   """test_mpc's stabilizing cart-pole controller."""
-  return cm.stabilizing("test_mpc_stab_riccati", MPCOptions(qp_solver="riccati"))
+  return cm.stabilizing("test_mpc_stab_riccati", MPCOptions())
 
 
 def failing_plant(fail: Callable[[np.ndarray], Any]) -> Callable[[np.ndarray, np.ndarray], Any]:

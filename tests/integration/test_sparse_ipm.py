@@ -14,6 +14,7 @@ import scipy.sparse as sp
 
 from anvil.problems.hock_schittkowski import BY_NAME, sqp_function, violation
 from anvil.qp import QPProblem, QPStatus, SparseIPMOptions
+from anvil.qp.registry import qp_backend
 from tests.integration.test_runtime_headers import READ_NUMBERS, build, includes, run
 
 DRIVER = (
@@ -49,7 +50,7 @@ class Driver:
 
   def __init__(self, P: sp.csc_array, A: sp.csc_array, cxx: str, tmp: Path, osqp_root: Path, sanitize: bool) -> None:
     self.P, self.A = sp.csc_array(P), sp.csc_array(A)
-    backend = SparseIPMOptions().backend("ipm_test", QPProblem(self.P, self.A))
+    backend = qp_backend(SparseIPMOptions(), "ipm_test", QPProblem(self.P, self.A))
     (tmp / "backend.hpp").write_text(backend.header_code + backend.source_code)
     flags = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g"] if sanitize else []
     self.exe = build(cxx, tmp, DRIVER, [*includes(osqp_root), f"-I{tmp}", *flags], [osqp_root / "osqp/src/qdldl.c"])

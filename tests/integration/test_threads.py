@@ -102,7 +102,7 @@ def test_sqp_function() -> None:
 
 
 def test_mpc_function() -> None:
-  mpc = cm.stabilizing("test_mpc_stab_riccati", MPCOptions(qp_solver="riccati"))  # test_mpc's
+  mpc = cm.stabilizing("test_mpc_stab_riccati", MPCOptions())  # test_mpc's
   x0s = [(cm.X0_STABILIZE * (0.2 + 0.0005 * i),) for i in range(THREADS * CALLS)]  # inputs off their bounds
   mpc.reset()
   expected = [mpc(*x0) for x0 in x0s]
@@ -123,7 +123,7 @@ def test_a_forked_child_calls_while_a_parent_thread_held_the_lock() -> None:
 
   from anvil.codegen import build, jit
 
-  mpc = cm.stabilizing("test_mpc_stab_riccati", MPCOptions(qp_solver="riccati"))  # test_mpc's
+  mpc = cm.stabilizing("test_mpc_stab_riccati", MPCOptions())  # test_mpc's
   x0 = cm.X0_STABILIZE * 0.3
   mpc.reset()
   want = mpc(x0).u0

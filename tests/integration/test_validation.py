@@ -39,7 +39,7 @@ def solver() -> SQPFunction:
 @pytest.fixture(scope="module")
 def mpc() -> MPCFunction:
   """test_mpc's stabilizing cart-pole controller (nx = 4, nu = 1, N = 30)."""
-  return cm.stabilizing("test_mpc_stab_riccati", MPCOptions(qp_solver="riccati"))
+  return cm.stabilizing("test_mpc_stab_riccati", MPCOptions())
 
 
 def sqp_args(**given: Any) -> dict[str, Any]:

@@ -97,6 +97,42 @@ def test_imports_flow_one_way(layer: str, higher: tuple[str, ...]) -> None:
       assert not any(m.startswith(higher) for m in modules), (path, modules)
 
 
+def _runtime_imports(path: Path, modules: set[str]) -> set[str]:
+  """The anvil modules a module imports at run time, wherever in it (a function's lazy import too; not under
+  `if TYPE_CHECKING:`); `from package import submodule` imports the submodule."""
+  found: set[str] = set()
+
+  def visit(node: ast.AST) -> None:
+    if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+      return
+    if isinstance(node, ast.Import):
+      found.update(a.name for a in node.names)
+    elif isinstance(node, ast.ImportFrom) and node.module:
+      submodules = {f"{node.module}.{a.name}" for a in node.names} & modules
+      found.update(submodules or {node.module})
+    for child in ast.iter_child_nodes(node):
+      visit(child)
+
+  visit(ast.parse(path.read_text()))
+  return found & modules
+
+
+def test_no_import_cycles() -> None:
+  """No module reaches itself through run-time imports (only `TYPE_CHECKING` imports may go back): the QP options
+  are plain data, the registry above them builds the backends."""
+  paths = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+           for p in (ROOT / "anvil").rglob("*.py")}  # fmt: skip
+  graph = {m: _runtime_imports(p, set(paths)) - {m} for m, p in paths.items()}
+  for start in graph:
+    seen, frontier = set(), list(graph[start])
+    while frontier:
+      m = frontier.pop()
+      assert m != start, f"{start} imports itself through {sorted(seen)}"
+      if m not in seen:
+        seen.add(m)
+        frontier.extend(graph[m])
+
+
 @pytest.mark.parametrize(("layer", "higher"), LAYERS)
 def test_runtime_headers_include_one_way(layer: str, higher: tuple[str, ...]) -> None:
   """A package's C++ headers include only headers of its own layer or lower ones, as its Python imports."""

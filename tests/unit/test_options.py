@@ -12,7 +12,7 @@ import scipy.sparse as sp
 from anvil.codegen import Arg, NumericalFunction
 from anvil.mpc import MPCOptions, shooting_layout
 from anvil.qp import OSQPOptions, QPProblem, RiccatiOptions, SparseIPMOptions, StageLayout
-from anvil.qp.stages import RiccatiBackend
+from anvil.qp.riccati_backend import RiccatiBackend
 from anvil.sqp import SQPFunction, SQPOptions
 
 
@@ -37,39 +37,32 @@ def test_qp_options_are_checked_field_by_field() -> None:
     SparseIPMOptions(max_iter=True)  # type: ignore[arg-type]
 
 
-def test_sqp_options_take_the_qp_solver_and_the_former_names() -> None:
+def test_sqp_options_take_the_qp_solver() -> None:
   assert SQPOptions().qp is None, "the default: automatic (SQPFunction.qp_options)"
-  assert SQPOptions(qp_eps_abs=1e-6, qp_max_iter=50).qp == OSQPOptions(eps_abs=1e-6, max_iter=50), "OSQP's aliases"
   options = SQPOptions(qp=OSQPOptions(eps_rel=1e-7))
-  assert (options.qp_eps_abs, options.qp_eps_rel, options.qp_max_iter) == (1e-10, 1e-7, 20000)
-  assert dataclasses.replace(options, max_iter=3).qp == options.qp  # replace() keeps them consistent
-  with pytest.raises(ValueError, match=r"qp_eps_abs=1e-06 disagrees with qp\.eps_abs=1e-10"):
-    SQPOptions(qp=OSQPOptions(), qp_eps_abs=1e-6)
-  with pytest.raises(ValueError, match=r"SQPOptions\.qp_eps_rel"):
-    SQPOptions(qp_eps_rel=-1.0)
+  assert options.osqp == OSQPOptions(eps_rel=1e-7) and dataclasses.replace(options, max_iter=3).qp == options.qp
   with pytest.raises(TypeError, match=r"SQPOptions\.qp"):
     SQPOptions(qp="osqp")  # type: ignore[arg-type]
-  riccati = SQPOptions(qp_eps_abs=1e-6).with_qp(RiccatiOptions())
-  assert riccati.qp == RiccatiOptions() and riccati.osqp == OSQPOptions(eps_abs=1e-6), "the elastic QPs keep OSQP's"
-  assert SQPOptions(qp_eps_abs=1e-6).with_qp(OSQPOptions()).qp == OSQPOptions()
+  with pytest.raises(TypeError, match="qp_eps_abs"):
+    SQPOptions(qp_eps_abs=1e-6)  # type: ignore[call-arg]  # the former aliases are gone: qp=OSQPOptions(...)
+  riccati = SQPOptions(qp=OSQPOptions(eps_abs=1e-6)).with_qp(RiccatiOptions())
+  assert riccati.qp == RiccatiOptions() and riccati.osqp == OSQPOptions()
   assert SQPOptions(qp=SparseIPMOptions(max_iter=50)).qp == SparseIPMOptions(max_iter=50)
 
 
-def test_mpc_options_take_the_qp_solver_and_the_former_names() -> None:
-  assert MPCOptions().qp == RiccatiOptions() and MPCOptions().qp_solver == "riccati"
-  assert MPCOptions(riccati_max_iter=40, riccati_tol=1e-9).qp == RiccatiOptions(max_iter=40, tol_min=1e-9)
-  osqp = MPCOptions(qp_solver="osqp", sqp=SQPOptions(qp_eps_abs=1e-7))
-  assert osqp.qp == OSQPOptions(eps_abs=1e-7) and osqp.sqp_options.qp == osqp.qp
+def test_mpc_options_take_the_qp_solver() -> None:
+  assert MPCOptions().qp == RiccatiOptions()
+  osqp = MPCOptions(qp=OSQPOptions(eps_abs=1e-7))
+  assert osqp.sqp_options.qp == osqp.qp == OSQPOptions(eps_abs=1e-7)
   given = MPCOptions(qp=RiccatiOptions(max_iter=30))
-  assert (given.qp_solver, given.riccati_max_iter, given.riccati_tol) == ("riccati", 30, 1e-12)
   assert dataclasses.replace(given, mode="rti").sqp_options.max_iter == 1
   assert given.sqp_options.qp == RiccatiOptions(max_iter=30)
-  with pytest.raises(ValueError, match=r"qp_solver='osqp' disagrees"):
-    MPCOptions(qp=RiccatiOptions(), qp_solver="osqp")
-  with pytest.raises(ValueError, match=r"riccati_max_iter=20 disagrees"):
-    MPCOptions(qp=RiccatiOptions(max_iter=30), riccati_max_iter=20)
   with pytest.raises(TypeError, match=r"MPCOptions\.qp"):
     MPCOptions(qp=SQPOptions())  # type: ignore[arg-type]
+  with pytest.raises(TypeError, match="riccati_max_iter"):
+    MPCOptions(riccati_max_iter=40)  # type: ignore[call-arg]  # the former aliases are gone: qp=RiccatiOptions(...)
+  with pytest.raises(ValueError, match=r"scalar='float32' needs the Riccati QP solver"):
+    MPCOptions(scalar="float32", qp=OSQPOptions())
 
 
 def test_the_riccati_qp_solver_needs_a_stage_layout() -> None:

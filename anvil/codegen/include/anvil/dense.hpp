@@ -1,8 +1,15 @@
 // anvil::dense: small dense kernels whose sizes are template parameters (the stage blocks of an OCP, an integrator's
 // sensitivities). Every loop has a compile-time length and accumulates in local arrays, which compilers keep in
-// vector registers; none allocates. Used by the Riccati QP (anvil/riccati.hpp) and the integrators' derivatives.
+// vector registers; none allocates. Used by the Riccati QP (anvil/riccati.hpp) and the integrators' derivatives; every
+// dense factorization lives here: Cholesky (the Riccati recursion, the MHE's arrival cost) and LU with partial
+// pivoting on banded matrices (the implicit Runge-Kutta steps' Newton matrices).
 #ifndef ANVIL_DENSE_HPP
 #define ANVIL_DENSE_HPP
+
+#include <algorithm>
+#include <cmath>
+
+#include "anvil/support.hpp"
 
 namespace anvil {
 namespace dense {
@@ -131,6 +138,119 @@ void add_lower_gram(const T* const* a, const T* w, int count, T (&Q)[s][s]) {
   for (int i = first; i < end; ++i)
     for (int j = 0; j <= i; ++j) Q[i][j] += row[i - first][j];
   if constexpr (end < n) add_lower_gram<end, n, s>(a, w, count, Q);
+}
+
+// *** factorizations ***
+
+/// In-place Cholesky of an m x m matrix (lower triangle): L below the diagonal, the reciprocals 1 / L_jj on it (the
+/// solves multiply by them: a division's latency, several times a multiplication's, would lie on every solve's chain
+/// of dependent steps); false if not positive definite.
+template <int m, class T>
+bool cholesky(T (&M)[m][m]) {
+  for (int j = 0; j < m; ++j) {
+    T d = M[j][j];
+    for (int k = 0; k < j; ++k) d -= M[j][k] * M[j][k];
+    if (!(d > anvil::by_precision<T>(1e-14, 5e-6f))) return false;  // the smallest pivot: 45 roundings
+    M[j][j] = T(1) / std::sqrt(d);
+    for (int i = j + 1; i < m; ++i) {
+      T s = M[i][j];
+      for (int k = 0; k < j; ++k) s -= M[i][k] * M[j][k];
+      M[i][j] = s * M[j][j];
+    }
+  }
+  return true;
+}
+
+/// v <- (L L')^-1 v, from cholesky's factor (reciprocals on its diagonal)
+template <int m, class T>
+void cholesky_solve(const T (&L)[m][m], T* v) {
+  for (int i = 0; i < m; ++i) {
+    for (int k = 0; k < i; ++k) v[i] -= L[i][k] * v[k];
+    v[i] *= L[i][i];
+  }
+  for (int i = m - 1; i >= 0; --i) {
+    for (int k = i + 1; k < m; ++k) v[i] -= L[k][i] * v[k];
+    v[i] *= L[i][i];
+  }
+}
+
+/// A = P'LU in place (partial pivoting: row k swapped with piv[k]), given the last column with a nonzero of each
+/// row (last) and the last row of each column (bottom), and with the extents of the rows of L (first) and U (last)
+/// after: the elimination and the solves skip the zeros outside them and below each column's last nonzero (a
+/// banded matrix's factors keep to its band, twice as wide above the diagonal); false when a pivot is zero or not
+/// finite.
+template <int m, class real>
+bool lu_factorize(real (&A)[m][m], int (&piv)[m], int (&first)[m], int (&last)[m], int (&bottom)[m]) {
+  for (int i = 0; i < m; ++i) first[i] = i;
+  for (int k = 0; k < m; ++k) {
+    int best = k;
+    for (int i = k + 1; i <= bottom[k]; ++i)
+      if (std::fabs(A[i][k]) > std::fabs(A[best][k])) best = i;
+    piv[k] = best;
+    if (!(std::fabs(A[best][k]) > 0) || !std::isfinite(A[best][k])) return false;
+    if (best != k) {
+      for (int j = 0; j < m; ++j) {
+        const real t = A[k][j];
+        A[k][j] = A[best][j];
+        A[best][j] = t;
+      }
+      for (int j = k + 1; j <= last[k]; ++j) bottom[j] = std::max(bottom[j], best);  // row k's nonzeros move down
+      std::swap(first[k], first[best]);
+      std::swap(last[k], last[best]);
+    }
+    const int end = last[k];
+    for (int i = k + 1; i <= bottom[k]; ++i) {
+      if (A[i][k] == real(0)) continue;
+      const real l = A[i][k] /= A[k][k];
+      first[i] = std::min(first[i], k);
+      for (int j = k + 1; j <= end; ++j) A[i][j] -= l * A[k][j];
+      last[i] = std::max(last[i], end);
+    }
+    for (int j = k + 1; j <= end; ++j) bottom[j] = std::max(bottom[j], bottom[k]);  // the fill
+  }
+  return true;
+}
+
+/// B = A^-1 B for B row-major m x W, with A factorized by lu_factorize.
+template <int W, int m, class real>
+void lu_solve(const real (&A)[m][m], const int (&piv)[m], const int (&first)[m], const int (&last)[m], real* B) {
+  for (int k = 0; k < m; ++k)
+    if (piv[k] != k)
+      for (int c = 0; c < W; ++c) {
+        const real t = B[k * W + c];
+        B[k * W + c] = B[piv[k] * W + c];
+        B[piv[k] * W + c] = t;
+      }
+  for (int i = 1; i < m; ++i)
+    for (int j = first[i]; j < i; ++j)
+      if (A[i][j] != real(0))
+        for (int c = 0; c < W; ++c) B[i * W + c] -= A[i][j] * B[j * W + c];
+  for (int i = m - 1; i >= 0; --i) {
+    for (int j = i + 1; j <= last[i]; ++j)
+      if (A[i][j] != real(0))
+        for (int c = 0; c < W; ++c) B[i * W + c] -= A[i][j] * B[j * W + c];
+    for (int c = 0; c < W; ++c) B[i * W + c] /= A[i][i];
+  }
+}
+
+/// b = A'^-1 b, with A factorized by lu_factorize: U' t = b, L' q = t, b = P' q.
+template <int m, class real>
+void lu_solve_transposed(const real (&A)[m][m], const int (&piv)[m], real* b) {
+  for (int i = 0; i < m; ++i) {
+    real value = b[i];
+    for (int j = 0; j < i; ++j)
+      if (A[j][i] != real(0)) value -= A[j][i] * b[j];
+    b[i] = value / A[i][i];
+  }
+  for (int i = m - 1; i >= 0; --i)
+    for (int j = i + 1; j < m; ++j)
+      if (A[j][i] != real(0)) b[i] -= A[j][i] * b[j];
+  for (int k = m - 1; k >= 0; --k)
+    if (piv[k] != k) {
+      const real t = b[k];
+      b[k] = b[piv[k]];
+      b[piv[k]] = t;
+    }
 }
 
 }  // namespace dense

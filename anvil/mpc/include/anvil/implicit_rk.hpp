@@ -28,6 +28,8 @@
 #include <cmath>
 #include <utility>
 
+#include "anvil/dense.hpp"
+
 namespace anvil {
 namespace integrators {
 
@@ -114,7 +116,7 @@ struct ImplicitRK {
     for (int n = steps - 1; n >= 0; --n) {
       for (int i = 0; i < s; ++i)
         for (int r = 0; r < ne; ++r) w.mu[unknown(i, r)] = r < nx ? O::h * O::b[i] * w.lam[r] : real(0);
-      solve_transposed(w.LU[n], w.piv[n], w.mu);
+      anvil::dense::lu_solve_transposed(w.LU[n], w.piv[n], w.mu);
       for (int i = 0; i < s; ++i) {
         for (int r = 0; r < ne; ++r) w.mu_i[r] = w.mu[unknown(i, r)];
         eval.hessian(w.v[n][i], w.mu_i, p, w.hf);
@@ -157,7 +159,7 @@ struct ImplicitRK {
     bool fresh = true;  // Newton's matrix is the one at y
     for (int iteration = 0; iteration < O::newton_iter; ++iteration) {
       for (int k = 0; k < m; ++k) w.y0[k] = w.y[k], w.dy[k] = w.r[k];
-      solve<1>(w.LU[at], w.piv[at], w.first[at], w.last[at], w.dy);
+      anvil::dense::lu_solve<1>(w.LU[at], w.piv[at], w.first[at], w.last[at], w.dy);
       real moved = 0, size = scale;
       for (int k = 0; k < m; ++k) {
         moved = std::fmax(moved, scale_of(k) * std::fabs(w.dy[k]));
@@ -247,7 +249,7 @@ struct ImplicitRK {
   }
 
   /// e's Jacobian at the stage points of slot `at` and Newton's matrix M = dR/dy there, factorized (in w.LU[at]);
-  /// the extents of M's rows and columns are noted as its entries are written, for factorize().
+  /// the extents of M's rows and columns are noted as its entries are written, for anvil::dense::lu_factorize().
   template <class E>
   static int newton_matrix(const real* p, int at, Workspace& w, E& eval) {
     real(&M)[m][m] = w.LU[at];
@@ -277,7 +279,7 @@ struct ImplicitRK {
           }
         }
     }
-    return factorize(M, w.piv[at], w.first[at], last, w.bottom) ? kStepSolved : kNewtonSingular;
+    return anvil::dense::lu_factorize(M, w.piv[at], w.first[at], last, w.bottom) ? kStepSolved : kNewtonSingular;
   }
 
   /// dY = dy/d[x; u] = M^-1 (J_x S + J_u [0 I]) at the converged stages of slot `at`.
@@ -292,7 +294,7 @@ struct ImplicitRK {
       for (int c = 0; c < nu; ++c)
         for (int e = O::jac_p[ne + c]; e < O::jac_p[ne + c + 1]; ++e) w.dY[unknown(i, O::jac_i[e])][nx + c] += J[e];
     }
-    solve<nz>(w.LU[at], w.piv[at], w.first[at], w.last[at], &w.dY[0][0]);
+    anvil::dense::lu_solve<nz>(w.LU[at], w.piv[at], w.first[at], w.last[at], &w.dY[0][0]);
   }
 
   /// DV_i = [S + h sum_j a_ij dK_j; dZ_i; 0 I] for the stage points of slot `at`.
@@ -317,84 +319,6 @@ struct ImplicitRK {
     for (int r = 0; r < nx; ++r)
       for (int i = 0; i < s; ++i) w.x[r] += O::h * O::b[i] * w.y[unknown(i, r)];
     for (int q = 0; q < na; ++q) w.z[q] = w.y[unknown(s - 1, nx + q)];
-  }
-
-  /// A = P'LU in place (partial pivoting: row k swapped with piv[k]), given the last column with a nonzero of each
-  /// row (last) and the last row of each column (bottom), and with the extents of the rows of L (first) and U (last)
-  /// after: the elimination and the solves skip the zeros outside them and below each column's last nonzero (a
-  /// banded matrix's factors keep to its band, twice as wide above the diagonal); false when a pivot is zero or not
-  /// finite.
-  static bool factorize(real (&A)[m][m], int (&piv)[m], int (&first)[m], int (&last)[m], int (&bottom)[m]) {
-    for (int i = 0; i < m; ++i) first[i] = i;
-    for (int k = 0; k < m; ++k) {
-      int best = k;
-      for (int i = k + 1; i <= bottom[k]; ++i)
-        if (std::fabs(A[i][k]) > std::fabs(A[best][k])) best = i;
-      piv[k] = best;
-      if (!(std::fabs(A[best][k]) > 0) || !std::isfinite(A[best][k])) return false;
-      if (best != k) {
-        for (int j = 0; j < m; ++j) {
-          const real t = A[k][j];
-          A[k][j] = A[best][j];
-          A[best][j] = t;
-        }
-        for (int j = k + 1; j <= last[k]; ++j) bottom[j] = std::max(bottom[j], best);  // row k's nonzeros move down
-        std::swap(first[k], first[best]);
-        std::swap(last[k], last[best]);
-      }
-      const int end = last[k];
-      for (int i = k + 1; i <= bottom[k]; ++i) {
-        if (A[i][k] == real(0)) continue;
-        const real l = A[i][k] /= A[k][k];
-        first[i] = std::min(first[i], k);
-        for (int j = k + 1; j <= end; ++j) A[i][j] -= l * A[k][j];
-        last[i] = std::max(last[i], end);
-      }
-      for (int j = k + 1; j <= end; ++j) bottom[j] = std::max(bottom[j], bottom[k]);  // the fill
-    }
-    return true;
-  }
-
-  /// B = A^-1 B for B row-major m x W, with A factorized.
-  template <int W>
-  static void solve(const real (&A)[m][m], const int (&piv)[m], const int (&first)[m], const int (&last)[m],
-                    real* B) {
-    for (int k = 0; k < m; ++k)
-      if (piv[k] != k)
-        for (int c = 0; c < W; ++c) {
-          const real t = B[k * W + c];
-          B[k * W + c] = B[piv[k] * W + c];
-          B[piv[k] * W + c] = t;
-        }
-    for (int i = 1; i < m; ++i)
-      for (int j = first[i]; j < i; ++j)
-        if (A[i][j] != real(0))
-          for (int c = 0; c < W; ++c) B[i * W + c] -= A[i][j] * B[j * W + c];
-    for (int i = m - 1; i >= 0; --i) {
-      for (int j = i + 1; j <= last[i]; ++j)
-        if (A[i][j] != real(0))
-          for (int c = 0; c < W; ++c) B[i * W + c] -= A[i][j] * B[j * W + c];
-      for (int c = 0; c < W; ++c) B[i * W + c] /= A[i][i];
-    }
-  }
-
-  /// b = A'^-1 b, with A factorized: U' t = b, L' q = t, b = P' q.
-  static void solve_transposed(const real (&A)[m][m], const int (&piv)[m], real* b) {
-    for (int i = 0; i < m; ++i) {
-      real value = b[i];
-      for (int j = 0; j < i; ++j)
-        if (A[j][i] != real(0)) value -= A[j][i] * b[j];
-      b[i] = value / A[i][i];
-    }
-    for (int i = m - 1; i >= 0; --i)
-      for (int j = i + 1; j < m; ++j)
-        if (A[j][i] != real(0)) b[i] -= A[j][i] * b[j];
-    for (int k = m - 1; k >= 0; --k)
-      if (piv[k] != k) {
-        const real t = b[k];
-        b[k] = b[piv[k]];
-        b[piv[k]] = t;
-      }
   }
 
   /// H += DV' Hf DV (upper triangle), Hf symmetric given by its upper triangle (CSC): T = Hf DV, then H += DV' T.

@@ -31,7 +31,7 @@
 #define ANVIL_MHE_HPP
 #include <cmath>
 
-#include "anvil/riccati.hpp"
+#include "anvil/dense.hpp"
 #include "anvil/support.hpp"
 
 namespace anvil {
@@ -181,11 +181,11 @@ class Estimator {
 
   /// S = A^-1 for a symmetric positive definite A (A is overwritten by its Cholesky factor); false if it is not.
   static bool inverse(real (&A)[nx][nx], real (&S)[nx][nx]) {
-    if (!anvil::qp::riccati::cholesky(A)) return false;
+    if (!anvil::dense::cholesky(A)) return false;
     for (int j = 0; j < nx; ++j) {
       real e[nx];
       for (int i = 0; i < nx; ++i) e[i] = real(i == j);
-      anvil::qp::riccati::cholesky_solve(A, e);
+      anvil::dense::cholesky_solve(A, e);
       for (int i = 0; i < nx; ++i) S[i][j] = e[i];
     }
     return true;

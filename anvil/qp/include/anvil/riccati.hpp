@@ -26,38 +26,6 @@ namespace anvil {
 namespace qp {
 namespace riccati {
 
-/// In-place Cholesky of an m x m matrix (lower triangle): L below the diagonal, the reciprocals 1 / L_jj on it (the
-/// solves multiply by them: a division's latency, several times a multiplication's, would lie on every solve's chain
-/// of dependent steps); false if not positive definite.
-template <int m, class T>
-bool cholesky(T (&M)[m][m]) {
-  for (int j = 0; j < m; ++j) {
-    T d = M[j][j];
-    for (int k = 0; k < j; ++k) d -= M[j][k] * M[j][k];
-    if (!(d > anvil::by_precision<T>(1e-14, 5e-6f))) return false;  // the smallest pivot: 45 roundings
-    M[j][j] = T(1) / std::sqrt(d);
-    for (int i = j + 1; i < m; ++i) {
-      T s = M[i][j];
-      for (int k = 0; k < j; ++k) s -= M[i][k] * M[j][k];
-      M[i][j] = s * M[j][j];
-    }
-  }
-  return true;
-}
-
-/// v <- (L L')^-1 v, from cholesky's factor (reciprocals on its diagonal)
-template <int m, class T>
-void cholesky_solve(const T (&L)[m][m], T* v) {
-  for (int i = 0; i < m; ++i) {
-    for (int k = 0; k < i; ++k) v[i] -= L[i][k] * v[k];
-    v[i] *= L[i][i];
-  }
-  for (int i = m - 1; i >= 0; --i) {
-    for (int k = i + 1; k < m; ++k) v[i] -= L[k][i] * v[k];
-    v[i] *= L[i][i];
-  }
-}
-
 /// Minimizes the quadratic of Hessian Q (in [x; u] order, m inputs; only its lower triangle is read) over u: the
 /// Cholesky factor L of Q_uu, the feedback K = -Q_uu^-1 Q_ux and the value function's Hessian P = Q_xx + Q_ux'K =
 /// Q_xx - V'V with V = L^-1 Q_ux (a symmetric update, computed on the lower triangle and mirrored). False if Q_uu is
@@ -66,7 +34,7 @@ template <int nx, int m, class T>
 bool eliminate_inputs(const T (&Q)[nx + m][nx + m], T (&L)[m][m], T (&K)[m][nx], T (&P)[nx][nx]) {
   for (int i = 0; i < m; ++i)
     for (int j = 0; j <= i; ++j) L[i][j] = Q[nx + i][nx + j];
-  if (!cholesky(L)) return false;
+  if (!anvil::dense::cholesky(L)) return false;
   // V = L^-1 Q_ux and K = -L'^-1 V, triangular solves on whole rows of nx (vectorizable)
   T V[m][nx], W[m][nx];  // W = -V
   for (int i = 0; i < m; ++i) {
@@ -99,7 +67,7 @@ template <int nx, int m, class T>
 void feedforward(const T* qx, T* qu, const T (&L)[m][m], const T (&K)[m][nx], T* p, T* kk) {
   dense::combine_rows<m, nx>(qu, K, p);
   for (int i = 0; i < nx; ++i) p[i] += qx[i];
-  cholesky_solve(L, qu);
+  anvil::dense::cholesky_solve(L, qu);
   for (int i = 0; i < m; ++i) kk[i] = -qu[i];
 }
 

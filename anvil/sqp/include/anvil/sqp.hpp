@@ -37,6 +37,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "anvil/filter.hpp"
 #include "anvil/qp.hpp"
 #include "anvil/support.hpp"
 
@@ -169,12 +170,12 @@ class Solver {
   static constexpr double acceptable_tol = P::acceptable_tol > 10 * tol_floor ? P::acceptable_tol : 10 * tol_floor;
 
   /// Solves from x0 (and multipliers lam_g0, lam_x0, zeros for a cold start) within the limits; writes x, f, lam_g,
-  /// lam_x, stats.
+  /// lam_x, stats. Each iteration linearizes (linearize), tests for termination (terminates), then takes a step of
+  /// the optimality phase (optimality_step) or, where its QP is inconsistent or no step is acceptable, of the
+  /// restoration phase (restoration_step).
   static int call(const real* x0, const real* p, const real* lbx, const real* ubx, const real* lbg,
                   const real* ubg, const real* lam_g0, const real* lam_x0, real* x, real* f, real* lam_g,
                   real* lam_x, StatsT& stats, WS& ws, Limits limits) {
-    auto& v = ws.v;
-    real* g = v.g.data();
     const double start = anvil::now();
     limits.max_iter = limits.max_iter < 0 ? 0 : limits.max_iter > max_iter ? max_iter : limits.max_iter;
     const real tol = static_cast<real>(std::fmax(limits.tol, tol_floor));
@@ -193,193 +194,32 @@ class Solver {
       lam_x[i] = lam_x0[i];
     }
     for (int i = 0; i < ng; ++i) lam_g[i] = lam_g0[i];
-    Search search;
-    real reg = 0.0;
-    int status = max_iterations, k = 0, acceptable_streak = 0, line_search_failures = 0;
-    bool restoration = false, zero_multipliers = false;
-    double clock = start;
-    real fx = P::cost(x, p, ws);
-    P::constraints(x, p, g, ws);
-    for (;; ++k) {
-      // *** derivatives, checked for NaN/inf ***
-      record_failure(stats, cost, std::isfinite(fx) ? -1 : 0);
-      record_failure(stats, cost_gradient, evaluate_gradient(x, p, ws));
-      record_failure(stats, constraints, first_nonfinite(g, ng));
-      record_failure(stats, constraint_jacobian, evaluate_jacobian(x, p, ws));
-      if (stats.failed_function != none) {
-        status = numerical_error;
-        break;
-      }
-      if (k == 0 && limits.estimate_multipliers) estimate_multipliers(x, g, lbx, ubx, lbg, ubg, lam_g, ws);
-      // *** KKT residuals and the termination tests ***
-      const Residuals kkt = residuals(x, g, lbx, ubx, lbg, ubg, lam_g, lam_x, ws);
-      stats.time_evaluation += lap(clock);
-      stats.objective[k] = fx;
-      stats.primal_infeasibility[k] = kkt.primal;
-      stats.dual_infeasibility[k] = kkt.dual;
-      stats.complementarity[k] = kkt.complementarity;
-      stats.regularization[k] = reg;
-      stats.restoration[k] = restoration;
-      if (P::verbose)
-        std::printf("%s %4d%s f %+.10e  pr %.3e  du %.3e  co %.3e  reg %.1e\n", P::name, k, restoration ? "r" : " ", fx,
-                    kkt.primal, kkt.dual, kkt.complementarity, reg);
-      if (meets(kkt, tol)) {
-        status = converged;
-        break;
-      }
-      acceptable_streak = meets(kkt, real(acceptable_tol)) ? acceptable_streak + 1 : 0;
-      const bool acceptable_now = acceptable_streak > 0;
-      if (acceptable_streak >= P::acceptable_iter) {
-        status = acceptable;
-        break;
-      }
-      if (k >= limits.max_iter || anvil::now() - start >= limits.max_time) {
-        status = acceptable_now ? acceptable : k >= limits.max_iter ? max_iterations : time_limit;
-        break;
-      }
-      if (k == 0) search.optimality.start(kkt.l1);
-      // *** the Hessian at (x, lam_g) and the linearization, for the QPs of either phase ***
-      if (int bad = evaluate_hessian(x, p, lam_g, ws); bad >= 0) {
-        record_failure(stats, lagrangian_hessian, bad);
-        status = numerical_error;
-        break;
-      }
-      stats.time_evaluation += lap(clock);
-      assemble_A(ws);
-      assemble_bounds(x, g, lbx, ubx, lbg, ubg, ws);
+    Iterate it{p, lbx, ubx, lbg, ubg, x, lam_g, lam_x, stats, ws, limits, tol, start, deadline, start, Search{ws}};
+    it.fx = P::cost(x, p, ws);
+    P::constraints(x, p, ws.v.g.data(), ws);
+    for (;; ++it.k) {
+      Residuals kkt;
+      if (!linearize(it, kkt) || terminates(it, kkt) || !prepare_qps(it)) break;
       // NOTE: from the least-violation point of an infeasible solve (restore_first) the restoration begins at once: it
       // spares the QP that would be inconsistent again (OSQP spent milliseconds telling so)
-      bool restore_now = k == 0 && limits.restore_first && kkt.primal > tol;
-      // *** optimality phase: the QP, then the filter line search ***
-      if (!restoration && !restore_now) {
-        reg = reg > real(0) ? std::fmax(reg * real(0.1), P::reg_min) : real(0);
-        if (line_search_failures > 0) reg = std::fmax(reg, real(1e-4) * kkt.gradient_scale);
-        // NOTE: QPs far from the solution need not be solved to the final accuracy (qp_tolerance). A nonconvex or
-        // failed QP is retried with more regularization (x10), only as much as needed; later QPs of one solve start
-        // from the previous QP's solution (the first from an earlier call's only when shifted).
-        const real qp_tol = qp_tolerance(std::fmax(kkt.primal, kkt.dual), tol);
-        int qp_status = solve_regularized(qp_tol, k > 0 || limits.shifted, reg, stats, clock, ws);
-        stats.qp_status[k] = qp_status;
-        stats.qp_iterations[k] = QP::iterations(ws.qp);
-        if (anvil::expired(deadline)) {  // NOTE: no line search past it either (a restoration's took 0.2 ms)
-          status = acceptable_now ? acceptable : time_limit;
-          break;
+      const bool restore_now = it.k == 0 && limits.restore_first && kkt.primal > tol;
+      if (!it.restoration) {
+        if (!restore_now) {
+          const Next next = optimality_step(it, kkt);
+          if (next == Next::iterate) continue;
+          if (next == Next::stop || !limits.restore) break;
         }
-        const real* d = QP::primal(ws.qp);
-        const real* y = QP::dual(ws.qp);
-        // NOTE: inconsistent linearized constraints (or a failed QP): restoration, below
-        if (qp_status == anvil::qp::solved) search.rho = 0.0;  // the next price follows these multipliers
-        stats.regularization[k] = reg;
-        if (qp_status == anvil::qp::solved) {
-          // NOTE: corrections only after a shortened step: far from a solution, a corrected full step can leave the
-          // basin the line search keeps to (the swing-up's first step reached a local optimum of 385, not 173)
-          const bool correct = k > 0 && stats.step[k - 1] < real(1);
-          const real alpha = search.optimality_step(x, p, lbx, ubx, lbg, ubg, fx, kkt.l1, d, correct, qp_tol, ws);
-          stats.step[k] = alpha;
-          stats.time_line_search += lap(clock);
-          if (alpha > real(0)) {
-            line_search_failures = 0;
-            take_step(search, alpha, y, x, &fx, lam_g, lam_x, ws);
-            continue;
-          }
-          // NOTE: no acceptable step: a point that meets acceptable_tol ends there (a stalled line search); a
-          // feasible one is retried once with more regularization (shorter, steeper steps) and a fresh filter
-          if (acceptable_now) {
-            status = acceptable;
-            break;
-          }
-          if (kkt.primal <= tol) {
-            if (++line_search_failures > 1) {
-              status = numerical_error;
-              break;
-            }
-            search.optimality.size = 0;
-            continue;
-          }
-        }
-        // *** the QP is inconsistent (or failed) or no step was acceptable: restore feasibility ***
-        if (!limits.restore) break;
-        restore_now = true;
+        it.restoration = true;
+        stats.restoration[it.k] = true;
+        it.search.enter_restoration(kkt, it.fx, lam_g);
       }
-      if (restore_now) {
-        restoration = true;
-        stats.restoration[k] = true;
-        search.enter_restoration(kkt, fx, lam_g, ws);
-      }
-      // *** restoration phase (elastic mode): the elastic NLP min f + rho (L1 violation of the elastic rows) s.t. the
-      // hard rows, by elastic QPs and a filter line search of its own (hard rows' L1 violation vs that penalty); back
-      // to the optimality phase once the violation is reduced enough and the point is acceptable to its filter ***
-      real reg_r = search.prox;
-      const int qp_status = solve_elastic(v.grad.data(), search.rho, reg_r, stats, clock, ws);
-      stats.qp_status[k] = qp_status;
-      stats.qp_iterations[k] = elastic_iterations(ws);
-      if (anvil::expired(deadline)) {
-        status = acceptable_now ? acceptable : time_limit;
-        break;
-      }
-      stats.regularization[k] = reg_r;
-      if (qp_status == anvil::qp::nonconvex && !zero_multipliers) {
-        // NOTE: the Hessian of the Lagrangian at multipliers that blew up may be indefinite beyond any regularization:
-        // on with f's own Hessian
-        zero_multipliers = true;
-        forget_multipliers(lam_g, lam_x);
-        continue;
-      }
-      if (qp_status != anvil::qp::solved && qp_status != anvil::qp::max_iterations) {
-        status = numerical_error;
-        break;
-      }
-      const real* d = elastic_primal(ws);
-      real slope = 0.0, step_hard = 0.0;
-      for (int j = 0; j < nx; ++j) slope += v.grad[j] * d[j];
-      const real step_l1 = linearized_violation(x, g, lbx, ubx, lbg, ubg, d, &step_hard, ws);
-      // the decrease of the penalty its linearization promises (the hard rows are met by the step's linearization)
-      const real predicted = search.rho * ((kkt.l1 - kkt.l1_hard) - (step_l1 - step_hard)) - slope;
-      const real penalty = search.penalty(fx, kkt.l1, kkt.l1_hard);
-      const bool stationary = kkt.l1_hard <= tol &&
-                              !(predicted > restoration_stationarity * std::fmax(real(1), std::fabs(penalty)));
-      const real alpha = stationary ? real(0) : search.restoration_step(x, p, lbx, ubx, lbg, ubg, kkt, penalty,
-                                                                      predicted, d, ws);
-      stats.step[k] = alpha;
-      if (P::verbose)
-        std::printf("%s      restoration: step %.3e  penalty %+.10e  predicted %.3e  rho %.1e  reg %.1e  hard %.3e\n",
-                    P::name, alpha, penalty, predicted, search.rho, reg_r, kkt.l1_hard);
-      stats.time_line_search += lap(clock);
-      if (alpha == real(0) && !stationary && reg_r * real(100) <= P::reg_max) {
-        // NOTE: no step was acceptable although the model promised progress: shorter, more cautious steps
-        search.prox = reg_r * real(100);
-        continue;
-      }
-      if (alpha == real(0)) {
-        // a stationary point of the elastic NLP (or no step at the largest regularization): with violation left, the
-        // constraints are locally infeasible, unless a higher price still buys less violation (f's share in the
-        // penalty may keep x off the least-violation point: rho x10 until the violation stays put)
-        if (kkt.primal > tol) {
-          if (stationary && search.steer(kkt)) continue;
-          status = infeasible;
-          break;
-        }
-        restoration = false;
-        forget_multipliers(lam_g, lam_x);
-        continue;
-      }
-      // NOTE: the next restoration QP starts from a tenth of the regularization this one needed (as in the optimality
-      // phase): restarting from the least one, a nonconvex stretch cost up to 8 QP solves per iteration
-      search.prox = std::fmax(restoration_prox, reg_r * real(0.1));
-      take_step(search, alpha, elastic_dual(ws), x, &fx, lam_g, lam_x, ws);
-      if (search.restored(tol, ws)) {
-        // NOTE: the restoration's multipliers price the penalty (up to rho), not the NLP's constraints: the optimality
-        // phase starts from zero multipliers (f's own Hessian), as its first QP then estimates them (with them kept,
-        // the bicycle's cold starts crawled at regularization 1-10 x I for 50 iterations)
-        restoration = false;
-        forget_multipliers(lam_g, lam_x);
-      }
+      if (restoration_step(it, kkt) == Next::stop) break;
     }
-    stats.time_evaluation += lap(clock);
+    stats.time_evaluation += lap(it.clock);
     set_deadline(0.0, ws);  // NOTE: QPs solved outside a solve (a real-time iteration's) have none
-    finish(x, g, lbx, ubx, lbg, ubg, k, status, stats);
-    *f = fx;
-    return status;
+    finish(x, ws.v.g.data(), lbx, ubx, lbg, ubg, it.k, it.status, stats);
+    *f = it.fx;
+    return it.status;
   }
 
   /// Real-time iteration, preparation phase: at the linearization point (x, lam_g) with parameter p, evaluate dg/dx
@@ -533,60 +373,21 @@ class Solver {
   static constexpr real restoration_reduction = real(0.1);      ///< violation reduction that ends a restoration
   static constexpr real restoration_steering = real(1e4);       ///< the most the price may grow at stationary points
 
-  /// A filter (Fletcher and Leyffer, with Waechter and Biegler's margins): pairs of a violation theta and an objective
-  /// phi; a trial point must improve on every entry in one of them. Its entries live in the workspace (v.filter_theta
-  /// and v.filter_phi from `base`).
-  struct Filter {
-    int base = 0, size = 0;
-    real theta_max = 0.0, theta_min = 0.0;
-
-    /// An empty filter for a phase starting at violation theta: no point above 1e4 max(1, theta) is accepted, and
-    /// below 1e-4 max(1, theta) steps that promise objective decrease must achieve it (the switching condition).
-    void start(real theta) {
-      theta_max = real(1e4) * std::fmax(real(1), theta);
-      theta_min = real(1e-4) * std::fmax(real(1), theta);
-      size = 0;
-    }
-    void add(real theta, real phi, WS& ws) {
-      if (size > max_iter) return;
-      ws.v.filter_theta[base + size] = (real(1) - real(1e-5)) * theta;
-      ws.v.filter_phi[base + size] = phi - real(1e-5) * theta;
-      ++size;
-    }
-    bool acceptable(real theta, real phi, const WS& ws) const {
-      if (!(theta <= theta_max)) return false;
-      for (int e = 0; e < size; ++e)
-        if (!(theta < ws.v.filter_theta[base + e] || phi < ws.v.filter_phi[base + e])) return false;
-      return true;
-    }
-    /// Whether a trial point (theta_trial, phi_trial) at step length alpha is acceptable from (theta, phi), whose
-    /// model predicts a decrease `predicted` of phi: Armijo decrease of phi where the switching condition holds (the
-    /// filter is left as it is), else sufficient decrease of either (the point joins the filter).
-    bool accepts(real theta, real phi, real predicted, real alpha, real theta_trial, real phi_trial,
-                 WS& ws) {
-      if (!acceptable(theta_trial, phi_trial, ws)) return false;
-      const bool phi_step = theta <= theta_min && predicted > real(0) &&
-                            alpha * std::pow(predicted, real(2.3)) > std::pow(theta, real(1.1));
-      // NOTE: decreases are compared up to the rounding of phi itself (IPOPT's 10 eps |phi|): near a solution the
-      // promised decrease falls below it, and noise alone would reject full steps
-      const real noise = real(10) * std::numeric_limits<real>::epsilon() * std::fabs(phi);
-      if (phi_step) return phi_trial <= phi - P::armijo * alpha * predicted + noise;
-      const real envelope = real(1) - real(1e-5);  // the filter's margin, as its entries'
-      if (!(theta_trial <= envelope * theta || phi_trial <= phi - real(1e-5) * theta + noise)) return false;
-      add(theta, phi, ws);
-      return true;
-    }
-  };
-
   /// The two phases' filters and line searches; the accepted trial point is left in v.trial and v.g_trial, its
   /// objective and violations here.
   struct Search {
-    Filter optimality{0}, restoration{max_iter + 1};  ///< (L1 violation, f) and (hard rows' L1 violation, penalty)
+    using Filter = anvil::sqp::Filter<real>;
+    Filter optimality, restoration;  ///< (L1 violation, f) and (hard rows' L1 violation, penalty)
     real theta_restoration = 0.0, rho = 0.0, f_trial = 0.0, l1_trial = 0.0;
     real rho_entry = 0.0;      ///< the price when the restoration began
     real l1_stationary = -real(1);  ///< the elastic rows' violation at the last stationary point (-1: none yet)
     real hard_trial = 0.0;  ///< the trial point's violation of the hard rows
     real prox = 0.0;        ///< the regularization the next restoration QP starts from
+
+    /// The filters' entries in the workspace (max_iter + 1 each: at most one per iteration).
+    explicit Search(WS& ws)
+        : optimality{ws.v.filter_theta.data(), ws.v.filter_phi.data(), max_iter + 1},
+          restoration{ws.v.filter_theta.data() + max_iter + 1, ws.v.filter_phi.data() + max_iter + 1, max_iter + 1} {}
 
     /// The price rho of a unit of violation in the elastic QPs: set from the multipliers lam_g when first needed, and
     /// kept while the QPs stay elastic (their multipliers are the price itself: read back, it would grow x100 per
@@ -597,8 +398,8 @@ class Solver {
     }
     /// Entering the restoration phase at the price rho (see price()): the point joins the optimality filter, so the
     /// phase must leave it behind; the restoration's own filter starts empty.
-    void enter_restoration(const Residuals& kkt, real fx, const real* lam_g, WS& ws) {
-      optimality.add(kkt.l1, fx, ws);
+    void enter_restoration(const Residuals& kkt, real fx, const real* lam_g) {
+      optimality.add(kkt.l1, fx);
       restoration.start(kkt.l1_hard);
       theta_restoration = kkt.l1;
       rho_entry = price(lam_g, kkt);
@@ -622,12 +423,12 @@ class Solver {
     /// The restoration may end at the accepted trial point: enough less violation, and acceptable to the optimality
     /// filter; or feasible, the optimality filter then emptied where it rejects the point (nothing is left to
     /// restore: restoring on, the elastic QPs of a feasible point only minimize f, under the restoration's filter).
-    bool restored(real tol, WS& ws) {
+    bool restored(real tol) {
       if (l1_trial <= tol) {
-        if (!optimality.acceptable(l1_trial, f_trial, ws)) optimality.size = 0;
+        if (!optimality.acceptable(l1_trial, f_trial)) optimality.size = 0;
         return true;
       }
-      return l1_trial <= restoration_reduction * theta_restoration && optimality.acceptable(l1_trial, f_trial, ws);
+      return l1_trial <= restoration_reduction * theta_restoration && optimality.acceptable(l1_trial, f_trial);
     }
 
     /// Evaluates f, g and the violation at x + alpha d into v.trial, v.g_trial, f_trial and l1_trial; false at a
@@ -654,7 +455,7 @@ class Solver {
       for (real alpha = 1.0; alpha >= P::min_step; alpha *= P::backtrack) {
         if (!evaluate(x, d, alpha, p, lbx, ubx, lbg, ubg, ws)) continue;
         if ((tiny && l1_trial <= optimality.theta_max) ||
-            optimality.accepts(l1, fx, -slope, alpha, l1_trial, f_trial, ws))
+            optimality.accepts(l1, fx, -slope, alpha, l1_trial, f_trial, P::armijo))
           return alpha;
         if constexpr (P::max_soc > 0) {
           // NOTE: a full step rejected although it made the violation worse (the Maratos effect: the constraints'
@@ -694,7 +495,7 @@ class Solver {
         if (QP::solve(v.grad.data(), l, u, qp_tol, true, ws.qp) != anvil::qp::solved) return false;
         d = QP::primal(ws.qp);
         if (!evaluate(x, d, real(1), p, lbx, ubx, lbg, ubg, ws)) return false;
-        if (optimality.accepts(l1, fx, -slope, real(1), l1_trial, f_trial, ws)) return true;
+        if (optimality.accepts(l1, fx, -slope, real(1), l1_trial, f_trial, P::armijo)) return true;
         if (!(l1_trial <= real(0.99) * theta_soc)) return false;
         theta_soc = l1_trial;
       }
@@ -709,12 +510,223 @@ class Solver {
       for (real alpha = 1.0; alpha >= P::min_step; alpha *= P::backtrack) {
         if (!evaluate(x, d, alpha, p, lbx, ubx, lbg, ubg, ws)) continue;
         if (restoration.accepts(kkt.l1_hard, phi, predicted, alpha, hard_trial,
-                                penalty(f_trial, l1_trial, hard_trial), ws))
+                                penalty(f_trial, l1_trial, hard_trial), P::armijo))
           return alpha;
       }
       return real(0);
     }
   };
+
+  /// One call's data and the state its iterations carry (the phases of call() read and advance it).
+  struct Iterate {
+    const real* p;
+    const real *lbx, *ubx, *lbg, *ubg;
+    real *x, *lam_g, *lam_x;
+    StatsT& stats;
+    WS& ws;
+    const Limits limits;
+    const real tol;
+    const double start, deadline;
+    double clock;
+    Search search;
+    real fx = 0.0, reg = 0.0;
+    int status = max_iterations, k = 0, acceptable_streak = 0, line_search_failures = 0;
+    bool restoration = false, zero_multipliers = false, acceptable_now = false;
+  };
+  /// What follows a phase's step: the next iteration, the end of the solve, or the restoration phase.
+  enum class Next { iterate, stop, restore };
+
+  /// The derivatives at the iterate, checked for NaN/inf (false: numerical_error), and its KKT residuals, recorded in
+  /// the history.
+  static bool linearize(Iterate& it, Residuals& kkt) {
+    StatsT& stats = it.stats;
+    const real* g = it.ws.v.g.data();
+    record_failure(stats, cost, std::isfinite(it.fx) ? -1 : 0);
+    record_failure(stats, cost_gradient, evaluate_gradient(it.x, it.p, it.ws));
+    record_failure(stats, constraints, first_nonfinite(g, ng));
+    record_failure(stats, constraint_jacobian, evaluate_jacobian(it.x, it.p, it.ws));
+    if (stats.failed_function != none) {
+      it.status = numerical_error;
+      return false;
+    }
+    if (it.k == 0 && it.limits.estimate_multipliers)
+      estimate_multipliers(it.x, g, it.lbx, it.ubx, it.lbg, it.ubg, it.lam_g, it.ws);
+    kkt = residuals(it.x, g, it.lbx, it.ubx, it.lbg, it.ubg, it.lam_g, it.lam_x, it.ws);
+    stats.time_evaluation += lap(it.clock);
+    const int k = it.k;
+    stats.objective[k] = it.fx;
+    stats.primal_infeasibility[k] = kkt.primal;
+    stats.dual_infeasibility[k] = kkt.dual;
+    stats.complementarity[k] = kkt.complementarity;
+    stats.regularization[k] = it.reg;
+    stats.restoration[k] = it.restoration;
+    if (P::verbose)
+      std::printf("%s %4d%s f %+.10e  pr %.3e  du %.3e  co %.3e  reg %.1e\n", P::name, k, it.restoration ? "r" : " ",
+                  it.fx, kkt.primal, kkt.dual, kkt.complementarity, it.reg);
+    return true;
+  }
+
+  /// Whether the solve ends here (converged, acceptable, or a limit reached; the status set).
+  static bool terminates(Iterate& it, const Residuals& kkt) {
+    if (meets(kkt, it.tol)) {
+      it.status = converged;
+      return true;
+    }
+    it.acceptable_streak = meets(kkt, real(acceptable_tol)) ? it.acceptable_streak + 1 : 0;
+    it.acceptable_now = it.acceptable_streak > 0;
+    if (it.acceptable_streak >= P::acceptable_iter) {
+      it.status = acceptable;
+      return true;
+    }
+    if (it.k >= it.limits.max_iter || anvil::now() - it.start >= it.limits.max_time) {
+      it.status = it.acceptable_now ? acceptable : it.k >= it.limits.max_iter ? max_iterations : time_limit;
+      return true;
+    }
+    if (it.k == 0) it.search.optimality.start(kkt.l1);
+    return false;
+  }
+
+  /// The Hessian at (x, lam_g) and the linearization, for the QPs of either phase (false: NaN/inf in the Hessian).
+  static bool prepare_qps(Iterate& it) {
+    if (int bad = evaluate_hessian(it.x, it.p, it.lam_g, it.ws); bad >= 0) {
+      record_failure(it.stats, lagrangian_hessian, bad);
+      it.status = numerical_error;
+      return false;
+    }
+    it.stats.time_evaluation += lap(it.clock);
+    assemble_A(it.ws);
+    assemble_bounds(it.x, it.ws.v.g.data(), it.lbx, it.ubx, it.lbg, it.ubg, it.ws);
+    return true;
+  }
+
+  /// The solve ends at the deadline (no line search past it either: a restoration's took 0.2 ms).
+  static bool expired(Iterate& it) {
+    if (!anvil::expired(it.deadline)) return false;
+    it.status = it.acceptable_now ? acceptable : time_limit;
+    return true;
+  }
+
+  /// Optimality phase: the QP, then the filter line search; Next::restore where the QP is inconsistent (or failed)
+  /// or no step was acceptable.
+  static Next optimality_step(Iterate& it, const Residuals& kkt) {
+    StatsT& stats = it.stats;
+    const int k = it.k;
+    it.reg = it.reg > real(0) ? std::fmax(it.reg * real(0.1), P::reg_min) : real(0);
+    if (it.line_search_failures > 0) it.reg = std::fmax(it.reg, real(1e-4) * kkt.gradient_scale);
+    // NOTE: QPs far from the solution need not be solved to the final accuracy (qp_tolerance). A nonconvex or failed
+    // QP is retried with more regularization (x10), only as much as needed; later QPs of one solve start from the
+    // previous QP's solution (the first from an earlier call's only when shifted).
+    const real qp_tol = qp_tolerance(std::fmax(kkt.primal, kkt.dual), it.tol);
+    const int qp_status = solve_regularized(qp_tol, k > 0 || it.limits.shifted, it.reg, stats, it.clock, it.ws);
+    stats.qp_status[k] = qp_status;
+    stats.qp_iterations[k] = QP::iterations(it.ws.qp);
+    if (expired(it)) return Next::stop;
+    const real* d = QP::primal(it.ws.qp);
+    const real* y = QP::dual(it.ws.qp);
+    stats.regularization[k] = it.reg;
+    // NOTE: inconsistent linearized constraints (or a failed QP): restoration
+    if (qp_status != anvil::qp::solved) return Next::restore;
+    it.search.rho = 0.0;  // the next price follows these multipliers
+    // NOTE: corrections only after a shortened step: far from a solution, a corrected full step can leave the basin
+    // the line search keeps to (the swing-up's first step reached a local optimum of 385, not 173)
+    const bool correct = k > 0 && stats.step[k - 1] < real(1);
+    const real alpha = it.search.optimality_step(it.x, it.p, it.lbx, it.ubx, it.lbg, it.ubg, it.fx, kkt.l1, d,
+                                                 correct, qp_tol, it.ws);
+    stats.step[k] = alpha;
+    stats.time_line_search += lap(it.clock);
+    if (alpha > real(0)) {
+      it.line_search_failures = 0;
+      take_step(it.search, alpha, y, it.x, &it.fx, it.lam_g, it.lam_x, it.ws);
+      return Next::iterate;
+    }
+    // NOTE: no acceptable step: a point that meets acceptable_tol ends there (a stalled line search); a feasible one
+    // is retried once with more regularization (shorter, steeper steps) and a fresh filter
+    if (it.acceptable_now) {
+      it.status = acceptable;
+      return Next::stop;
+    }
+    if (kkt.primal > it.tol) return Next::restore;
+    if (++it.line_search_failures > 1) {
+      it.status = numerical_error;
+      return Next::stop;
+    }
+    it.search.optimality.size = 0;
+    return Next::iterate;
+  }
+
+  /// Restoration phase (elastic mode): the elastic NLP min f + rho (L1 violation of the elastic rows) s.t. the hard
+  /// rows, by elastic QPs and a filter line search of its own (hard rows' L1 violation vs that penalty); back to the
+  /// optimality phase once the violation is reduced enough and the point is acceptable to its filter.
+  static Next restoration_step(Iterate& it, const Residuals& kkt) {
+    StatsT& stats = it.stats;
+    Search& search = it.search;
+    auto& v = it.ws.v;
+    const int k = it.k;
+    real reg_r = search.prox;
+    const int qp_status = solve_elastic(v.grad.data(), search.rho, reg_r, stats, it.clock, it.ws);
+    stats.qp_status[k] = qp_status;
+    stats.qp_iterations[k] = elastic_iterations(it.ws);
+    if (expired(it)) return Next::stop;
+    stats.regularization[k] = reg_r;
+    if (qp_status == anvil::qp::nonconvex && !it.zero_multipliers) {
+      // NOTE: the Hessian of the Lagrangian at multipliers that blew up may be indefinite beyond any regularization:
+      // on with f's own Hessian
+      it.zero_multipliers = true;
+      forget_multipliers(it.lam_g, it.lam_x);
+      return Next::iterate;
+    }
+    if (qp_status != anvil::qp::solved && qp_status != anvil::qp::max_iterations) {
+      it.status = numerical_error;
+      return Next::stop;
+    }
+    const real* d = elastic_primal(it.ws);
+    const real* g = v.g.data();
+    real slope = 0.0, step_hard = 0.0;
+    for (int j = 0; j < nx; ++j) slope += v.grad[j] * d[j];
+    const real step_l1 = linearized_violation(it.x, g, it.lbx, it.ubx, it.lbg, it.ubg, d, &step_hard, it.ws);
+    // the decrease of the penalty its linearization promises (the hard rows are met by the step's linearization)
+    const real predicted = search.rho * ((kkt.l1 - kkt.l1_hard) - (step_l1 - step_hard)) - slope;
+    const real penalty = search.penalty(it.fx, kkt.l1, kkt.l1_hard);
+    const bool stationary = kkt.l1_hard <= it.tol &&
+                            !(predicted > restoration_stationarity * std::fmax(real(1), std::fabs(penalty)));
+    const real alpha = stationary ? real(0) : search.restoration_step(it.x, it.p, it.lbx, it.ubx, it.lbg, it.ubg, kkt,
+                                                                    penalty, predicted, d, it.ws);
+    stats.step[k] = alpha;
+    if (P::verbose)
+      std::printf("%s      restoration: step %.3e  penalty %+.10e  predicted %.3e  rho %.1e  reg %.1e  hard %.3e\n",
+                  P::name, alpha, penalty, predicted, search.rho, reg_r, kkt.l1_hard);
+    stats.time_line_search += lap(it.clock);
+    if (alpha == real(0) && !stationary && reg_r * real(100) <= P::reg_max) {
+      // NOTE: no step was acceptable although the model promised progress: shorter, more cautious steps
+      search.prox = reg_r * real(100);
+      return Next::iterate;
+    }
+    if (alpha == real(0)) {
+      // a stationary point of the elastic NLP (or no step at the largest regularization): with violation left, the
+      // constraints are locally infeasible, unless a higher price still buys less violation (f's share in the
+      // penalty may keep x off the least-violation point: rho x10 until the violation stays put)
+      if (kkt.primal > it.tol) {
+        if (stationary && search.steer(kkt)) return Next::iterate;
+        it.status = infeasible;
+        return Next::stop;
+      }
+      it.restoration = false;
+      forget_multipliers(it.lam_g, it.lam_x);
+      return Next::iterate;
+    }
+    // NOTE: the next restoration QP starts from a tenth of the regularization this one needed (as in the optimality
+    // phase): restarting from the least one, a nonconvex stretch cost up to 8 QP solves per iteration
+    search.prox = std::fmax(restoration_prox, reg_r * real(0.1));
+    take_step(search, alpha, elastic_dual(it.ws), it.x, &it.fx, it.lam_g, it.lam_x, it.ws);
+    if (search.restored(it.tol)) {
+      // NOTE: the restoration's multipliers price the penalty (up to rho), not the NLP's constraints: the optimality
+      // phase starts from zero multipliers (f's own Hessian), as its first QP then estimates them (with them kept, the
+      // bicycle's cold starts crawled at regularization 1-10 x I for 50 iterations)
+      it.restoration = false;
+      forget_multipliers(it.lam_g, it.lam_x);
+    }
+    return Next::iterate;
+  }
 
   /// Multipliers zeroed: the next Hessian is f's own, the next QP estimates them afresh.
   static void forget_multipliers(real* lam_g, real* lam_x) {

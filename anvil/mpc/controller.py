@@ -23,6 +23,7 @@ from anvil.codegen.names import DERIVED_ROOM
 from anvil.codegen.native import NativeHandle
 from anvil.codegen.precision import cpp_real
 from anvil.codegen.templated import TemplatedFunction
+from anvil.mpc.call_scalars import CALL_SCALARS, CallScalars
 from anvil.mpc.costs import LeastSquares
 from anvil.mpc.implicit import ImplicitIntegrator
 from anvil.mpc.integrators import ExplicitIntegrator
@@ -70,6 +71,7 @@ class _ControllerContext:
   rate_bounded: bool
   rate_lb: tuple[float, ...]
   rate_ub: tuple[float, ...]
+  call_scalars: tuple[tuple[str, int], ...] = CALL_SCALARS
 
 
 class MPCFunction(TemplatedFunction):
@@ -471,18 +473,27 @@ class MPCFunction(TemplatedFunction):
     e.call(inputs, e.outputs, limits.ctypes.data, e.pointers[0], e.pointers[1], e.pointers[2], e.pointers[3], e.ws)
     called = time.perf_counter()
     history, ihistory, info = e.stats
-    scalars = e.scalars
-    arrays = (history, ihistory, info, scalars[:2], scalars[5:9])
-    _, status, stats = self.stats_reader.unpack(*arrays, bounds, self.labels)
-    stats["restarted_cold"] = bool(scalars[10])
+    s = e.scalars
+    _, status, stats = self.stats_reader.unpack(history, ihistory, info, s.worst, s.times, bounds, self.labels)
+    stats["restarted_cold"] = bool(s.restarted_cold)
     x, u = e.x.astype(np.float64), e.u.astype(np.float64)  # NOTE: copies (the buffers are the next call's)
-    fallback = FALLBACKS[int(scalars[4])]
+    fallback = FALLBACKS[int(s.fallback)]
     if status == "numerical_error" and isinstance(self.ocp.dynamics, ExplicitIntegrator):
       stats["message"] = self._integrator_hint(str(stats.get("message", status)), x0, u[0], params)
     solved = self.options.mode == "sqp" and status in SUCCESS and fallback == "none"
-    solution = MPCSolution(x, u, status, int(scalars[9]), float(scalars[2]), float(scalars[3]),
-                           self.options.mode == "rti", stats, fallback, self._sensitivity(e) if solved else None,
-                           (self.ocp.nx, self.np))  # fmt: skip
+    solution = MPCSolution(
+      x=x,
+      u=u,
+      status=status,
+      iterations=int(s.iterations),
+      cost=s.cost,
+      solve_time=s.solve_time,
+      real_time_iteration=self.options.mode == "rti",
+      stats=stats,
+      fallback=fallback,
+      at_solution=self._sensitivity(e) if solved else None,
+      nlp_sizes=(self.ocp.nx, self.np),
+    )
     self._after = max(time.perf_counter() - called, AFTER_DECAY * self._after)
     return solution
 
@@ -554,9 +565,9 @@ class _Entry:
     self.ws, self.stats = handle.pointer, stats
     self.x0, self.p = np.zeros(nx, self.dtype), np.zeros((N + 1, np_), self.dtype)
     self.tuning = np.zeros(max(n_tuning, 1), self.dtype)
-    self.x, self.u, self.scalars = np.zeros((N + 1, nx), self.dtype), np.zeros((N, nu), self.dtype), np.zeros(11)
+    self.x, self.u, self.scalars = np.zeros((N + 1, nx), self.dtype), np.zeros((N, nu), self.dtype), CallScalars()
     self.outputs = (ctypes.c_void_p * 2)(self.x.ctypes.data, self.u.ctypes.data)
-    self.pointers = tuple(a.ctypes.data for a in (*stats, self.scalars))
+    self.pointers = (*(a.ctypes.data for a in stats), ctypes.addressof(self.scalars))
     self.solution = handle.entry("solution", None, pointer, pointer)
     nw, ng, n_params = sizes_nlp
     self.state = [np.zeros(size, self.dtype) for size in (nw, ng, nw, n_params, nw, nw, ng, ng)]

@@ -24,6 +24,7 @@ from anvil.codegen.forksafe import owned_lock
 from anvil.codegen.names import DERIVED_ROOM
 from anvil.codegen.precision import in_precision
 from anvil.codegen.templated import TemplatedFunction
+from anvil.mpc.call_scalars import CALL_SCALARS, CallScalars
 from anvil.mpc.controller import MPCFunction
 from anvil.mpc.costs import LeastSquares, checked_weight
 from anvil.mpc.options import MPCOptions
@@ -68,6 +69,7 @@ class _EstimatorContext:
   ubx: tuple[float, ...]
   lbv: tuple[float, ...]
   ubv: tuple[float, ...]
+  call_scalars: tuple[tuple[str, int], ...] = CALL_SCALARS
 
 
 class MHEFunction(TemplatedFunction):
@@ -307,13 +309,21 @@ class MHEFunction(TemplatedFunction):
     e.y[:k], e.u[: k - 1], e.p[:k] = y, u, p
     e.call(e.inputs, e.outputs, k, limits.ctypes.data, *e.pointers, e.ws)
     history, ihistory, info = e.stats
-    scalars, ocp = e.scalars, self.ocp
-    arrays = (history, ihistory, info, scalars[:2], scalars[5:9])
-    _, status, stats = ocp.stats_reader.unpack(*arrays, ocp.defaults, ocp.labels)
-    stats["restarted_cold"] = bool(scalars[10])
+    s, ocp = e.scalars, self.ocp
+    _, status, stats = ocp.stats_reader.unpack(history, ihistory, info, s.worst, s.times, ocp.defaults, ocp.labels)
+    stats["restarted_cold"] = bool(s.restarted_cold)
     x, w = e.x[:k].astype(np.float64), e.w[: k - 1].astype(np.float64)
-    return MHEEstimate(x[-1].copy(), x, w, status, int(scalars[9]), float(scalars[2]), float(scalars[3]), stats,
-                       FALLBACKS[int(scalars[4])])  # fmt: skip
+    return MHEEstimate(
+      x_hat=x[-1].copy(),
+      x=x,
+      w=w,
+      status=status,
+      iterations=int(s.iterations),
+      cost=s.cost,
+      solve_time=s.solve_time,
+      stats=stats,
+      fallback=FALLBACKS[int(s.fallback)],
+    )
 
 
 class _Entry:
@@ -328,11 +338,11 @@ class _Entry:
     self.ws, self.stats = handle.pointer, mhe.ocp.stats_reader.buffers()
     self.y, self.u = np.zeros((M, mhe.ny), self.dtype), np.zeros((M, mhe.nu), self.dtype)
     self.p = np.zeros((M, max(mhe.np, 1)), self.dtype)[:, : mhe.np]
-    self.x, self.w, self.scalars = np.zeros((M, nx), self.dtype), np.zeros((M, nx), self.dtype), np.zeros(11)
+    self.x, self.w, self.scalars = np.zeros((M, nx), self.dtype), np.zeros((M, nx), self.dtype), CallScalars()
     self.center, self.weight = np.zeros(nx, self.dtype), np.zeros((nx, nx), self.dtype)
     self.inputs = (ctypes.c_void_p * 3)(self.y.ctypes.data, self.u.ctypes.data, self.p.ctypes.data)
     self.outputs = (ctypes.c_void_p * 2)(self.x.ctypes.data, self.w.ctypes.data)
-    self.pointers = tuple(a.ctypes.data for a in (*self.stats, self.scalars))
+    self.pointers = (*(a.ctypes.data for a in self.stats), ctypes.addressof(self.scalars))
     self.keep: F64 = np.zeros(0)
 
   def staged(self, values: F64) -> F64:

@@ -93,7 +93,7 @@ class StatsReader:
     qp = qp_options(self.options, self.staged)
     stats["qp_solver"] = qp.solver
     stats["elastic_qp_solver"] = (elastic_options(self.options, self.staged) or qp).solver
-    stats.update(zip(TIME_NAMES, times.tolist(), strict=True))
+    stats.update(zip(TIME_NAMES, (float(t) for t in times), strict=True))
     if info[2] >= 0:
       stats["failed_function"] = self.function_name(int(info[2]))
       stats["failed_index"] = int(info[3])

@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 SUDO := $(shell [ "$$(id -u)" -ne 0 ] && echo sudo)
 
-.PHONY: demo test docs lint format bench compiler embedded clean
+.PHONY: demo test test-fast docs lint format bench compiler embedded clean
 
 $(STAMP): pyproject.toml
 	@command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 || command -v clang++ >/dev/null 2>&1 \
@@ -26,6 +26,13 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadgroup tests
+
+# a quick check while working (a few minutes with the build cache warm): the unit tests and one integration test file
+# per layer, the slow ones left out; `make test` is what CI and a change's last check run
+FAST_TESTS := tests/unit $(addprefix tests/integration/, test_validation.py test_ad.py test_sparse.py test_sqp.py \
+  test_stage_routing.py test_tuning.py test_errors.py)
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not slow" $(FAST_TESTS)
 
 DOCS_STAMP := $(VENV)/.docs-stamp
 $(DOCS_STAMP): $(STAMP)

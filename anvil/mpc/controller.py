@@ -30,7 +30,7 @@ from anvil.mpc.integrators import ExplicitIntegrator
 from anvil.mpc.labels import OCPLabels
 from anvil.mpc.options import MPCOptions
 from anvil.mpc.rate import InputRate
-from anvil.mpc.result import FALLBACKS, MPCSolution
+from anvil.mpc.result import MPCSolution
 from anvil.mpc.sensitivity import MPCSensitivityFunction
 from anvil.mpc.soft import SOFT_SIDES, Soft
 from anvil.mpc.transcription import Cost, Fn, Transcription
@@ -477,23 +477,14 @@ class MPCFunction(TemplatedFunction):
     _, status, stats = self.stats_reader.unpack(history, ihistory, info, s.worst, s.times, bounds, self.labels)
     stats["restarted_cold"] = bool(s.restarted_cold)
     x, u = e.x.astype(np.float64), e.u.astype(np.float64)  # NOTE: copies (the buffers are the next call's)
-    fallback = FALLBACKS[int(s.fallback)]
+    outcome = s.outcome()
+    fallback = outcome["fallback"]
     if status == "numerical_error" and isinstance(self.ocp.dynamics, ExplicitIntegrator):
       stats["message"] = self._integrator_hint(str(stats.get("message", status)), x0, u[0], params)
     solved = self.options.mode == "sqp" and status in SUCCESS and fallback == "none"
-    solution = MPCSolution(
-      x=x,
-      u=u,
-      status=status,
-      iterations=int(s.iterations),
-      cost=s.cost,
-      solve_time=s.solve_time,
-      real_time_iteration=self.options.mode == "rti",
-      stats=stats,
-      fallback=fallback,
-      at_solution=self._sensitivity(e) if solved else None,
-      nlp_sizes=(self.ocp.nx, self.np),
-    )
+    solution = MPCSolution(x=x, u=u, status=status, real_time_iteration=self.options.mode == "rti", stats=stats,
+                           at_solution=self._sensitivity(e) if solved else None, nlp_sizes=(self.ocp.nx, self.np),
+                           **outcome)  # fmt: skip
     self._after = max(time.perf_counter() - called, AFTER_DECAY * self._after)
     return solution
 

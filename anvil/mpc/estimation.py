@@ -28,7 +28,7 @@ from anvil.mpc.call_scalars import CALL_SCALARS, CallScalars
 from anvil.mpc.controller import MPCFunction
 from anvil.mpc.costs import LeastSquares, checked_weight
 from anvil.mpc.options import MPCOptions
-from anvil.mpc.result import FALLBACKS, MHEEstimate
+from anvil.mpc.result import MHEEstimate
 from anvil.validation import check_bounds, float_array, require_cpu_float64, require_type
 
 F64 = NDArray[np.float64]
@@ -313,17 +313,7 @@ class MHEFunction(TemplatedFunction):
     _, status, stats = ocp.stats_reader.unpack(history, ihistory, info, s.worst, s.times, ocp.defaults, ocp.labels)
     stats["restarted_cold"] = bool(s.restarted_cold)
     x, w = e.x[:k].astype(np.float64), e.w[: k - 1].astype(np.float64)
-    return MHEEstimate(
-      x_hat=x[-1].copy(),
-      x=x,
-      w=w,
-      status=status,
-      iterations=int(s.iterations),
-      cost=s.cost,
-      solve_time=s.solve_time,
-      stats=stats,
-      fallback=FALLBACKS[int(s.fallback)],
-    )
+    return MHEEstimate(x_hat=x[-1].copy(), x=x, w=w, status=status, stats=stats, **s.outcome())
 
 
 class _Entry:

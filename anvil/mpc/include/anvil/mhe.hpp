@@ -69,6 +69,14 @@ class Estimator {
     E::cold(ws);
   }
 
+  /// The arrival cost's center and weight (row-major): the last update's, or before the first call the build-time
+  /// prior's.
+  static void arrival(real* center, real* weight, const WS& ws) {
+    const auto& s = ws.s;
+    for (int i = 0; i < nx; ++i) center[i] = s.primed ? s.center[i] : E::x_prior[i];
+    for (int i = 0; i < nx * nx; ++i) weight[i] = s.primed ? s.weight[i] : E::arrival_weight[i];
+  }
+
   /// Estimates from the window's k measurements y (k x ny, 1 <= k <= M), the k - 1 inputs u applied between them and
   /// the parameters p (k x np): writes the states x (k x nx; x_hat = the last), the noise w ((k - 1) x nx) and the
   /// OCP solve's stats; a full window (k = M) then moves the arrival cost to the next window's first time. Returns the

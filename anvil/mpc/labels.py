@@ -11,7 +11,7 @@ from anvil.sqp.labels import NLPLabels
 
 if TYPE_CHECKING:
   from anvil.mpc.controller import MPCFunction
-  from anvil.sqp import SQPFunction
+  from anvil.sqp.nlp import NLP
 
 
 class OCPLabels(NLPLabels):
@@ -21,9 +21,9 @@ class OCPLabels(NLPLabels):
     self.mpc, self.ocp = mpc, mpc.ocp
 
   @property
-  def sqp(self) -> SQPFunction:  # type: ignore[override]
-    """The controller's SQP solver (built here where a message needs its derivatives' patterns)."""
-    return self.mpc.sqp
+  def nlp(self) -> NLP:  # type: ignore[override]
+    """The controller's NLP (its SQP solver built here where a message needs its derivatives' patterns)."""
+    return self.mpc.sqp.nlp
 
   @property
   def m(self) -> int:

@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 if TYPE_CHECKING:
-  from anvil.sqp.solver import SQPFunction
+  from anvil.sqp.nlp import NLP
 
 
 class NLPLabels:
@@ -24,21 +24,21 @@ class NLPLabels:
   Subclasses rename rows (`row`, `row_function`) and variables (`variable`); the sentences are built here.
   """
 
-  def __init__(self, sqp: SQPFunction) -> None:
-    self.sqp = sqp
+  def __init__(self, nlp: NLP) -> None:
+    self.nlp = nlp
 
   @property
   def m(self) -> int:
     """The number of constraint rows."""
-    return self.sqp.m
+    return self.nlp.m
 
   def row(self, i: int) -> tuple[str, str]:
     """(the group, the row) of constraint row i, for a violation: ("constraints", "row 3 of g")."""
-    return "constraints", f"row {i} of {getattr(self.sqp.constraints, 'name', 'g')}"
+    return "constraints", f"row {i} of {getattr(self.nlp.constraints, 'name', 'g')}"
 
   def row_function(self, i: int) -> tuple[str, str]:
     """(the function, where in its output) of constraint row i, for a NaN/inf: ("constraints g", "row 3")."""
-    return f"constraints {getattr(self.sqp.constraints, 'name', 'g')}", f"row {i}"
+    return f"constraints {getattr(self.nlp.constraints, 'name', 'g')}", f"row {i}"
 
   def variable(self, j: int) -> tuple[str, str]:
     """(the bounds' name, the variable) of x[j]: ("lbx/ubx", "x[3]")."""
@@ -47,19 +47,19 @@ class NLPLabels:
   @cached_property
   def _jacobian_entries(self) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """(row, column) of each stored entry of ∂g/∂x."""
-    jac = self.sqp.jacobian
+    jac = self.nlp.jacobian
     if jac is None:
       return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     return np.asarray(jac.indices), np.repeat(np.arange(jac.shape[1]), np.diff(jac.indptr))
 
   @cached_property
   def _hessian_entries(self) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    hess = self.sqp.hessian
+    hess = self.nlp.hessian
     return np.asarray(hess.indices), np.repeat(np.arange(hess.shape[1]), np.diff(hess.indptr))
 
   def failure(self, which: int, index: int) -> str:
     """The sentence for a NaN/inf from function `which` (anvil::sqp::Evaluated) at output entry `index`."""
-    cost = self.sqp.cost.name
+    cost = self.nlp.cost.name
     if which == 0:
       return f"the cost {cost} returned NaN/inf"
     if which == 1:

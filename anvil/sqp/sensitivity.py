@@ -36,7 +36,7 @@ from anvil.qp.kkt import ActiveSetKKT
 from anvil.qp.qdldl import UsesQDLDL
 
 if TYPE_CHECKING:
-  from anvil.sqp.solver import SQPFunction
+  from anvil.sqp.nlp import NLP
 
 F64 = NDArray[np.float64]
 #: What the C++ returns besides the count of weakly active rows (anvil/sensitivity.hpp's Failure).
@@ -105,36 +105,36 @@ class SensitivityFunction(UsesQDLDL, TemplatedFunction):
   same code.
 
   Args:
-    sqp: the SQPFunction (with a parameter: np > 0).
+    nlp: the solver's NLP (`SQPFunction.nlp`, with a parameter: np > 0).
   """
 
   template = "sensitivity"
   source_runtime = ("sensitivity",)
 
-  def __init__(self, sqp: SQPFunction) -> None:
-    if sqp.np == 0:
-      raise ValueError(f"{sqp.name}: the NLP has no parameter (np = 0): there is nothing to differentiate by")
-    self.name = f"{sqp.name}_sensitivity"
-    self.sqp = sqp
+  def __init__(self, nlp: NLP) -> None:
+    if nlp.np == 0:
+      raise ValueError(f"{nlp.name}: the NLP has no parameter (np = 0): there is nothing to differentiate by")
+    self.name = f"{nlp.name}_sensitivity"
+    self.nlp = nlp
     self._lock = owned_lock(self)
-    cost, constraints = sqp.cost.fn, None if sqp.constraints is None else sqp.constraints.fn
+    cost, constraints = nlp.cost.fn, None if nlp.constraints is None else nlp.constraints.fn
 
     def lagrangian(x: Tensor, p: Tensor, lam: Tensor) -> Tensor:
       value = cost(x, p)
       return value if constraints is None else value + (constraints(x, p) * lam).sum()
 
-    args = (Arg(sqp.n), Arg(sqp.np), Arg(max(sqp.m, 1)))
-    L = NumericalFunction(f"{sqp.name}_parametric_lagrangian", lagrangian, args)
-    self.hessian = sphessian(L, 0, name=f"{sqp.name}_lagrangian_xx")
-    self.mixed = jacobian(gradient(L, 0), 1, name=f"{sqp.name}_lagrangian_xp")
+    args = (Arg(nlp.n), Arg(nlp.np), Arg(max(nlp.m, 1)))
+    L = NumericalFunction(f"{nlp.name}_parametric_lagrangian", lagrangian, args)
+    self.hessian = sphessian(L, 0, name=f"{nlp.name}_lagrangian_xx")
+    self.mixed = jacobian(gradient(L, 0), 1, name=f"{nlp.name}_lagrangian_xp")
     self.constraints: NumericalFunction | None = None
     if constraints is not None:
-      own = sqp.scalar == "float64" and sqp.constraints is not None
-      self.constraints = sqp.constraints if own else NumericalFunction(f"{sqp.name}_g_double", constraints,
-                                                                         (Arg(sqp.n), Arg(sqp.np)))  # fmt: skip
+      own = nlp.scalar == "float64" and nlp.constraints is not None
+      self.constraints = nlp.constraints if own else NumericalFunction(f"{nlp.name}_g_double", constraints,
+                                                                         (Arg(nlp.n), Arg(nlp.np)))  # fmt: skip
     g = self.constraints
-    self.g_x = None if g is None else spjacobian(g, 0, name=f"{sqp.name}_constraints_x")
-    self.g_p = None if g is None else jacobian(g, 1, name=f"{sqp.name}_constraints_p")
+    self.g_x = None if g is None else spjacobian(g, 0, name=f"{nlp.name}_constraints_x")
+    self.g_p = None if g is None else jacobian(g, 1, name=f"{nlp.name}_constraints_p")
 
   def dependencies(self) -> tuple[FunctionBase, ...]:
     """The derivative functions (and g)."""
@@ -144,7 +144,7 @@ class SensitivityFunction(UsesQDLDL, TemplatedFunction):
   def _patterns(self) -> tuple[sp.csc_array, sp.csc_array, NDArray[np.int64]]:
     """H's pattern (upper triangle, the Hessian's storage order), A = [∂g/∂x; I]'s, and where each entry of ∂g/∂x
     (then of I) goes in A's storage."""
-    n, m = self.sqp.n, self.sqp.m
+    n, m = self.nlp.n, self.nlp.m
     h = self.hessian
     hess = sp.csc_array((np.ones(h.nnz), h.indices, h.indptr), shape=(n, n))
     nnz_j = 0 if self.g_x is None else self.g_x.nnz
@@ -169,8 +169,8 @@ class SensitivityFunction(UsesQDLDL, TemplatedFunction):
   @cached_property
   def context(self) -> _SensitivityContext:
     """Sizes, the functions' names, the KKT system's buffers and tables."""
-    sqp, (hess, a, where) = self.sqp, self._patterns
-    n, ng, n_p = sqp.n, sqp.m, sqp.np
+    nlp, (hess, a, where) = self.nlp, self._patterns
+    n, ng, n_p = nlp.n, nlp.m, nlp.np
     nnz_j = where.size - n
     tables = {**self.kkt.tables, "J_to_A": tuple(int(v) for v in where[:nnz_j]),
               "I_to_A": tuple(int(v) for v in where[nnz_j:])}  # fmt: skip
@@ -178,7 +178,7 @@ class SensitivityFunction(UsesQDLDL, TemplatedFunction):
     buffers = (*self.kkt.buffers, *(("double", name, max(size, 1)) for name, size in doubles))
     name_of = lambda f: "" if f is None else f.name
     return _SensitivityContext(
-      name=self.name, sqp=sqp.name, n=n, ng=ng, np=n_p, nnz_P=hess.nnz, nnz_A=a.nnz, nnz_J=nnz_j,
+      name=self.name, sqp=nlp.name, n=n, ng=ng, np=n_p, nnz_P=hess.nnz, nnz_A=a.nnz, nnz_J=nnz_j,
       constraints=name_of(self.constraints), jacobian=name_of(self.g_x), constraints_p=name_of(self.g_p),
       hessian=self.hessian.name, mixed=self.mixed.name, evaluations=tuple(f.name for f in self.dependencies()),
       buffers=buffers, tables=tuple(tables.items()),
@@ -191,8 +191,8 @@ class SensitivityFunction(UsesQDLDL, TemplatedFunction):
   def __call__(self, x: F64, p: F64, lam_g: F64, lam_x: F64, bounds: tuple[F64, ...]) -> Sensitivity:
     """The Sensitivity of the solution (x, λ_g, λ_x) at parameter p with bounds (lbx, ubx, lbg, ubg) (float64
     arrays of the NLP's sizes, checked by the caller); ValueError where the KKT matrix is singular."""
-    sqp = self.sqp
-    n, m, n_p = sqp.n, sqp.m, sqp.np
+    nlp = self.nlp
+    n, m, n_p = nlp.n, nlp.m, nlp.np
     inputs = [np.ascontiguousarray(a, dtype=np.float64) for a in (x, p, lam_g, lam_x, *bounds)]
     inputs = [a if a.size else np.zeros(1) for a in inputs]
     outs = [np.zeros((n, n_p)), np.zeros((max(m, 1), n_p)), np.zeros((n, n_p))]
@@ -202,7 +202,7 @@ class SensitivityFunction(UsesQDLDL, TemplatedFunction):
     with self._lock:  # NOTE: one workspace, however many threads call
       code = self._call(in_ptrs, out_ptrs, active.ctypes.data, self.handle.pointer)
     if code < 0:
-      raise ValueError(f"{sqp.name}: {_FAILURES[code]}")
+      raise ValueError(f"{nlp.name}: {_FAILURES[code]}")
     rows = lambda part, code_of: tuple(int(i) for i in np.flatnonzero(code_of(part)))
     g_part, x_part = active[:m], active[m:]
     return Sensitivity(outs[0], outs[1][:m], outs[2], rows(g_part, lambda a: a > 0), rows(x_part, lambda a: a > 0),

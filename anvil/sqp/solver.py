@@ -12,11 +12,9 @@ from typing import Any, Protocol, cast, runtime_checkable
 import numpy as np
 import scipy.sparse as sp
 from numpy.typing import ArrayLike, NDArray
-from tinygrad import Tensor
 
 from anvil.ad import gradient as cost_gradient
-from anvil.ad import sphessian, spjacobian
-from anvil.codegen import Arg, FunctionBase, NumericalFunction
+from anvil.codegen import FunctionBase, NumericalFunction
 from anvil.codegen.base import check_identifier
 from anvil.codegen.forksafe import owned_lock
 from anvil.codegen.names import DERIVED_ROOM
@@ -36,21 +34,12 @@ from anvil.qp import (
 from anvil.qp.backend import DerivativeSources
 from anvil.qp.registry import qp_backend
 from anvil.sqp.labels import NLPLabels
+from anvil.sqp.nlp import NLP, Fn, SparseDerivative
 from anvil.sqp.options import SQPOptions
 from anvil.sqp.result import SQPResult
 from anvil.sqp.sensitivity import Sensitivity, SensitivityFunction
 from anvil.sqp.stats import StatsReader, elastic_options, qp_options
 from anvil.validation import check_bounds, float_array, require_cpu_float64, require_type
-
-Fn = NumericalFunction[..., Any]
-
-
-@runtime_checkable
-class Sized(Protocol):
-  """A generated function that states its output's length (`size`) without being traced."""
-
-  @property
-  def size(self) -> int: ...
 
 
 @runtime_checkable
@@ -60,29 +49,6 @@ class StepTaker(Protocol):
   last Jacobian evaluation's, the same values to the bit)."""
 
   def takes_steps_from(self, jacobian: object) -> bool: ...
-
-
-class SparseDerivative(Protocol):
-  """What the solver reads of a sparse derivative besides its generated code (a SparseNumericalFunction, or a
-  generated function with the same C++ interface: namespace, IN/OUT types, WS_t, init_ws and call)."""
-
-  @property
-  def name(self) -> str: ...
-
-  @property
-  def inputs(self) -> tuple[Arg, ...]: ...
-
-  @property
-  def shape(self) -> tuple[int, int]: ...
-
-  @property
-  def indices(self) -> NDArray[Any]: ...
-
-  @property
-  def indptr(self) -> NDArray[Any]: ...
-
-  @property
-  def nnz(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -235,8 +201,10 @@ class SQPFunction(TemplatedFunction):
       _check_outputs(name, cost, "cost")
       if constraints is not None:
         _check_outputs(name, constraints, "constraints")
-    self._hessian = None if hessian is None else self._check_derivative(hessian, "hessian")
-    self._jacobian = None if jacobian is None else self._check_derivative(jacobian, "jacobian")
+    self.nlp = NLP(self.name, cost, constraints, self.n, self.np, self.scalar, jacobian, hessian, constraints_code)
+    for given, what in ((hessian, "hessian"), (jacobian, "jacobian")):
+      if given is not None:
+        self._check_derivative(given, what)
     if not isinstance(convex_hessian, bool) or (convex_hessian and hessian is None):
       raise ValueError(f"{name}: convex_hessian=True declares a given hessian positive semidefinite; pass hessian=")
     self.convex_hessian = convex_hessian
@@ -265,43 +233,27 @@ class SQPFunction(TemplatedFunction):
       raise ValueError(f"{self.name}: {what} must return {kind}")
     return fn
 
-  @cached_property
+  @property
   def m(self) -> int:
-    """Number of constraints (from `constraints_code` when given: `constraints` is then not traced for it)."""
-    if self.constraints is None:
-      return 0
-    return (self.constraints_code if isinstance(self.constraints_code, Sized) else self.constraints.outputs[0]).size
+    """Number of constraints (`NLP.m`)."""
+    return self.nlp.m
 
-  @cached_property
+  @property
   def jacobian(self) -> SparseDerivative | None:
-    """The sparse ∂g/∂x (the one given, else derived), or None without constraints."""
-    if self._jacobian is not None or self.constraints is None:
-      return self._jacobian
-    return spjacobian(self.constraints, 0, name=f"{self.name}_constraint_jacobian")
+    """The sparse ∂g/∂x (the one given, else derived), or None without constraints (`NLP.jacobian`)."""
+    return self.nlp.jacobian
 
-  @cached_property
+  @property
   def hessian(self) -> SparseDerivative:
     """The upper triangle of the Hessian of sigma·f + λᵀg in x (or the approximation given), a function of
-    (x, p, sigma, λ)."""
-    if self._hessian is not None:
-      return self._hessian
-    cost, constraints = self.cost.fn, None if self.constraints is None else self.constraints.fn
-
-    def lagrangian(x: Tensor, p: Tensor, sigma: Tensor, lam: Tensor) -> Tensor:
-      value = sigma[0] * cost(x, p)
-      return value if constraints is None else value + (constraints(x, p) * lam).sum()
-
-    dtype = SCALARS[self.scalar]
-    args = (Arg(self.n, dtype=dtype), Arg(self.np, dtype=dtype), Arg(1, dtype=dtype), Arg(self.m, dtype=dtype))
-    return sphessian(
-      NumericalFunction(f"{self.name}_lagrangian", lagrangian, args), 0, name=f"{self.name}_lagrangian_hessian"
-    )
+    (x, p, sigma, λ) (`NLP.hessian`)."""
+    return self.nlp.hessian
 
   @cached_property
   def sensitivity_function(self) -> SensitivityFunction:
     """The solution sensitivity generated as C++ (`SQPResult.sensitivity` calls it; compiled on first use, or put in
     a module beside the solver)."""
-    return SensitivityFunction(self)
+    return SensitivityFunction(self.nlp)
 
   # *** the QPs ***
 
@@ -519,7 +471,7 @@ class SQPFunction(TemplatedFunction):
   @cached_property
   def labels(self) -> NLPLabels:
     """Names of the NLP's functions, rows and variables, for messages."""
-    return NLPLabels(self)
+    return NLPLabels(self.nlp)
 
   @cached_property
   def context(self) -> _SolverContext:

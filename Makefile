@@ -30,7 +30,7 @@ test: $(STAMP)
 # a quick check while working (a few minutes with the build cache warm): the unit tests and one integration test file
 # per layer, the slow ones left out; `make test` is what CI and a change's last check run
 FAST_TESTS := tests/unit $(addprefix tests/integration/, test_validation.py test_ad.py test_sparse.py test_sqp.py \
-  test_stage_routing.py test_tuning.py test_errors.py)
+  test_stage_routing.py test_tuning.py test_errors.py test_mpc.py test_mhe.py test_stagewise.py test_robots.py)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not slow" $(FAST_TESTS)
 

@@ -99,7 +99,7 @@ class MHEFunction(TemplatedFunction):
     w_bounds: (lower, upper) bounds on the process noise, each (nx,).
     x_prior: the first window's arrival center (nx,) (default zeros).
     p: the default parameter (np,) of calls that pass none (dynamics or measurement taking p).
-    options: MPCOptions of the OCP solver (full SQP; hessian "exact" or "gauss_newton"; qp_solver; scalar).
+    options: MPCOptions of the OCP solver (full SQP; hessian "exact" or "gauss_newton"; qp; scalar).
 
   Calls are thread-safe (one at a time, as the MPC's).
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -59,6 +60,13 @@ class StatsReader:
   staged: bool
   function_name: Callable[[int], str]
 
+  @cached_property
+  def qp_solvers(self) -> tuple[str, str]:
+    """The names of the solvers of its QPs and of its elastic QPs, as stats["qp_solver"] and ["elastic_qp_solver"]
+    report them (found once: every MPC call reports them)."""
+    qp = qp_options(self.options, self.staged)
+    return qp.solver, (elastic_options(self.options, self.staged) or qp).solver
+
   def buffers(self) -> tuple[NDArray[np.float64], NDArray[np.int32], NDArray[np.int32]]:
     """Fresh arrays the JIT export of Stats fills: history, ihistory and info."""
     rows = self.options.max_iter + 1
@@ -90,9 +98,7 @@ class StatsReader:
     stats["qp_iterations"] = qp_iterations
     stats["qp_status"] = tuple([QP_CODES[code] for code in qp_codes.tolist()])
     stats["restoration"] = restoration.astype(bool)
-    qp = qp_options(self.options, self.staged)
-    stats["qp_solver"] = qp.solver
-    stats["elastic_qp_solver"] = (elastic_options(self.options, self.staged) or qp).solver
+    stats["qp_solver"], stats["elastic_qp_solver"] = self.qp_solvers
     stats.update(zip(TIME_NAMES, (float(t) for t in times), strict=True))
     if info[2] >= 0:
       stats["failed_function"] = self.function_name(int(info[2]))

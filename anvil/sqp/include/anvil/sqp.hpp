@@ -199,7 +199,9 @@ class Solver {
     P::constraints(x, p, ws.v.g.data(), ws);
     for (;; ++it.k) {
       Residuals kkt;
-      if (!linearize(it, kkt) || terminates(it, kkt) || !prepare_qps(it)) break;
+      if (!linearize(it, kkt) || terminates(it, kkt)) break;
+      if (it.k == 0) it.search.optimality.start(kkt.l1);
+      if (!prepare_qps(it)) break;
       // NOTE: from the least-violation point of an infeasible solve (restore_first) the restoration begins at once: it
       // spares the QP that would be inconsistent again (OSQP spent milliseconds telling so)
       const bool restore_now = it.k == 0 && limits.restore_first && kkt.primal > tol;
@@ -582,7 +584,6 @@ class Solver {
       it.status = it.acceptable_now ? acceptable : it.k >= it.limits.max_iter ? max_iterations : time_limit;
       return true;
     }
-    if (it.k == 0) it.search.optimality.start(kkt.l1);
     return false;
   }
 

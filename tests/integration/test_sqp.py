@@ -12,7 +12,7 @@ import anvil as av
 from anvil import Arg, NumericalFunction, Tensor
 from anvil.codegen import templated
 from anvil.sqp import SQPFunction, SQPOptions
-from tests.conftest import STRICT
+from tests.conftest import STRICT, qp_named
 
 INF = np.inf
 
@@ -195,14 +195,13 @@ def test_locally_infeasible_constraints_end_at_the_least_violation() -> None:
 def test_p2_cartpole_swing_up(qp: str) -> None:
   from anvil.mpc import shooting_layout
   from anvil.problems import shooting
-  from anvil.qp import OSQPOptions, RiccatiOptions, SparseIPMOptions
 
   n = 50
   size = shooting.size(n)
   f = av.NumericalFunction(f"swing_{qp}_cost", lambda w, x0: shooting.stage_cost(w, n), (Arg(size), Arg(4)))
   g = av.NumericalFunction(f"swing_{qp}_defects", lambda w, x0: shooting.defects(w, x0, n), (Arg(size), Arg(4)))
   # the NLP has the multiple-shooting stage layout, so its QPs can go to the Riccati interior point
-  options = SQPOptions(qp={"sparse_ipm": SparseIPMOptions(), "osqp": OSQPOptions(), "riccati": RiccatiOptions()}[qp])
+  options = SQPOptions(qp=qp_named(qp))
   x_init, lbx, ubx, w0 = shooting.swing_up(n)
   solver = SQPFunction(f"swing_up_{qp}", f, g, options, stages=shooting_layout(n, 4, 1))
   res = solver(w0, x_init, lbx, ubx, np.zeros(4 * n + 4), np.zeros(4 * n + 4))
@@ -331,15 +330,14 @@ def test_reported_qp_solvers_are_the_backends_built(qp: str | None, staged: bool
   backend), name the backends the solver builds, with and without a stage layout."""
   from anvil.mpc import shooting_layout
   from anvil.problems import shooting
-  from anvil.qp import OSQPOptions, RiccatiOptions, SparseIPMOptions
 
   n = 3
   size = shooting.size(n)
   f = av.NumericalFunction("names_cost", lambda w, x0: shooting.stage_cost(w, n), (Arg(size), Arg(4)))
   g = av.NumericalFunction("names_defects", lambda w, x0: shooting.defects(w, x0, n), (Arg(size), Arg(4)))
-  chosen = {None: None, "osqp": OSQPOptions(), "sparse_ipm": SparseIPMOptions(), "riccati": RiccatiOptions()}[qp]
   stages = shooting_layout(n, 4, 1) if staged else None  # NOTE: without, the default's search finds it
-  solver = SQPFunction(f"names_{qp}_{staged}", f, g, SQPOptions(qp=chosen), stages=stages)
+  options = SQPOptions(qp=None if qp is None else qp_named(qp))
+  solver = SQPFunction(f"names_{qp}_{staged}", f, g, options, stages=stages)
   history, ihistory, info = solver.stats_reader.buffers()
   info[2] = info[4] = -1
   _, _, stats = solver.stats_reader.unpack(history, ihistory, info, np.zeros(2), np.zeros(4), None, solver.labels)

@@ -5,6 +5,7 @@ Run from the repository root:
   .venv/bin/python -m benchmarks.bench_riccati                 # the chain's stage sizes, n_mass 3 4 5 6 8
   .venv/bin/python -m benchmarks.bench_riccati --sizes 5 --reps 50
   .venv/bin/python -m benchmarks.bench_riccati --condensing                    # partial condensing: block sizes
+  .venv/bin/python -m benchmarks.bench_riccati --hpipm /path/to/acados/install  # against HPIPM, same condensing
 
 Instances: for each chain size (anvil.problems.chain: nx = 3 (2M + 1) states, 3 inputs, M + 1 wall slacks, which
 the MPC makes inputs of their stage that enter no dynamics), a random OCP QP of N = 40 stages with those sizes
@@ -20,6 +21,13 @@ row updates, O(rows), are left out. GFlop/s = their ratio: how close the recursi
 soft row on the states per stage: elastic, priced L1 + L2) of sizes (nx, nu, N) from 4 to 39 states: per solve, cold
 and warm started (the data nudged by 1-2%), medians over the instances and rounds (all block sizes of one size in
 the same round, round robin); `auto` marks auto_condensing's choice.
+
+--hpipm PREFIX: the same soft QPs (chain sizes nx 9 ... 45, 3 inputs, N = 40) solved by anvil's RiccatiQP and by
+HPIPM (benchmarks.hpipm_qp: acados's install prefix, SPEED mode) at the same partial condensing (anvil's blocks of M
+stages, HPIPM's cond_N = N / M stages), both cold, to the same tolerance 1e-8, each instance's least time over
+--reps repeats, then the median over the instances; per interior-point iteration: the solve's time (condensing and
+expansion included; HPIPM's interior point alone beside it) over its iterations. Both sides' u_0 must agree to 1e-4
+(HPIPM at its iteration limit, 100, is marked, not dropped: its iterations are still iterations).
 """
 
 from __future__ import annotations
@@ -27,6 +35,8 @@ from __future__ import annotations
 import argparse
 import itertools
 import statistics
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,6 +45,8 @@ from anvil.problems import chain
 from anvil.problems.ocp_qp import random_qp
 from anvil.qp import RiccatiQP
 from anvil.qp.riccati import auto_condensing
+from benchmarks import hpipm_qp
+from benchmarks.common import print_markdown
 
 N = 40
 
@@ -135,13 +147,73 @@ def condensing_row(nx: int, nu: int, n: int, blocks: list[int], reps: int) -> st
   return f"  {nx:>3} {nu:>3} {n:>4} | " + " | ".join(cells)
 
 
+#: (nx, nu) of the --hpipm table: the chain's states at n_mass 3, 5, 6, 9 with its 3 inputs (the wall's slacks are
+#: HPIPM's soft-row slacks and anvil's elastic rows), and the partial condensings compared (blocks of M stages).
+HPIPM_SIZES = ((9, 3), (21, 3), (27, 3), (45, 3))
+HPIPM_BLOCKS = (1, 2, 5, 8)
+
+
+def hpipm_instance(rng: np.random.Generator, nx: int, nu: int) -> dict[str, Any]:
+  """soft_instance over N stages with its dynamics' random part scaled by 1 / sqrt(nx): A's spectral radius near
+  1.1 at every size, as a discretized mechanical system's (random_qp's grows as 1 + 0.1 sqrt(nx): 1.7 at nx = 45,
+  which makes the QP over 40 stages ill-conditioned enough to stall either solver)."""
+  d = soft_instance(rng, nx, nu, N)
+  d["A"] = np.eye(nx) + (d["A"] - np.eye(nx)) / np.sqrt(nx)
+  return d
+
+
+def hpipm_rows(prefix: Path, reps: int, tol: float = 1e-8) -> list[list[str]]:
+  """The --hpipm table's rows: per size and condensing, both sides' iterations, solve time and time per iteration
+  (module docstring)."""
+  rows = []
+  with tempfile.TemporaryDirectory(prefix="bench_hpipm_") as folder:
+    out = Path(folder)
+    exe = hpipm_qp.build_driver(prefix, out)
+    for nx, nu in HPIPM_SIZES:
+      kw: dict[str, Any] = dict(ng=nx + nu + 1, ngN=nx + 1, boxes=True, quadratic_prices=True)
+      rng = np.random.default_rng(nx)
+      instances = [hpipm_instance(rng, nx, nu) for _ in range(5)]
+      for M in HPIPM_BLOCKS:
+        qp = RiccatiQP(f"bench_hpipm_{nx}_{nu}_{M}", nx, nu, N, condensing=M, **kw)
+        mine, theirs, unsolved = [], [], 0
+        for i, d in enumerate(instances):
+          solves = [qp(tol, **d) for _ in range(reps)]
+          if any(s.status != "solved" for s in solves):
+            raise RuntimeError(f"bench_riccati: RiccatiQP ({nx}, {nu}) M {M}: {solves[0].status}")
+          hpipm_qp.write_qp(d, out / f"qp{i}.bin")
+          hp = hpipm_qp.solve(exe, out / f"qp{i}.bin", (nx, nu, N), N // M, reps, tol)
+          if not np.allclose(hp.u0, solves[0].u[0], atol=1e-4):
+            raise RuntimeError(f"bench_riccati: HPIPM ({nx}, {nu}) cond_N {N // M}: status {hp.status}, u_0 "
+                               f"{hp.u0} against anvil's {solves[0].u[0]}")  # fmt: skip
+          mine.append((min(s.solve_time for s in solves), solves[0].iterations))
+          theirs.append((hp.seconds, hp.iterations, hp.ipm_seconds))
+          unsolved += hp.status != 0
+        us = lambda runs, at=0: statistics.median(r[at] for r in runs) * 1e6
+        its = lambda runs: statistics.mean(r[1] for r in runs)
+        per = lambda runs, at=0: statistics.median(r[at] / r[1] for r in runs) * 1e6
+        hpipm_its = f"{its(theirs):.1f}" + "*" * (unsolved > 0)
+        rows.append([str(nx), str(nu), str(M), str(N // M), f"{its(mine):.1f}", f"{us(mine):.0f}", f"{per(mine):.1f}",
+                     hpipm_its, f"{us(theirs):.0f}", f"{per(theirs):.1f}", f"{per(theirs, 2):.1f}",
+                     f"{per(mine) / per(theirs):.2f}x"])  # fmt: skip
+  return rows
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--sizes", type=int, nargs="+", default=list(chain.SIZES), help="chain n_mass values")
   parser.add_argument("--reps", type=int, default=20, help="instances per size")
   parser.add_argument("--condensing", action="store_true", help="the partial condensing table instead")
   parser.add_argument("--blocks", type=int, nargs="+", default=[1, 2, 3, 4, 6], help="--condensing: block sizes")
+  parser.add_argument("--hpipm", type=Path, help="HPIPM's install prefix (acados's): the same-condensing table")
   args = parser.parse_args()
+  if args.hpipm:
+    print(f"RiccatiQP against HPIPM (SPEED) on the same soft QPs, N = {N}, cold, tol 1e-8: median over 5 instances of")
+    print(f"each one's least time over {args.reps} repeats; us per solve and per interior-point iteration (*: HPIPM")
+    print("stopped at its iteration limit, 100, on some instance; its u_0 still within 1e-4 of anvil's)")
+    header = ["nx", "nu", "anvil M", "HPIPM cond_N", "anvil its", "anvil us", "anvil us/it", "HPIPM its", "HPIPM us",
+              "HPIPM us/it", "HPIPM IPM alone us/it", "per iteration, anvil / HPIPM"]  # fmt: skip
+    print_markdown(header, hpipm_rows(args.hpipm, args.reps))
+    return
   if args.condensing:
     print("RiccatiQP, partial condensing in blocks of M stages: per solve, cold then warm: ms (ratio to none, mean")
     print("iterations); * = auto_condensing's choice")

@@ -63,7 +63,7 @@ bench: $(STAMP)
 # The cart-pole MPC cross-built for aarch64 Linux and a bare-metal Cortex-M7, run under QEMU (installs Debian's cross
 # toolchains and QEMU with apt-get when missing); prints one table: closed-loop cost against x86, flash, RAM, stack.
 embedded: $(STAMP)
-	$(PY) -m examples.embedded.cross
+	$(PY) -m tests.support.cross
 
 clean:
 	rm -rf build $(VENV) .pytest_cache .ruff_cache .mypy_cache

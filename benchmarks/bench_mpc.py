@@ -38,11 +38,11 @@ from typing import Any
 import numpy as np
 
 from anvil.mpc import MPCOptions
+from anvil.mpc.harness import build_harness, run_harness
 from anvil.problems import cartpole, cartpole_mpc
 from anvil.problems.backend import casadi_backend
 from anvil.qp import OSQPOptions
 from benchmarks.common import casadi_solver, load_casadi, shift, verdict
-from examples.cpp.harness import build_harness, run_harness
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -21,10 +21,10 @@ from numpy.typing import NDArray
 
 import anvil as av
 from anvil.mpc import MPCFunction, plot_closed_loop, simulate
+from anvil.mpc.harness import build_harness, run_harness
 from anvil.problems import cartpole, quadrotor
-from anvil.problems import cartpole_mpc as cm
 
-from cpp.harness import build_harness, run_harness
+from cartpole_stabilize import COST, STEPS, U_MAX, X0, XC_MAX, H, controller
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -80,29 +80,29 @@ def main() -> None:
   """Build the cart-pole MPC, run its closed loop in Python and in standalone C++, print the comparison."""
   quadrotor_step()
 
-  print(f"P2 stabilizing cart-pole MPC: N = 30, |u| <= {cm.U_MAX:g} N, |xc| <= {cm.XC_MAX:g} m, "
-        f"{cm.STEPS_STABILIZE} steps of {cartpole.H} s from x0 = {cm.X0_STABILIZE.tolist()}")  # fmt: skip
+  print(f"P2 stabilizing cart-pole MPC (examples/cartpole_stabilize.py): N = 30, |u| <= {U_MAX:g} N, |xc| <= "
+        f"{XC_MAX:g} m, {STEPS} steps of {H} s from x0 = {X0.tolist()}")  # fmt: skip
   start = time.perf_counter()
-  mpc = cm.stabilizing("cartpole_mpc")
-  mpc(cm.X0_STABILIZE)  # the first call builds the controller (trace, generate, compile) or loads it from the cache
+  mpc = controller("cartpole_mpc")
+  mpc(X0)  # the first call builds the controller (trace, generate, compile) or loads it from the cache
   print(f"  controller built (or loaded from the cache) in {time.perf_counter() - start:.2f} s")
 
   start = time.perf_counter()
-  cl = simulate(mpc, cartpole.step_numpy, cm.X0_STABILIZE, cm.STEPS_STABILIZE)
+  cl = simulate(mpc, cartpole.step_numpy, X0, STEPS)
   sim_s = time.perf_counter() - start
   wall = python_call_times(mpc, cl.x[:-1])
   BUILD.mkdir(parents=True, exist_ok=True)
-  plot = plot_closed_loop(cl, BUILD / "cartpole_closed_loop.png", dt=cartpole.H, state_names=STATE_NAMES)
+  plot = plot_closed_loop(cl, BUILD / "cartpole_closed_loop.png", dt=H, state_names=STATE_NAMES)
   print(f"  Python closed loop (numpy plant) in {sim_s:.2f} s, plot: {plot.relative_to(ROOT)}")
 
   start = time.perf_counter()
   CPP_DIR.mkdir(parents=True, exist_ok=True)
-  exe = build_harness(mpc, CPP_DIR, module=MODULE, x0=cm.X0_STABILIZE)
+  exe = build_harness(mpc, CPP_DIR, module=MODULE, x0=X0)
   build_s = time.perf_counter() - start
-  run = run_harness(exe, cm.X0_STABILIZE, cm.STEPS_STABILIZE)
+  run = run_harness(exe, X0, STEPS)
   print(f"  C++ harness generated and compiled in {build_s:.2f} s: {exe.relative_to(ROOT)}\n")
 
-  ref = cm.COST_STABILIZE
+  ref = COST
   rows = [
     ("closed-loop cost", f"{cl.cost:.9f}", f"{run.cost:.9f}"),
     (f"  relative error vs reference {ref}", f"{(cl.cost - ref) / ref:.1e}", f"{(run.cost - ref) / ref:.1e}"),
@@ -118,7 +118,7 @@ def main() -> None:
     ("SQP iterations, mean", f"{cl.iterations.mean():.2f}", f"{run.iterations.mean():.2f}"),
     ("statuses", _statuses(cl.statuses), _statuses(run.statuses)),
   ]
-  print(f"{'':43} {'Python (anvil.mpc.simulate)':>32} {'C++ (examples/cpp harness)':>32}")
+  print(f"{'':43} {'Python (anvil.mpc.simulate)':>32} {'C++ (anvil.mpc.harness)':>32}")
   for label, py, cpp in rows:
     print(f"{label:43} {py:>32} {cpp:>32}".rstrip())
 

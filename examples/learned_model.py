@@ -24,13 +24,12 @@ from tinygrad import Tensor
 from anvil import Arg, NumericalFunction
 from anvil.mpc import MPCFunction, plot_closed_loop, simulate
 from anvil.problems import cartpole
-from anvil.problems import cartpole_mpc as cm
 
+from cartpole_stabilize import COST, NAMES, STEPS, X0, bounds, stage_cost, terminal_cost
 from cli import example_arguments
 
 ROOT = Path(__file__).resolve().parent.parent
 
-NAMES = cm.STATE_NAMES
 #: The sampling box around the upright: half-widths of xc, theta, xc_dot, theta_dot and the force u.
 BOX = np.array([1.0, 0.8, 2.5, 4.0, 20.0])
 SIZES = (5, 32, 32, 4)
@@ -87,7 +86,7 @@ def mlp(layers: list[tuple[np.ndarray, np.ndarray]], z: np.ndarray) -> np.ndarra
 
 def main() -> None:
   """Fit the model, build the MPC on it, run `--steps` steps of 0.05 s on the true cart-pole, report and plot."""
-  args = example_arguments(__doc__, cm.STEPS_STABILIZE)
+  args = example_arguments(__doc__, STEPS)
 
   rng = np.random.default_rng(0)
   start = time.perf_counter()
@@ -107,12 +106,12 @@ def main() -> None:
     h = (W2 @ h + b2).tanh()
     return x + W3 @ h + b3
 
-  x_bounds, u_bounds = cm.bounds()
+  x_bounds, u_bounds = bounds()
   mpc = MPCFunction(
     "cartpole_learned",
     dynamics=NumericalFunction("cartpole_learned_F", learned_step, (Arg(4), Arg(1))),
-    stage_cost=cm.stage_cost("cartpole_learned_l"),
-    terminal_cost=cm.terminal_cost("cartpole_learned_lN"),
+    stage_cost=stage_cost("cartpole_learned_l"),
+    terminal_cost=terminal_cost("cartpole_learned_lN"),
     horizon=30,
     x_bounds=x_bounds,
     u_bounds=u_bounds,
@@ -120,11 +119,11 @@ def main() -> None:
   start = time.perf_counter()
   mpc.reset()  # the first use builds the controller (trace, generate, compile) or loads it from the cache
   print(f"build: {time.perf_counter() - start:.1f} s")
-  cl = simulate(mpc, cartpole.step_numpy, cm.X0_STABILIZE, args.steps)
+  cl = simulate(mpc, cartpole.step_numpy, X0, args.steps)
   print(cl.summary())
-  error = cl.cost - cm.COST_STABILIZE
-  print(f"closed-loop cost on the true plant {cl.cost:.6f}; the true-model MPC's {cm.COST_STABILIZE:.6f} "
-        f"({cm.STEPS_STABILIZE} steps): relative difference {error / cm.COST_STABILIZE:+.2%}")  # fmt: skip
+  error = cl.cost - COST
+  print(f"closed-loop cost on the true plant {cl.cost:.6f}; the true-model MPC's {COST:.6f} "
+        f"({STEPS} steps): relative difference {error / COST:+.2%}")  # fmt: skip
   print(f"plot: {plot_closed_loop(cl, args.out / 'learned_model.png', cartpole.H, NAMES)}")
 
 

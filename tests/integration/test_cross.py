@@ -12,7 +12,7 @@ import pytest
 
 from anvil.mpc import MPCFunction, MPCOptions
 from anvil.problems import cartpole_mpc as cm
-from examples.embedded import cross
+from tests.support import cross
 
 pytestmark = pytest.mark.xdist_group("cross")
 STEPS = 100

@@ -15,11 +15,11 @@ from tinygrad import Tensor
 
 from anvil import Arg, NumericalFunction
 from anvil.mpc import LeastSquares, MPCFunction, MPCOptions, irk, simulate
+from anvil.mpc.harness import INCLUDES, SOURCE, build_harness, run_harness
 from anvil.mpc.stagewise import StageConstraints, StageDerivative
 from anvil.problems import cstr
 from anvil.problems.backend import NUMPY, TINYGRAD
 from anvil.sqp import SQPOptions
-from examples.cpp.harness import INCLUDES, SOURCE, build_harness, run_harness
 from tests.conftest import STRICT
 from tests.integration.test_implicit import cartesian_pendulum, pendulum, with_algebraic_state, with_torque_eliminated
 

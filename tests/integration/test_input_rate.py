@@ -13,8 +13,8 @@ from tinygrad import Tensor
 
 from anvil import Arg, NumericalFunction
 from anvil.mpc import LeastSquares, MPCFunction, MPCOptions, irk, rk4, simulate
+from anvil.mpc.harness import build_harness, run_harness
 from anvil.sqp import SQPOptions
-from examples.cpp.harness import build_harness, run_harness
 
 NX, NU, N, WHEELBASE = 4, 2, 20, 2.5
 RATE_LO, RATE_HI = np.array([-1.0, -0.05]), np.array([1.0, 0.05])  # acceleration's and steering angle's change per step

@@ -110,3 +110,15 @@ def test_quadruped_stands_shifts_and_takes_a_push_in_mujoco(tmp_path: Path) -> N
     r"shift \[([-0-9. ]+)\s+([-0-9.]+)\s+([-0-9.]+)\s*\] m", out).groups())  # fmt: skip
   assert 0.2 < low <= high < 0.26 and tilt < 0.05, out  # standing (0.239 m), not fallen or tipped
   assert x > 0.015 and y > 0.008, out  # most of the way to the shift (0.03, 0.02) against the posture's weight
+
+
+@pytest.mark.slow
+def test_arm_reach_in_cpp_against_mujoco_reaches_every_target(tmp_path: Path) -> None:
+  """examples/mujoco_cpp_loop.py: the same Panda controller, exported and closing its loop in C++ on MuJoCo's C
+  library, reaches each of its three targets within 1 mm, every solve converged (status 0)."""
+  command = [sys.executable, "examples/mujoco_cpp_loop.py", "--out", str(tmp_path), "--steps", "150"]
+  proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+  assert proc.returncode == 0, proc.stderr
+  errors = re.findall(r"target \d: position error ([0-9.]+) mm", proc.stdout)
+  assert len(errors) == 3 and all(float(e) < 1.0 for e in errors), proc.stdout
+  assert "statuses [150]" in proc.stdout, proc.stdout

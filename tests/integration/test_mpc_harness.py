@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from anvil.mpc import MPCFunction, simulate
+from anvil.mpc.harness import INCLUDES, SOURCE, build_harness, run_harness
 from anvil.problems import cartpole_mpc as cm
-from examples.cpp.harness import INCLUDES, SOURCE, build_harness, run_harness
 from tests.conftest import STRICT
 
 STEPS = 20

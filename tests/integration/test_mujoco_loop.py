@@ -1,4 +1,4 @@
-"""The exported robot controller closing the loop on MuJoCo in plain C++ (examples/cpp/mujoco): built with the CMake
+"""The exported robot controller closing the loop on MuJoCo in plain C++ (anvil.mpc.mujoco_loop): built with the CMake
 files anvil emits and MuJoCo's C library, it runs the closed loop `simulate` runs with a `MuJoCoPlant`."""
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from anvil.mpc import MuJoCoPlant, simulate
-from examples.cpp.mujoco import loop
+from anvil.mpc import MuJoCoPlant, mujoco_loop, simulate
 from tests.robots import anvil_robot, posture_mpc, urdf_path
 
 pytest.importorskip("mujoco")
@@ -24,9 +23,9 @@ def test_the_cpp_loop_on_mujoco_equals_simulate(tmp_path: Path) -> None:
   plant = MuJoCoPlant(urdf_path("ur5"), robot.joint_names, dt)
   x0 = np.r_[robot.neutral(), np.zeros(robot.nv)]
   python = simulate(mpc, plant, x0, steps)
-  module = loop.write(mpc, plant, x0, steps, tmp_path)
+  module = mujoco_loop.write(mpc, plant, x0, steps, tmp_path)
   assert (tmp_path / f"{module}.cmake").exists()  # built through the module's own CMake file
-  cpp = loop.run(loop.build(tmp_path, module), tmp_path)
+  cpp = mujoco_loop.run(mujoco_loop.build(tmp_path, module), tmp_path)
   assert np.all(cpp.statuses == 0) and np.all(cpp.iterations >= 1)
   np.testing.assert_array_equal(cpp.iterations, python.iterations)
   # the same controller code and the same MuJoCo, compiled with other flags (CMake's Release, not the JIT's): the
@@ -72,14 +71,14 @@ def test_a_floating_base_cpp_loop_equals_simulate(tmp_path: Path) -> None:
   law = lambda t, x: (0.5 * (t >= 5).where(1.0, 0.0)).cat(x[2:3])
   parameter = av.NumericalFunction("hopper_p", law, (av.Arg(1), av.Arg(nx)))
   plant = MuJoCoPlant(str(urdf), robot.joint_names, dt, floating_base=True, contact_spheres={"base": 0.05})
-  push = loop.Push("base", (0.0, 8.0, 0.0, 0.0, 0.0, 0.2), 4, 7)
+  push = mujoco_loop.Push("base", (0.0, 8.0, 0.0, 0.0, 0.0, 0.2), 4, 7)
   q0 = robot.neutral()
   q0[2] = 0.1  # the base's foot 5 cm above the ground, tilted
   q0[3:7] = np.array([0.1, 0.0, 0.0, 1.0]) / np.hypot(0.1, 1.0)
   x0 = np.r_[q0, np.zeros(robot.nv)]
   python = simulate(mpc, push.plant(plant), x0, steps, p=lambda t, x: parameter(np.array([float(t)]), x))
-  module = loop.write(mpc, plant, x0, steps, tmp_path, parameter, pushes=[push])
-  cpp = loop.run(loop.build(tmp_path, module), tmp_path)
+  module = mujoco_loop.write(mpc, plant, x0, steps, tmp_path, parameter, pushes=[push])
+  cpp = mujoco_loop.run(mujoco_loop.build(tmp_path, module), tmp_path)
   assert python.failure is None and np.all(cpp.statuses == 0)
   np.testing.assert_array_equal(cpp.iterations, python.iterations)
   np.testing.assert_allclose(cpp.u, python.u, atol=1e-6 * np.abs(python.u).max())

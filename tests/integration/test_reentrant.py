@@ -13,8 +13,8 @@ import pytest
 
 from anvil.codegen import find_c_compiler, find_compiler
 from anvil.mpc import MPCOptions
+from anvil.mpc.harness import INCLUDES, write_module
 from anvil.problems import cartpole_mpc as cm
-from examples.cpp.harness import INCLUDES, write_module
 from tests.conftest import qp_named
 
 #: Two instances' closed loops from different states, alone then in two threads at once; then a bitwise copy of one

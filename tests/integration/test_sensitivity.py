@@ -201,7 +201,7 @@ def test_generated_du0_dx0_equals_python(mpc: MPCFunction, x0: list[float], bloc
     mpc = cm.stabilizing(f"sens_cartpole_{blocks}", MPCOptions(qp=RiccatiOptions(condensing=blocks)), horizon=20)
 
   from anvil.codegen import find_compiler
-  from examples.cpp.harness import INCLUDES, write_module
+  from anvil.mpc.harness import INCLUDES, write_module
 
   source = write_module(mpc, tmp_path, x0=np.array(x0))
   (tmp_path / "gain.cpp").write_text(GAIN_HARNESS)
@@ -255,7 +255,7 @@ def build_sanitized(source: Path, main: str, out: Path) -> Path:
   """Compile the generated module `source` (and the C sources it brings) with main.cpp, warnings as errors, under
   AddressSanitizer and UBSan."""
   from anvil.codegen import find_c_compiler, find_compiler
-  from examples.cpp.harness import INCLUDES
+  from anvil.mpc.harness import INCLUDES
 
   (out / "main.cpp").write_text(main)
   include = [f"-I{out / i}" for i in INCLUDES]

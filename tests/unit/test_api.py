@@ -88,13 +88,20 @@ LAYERS = [
 ]
 
 
+def _imported_modules(path: Path) -> list[str]:
+  """Every module a file imports, wherever in it."""
+  modules = []
+  for node in ast.walk(ast.parse(path.read_text())):
+    modules += [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+    modules += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+  return modules
+
+
 @pytest.mark.parametrize(("layer", "higher"), LAYERS)
 def test_imports_flow_one_way(layer: str, higher: tuple[str, ...]) -> None:
   for path in (ROOT / "anvil" / layer).rglob("*.py"):
-    for node in ast.walk(ast.parse(path.read_text())):
-      modules = [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
-      modules += [a.name for a in node.names] if isinstance(node, ast.Import) else []
-      assert not any(m.startswith(higher) for m in modules), (path, modules)
+    modules = _imported_modules(path)
+    assert not any(m.startswith(higher) for m in modules), (path, modules)
 
 
 def _runtime_imports(path: Path, modules: set[str]) -> set[str]:
@@ -141,6 +148,18 @@ def test_runtime_headers_include_one_way(layer: str, higher: tuple[str, ...]) ->
   for path in (ROOT / "anvil" / layer).glob("include/anvil/*.hpp"):
     included = set(re.findall(r'#include "anvil/([^"]+)"', path.read_text()))
     assert not included & forbidden, (path.name, included & forbidden)
+
+
+def test_examples_are_plain_scripts() -> None:
+  """examples/ is a folder of scripts, not a package: nothing imports it, and its scripts import anvil, third-party
+  packages and each other (beside them), never tests or benchmarks, and never edit sys.path."""
+  assert not list((ROOT / "examples").rglob("__init__.py"))
+  for folder in ("anvil", "tests", "benchmarks"):
+    for path in (ROOT / folder).rglob("*.py"):
+      assert not any(m.split(".")[0] == "examples" for m in _imported_modules(path)), path
+  for path in (ROOT / "examples").rglob("*.py"):
+    assert not any(m.split(".")[0] in ("tests", "benchmarks") for m in _imported_modules(path)), path
+    assert "sys.path" not in path.read_text(), path
 
 
 #: The size budget of a jinja2 template: glue that fills sizes, names and tables around runtime headers, never an

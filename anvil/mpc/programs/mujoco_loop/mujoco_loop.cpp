@@ -3,7 +3,7 @@
 //   mujoco_loop model.mjb out.csv
 //
 // model.mjb is the plant's MuJoCo model (`MuJoCoPlant.model`, saved); mujoco_loop_config.hpp, written by
-// examples/cpp/mujoco/loop.py, includes the generated module, names the controller (ANVIL_MPC) and holds the run:
+// anvil.mpc.mujoco_loop (write), includes the generated module, names the controller (ANVIL_MPC) and holds the run:
 // the steps, MuJoCo's steps per sample, where the state's joints sit in qpos and qvel (and the free joint of a
 // floating base), which degrees of freedom the torques drive, x0, the controller's default bounds, the pushes (wrenches
 // on bodies over ranges of steps) and each step's parameter: a table, or the generated function ANVIL_PARAMETER of

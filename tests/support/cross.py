@@ -2,12 +2,12 @@
 Cortex-M7 (qemu-system-arm, MPS2 AN500), and the float32 controller on a bare-metal Cortex-M4F (MPS2 AN386, a
 single-precision FPU), each closed loop against the x86 one.
 
-  .venv/bin/python -m examples.embedded.cross            # or `make embedded`: the cart-pole MPC (N = 30), one table
+  .venv/bin/python -m tests.support.cross            # or `make embedded`: the cart-pole MPC (N = 30), one table
 
 The toolchains are Debian's: gcc-arm-none-eabi, libnewlib-arm-none-eabi, libstdc++-arm-none-eabi-newlib,
 qemu-system-arm, g++-aarch64-linux-gnu and qemu-user (`install_toolchains()` installs them with apt-get).
 
-- aarch64: examples/cpp/closed_loop.cpp and the module, linked statically, run under qemu-aarch64.
+- aarch64: anvil.mpc.harness's closed_loop.cpp and the module, linked statically, run under qemu-aarch64.
 - Cortex-M7: examples/embedded/main.cpp (every workspace static), startup.cpp (vector table, reset, semihosting) and
   mps2.ld, compiled with -fno-exceptions -fno-rtti -Wstack-usage=8192 -Werror and ANVIL_NO_CLOCK; the objects of the
   module and of main.cpp are checked with nm to reference no operator new or delete, malloc, free, exceptions or
@@ -29,10 +29,11 @@ from pathlib import Path
 import numpy as np
 
 from anvil.mpc import MPCFunction, MPCOptions, simulate
-from examples.cpp.harness import SOURCE as HARNESS_SOURCE
-from examples.cpp.harness import write_module
+from anvil.mpc.harness import SOURCE as HARNESS_SOURCE
+from anvil.mpc.harness import write_module
 
-HERE = Path(__file__).resolve().parent
+#: The firmware's sources (main.cpp, startup.cpp, mps2.ld): an example a robot's bare-metal build starts from.
+FIRMWARE = Path(__file__).resolve().parents[2] / "examples" / "embedded"
 PACKAGES = ("gcc-arm-none-eabi", "libnewlib-arm-none-eabi", "libstdc++-arm-none-eabi-newlib", "qemu-system-arm",
             "g++-aarch64-linux-gnu", "qemu-user")  # fmt: skip
 TOOLS = ("arm-none-eabi-g++", "arm-none-eabi-size", "arm-none-eabi-nm", "qemu-system-arm", "aarch64-linux-gnu-g++",
@@ -139,13 +140,13 @@ def bare_metal(mpc: MPCFunction, out: Path, x0: np.ndarray, steps: int, cpu: Seq
   out.mkdir(parents=True, exist_ok=True)
   source = write_module(mpc, out, x0=x0)
   flags = [*cpu, *BARE_METAL, f"-I{out}", f"-DANVIL_STEPS={steps}"]
-  objects = {s: out / f"{s.stem}_{tag}.o" for s in (source, HERE / "main.cpp", HERE / "startup.cpp")}
+  objects = {s: out / f"{s.stem}_{tag}.o" for s in (source, FIRMWARE / "main.cpp", FIRMWARE / "startup.cpp")}
   for s, o in objects.items():
     run_tool(["arm-none-eabi-g++", *flags, "-c", s, "-o", o], out)
   elf = out / f"controller_{tag}.elf"
-  run_tool(["arm-none-eabi-g++", *cpu, "-nostartfiles", "--specs=nano.specs", "-T", HERE / "mps2.ld",
+  run_tool(["arm-none-eabi-g++", *cpu, "-nostartfiles", "--specs=nano.specs", "-T", FIRMWARE / "mps2.ld",
         "-Wl,--gc-sections", *objects.values(), "-lm", "-o", elf], out)  # fmt: skip
-  forbidden = forbidden_references([objects[source], objects[HERE / "main.cpp"]], out)
+  forbidden = forbidden_references([objects[source], objects[FIRMWARE / "main.cpp"]], out)
   sections = dict(re.findall(r"^(\.\w+)\s+(\d+)", run_tool(["arm-none-eabi-size", "-A", elf], out), re.M))
   qemu = ["qemu-system-arm", "-M", machine, "-nographic", "-monitor", "none", "-serial", "none",
           "-semihosting-config", "enable=on,target=native", "-kernel", elf]  # fmt: skip

@@ -4,7 +4,7 @@
 //                                                          the CSV path may also come from $ANVIL_CSV)
 //
 // Each step measures the state, calls the controller, applies u[0] to the plant (the generated dynamics function)
-// and adds the stage cost l(x_t, u_t). closed_loop_config.hpp, written by harness.py / generate.py, includes the
+// and adds the stage cost l(x_t, u_t). closed_loop_config.hpp, written by anvil.mpc.harness (write_module), includes the
 // generated module and names the controller (ANVIL_MPC), the plant (ANVIL_PLANT) and the stage cost
 // (ANVIL_STAGE_COST); it also holds the default bounds, the parameter p and the default x0.
 //

@@ -1,12 +1,18 @@
-"""Build and run the standalone C++ closed-loop harness (examples/cpp/closed_loop.cpp) for an `MPCFunction`.
+"""`harness`: an `MPCFunction`'s closed loop in standalone C++ (programs/closed_loop: closed_loop.cpp and its
+CMakeLists.txt): the controller's module with the plant (its dynamics) and the stage cost, written, compiled and run
+without Python, as a robot's code would run it.
 
-Shared by examples/cpp/generate.py, tests/integration/test_mpc_harness.py and benchmarks/bench_mpc.py.
+`write_module` writes the module, closed_loop_config.hpp (which module and namespaces the program drives, the default
+bounds, the parameter p and the default x0) and a copy of closed_loop.cpp into a folder; `build_harness` compiles them
+(OSQP's C sources as C) into an executable; `run_harness` runs it and reads its CSV back (`HarnessRun`).
+examples/cartpole_cpp.py writes the cart-pole's; tests/integration/test_mpc_harness.py checks it against `simulate`.
 """
 
 from __future__ import annotations
 
 import csv
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -21,8 +27,9 @@ import anvil
 from anvil.codegen import NumericalFunction, find_c_compiler, find_compiler
 from anvil.mpc import MPCFunction
 
-HERE = Path(__file__).resolve().parent
-SOURCE = HERE / "closed_loop.cpp"
+#: The CMake project of the closed loop (closed_loop.cpp and its CMakeLists.txt), shipped with the package.
+PROGRAM = Path(__file__).resolve().parent / "programs" / "closed_loop"
+SOURCE = PROGRAM / "closed_loop.cpp"
 CONFIG = "closed_loop_config.hpp"
 #: The JIT's optimization flags: the harness then computes exactly what the Python controller computes.
 FLAGS = ("-O3", "-fno-math-errno")
@@ -51,8 +58,9 @@ def _c_array(name: str, values: NDArray[np.float64], real: str) -> str:
 def write_module(
   mpc: MPCFunction, out_dir: str | Path, module: str | None = None, x0: ArrayLike | None = None, p: ArrayLike = ()
 ) -> Path:
-  """Write the controller module (with the dynamics and stage cost: the harness's plant and closed-loop cost) and
-  closed_loop_config.hpp (the names, the default bounds, the parameter p and the default x0) into out_dir.
+  """Write the controller module (with the dynamics and stage cost: the harness's plant and closed-loop cost),
+  closed_loop_config.hpp (the names, the default bounds, the parameter p and the default x0) and closed_loop.cpp into
+  out_dir.
 
   Returns the path of the module's .cpp. module defaults to `<mpc.name>_controller`, x0 to zeros, p to zeros.
   """
@@ -66,7 +74,7 @@ def write_module(
   params = np.broadcast_to(np.asarray(p, dtype=np.float64), (mpc.N + 1, mpc.np)) if mpc.np else np.zeros(0)
   arrays = {**mpc.defaults, "p": params, "x0": x_init}
   lines = [
-    "// Written by examples/cpp/harness.py: what closed_loop.cpp drives. Do not edit.",
+    "// Written by anvil.mpc.harness: what closed_loop.cpp drives. Do not edit.",
     "#pragma once",
     "#include <array>",
     "#include <limits>",
@@ -80,6 +88,7 @@ def write_module(
     "}  // namespace closed_loop_config",
   ]
   (out / CONFIG).write_text("\n".join(lines) + "\n")
+  shutil.copyfile(SOURCE, out / SOURCE.name)
   return source
 
 
@@ -106,7 +115,7 @@ def build_harness(
   inc = [f"-I{out / i}" for i in INCLUDES]
   (out / "obj").mkdir(exist_ok=True)
   c_sources = sorted((out / "osqp" / "src").glob("*.c")) + sorted((out / "osqp").glob("*workspace.c"))
-  sources = [(cc, "-std=c99", s) for s in c_sources] + [(cxx, "-std=c++17", s) for s in (source, SOURCE)]
+  sources = [(cc, "-std=c99", s) for s in c_sources] + [(cxx, "-std=c++17", s) for s in (source, out / SOURCE.name)]
   objects = [out / "obj" / f"{s.stem}.o" for _, _, s in sources]
   jobs = [[tool, std, *flags, *inc, "-c", s, "-o", o] for (tool, std, s), o in zip(sources, objects, strict=True)]
   with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:

@@ -1,12 +1,10 @@
-"""A generated MPC closing the loop on a MuJoCo model in plain C++ (examples/cpp/mujoco/mujoco_loop.cpp): write the
-controller's module (with the CMake files anvil emits), the plant's model and the run's config, build it with CMake
-against pip mujoco's C library, run it, read the closed loop back.
+"""`mujoco_loop`: a generated MPC closing the loop on a MuJoCo model in plain C++ (programs/mujoco_loop: mujoco_loop.cpp
+and its CMakeLists.txt): write the controller's module (with the CMake files anvil emits), the plant's model and the
+run's config, build it with CMake against pip mujoco's C library, run it, read the closed loop back.
 
-    python examples/cpp/mujoco/loop.py [--steps K] [--out DIR]   # examples/arm_reach.py's panda, in C++
-    python examples/cpp/mujoco/loop.py --quadruped   # examples/quadruped_stand.py's solo12, standing and pushed
-
-Shared by tests/integration/test_mujoco_loop.py, which checks it against `anvil.mpc.simulate` with a `MuJoCoPlant`
-(a fixed-base arm, and a floating base in contact with the ground, pushed, its parameter a function of the state).
+The C++ side of `simulate(mpc, MuJoCoPlant(...))`: the same samples, the same parameters (an array, a table per step,
+or a generated function of (t, x) called on the measured state) and the same pushes (`Push`), so the two loops can be
+compared step by step (tests/integration/test_mujoco_loop.py; examples/mujoco_cpp_loop.py runs a panda and a solo12).
 """
 
 from __future__ import annotations
@@ -26,7 +24,8 @@ import anvil
 from anvil import NumericalFunction
 from anvil.mpc import MPCFunction, MuJoCoPlant
 
-HERE = Path(__file__).resolve().parent
+#: The CMake project of the loop (mujoco_loop.cpp and its CMakeLists.txt), shipped with the package.
+PROGRAM = Path(__file__).resolve().parent / "programs" / "mujoco_loop"
 CONFIG = "mujoco_loop_config.hpp"
 MODEL = "model.mjb"
 
@@ -86,7 +85,7 @@ def write(
   out = Path(out_dir)
   parameter = p if isinstance(p, NumericalFunction) else None
   if parameter is not None and [a.shape for a in parameter.inputs] != [(1,), (mpc.nx,)]:
-    raise ValueError(f"loop.write: p must be a function of (t (1,), x ({mpc.nx},)), got inputs "
+    raise ValueError(f"mujoco_loop.write: p must be a function of (t (1,), x ({mpc.nx},)), got inputs "
                      f"{[a.shape for a in parameter.inputs]}")  # fmt: skip
   anvil.generate_module(module, [mpc] if parameter is None else [mpc, parameter], out_dir=out)
   import mujoco
@@ -97,19 +96,21 @@ def write(
   ]  # fmt: skip
   body = lambda name: mujoco.mj_name2id(plant.model, mujoco.mjtObj.mjOBJ_BODY, name)
   if any(body(push.body) < 0 for push in pushes):
-    raise ValueError(f"loop.write: the model has no body among {[push.body for push in pushes]}")
+    raise ValueError(f"mujoco_loop.write: the model has no body among {[push.body for push in pushes]}")
   real = f"{mpc.name}::real"
   arrays = {**mpc.defaults, "x0": np.asarray(x0, dtype=np.float64), "p": np.array(per_step),
             "push_wrench": np.array([push.wrench for push in pushes], dtype=np.float64)}  # fmt: skip
   numbers = lambda a: ", ".join("inf" if v == np.inf else "-inf" if v == -np.inf else repr(float(v)) for v in a.ravel())
-  ints = {"qpos": plant.qpos, "qvel": plant.qvel, "torque": plant.torque, "push_body": [body(q.body) for q in pushes],
-          "push_first": [q.first for q in pushes], "push_end": [q.end for q in pushes]}  # fmt: skip
+  ints: dict[str, Sequence[int] | NDArray[np.int64]] = {
+    "qpos": plant.qpos, "qvel": plant.qvel, "torque": plant.torque, "push_body": [body(q.body) for q in pushes],
+    "push_first": [q.first for q in pushes], "push_end": [q.end for q in pushes],
+  }  # fmt: skip
   array_line = lambda kind, name, values, text: (
     f"inline constexpr std::array<{kind}, {max(np.size(values), 1)}> {name} = {{{text or '0'}}};"
   )
   base_qpos, base_dof = plant.base
   lines = [
-    "// Written by examples/cpp/mujoco/loop.py: what mujoco_loop.cpp runs. Do not edit.",
+    "// Written by anvil.mpc.mujoco_loop: what mujoco_loop.cpp runs. Do not edit.",
     "#pragma once",
     "#include <array>",
     "#include <limits>",
@@ -135,7 +136,7 @@ def build(out_dir: str | Path, module: str) -> Path:
   CPU with the JIT's flags: ANVIL_NATIVE); returns the executable. Raises RuntimeError with CMake's output on
   failure."""
   out = Path(out_dir).resolve()
-  configure = ["cmake", "-S", str(HERE), "-B", str(out / "cmake"), f"-DANVIL_GENERATED_DIR={out}",
+  configure = ["cmake", "-S", str(PROGRAM), "-B", str(out / "cmake"), f"-DANVIL_GENERATED_DIR={out}",
                f"-DANVIL_MODULE={module}", f"-DMUJOCO_DIR={mujoco_dir()}", "-DANVIL_NATIVE=ON"]  # fmt: skip
   for command in (configure, ["cmake", "--build", str(out / "cmake"), "-j", "2"]):
     proc = subprocess.run(command, capture_output=True, text=True)
@@ -157,62 +158,3 @@ def run(exe: str | Path, out_dir: str | Path, timeout: float = 600) -> Run:
   table = np.array([[float(v) for v in row[1 : 2 + nx + nu]] for row in rows])
   return Run(table[:, :nx], table[:-1, nx : nx + nu], table[:-1, nx + nu],
              np.array([int(r[-2]) for r in rows[:-1]]), np.array([int(r[-1]) for r in rows[:-1]]))  # fmt: skip
-
-
-def panda(steps: int, out: Path) -> None:
-  """examples/arm_reach.py's panda reaching its targets: how close, how fast."""
-  from arm_reach import DT, HAND, controller, reaching, urdf
-
-  robot, q0, targets, segment = reaching(steps)
-  mpc = controller(robot)
-  module = write(mpc, MuJoCoPlant(urdf(), robot.joint_names, DT), np.r_[q0, np.zeros(robot.nv)], steps, out,
-                 lambda t: targets[min(t // segment, len(targets) - 1)])  # fmt: skip
-  loop = run(build(out, module), out)
-  report(loop, DT)
-  for k, target in enumerate(targets):
-    t = min((k + 1) * segment, steps)
-    error = robot.frame_placement_error(loop.x[t, : robot.nq], HAND, target[:9].reshape(3, 3), target[9:])
-    print(f"target {k}: position error {1e3 * np.linalg.norm(error[:3]):.3f} mm")
-
-
-def quadruped(steps: int, out: Path) -> None:
-  """examples/quadruped_stand.py's solo12 (real-time iterations): standing, shifting its base, pushed."""
-  from quadruped_stand import DT, PUSH, PUSH_STEPS, PUSHED_BODY, controller, parameter, plant, standing, urdf
-
-  from anvil.robots import Robot
-
-  robot = Robot.from_urdf(urdf(), floating_base=True)
-  q_stand = standing(robot)
-  mpc = controller(robot, q_stand, "rti")
-  push = Push(PUSHED_BODY, tuple(PUSH), *PUSH_STEPS)
-  x0 = np.r_[q_stand, np.zeros(robot.nv)]
-  module = write(mpc, plant(mpc, robot), x0, steps, out, parameter(robot, q_stand), pushes=[push])
-  loop = run(build(out, module), out)
-  report(loop, DT)
-  print(f"base height {loop.x[:, 2].min():.4f} to {loop.x[:, 2].max():.4f} m, largest tilt (quaternion vector part) "
-        f"{np.abs(loop.x[:, 3:6]).max():.4f}")  # fmt: skip
-
-
-def report(loop: Run, dt: float) -> None:
-  """The per-step solve times against the sample time, and the statuses."""
-  median = np.median(loop.solve_times)
-  print(f"{len(loop.u)} steps in C++: per-step solve {1e3 * median:.2f} ms median ({median / dt:.2f} of the "
-        f"{1e3 * dt:.0f} ms sample), {1e3 * loop.solve_times.max():.2f} ms max; statuses "
-        f"{np.bincount(loop.statuses).tolist()}")  # fmt: skip
-
-
-def main() -> None:
-  """The panda (or with --quadruped solo12) in MuJoCo, the loop in C++."""
-  import sys
-
-  sys.path.insert(0, str(HERE.parent.parent))
-  from cli import example_arguments
-
-  flags = {"quadruped": "examples/quadruped_stand.py's solo12 (standing, shifting, pushed) instead of the panda"}
-  args = example_arguments(__doc__, 200, flags)
-  (quadruped if args.quadruped else panda)(args.steps, args.out / ("mujoco_loop_quadruped" if args.quadruped
-                                                                   else "mujoco_loop"))  # fmt: skip
-
-
-if __name__ == "__main__":
-  main()

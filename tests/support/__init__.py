@@ -1,0 +1,1 @@
+"""What tests share that is neither a test nor part of anvil: the embedded cross-builds (cross.py)."""

@@ -1,4 +1,5 @@
-"""Shared test set-up: a cache directory inside the repository's build/ folder, and helpers for compilers."""
+"""Shared test set-up: a cache directory inside the repository's build/ folder, helpers for compilers, and the
+controllers several test files share (one name each, so one library in the cache for all of them)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
+  from anvil.mpc import MPCFunction
   from anvil.qp import QPOptions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,3 +60,17 @@ def qp_named(name: str) -> QPOptions:
   from anvil.qp import OSQPOptions, RiccatiOptions, SparseIPMOptions
 
   return {"riccati": RiccatiOptions, "osqp": OSQPOptions, "sparse_ipm": SparseIPMOptions}[name]()
+
+
+#: The name of the stabilizing cart-pole MPC (P2, default options) that test files share: its library is built once
+#: into the suite's cache and loaded by every file that asks for it. A test that changes its options or horizon takes
+#: a name of its own.
+SHARED_CARTPOLE = "test_mpc_stab_riccati"
+
+
+def stabilizing_cartpole() -> MPCFunction:
+  """A new instance of the shared stabilizing cart-pole MPC (SHARED_CARTPOLE), with its own warm start."""
+  from anvil.mpc import MPCOptions
+  from anvil.problems import cartpole_mpc as cm
+
+  return cm.stabilizing(SHARED_CARTPOLE, MPCOptions())

@@ -440,21 +440,20 @@ SOLVERS = """
 import json, numpy as np
 import anvil as av
 from anvil.codegen import STAGE_COUNTS
-from anvil.mpc import MPCOptions
-from anvil.problems import cartpole_mpc as cm
 from anvil.sqp import SQPFunction
+from tests.conftest import stabilizing_cartpole
 f = av.NumericalFunction("sqp_par_f", lambda x, p: ((x - p[:2]) ** 2).sum(), (av.Arg(2), av.Arg(3)))
 g = av.NumericalFunction("sqp_par_g", lambda x, p: (x.sum() - p[2]).reshape(1), (av.Arg(2), av.Arg(3)))
 res = SQPFunction("sqp_par", f, g)(np.zeros(2), np.array([0.2, 0.3, 0.0]), np.full(2, -np.inf), np.full(2, np.inf),
                                    [-np.inf], [0.0])
-sol = cm.stabilizing("test_mpc_stab_riccati", MPCOptions())(np.array([0.3, 0.0, 0.1, 0.0]))
+sol = stabilizing_cartpole()(np.array([0.3, 0.0, 0.1, 0.0]))
 print(json.dumps({"x": res.x.tolist(), "u0": sol.u0.tolist(), "stages": dict(STAGE_COUNTS)}))
 """
 
 
 @pytest.mark.slow
 def test_solvers_load_from_a_warm_cache_without_a_compiler() -> None:
-  """An SQP solver and an MPC controller (test_validation's, in the suite's cache) load where no compiler is."""
+  """An SQP solver and an MPC controller (the shared cart-pole's, in the suite's cache) load where no compiler is."""
   runs = []
   for env in ({}, {"CXX": "/nonexistent/c++"}):
     proc = subprocess.run([sys.executable, "-c", SOLVERS], env={**os.environ, "PYTHONPATH": str(ROOT), **env},

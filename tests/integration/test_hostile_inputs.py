@@ -13,9 +13,8 @@ from hypothesis.extra import numpy as hnp
 
 import anvil as av
 from anvil import Arg, dtypes
-from anvil.mpc import MPCOptions
-from anvil.problems import cartpole_mpc as cm
 from anvil.sqp import SQPFunction, SQPStatus
+from tests.conftest import SHARED_CARTPOLE, stabilizing_cartpole
 
 SETTINGS = settings(max_examples=150, deadline=None)
 SHAPES = [(), (1,), (2,), (3,), (6,), (2, 3), (3, 2), (2, 3, 1), (0,)]
@@ -76,7 +75,7 @@ SOLVER = SQPFunction(
   av.NumericalFunction("sqp_par_f", lambda x, p: ((x - p[:2]) ** 2).sum(), (Arg(2), Arg(3))),
   av.NumericalFunction("sqp_par_g", lambda x, p: (x.sum() - p[2]).reshape(1), (Arg(2), Arg(3))),
 )
-MPC = cm.stabilizing("test_mpc_stab_riccati", MPCOptions())
+MPC = stabilizing_cartpole()
 
 
 def numbers(shape: tuple[int, ...]) -> st.SearchStrategy[Any]:
@@ -130,7 +129,7 @@ def test_an_mpc_call_returns_a_usable_input_or_raises_naming_the_argument(x0: An
   try:
     sol = MPC(x0, u_bounds=(u_lower, [20.0]))
   except (TypeError, ValueError) as e:
-    assert str(e).startswith("test_mpc_stab_riccati") and ("x0" in str(e) or "u_bounds" in str(e)), str(e)
+    assert str(e).startswith(SHARED_CARTPOLE) and ("x0" in str(e) or "u_bounds" in str(e)), str(e)
     return
   x, lo = _acceptable(x0, (4,), np.float64), _vector_of_one(u_lower)
   assert x is not None and lo is not None, "an invalid input was accepted"

@@ -17,7 +17,7 @@ from anvil.problems import cartpole_mpc as cm
 from anvil.problems.backend import TINYGRAD
 from anvil.qp import OSQPOptions, RiccatiOptions
 from anvil.sqp import SQPStatus
-from tests.conftest import qp_named
+from tests.conftest import qp_named, stabilizing_cartpole
 
 N_SMALL = 10
 INF = np.inf
@@ -209,7 +209,7 @@ def test_real_time_iteration() -> None:
   assert set(cl.iterations.tolist()) <= {0, 1} and cl.failures == 0  # 0: the shifted guess was already optimal
   assert np.linalg.norm(cl.x[-1]) < 1e-3
   # one iteration per step from the shifted solution tracks the fully converged closed loop closely
-  full = simulate(cm.stabilizing("test_mpc_stab_riccati"), cartpole.step_numpy, cm.X0_STABILIZE, 100)
+  full = simulate(stabilizing_cartpole(), cartpole.step_numpy, cm.X0_STABILIZE, 100)
   assert cl.cost == pytest.approx(full.cost, rel=1e-2)
   # the preparation/feedback split (prepare() while waiting for the state) computes the same closed loop
   mpc.reset()
@@ -236,7 +236,7 @@ def test_real_time_iteration_at_a_solution_solves_no_qp() -> None:
   resting = np.flatnonzero(cl.iterations == 0)
   assert resting.size > 20 and resting.min() > 100  # the swing's steps all take their QP step
   assert all(cl.statuses[t] == "converged" for t in resting)
-  full = cm.stabilizing("test_mpc_stab_riccati")
+  full = stabilizing_cartpole()
   for t in resting[::10]:
     np.testing.assert_allclose(cl.u[t], full(cl.x[t]).u0, atol=1e-6)
   # the call's tolerance decides: held to a tighter one, the same resting guess takes its QP step
@@ -365,7 +365,7 @@ def test_an_infeasible_call_returns_the_least_violation_plan_and_the_next_recove
 def test_a_jump_of_the_state_after_a_run_recovers_within_the_call() -> None:
   """After a closed-loop run, x0 jumps far from the shifted plan (whose linearization is inconsistent there): the call
   restarts from the cold guess by itself and ends at the cold solve's optimum, without reset()."""
-  mpc = cm.stabilizing("test_mpc_stab_riccati", MPCOptions())
+  mpc = stabilizing_cartpole()
   jump = np.array([1.5, -0.8, 1.0, 0.0])
   mpc.reset()
   cold = mpc(jump)
@@ -473,7 +473,7 @@ def test_bad_inputs_raise_clear_errors(tracking: MPCFunction) -> None:
 
 
 def test_riccati_qp_solver_swing_up_and_module(tmp_path: Any) -> None:
-  mpc = cm.stabilizing("test_mpc_stab_riccati", MPCOptions())
+  mpc = stabilizing_cartpole()
   swing = cm.swing_up("test_mpc_ric_swing", MPCOptions())
   swing.set_guess(*cm.swing_up_guess(cm.X0_SWING_UP))
   sol = swing(cm.X0_SWING_UP)  # the swing-up NLP through the transcription, QPs by the Riccati interior point

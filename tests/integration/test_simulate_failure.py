@@ -10,17 +10,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from anvil.mpc import MPCFunction, MPCOptions, simulate
+from anvil.mpc import MPCFunction, simulate
 from anvil.problems import cartpole
 from anvil.problems import cartpole_mpc as cm
+from tests.conftest import stabilizing_cartpole
 
 FAILING_STEP = 3
 
 
 @pytest.fixture(scope="module")
 def mpc() -> MPCFunction:
-  """test_mpc's stabilizing cart-pole controller."""
-  return cm.stabilizing("test_mpc_stab_riccati", MPCOptions())
+  """The shared stabilizing cart-pole controller."""
+  return stabilizing_cartpole()
 
 
 def failing_plant(fail: Callable[[np.ndarray], Any]) -> Callable[[np.ndarray, np.ndarray], Any]:

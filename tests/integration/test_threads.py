@@ -19,9 +19,9 @@ import scipy.sparse as sp
 
 import anvil as av
 import anvil.codegen.caller
-from anvil.mpc import MPCOptions
 from anvil.problems import cartpole_mpc as cm
 from anvil.sqp import SQPFunction
+from tests.conftest import stabilizing_cartpole
 
 THREADS, CALLS = 4, 100
 INF = np.inf
@@ -102,7 +102,7 @@ def test_sqp_function() -> None:
 
 
 def test_mpc_function() -> None:
-  mpc = cm.stabilizing("test_mpc_stab_riccati", MPCOptions())  # test_mpc's
+  mpc = stabilizing_cartpole()
   x0s = [(cm.X0_STABILIZE * (0.2 + 0.0005 * i),) for i in range(THREADS * CALLS)]  # inputs off their bounds
   mpc.reset()
   expected = [mpc(*x0) for x0 in x0s]
@@ -123,7 +123,7 @@ def test_a_forked_child_calls_while_a_parent_thread_held_the_lock() -> None:
 
   from anvil.codegen import build, jit
 
-  mpc = cm.stabilizing("test_mpc_stab_riccati", MPCOptions())  # test_mpc's
+  mpc = stabilizing_cartpole()
   x0 = cm.X0_STABILIZE * 0.3
   mpc.reset()
   want = mpc(x0).u0

@@ -15,9 +15,9 @@ import pytest
 import anvil as av
 from anvil import Arg, Tensor, dtypes
 from anvil.ad import sphessian
-from anvil.mpc import LeastSquares, MPCFunction, MPCOptions
-from anvil.problems import cartpole_mpc as cm
+from anvil.mpc import LeastSquares, MPCFunction
 from anvil.sqp import SQPFunction
+from tests.conftest import SHARED_CARTPOLE, stabilizing_cartpole
 
 INF = np.inf
 
@@ -38,8 +38,8 @@ def solver() -> SQPFunction:
 
 @pytest.fixture(scope="module")
 def mpc() -> MPCFunction:
-  """test_mpc's stabilizing cart-pole controller (nx = 4, nu = 1, N = 30)."""
-  return cm.stabilizing("test_mpc_stab_riccati", MPCOptions())
+  """The shared stabilizing cart-pole controller (nx = 4, nu = 1, N = 30)."""
+  return stabilizing_cartpole()
 
 
 def sqp_args(**given: Any) -> dict[str, Any]:
@@ -67,7 +67,7 @@ def test_every_layer_rejects_what_is_not_numbers(
     "function": (lambda: axpy(value, np.ones(3), np.ones(3)), r"err_axpy: input 0 \(a\): cannot"),
     "sqp x0": (lambda: solver(**sqp_args(x0=value)), "sqp_par: x0: cannot"),
     "sqp lbg": (lambda: solver(**sqp_args(lbg=value)), "sqp_par: lbg: cannot"),
-    "mpc x0": (lambda: mpc(value), "test_mpc_stab_riccati: x0: cannot"),
+    "mpc x0": (lambda: mpc(value), f"{SHARED_CARTPOLE}: x0: cannot"),
     "mpc u_bounds": (lambda: mpc(np.zeros(4), u_bounds=(value, [1.0])), "riccati: u_bounds lower: cannot"),
     "cost weight": (lambda: LeastSquares(axpy, value), r"LeastSquares\(err_axpy\): weight: cannot"),
   }  # fmt: skip

@@ -23,7 +23,15 @@ from anvil.codegen.names import DERIVED_ROOM
 from anvil.codegen.native import NativeHandle
 from anvil.codegen.precision import cpp_real
 from anvil.codegen.templated import TemplatedFunction
-from anvil.mpc.call_scalars import CALL_SCALARS, CallScalars
+from anvil.mpc.call_scalars import (
+  CALL_BOUNDS,
+  CALL_OPTIONS,
+  CALL_SCALARS,
+  CONTROLLER_LAYOUTS,
+  CallBounds,
+  CallOptions,
+  CallScalars,
+)
 from anvil.mpc.costs import LeastSquares
 from anvil.mpc.implicit import ImplicitIntegrator
 from anvil.mpc.integrators import ExplicitIntegrator
@@ -72,6 +80,9 @@ class _ControllerContext:
   rate_lb: tuple[float, ...]
   rate_ub: tuple[float, ...]
   call_scalars: tuple[tuple[str, int], ...] = CALL_SCALARS
+  call_layouts: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = CONTROLLER_LAYOUTS
+  call_bounds: tuple[str, ...] = CALL_BOUNDS
+  call_options: tuple[tuple[str, str, str, str], ...] = CALL_OPTIONS
 
 
 class MPCFunction(TemplatedFunction):
@@ -266,7 +277,7 @@ class MPCFunction(TemplatedFunction):
   @property
   def header_code(self) -> str:
     """The declarations, without the Python-side defaults (the JIT's library: Python passes them on every call)."""
-    return self.render(".hpp.j2", exported=None)
+    return self._declarations(None)
 
   @property
   def exported_header_code(self) -> str:
@@ -275,7 +286,11 @@ class MPCFunction(TemplatedFunction):
     nothing."""
     flat = {key: tuple(float(v) for v in np.ravel(value)) for key, value in self.defaults.items()}
     exported = {**flat, "tuning": tuple(float(v) for v in self.ocp.default_tuning)}
-    return self.render(".hpp.j2", exported=exported) + self.render("_exported.hpp.j2", exported=exported)
+    return self._declarations(exported) + self.render("_exported.hpp.j2", exported=exported)
+
+  def _declarations(self, exported: dict[str, tuple[float, ...]] | None) -> str:
+    """The controller's declarations (with the Python-side defaults where `exported`), then call() by structs."""
+    return self.render(".hpp.j2", exported=exported) + self.render("_call.hpp.j2")
 
   # *** bounds ***
 
@@ -351,7 +366,7 @@ class MPCFunction(TemplatedFunction):
     sizes = (self.nx, self.nu, self.np, self.ocp.default_tuning.size)
     nlp = (self.ocp.nw, self.ocp.ng, self.ocp.n_params)
     entry = _Entry(self.handle, self.stats_reader.buffers(), self.N, sizes, self.options.scalar, nlp)
-    entry.default_inputs = entry.inputs(self.defaults)
+    entry.default_bounds = entry.bounds(self.defaults)
     entry.default_staged = entry.keep  # NOTE: alive as long as the pointers to them
     entry.default_limits = self.stats_reader.limits(None, None, None)
     return entry
@@ -465,12 +480,12 @@ class MPCFunction(TemplatedFunction):
       np.copyto(e.p, params)
     if u_prev is not None:
       np.copyto(e.u_prev, u_prev)
-    inputs = e.with_u_prev(e.default_inputs if bounds is self.defaults else e.inputs(bounds), u_prev is not None)
+    staged = e.default_bounds if bounds is self.defaults else e.bounds(bounds)
     limits = e.default_limits if limits is None else limits
-    if np.isfinite(limits[2]):
-      limits = limits.copy()
-      limits[2] = max(limits[2] - (time.perf_counter() - entered) - self._after, MIN_TIME)
-    e.call(inputs, e.outputs, limits.ctypes.data, e.pointers[0], e.pointers[1], e.pointers[2], e.pointers[3], e.ws)
+    max_time = float(limits[2])
+    if np.isfinite(max_time):
+      max_time = max(max_time - (time.perf_counter() - entered) - self._after, MIN_TIME)
+    e.run(staged, limits, max_time, u_prev is not None)
     called = time.perf_counter()
     history, ihistory, info = e.stats
     s = e.scalars
@@ -531,10 +546,8 @@ def _with_bounds(name: str, what: str, fn: Any, bounds: Bounds | None) -> tuple[
 
 
 class _Entry:
-  """The loaded controller: its entry points, workspace, and the buffers and pointers one call passes (allocated once,
+  """The loaded controller: its entry points, workspace, and the buffers and structs one call passes (allocated once,
   so a call converts nothing but x0, p and the tuning)."""
-
-  BOUNDS = ("lbx", "ubx", "lbu", "ubu", "lbh", "ubh", "lbhN", "ubhN")
 
   def __init__(
     self,
@@ -548,7 +561,7 @@ class _Entry:
     nx, nu, np_, n_tuning = sizes
     pointer = ctypes.c_void_p
     self.dtype = np.dtype(scalar)  # NOTE: the controller's own type: x0, p, bounds and the plan are staged in it
-    self.call = handle.entry("call", ctypes.c_int, *[pointer] * 8)
+    self.call = handle.entry("call", ctypes.c_int, *[pointer] * 11)
     self.u_prev = np.zeros(nu, self.dtype)
     self.reset = handle.entry("reset", None, pointer)
     self.set_guess = handle.entry("set_guess", None, pointer, pointer, pointer)
@@ -557,15 +570,17 @@ class _Entry:
     self.x0, self.p = np.zeros(nx, self.dtype), np.zeros((N + 1, np_), self.dtype)
     self.tuning = np.zeros(max(n_tuning, 1), self.dtype)
     self.x, self.u, self.scalars = np.zeros((N + 1, nx), self.dtype), np.zeros((N, nu), self.dtype), CallScalars()
-    self.outputs = (ctypes.c_void_p * 2)(self.x.ctypes.data, self.u.ctypes.data)
-    self.pointers = (*(a.ctypes.data for a in stats), ctypes.addressof(self.scalars))
+    self.options = CallOptions(tuning=self.tuning.ctypes.data)
+    self.arrays = (self.x0.ctypes.data, self.p.ctypes.data)  # x0, p; then bounds and options
+    self.outputs = (self.x.ctypes.data, self.u.ctypes.data, *(a.ctypes.data for a in stats),
+                    ctypes.addressof(self.scalars))  # fmt: skip
     self.solution = handle.entry("solution", None, pointer, pointer)
     nw, ng, n_params = sizes_nlp
     self.state = [np.zeros(size, self.dtype) for size in (nw, ng, nw, n_params, nw, nw, ng, ng)]
     self.state_pointers = (ctypes.c_void_p * 8)(*(a.ctypes.data for a in self.state))
     self.keep: list[Any] = []
     self.default_staged: list[Any] = []
-    self.default_inputs: Any = None
+    self.default_bounds: CallBounds = CallBounds()
     self.default_limits: F64 = np.zeros(3)
 
   def solution_state(self) -> list[F64]:
@@ -574,23 +589,19 @@ class _Entry:
     self.solution(self.state_pointers, self.ws)
     return [a.astype(np.float64) for a in self.state]
 
-  def inputs(self, bounds: dict[str, F64]) -> Any:
-    """The pointer array of one call's inputs: x0, p, the bounds, the tuning and u_prev (null: the controller's last
-    input; `with_u_prev` points it at the staged one), kept alive while in use."""
-    staged = {k: bounds[k].astype(self.dtype, copy=False) for k in self.BOUNDS}
+  def bounds(self, bounds: dict[str, F64]) -> CallBounds:
+    """The Bounds struct of a call's bounds, staged in the controller's type (kept alive until the next one)."""
+    staged = {k: bounds[k].astype(self.dtype, copy=False) for k in CALL_BOUNDS}
     self.keep = [staged]
-    return (ctypes.c_void_p * 12)(
-      self.x0.ctypes.data,
-      self.p.ctypes.data,
-      *(staged[k].ctypes.data for k in self.BOUNDS),
-      self.tuning.ctypes.data,
-      None,
-    )
+    return CallBounds(*(staged[k].ctypes.data for k in CALL_BOUNDS))
 
-  def with_u_prev(self, inputs: Any, given: bool) -> Any:
-    """`inputs` pointing at the staged u_prev (given) or at none (the controller's last input)."""
-    inputs[11] = self.u_prev.ctypes.data if given else None
-    return inputs
+  def run(self, bounds: CallBounds, limits: F64, max_time: float, u_prev: bool) -> None:
+    """One call with `bounds`, the limits (max_iter, tol; max_time given apart) and the staged u_prev if `u_prev`
+    (else none: the controller's last input)."""
+    o = self.options
+    o.max_iter, o.tol, o.max_time = int(limits[0]), float(limits[1]), max_time
+    o.u_prev = self.u_prev.ctypes.data if u_prev else None
+    self.call(*self.arrays, ctypes.addressof(bounds), ctypes.addressof(o), *self.outputs, self.ws)
 
 
 def _rate_key(rate: InputRate | None) -> str:

@@ -24,7 +24,7 @@ from anvil.codegen.forksafe import owned_lock
 from anvil.codegen.names import DERIVED_ROOM
 from anvil.codegen.precision import in_precision
 from anvil.codegen.templated import TemplatedFunction
-from anvil.mpc.call_scalars import CALL_SCALARS, CallScalars
+from anvil.mpc.call_scalars import CALL_SCALARS, ESTIMATOR_LAYOUTS, CallScalars
 from anvil.mpc.controller import MPCFunction
 from anvil.mpc.costs import LeastSquares, checked_weight
 from anvil.mpc.options import MPCOptions
@@ -70,6 +70,7 @@ class _EstimatorContext:
   lbv: tuple[float, ...]
   ubv: tuple[float, ...]
   call_scalars: tuple[tuple[str, int], ...] = CALL_SCALARS
+  call_layouts: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ESTIMATOR_LAYOUTS
 
 
 class MHEFunction(TemplatedFunction):

@@ -96,12 +96,12 @@ int main(int argc, char** argv) {
   double cost = 0.0;
 
   // *** the loop ***
+  const mpc::Bounds bounds{cfg::lbx.data(), cfg::ubx.data(), cfg::lbu.data(), cfg::ubu.data(),
+                           cfg::lbh.data(), cfg::ubh.data(), cfg::lbhN.data(), cfg::ubhN.data()};
   for (int t = 0; t < steps; ++t) {
     const auto start = std::chrono::steady_clock::now();
     std::copy(x.begin(), x.end(), x_now.begin());
-    const int status = mpc::call(x_now.data(), cfg::p.data(), cfg::lbx.data(), cfg::ubx.data(), cfg::lbu.data(),
-                                 cfg::ubu.data(), cfg::lbh.data(), cfg::ubh.data(), cfg::lbhN.data(), cfg::ubhN.data(),
-                                 xs.data(), us.data(), stats, ws);
+    const int status = mpc::call(x_now.data(), cfg::p.data(), bounds, xs.data(), us.data(), stats, ws);
     solve_times[t] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     internal_times[t] = stats.solve_time;
     statuses[t] = status;

@@ -19,7 +19,14 @@ from typing import Any, ClassVar
 
 from anvil.codegen.base import FunctionBase, render_template
 from anvil.codegen.build import stage
-from anvil.codegen.jit import cached_library, codegen_fingerprint, compile_library, library_key, load_library
+from anvil.codegen.jit import (
+  cached_library,
+  codegen_fingerprint,
+  compile_library,
+  library_key,
+  load_library,
+  store_library,
+)
 from anvil.codegen.module import module_code
 from anvil.codegen.native import NativeHandle
 from anvil.codegen.runtime import inline_runtime_headers, runtime_include
@@ -69,10 +76,33 @@ class TemplatedFunction(FunctionBase):
     """The runtime headers of the definitions."""
     return tuple(runtime_include(h) for h in self.source_runtime)
 
+  @property
+  def problem_key(self) -> str | None:
+    """A cache key of everything this function's code is generated from that is known before generating it (the
+    traced graphs of the user's functions, the options, the sizes), or None (the default): its library is then found
+    by the generated code's key alone."""
+    return None
+
   @cached_property
   def library(self) -> str:
-    """Path of the compiled JIT library: this function's module and its entry points."""
-    return module_library(self, lambda module: self.render("_jit.cpp.j2", module=module))
+    """Path of the compiled JIT library: this function's module and its entry points. A library cached under
+    `problem_key` is used without generating the module (a warm process derives nothing); one built is stored under
+    it too."""
+    # NOTE: one cache path for every generated solver: the quick key, where a subclass knows one, then the code's key
+    quick = self.problem_key
+    if quick is not None and (path := cached_library(quick, f"anvil_{self.name}_ws_new")) is not None:
+      return str(path)
+    built = module_library(self, lambda module: self.render("_jit.cpp.j2", module=module))
+    if quick is not None:
+      store_library(quick, Path(built).read_bytes())
+    return built
+
+  @property
+  def library_paths(self) -> tuple[str, ...]:
+    """Every cache path its library is found under (the generated code's key, and `problem_key`, which a warm
+    process looks up first): what a worker elsewhere needs in its cache to skip the build."""
+    quick = None if self.problem_key is None else cached_library(self.problem_key)
+    return tuple(dict.fromkeys([self.library, *([] if quick is None else [str(quick)])]))
 
   @cached_property
   def handle(self) -> NativeHandle:

@@ -18,7 +18,7 @@ from numpy.typing import ArrayLike, NDArray
 from anvil.codegen import FunctionBase
 from anvil.codegen.base import check_identifier
 from anvil.codegen.forksafe import owned_lock
-from anvil.codegen.jit import cached_library, library_key, sources_fingerprint, store_library
+from anvil.codegen.jit import library_key, sources_fingerprint
 from anvil.codegen.names import DERIVED_ROOM
 from anvil.codegen.native import NativeHandle
 from anvil.codegen.precision import cpp_real
@@ -326,29 +326,12 @@ class MPCFunction(TemplatedFunction):
   # *** JIT ***
 
   @cached_property
-  def library(self) -> str:
-    """Path of the compiled controller library (the controller, its SQP solver, OSQP and every function)."""
-    # NOTE: a warm process finds the controller by a key of the user's functions and the OCP's structure alone, so
-    # it skips tracing and deriving the NLP's functions (which the full key of the generated code needs).
-    quick = cached_library(self._problem_key, f"anvil_{self.name}_ws_new")
-    if quick is not None:
-      return str(quick)
-    path = super().library
-    store_library(self._problem_key, Path(path).read_bytes())
-    return path
-
-  @property
-  def library_paths(self) -> tuple[str, ...]:
-    """Every cache path its library is found under (the generated code's key, and the quick key of its problem that
-    a warm process looks up first): what a worker elsewhere needs in its cache to skip the build."""
-    quick = cached_library(self._problem_key)
-    return tuple(dict.fromkeys([self.library, *([] if quick is None else [str(quick)])]))
-
-  @cached_property
-  def _problem_key(self) -> str:
-    """Cache key of the controller from what determines its code: anvil's and OSQP's sources, the options, the OCP's
-    sizes and softened bounds, and the keys of the user's functions (their traced graphs). Not the values of weights
-    and penalties (the JIT's library takes them at run time, `exported_header_code`): their patterns only."""
+  def problem_key(self) -> str:
+    """Cache key of the controller from what determines its code (a warm process finds the controller by it alone, so
+    it skips tracing and deriving the NLP's functions, which the generated code's key needs): anvil's and OSQP's
+    sources, the options, the OCP's sizes and softened bounds, and the keys of the user's functions (their traced
+    graphs). Not the values of weights and penalties (the JIT's library takes them at run time,
+    `exported_header_code`): their patterns only."""
     ocp = self.ocp
     anvil_sources = sources_fingerprint(Path(__file__).parent.parent)
     soft = [(e.group, e.stage, e.component, e.in_g, e.index, e.side, e.l1 > 0, e.l2 > 0) for e in ocp.soft_entries]

@@ -4,19 +4,25 @@ backends of the QP layer (anvil.qp) through the one QP contract."""
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import json
 import logging
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
+import osqp
 import scipy.sparse as sp
 from numpy.typing import ArrayLike, NDArray
 
 from anvil.ad import gradient as cost_gradient
 from anvil.codegen import FunctionBase, NumericalFunction
 from anvil.codegen.base import check_identifier
+from anvil.codegen.cache import cache_dir, read_artifact, write_atomic
 from anvil.codegen.forksafe import owned_lock
+from anvil.codegen.jit import library_key, sources_fingerprint
 from anvil.codegen.names import DERIVED_ROOM
 from anvil.codegen.precision import SCALARS, cpp_real, in_precision
 from anvil.codegen.sparse import entry_positions, stored_coordinates
@@ -208,6 +214,7 @@ class SQPFunction(TemplatedFunction):
     if not isinstance(convex_hessian, bool) or (convex_hessian and hessian is None):
       raise ValueError(f"{name}: convex_hessian=True declares a given hessian positive semidefinite; pass hessian=")
     self.convex_hessian = convex_hessian
+    self._given = any(given is not None for given in (hessian, jacobian, stages, constraints_code, gradient))
     self._lock = owned_lock(self)
 
   def _check_derivative(self, fn: SparseDerivative, what: str) -> SparseDerivative:
@@ -393,19 +400,47 @@ class SQPFunction(TemplatedFunction):
     normal, elastic, _ = self._qp_layout
     return qp_backend(options, f"{self.name}_elastic", normal if self.layout is not None else elastic)
 
-  @cached_property
+  @property
   def equality_rows(self) -> tuple[int, ...]:
     """The rows of g the QPs keep equal to their lower bound (the initial and dynamics rows of the stage layout): a
     call must give lbg = ubg there."""
-    return () if self.layout is None else tuple(r for r, (kind, _, _) in enumerate(self.layout.rows) if kind != "stage")
+    return self._layout_facts[1]
 
-  @cached_property
+  @property
   def fixed_variables(self) -> tuple[int, ...]:
     """The variables the QPs keep at their bounds as x_0's initial values, where the stage layout fixes x_0 by its
     bounds (StageLayout.initial_bounds, as found when no row fixes it): a call must give lbx = ubx there."""
-    if (layout := self.layout) is None or not layout.initial_bounds:
-      return ()
-    return tuple(j for j, (k, i) in enumerate(layout.variables) if k == 0 and i < layout.nx)
+    return self._layout_facts[2]
+
+  @cached_property
+  def problem_key(self) -> str | None:
+    """Where the NLP is given by its functions alone (no derivative, code or layout given: those are an owner's,
+    which keys its solver itself, as MPCFunction does), a key of their traced graphs, the options and the sizes; None
+    otherwise (TemplatedFunction.library)."""
+    if self._given:
+      return None
+    functions = [self.cost.key, "-" if self.constraints is None else self.constraints.key]
+    parts = [self.name, sources_fingerprint(Path(__file__).parent.parent), osqp.__version__, repr(self.options),
+             f"{self.n}|{self.np}|{self.m}", *functions]  # fmt: skip
+    return library_key("sqp|" + hashlib.sha256("\0".join(parts).encode()).hexdigest())
+
+  @cached_property
+  def _layout_facts(self) -> tuple[bool, tuple[int, ...], tuple[int, ...]]:
+    """What a call needs of the stage layout: whether the QPs are staged, `equality_rows` and `fixed_variables`.
+    Stored in the cache beside `problem_key`, so that a warm process reads them instead of deriving the patterns the
+    layout is found in."""
+    where = None if self.problem_key is None else f"meta/{self.problem_key}.json"
+    if where is not None and (text := read_artifact(where)) is not None:
+      staged, rows, fixed = json.loads(text)
+      return bool(staged), tuple(rows), tuple(fixed)
+    layout = self.layout
+    rows = () if layout is None else tuple(r for r, (kind, _, _) in enumerate(layout.rows) if kind != "stage")
+    fixed = () if layout is None or not layout.initial_bounds else tuple(
+      j for j, (k, i) in enumerate(layout.variables) if k == 0 and i < layout.nx
+    )  # fmt: skip
+    if where is not None:
+      write_atomic(cache_dir() / where, json.dumps([layout is not None, rows, fixed]))
+    return layout is not None, rows, fixed
 
   @property
   def _kept_equal(self) -> tuple[tuple[str, tuple[int, ...], str], ...]:
@@ -564,7 +599,7 @@ class SQPFunction(TemplatedFunction):
   @cached_property
   def stats_reader(self) -> StatsReader:
     """Checks a call's limits and reads the Stats it filled."""
-    return StatsReader(self.name, self.options, self.m, self.layout is not None, self.function_name)
+    return StatsReader(self.name, self.options, self.m, self._layout_facts[0], self.function_name)
 
   def function_name(self, which: int) -> str:
     """The name of the generated function of code `which` (anvil::sqp::Evaluated: cost, gradient, constraints,

@@ -343,3 +343,32 @@ def test_reported_qp_solvers_are_the_backends_built(qp: str | None, staged: bool
   _, _, stats = solver.stats_reader.unpack(history, ihistory, info, np.zeros(2), np.zeros(4), None, solver.labels)
   assert stats["qp_solver"] == solver.qp.options.solver
   assert stats["elastic_qp_solver"] == (solver.elastic or solver.qp).options.solver
+
+
+def test_a_solver_found_in_the_cache_derives_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+  """A solver of plain functions whose library another built (as a new process finds it in the cache, by its problem
+  key) solves and checks its calls' bounds against its stage layout without deriving the NLP's Jacobian or Hessian
+  (most of a warm build's time): the layout's facts are cached beside it."""
+  from anvil.problems import shooting
+  from anvil.sqp.nlp import NLP
+
+  n, N = shooting.size(50), 50
+  x_init, lbx, ubx, w0 = shooting.swing_up(N)
+  cost = lambda: NumericalFunction("warm_sqp_cost", lambda w, x0: shooting.stage_cost(w, N), (Arg(n), Arg(4)))
+  defects = lambda: NumericalFunction("warm_sqp_g", lambda w, x0: shooting.defects(w, x0, N), (Arg(n), Arg(4)))
+  zeros = np.zeros(4 * N + 4)
+  first = SQPFunction("warm_sqp", cost(), defects())
+  reference = first(w0, x_init, lbx, ubx, zeros, zeros)
+  assert first.layout is not None and first.equality_rows  # the swing-up's stages, found in the patterns
+  for derivative in ("jacobian", "hessian"):
+    monkeypatch.setattr(NLP, derivative, property(lambda _: pytest.fail("the warm solver derived its NLP")))
+  second = SQPFunction("warm_sqp", cost(), defects())
+  result = second(w0, x_init, lbx, ubx, zeros, zeros)
+  np.testing.assert_array_equal(result.x, reference.x)
+  assert result.status == reference.status == "converged"
+  assert second.equality_rows == first.equality_rows and second.stats_reader.staged == first.stats_reader.staged
+  monkeypatch.undo()
+  bad = zeros.copy()
+  bad[second.equality_rows[-1]] = 1.0  # a dynamics row the Riccati QP keeps an equality, given a range
+  with pytest.raises(ValueError, match="lbg and ubg must be equal"):
+    second(w0, x_init, lbx, ubx, zeros, bad)

@@ -115,7 +115,7 @@ def test_run_time_weights_keep_the_hessians_sparsity() -> None:
 
   sparse, dense = make("tune_pattern_diag", W_BUILD), make("tune_pattern_full", W_BUILD, full=True)
   # the pattern is part of the controller's cache key (else the second would load the first's library)
-  assert make("tune_pattern_key", W_BUILD)._problem_key != make("tune_pattern_key", W_BUILD, full=True)._problem_key
+  assert make("tune_pattern_key", W_BUILD).problem_key != make("tune_pattern_key", W_BUILD, full=True).problem_key
   assert sparse.sqp.hessian.nnz < dense.sqp.hessian.nnz
   np.testing.assert_allclose(sparse(X0).u, dense(X0).u, rtol=1e-10, atol=1e-12)
   coupled = np.diag(W_BUILD)
@@ -192,7 +192,7 @@ def test_constructor_weights_and_penalties_rebuild_nothing() -> None:
   second = controller("tune_defaults", W_CALL, 20 * Q, Soft(l1=300.0, l2=1.0), MPCOptions())
   # NOTE: the same JIT code, under the same quick key of the problem: the second finds the first's library
   assert (first.header_code, first.source_code) == (second.header_code, second.source_code)
-  assert first._problem_key == second._problem_key
+  assert first.problem_key == second.problem_key
   x0 = np.array([0.2, 0.05, 0.0, 0.0])
   first.reset()
   retuned = first(x0, weights={"stage_cost": W_CALL, "terminal_cost": 20 * Q}, soft_penalties={"x": (300.0, 1.0)})

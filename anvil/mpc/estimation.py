@@ -9,6 +9,7 @@ call-time argument or the estimator's state, in Python and in the generated C++ 
 from __future__ import annotations
 
 import ctypes
+import hashlib
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -21,6 +22,7 @@ from anvil.ad import jacobian
 from anvil.codegen import Arg, FunctionBase, NumericalFunction
 from anvil.codegen.base import check_identifier
 from anvil.codegen.forksafe import owned_lock
+from anvil.codegen.jit import library_key
 from anvil.codegen.names import DERIVED_ROOM
 from anvil.codegen.precision import in_precision
 from anvil.codegen.templated import TemplatedFunction
@@ -232,6 +234,17 @@ class MHEFunction(TemplatedFunction):
       Q_inverse=values(np.linalg.inv(self.Q)), R=values(self.R), lbx=values(bounds["lbx"]),
       ubx=values(bounds["ubx"]), lbv=values(bounds["lbu"]), ubv=values(bounds["ubu"]),
     )  # fmt: skip
+
+  @cached_property
+  def problem_key(self) -> str:
+    """Cache key of the estimator from what its code is generated from (a warm process finds it by this alone, so it
+    derives nothing): its window OCP's key (the step and residual functions traced from F and h, the options, the
+    sizes), F's and h's keys (the arrival update's model and Jacobians), and the values its code holds (the prior, the
+    weights and the bounds)."""
+    values = (self.x_prior, self.arrival_weight, self.Q, self.R, *self.x_bounds, *self.w_bounds)
+    parts = [self.name, self.ocp.problem_key, self.dynamics.key, self.measurement.key,
+             *(np.asarray(v, dtype=np.float64).tobytes().hex() for v in values)]  # fmt: skip
+    return library_key("mhe|" + hashlib.sha256("\0".join(parts).encode()).hexdigest())
 
   # *** calls ***
 

@@ -35,10 +35,16 @@ def measured(name: str) -> NumericalFunction:
   return NumericalFunction(name, lambda x: x[0:2], (Arg(NX),))
 
 
+def cartpole_mhe(process_noise_weight: np.ndarray = Q_W) -> MHEFunction:
+  """The cart-pole's estimator (a new instance; one library in the cache for the same weights)."""
+  return MHEFunction("mhe_cartpole", cm.dynamics("mhe_cartpole_F"), measured("mhe_cartpole_h"), M,
+                     process_noise_weight=process_noise_weight, measurement_weight=R_W, arrival_weight=P_0,
+                     x_prior=X_PRIOR)  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def mhe() -> MHEFunction:
-  return MHEFunction("mhe_cartpole", cm.dynamics("mhe_cartpole_F"), measured("mhe_cartpole_h"), M,
-                     process_noise_weight=Q_W, measurement_weight=R_W, arrival_weight=P_0, x_prior=X_PRIOR)  # fmt: skip
+  return cartpole_mhe()
 
 
 def noisy_run(steps: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -290,3 +296,16 @@ def test_bad_inputs_raise(mhe: MHEFunction) -> None:
     MHEFunction("mhe_bad", F, h, M, **kw, x_bounds=(np.ones(NX), np.zeros(NX)))
   with pytest.raises(ValueError, match="x_prior"):
     mhe.reset(x_prior=np.full(NX, np.inf))
+
+
+def test_an_estimator_found_in_the_cache_derives_nothing(mhe: MHEFunction) -> None:
+  """An estimator whose library another built (as a new process finds it in the cache, by its problem key) estimates
+  without building its window's SQP solver or the arrival update's Jacobians (a warm build's derivatives); another
+  weight is another key (its code holds the weights)."""
+  _, us, ys = noisy_run(M, 3)
+  mhe.reset()
+  reference = mhe(ys, us[: M - 1])
+  again = cartpole_mhe()
+  np.testing.assert_array_equal(again(ys, us[: M - 1]).x, reference.x)
+  assert "sqp" not in vars(again.ocp) and "jacobians" not in vars(again), "the warm estimator derived"
+  assert cartpole_mhe(2 * Q_W).problem_key != again.problem_key

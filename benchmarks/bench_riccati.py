@@ -173,6 +173,8 @@ def hpipm_rows(prefix: Path, reps: int, tol: float = 1e-8) -> list[list[str]]:
       kw: dict[str, Any] = dict(ng=nx + nu + 1, ngN=nx + 1, boxes=True, quadratic_prices=True)
       rng = np.random.default_rng(nx)
       instances = [hpipm_instance(rng, nx, nu) for _ in range(5)]
+      for i, d in enumerate(instances):
+        hpipm_qp.write_qp(d, out / f"qp{i}.bin")
       for M in HPIPM_BLOCKS:
         qp = RiccatiQP(f"bench_hpipm_{nx}_{nu}_{M}", nx, nu, N, condensing=M, **kw)
         mine, theirs, unsolved = [], [], 0
@@ -180,7 +182,6 @@ def hpipm_rows(prefix: Path, reps: int, tol: float = 1e-8) -> list[list[str]]:
           solves = [qp(tol, **d) for _ in range(reps)]
           if any(s.status != "solved" for s in solves):
             raise RuntimeError(f"bench_riccati: RiccatiQP ({nx}, {nu}) M {M}: {solves[0].status}")
-          hpipm_qp.write_qp(d, out / f"qp{i}.bin")
           hp = hpipm_qp.solve(exe, out / f"qp{i}.bin", (nx, nu, N), N // M, reps, tol)
           if not np.allclose(hp.u0, solves[0].u[0], atol=1e-4):
             raise RuntimeError(f"bench_riccati: HPIPM ({nx}, {nu}) cond_N {N // M}: status {hp.status}, u_0 "

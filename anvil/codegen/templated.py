@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 import hashlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
@@ -108,6 +108,11 @@ class TemplatedFunction(FunctionBase):
   def handle(self) -> NativeHandle:
     """This function's workspace in its loaded library (created on first use)."""
     return NativeHandle(load_library(self.library), self.name)
+
+
+def problem_key_of(kind: str, parts: Iterable[str]) -> str:
+  """The library key of a `problem_key` naming `parts` (what a generated function of `kind` is generated from)."""
+  return library_key(f"{kind}|" + hashlib.sha256("\0".join(parts).encode()).hexdigest())
 
 
 #: A JIT library compiles the definitions of each generated function longer than this many characters (derivatives of

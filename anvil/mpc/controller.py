@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -18,11 +17,11 @@ from numpy.typing import ArrayLike, NDArray
 from anvil.codegen import FunctionBase
 from anvil.codegen.base import check_identifier
 from anvil.codegen.forksafe import owned_lock
-from anvil.codegen.jit import library_key, sources_fingerprint
+from anvil.codegen.jit import sources_fingerprint
 from anvil.codegen.names import DERIVED_ROOM
 from anvil.codegen.native import NativeHandle
 from anvil.codegen.precision import cpp_real
-from anvil.codegen.templated import TemplatedFunction
+from anvil.codegen.templated import TemplatedFunction, problem_key_of
 from anvil.mpc.call_scalars import (
   CALL_BOUNDS,
   CALL_OPTIONS,
@@ -342,7 +341,7 @@ class MPCFunction(TemplatedFunction):
         parts.append(f"{fn.residual.key}|{fn.weight.shape}|{np.packbits(fn.pattern).tobytes().hex()}")
       else:
         parts.append("-" if fn is None else fn.key)
-    return library_key("mpc|" + hashlib.sha256("\0".join(parts).encode()).hexdigest())
+    return problem_key_of("mpc", parts)
 
   @cached_property
   def _entry(self) -> _Entry:

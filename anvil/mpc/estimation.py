@@ -9,7 +9,6 @@ call-time argument or the estimator's state, in Python and in the generated C++ 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -22,10 +21,9 @@ from anvil.ad import jacobian
 from anvil.codegen import Arg, FunctionBase, NumericalFunction
 from anvil.codegen.base import check_identifier
 from anvil.codegen.forksafe import owned_lock
-from anvil.codegen.jit import library_key
 from anvil.codegen.names import DERIVED_ROOM
 from anvil.codegen.precision import in_precision
-from anvil.codegen.templated import TemplatedFunction
+from anvil.codegen.templated import TemplatedFunction, problem_key_of
 from anvil.mpc.call_scalars import CALL_SCALARS, ESTIMATOR_LAYOUTS, CallScalars
 from anvil.mpc.controller import MPCFunction
 from anvil.mpc.costs import LeastSquares, checked_weight
@@ -244,7 +242,7 @@ class MHEFunction(TemplatedFunction):
     values = (self.x_prior, self.arrival_weight, self.Q, self.R, *self.x_bounds, *self.w_bounds)
     parts = [self.name, self.ocp.problem_key, self.dynamics.key, self.measurement.key,
              *(np.asarray(v, dtype=np.float64).tobytes().hex() for v in values)]  # fmt: skip
-    return library_key("mhe|" + hashlib.sha256("\0".join(parts).encode()).hexdigest())
+    return problem_key_of("mhe", parts)
 
   # *** calls ***
 

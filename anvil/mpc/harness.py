@@ -135,12 +135,18 @@ def run_harness(
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     if proc.returncode != 0:
       raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    with path.open() as f:
-      header, *rows = list(csv.reader(f))
+    x, u, solve_times, statuses, iterations = read_csv(path)
+  cost = next(float(ln.split(":")[1]) for ln in proc.stdout.splitlines() if ln.startswith("closed-loop cost:"))
+  return HarnessRun(x, u, solve_times, statuses, iterations, cost, proc.stdout)
+
+
+def read_csv(path: Path) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], tuple[str, ...],
+                                  NDArray[np.int64]]:  # fmt: skip
+  """A closed loop's CSV, as closed_loop.cpp and mujoco_loop.cpp write it: x (steps + 1, nx), u (steps, nu), the
+  per-step solve times, each step's status (as written) and SQP iterations."""
+  with path.open() as f:
+    header, *rows = list(csv.reader(f))
   nx, nu = sum(h.startswith("x") for h in header), sum(h.startswith("u") for h in header)
   table = np.array([[float(v) for v in row[1 : 2 + nx + nu]] for row in rows])
-  cost = next(float(ln.split(":")[1]) for ln in proc.stdout.splitlines() if ln.startswith("closed-loop cost:"))
-  return HarnessRun(
-    table[:, :nx], table[:-1, nx : nx + nu], table[:-1, nx + nu], tuple(row[-2] for row in rows[:-1]),
-    np.array([int(row[-1]) for row in rows[:-1]], dtype=np.int64), cost, proc.stdout,
-  )  # fmt: skip
+  return (table[:, :nx], table[:-1, nx : nx + nu], table[:-1, nx + nu], tuple(row[-2] for row in rows[:-1]),
+          np.array([int(row[-1]) for row in rows[:-1]], dtype=np.int64))  # fmt: skip

@@ -9,7 +9,6 @@ compared step by step (tests/integration/test_mujoco_loop.py; examples/mujoco_cp
 
 from __future__ import annotations
 
-import csv
 import itertools
 import subprocess
 from collections.abc import Callable, Sequence
@@ -23,6 +22,7 @@ from numpy.typing import ArrayLike, NDArray
 import anvil
 from anvil import NumericalFunction
 from anvil.mpc import MPCFunction, MuJoCoPlant
+from anvil.mpc.harness import read_csv
 
 #: The CMake project of the loop (mujoco_loop.cpp and its CMakeLists.txt), shipped with the package.
 PROGRAM = Path(__file__).resolve().parent / "programs" / "mujoco_loop"
@@ -152,9 +152,5 @@ def run(exe: str | Path, out_dir: str | Path, timeout: float = 600) -> Run:
                         timeout=timeout)  # fmt: skip
   if proc.returncode != 0:
     raise RuntimeError(f"{exe} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-  with (out / "loop.csv").open() as f:
-    header, *rows = list(csv.reader(f))
-  nx, nu = sum(h.startswith("x") for h in header), sum(h.startswith("u") for h in header)
-  table = np.array([[float(v) for v in row[1 : 2 + nx + nu]] for row in rows])
-  return Run(table[:, :nx], table[:-1, nx : nx + nu], table[:-1, nx + nu],
-             np.array([int(r[-2]) for r in rows[:-1]]), np.array([int(r[-1]) for r in rows[:-1]]))  # fmt: skip
+  x, u, solve_times, statuses, iterations = read_csv(out / "loop.csv")
+  return Run(x, u, solve_times, np.array([int(s) for s in statuses]), iterations)

@@ -4,7 +4,6 @@ backends of the QP layer (anvil.qp) through the one QP contract."""
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import json
 import logging
 from dataclasses import dataclass
@@ -22,11 +21,11 @@ from anvil.codegen import FunctionBase, NumericalFunction
 from anvil.codegen.base import check_identifier
 from anvil.codegen.cache import cache_dir, read_artifact, write_atomic
 from anvil.codegen.forksafe import owned_lock
-from anvil.codegen.jit import library_key, sources_fingerprint
+from anvil.codegen.jit import sources_fingerprint
 from anvil.codegen.names import DERIVED_ROOM
 from anvil.codegen.precision import SCALARS, cpp_real, in_precision
 from anvil.codegen.sparse import entry_positions, stored_coordinates
-from anvil.codegen.templated import TemplatedFunction
+from anvil.codegen.templated import TemplatedFunction, problem_key_of
 from anvil.qp import (
   QPBackend,
   QPOptions,
@@ -422,7 +421,7 @@ class SQPFunction(TemplatedFunction):
     functions = [self.cost.key, "-" if self.constraints is None else self.constraints.key]
     parts = [self.name, sources_fingerprint(Path(__file__).parent.parent), osqp.__version__, repr(self.options),
              f"{self.n}|{self.np}|{self.m}", *functions]  # fmt: skip
-    return library_key("sqp|" + hashlib.sha256("\0".join(parts).encode()).hexdigest())
+    return problem_key_of("sqp", parts)
 
   @cached_property
   def _layout_facts(self) -> tuple[bool, tuple[int, ...], tuple[int, ...]]:

@@ -22,14 +22,14 @@ from anvil.codegen.names import DERIVED_ROOM
 from anvil.codegen.native import NativeHandle
 from anvil.codegen.precision import cpp_real
 from anvil.codegen.templated import TemplatedFunction, problem_key_of
-from anvil.mpc.call_scalars import (
+from anvil.mpc.boundary import (
   CALL_BOUNDS,
   CALL_OPTIONS,
   CALL_SCALARS,
-  CONTROLLER_LAYOUTS,
   CallBounds,
   CallOptions,
   CallScalars,
+  controller_layout_asserts,
 )
 from anvil.mpc.costs import LeastSquares
 from anvil.mpc.implicit import ImplicitIntegrator
@@ -44,7 +44,7 @@ from anvil.mpc.transcription import Cost, Fn, Transcription
 from anvil.mpc.tuning import tuning_vector
 from anvil.sqp import Sensitivity, SQPFunction, SQPStatus
 from anvil.sqp.result import SUCCESS
-from anvil.sqp.stats import StatsReader
+from anvil.sqp.stats import Limits, StatsReader
 from anvil.validation import check_bounds, float_array
 
 Bounds = tuple[ArrayLike, ArrayLike]
@@ -78,10 +78,26 @@ class _ControllerContext:
   rate_bounded: bool
   rate_lb: tuple[float, ...]
   rate_ub: tuple[float, ...]
-  call_scalars: tuple[tuple[str, int], ...] = CALL_SCALARS
-  call_layouts: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = CONTROLLER_LAYOUTS
-  call_bounds: tuple[str, ...] = CALL_BOUNDS
-  call_options: tuple[tuple[str, str, str, str], ...] = CALL_OPTIONS
+
+  @property
+  def scalars_struct(self) -> str:
+    """The JIT entry point's anvil::jit::CallScalars (anvil/mpc/boundary.py)."""
+    return CALL_SCALARS.declaration()
+
+  @property
+  def bounds_struct(self) -> str:
+    """The module's Bounds."""
+    return CALL_BOUNDS.declaration()
+
+  @property
+  def options_struct(self) -> str:
+    """The module's Options, defaulting to its SQP solver's build-time limits."""
+    return CALL_OPTIONS.declaration(sqp=self.sqp)
+
+  @property
+  def layout_asserts(self) -> str:
+    """The JIT build's checks that the structs match their Python mirrors."""
+    return controller_layout_asserts(self.name)
 
 
 class MPCFunction(TemplatedFunction):
@@ -447,7 +463,7 @@ class MPCFunction(TemplatedFunction):
     x0: F64,
     params: F64 | None,
     bounds: dict[str, F64],
-    limits: F64 | None,
+    limits: Limits | None,
     tuning: F64,
     u_prev: F64 | None,
     entered: float,
@@ -464,10 +480,10 @@ class MPCFunction(TemplatedFunction):
       np.copyto(e.u_prev, u_prev)
     staged = e.default_bounds if bounds is self.defaults else e.bounds(bounds)
     limits = e.default_limits if limits is None else limits
-    max_time = float(limits[2])
+    max_time = limits.max_time
     if np.isfinite(max_time):
       max_time = max(max_time - (time.perf_counter() - entered) - self._after, MIN_TIME)
-    e.run(staged, limits, max_time, u_prev is not None)
+    e.run(staged, limits._replace(max_time=max_time), u_prev is not None)
     called = time.perf_counter()
     history, ihistory, info = e.stats
     s = e.scalars
@@ -563,7 +579,7 @@ class _Entry:
     self.keep: list[Any] = []
     self.default_staged: list[Any] = []
     self.default_bounds: CallBounds = CallBounds()
-    self.default_limits: F64 = np.zeros(3)
+    self.default_limits = Limits(0, 0.0, 0.0)
 
   def solution_state(self) -> list[F64]:
     """Copies (float64) of the last solve's NLP solution w, multipliers lam_g and lam_x, parameter and bounds lbw,
@@ -573,15 +589,14 @@ class _Entry:
 
   def bounds(self, bounds: dict[str, F64]) -> CallBounds:
     """The Bounds struct of a call's bounds, staged in the controller's type (kept alive until the next one)."""
-    staged = {k: bounds[k].astype(self.dtype, copy=False) for k in CALL_BOUNDS}
+    staged = {k: bounds[k].astype(self.dtype, copy=False) for k in CALL_BOUNDS.names}
     self.keep = [staged]
-    return CallBounds(*(staged[k].ctypes.data for k in CALL_BOUNDS))
+    return CallBounds(*(staged[k].ctypes.data for k in CALL_BOUNDS.names))
 
-  def run(self, bounds: CallBounds, limits: F64, max_time: float, u_prev: bool) -> None:
-    """One call with `bounds`, the limits (max_iter, tol; max_time given apart) and the staged u_prev if `u_prev`
-    (else none: the controller's last input)."""
+  def run(self, bounds: CallBounds, limits: Limits, u_prev: bool) -> None:
+    """One call with `bounds`, `limits` and the staged u_prev if `u_prev` (else none: the controller's last input)."""
     o = self.options
-    o.max_iter, o.tol, o.max_time = int(limits[0]), float(limits[1]), max_time
+    o.max_iter, o.tol, o.max_time = limits
     o.u_prev = self.u_prev.ctypes.data if u_prev else None
     self.call(*self.arrays, ctypes.addressof(bounds), ctypes.addressof(o), *self.outputs, self.ws)
 

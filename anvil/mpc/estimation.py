@@ -24,11 +24,12 @@ from anvil.codegen.forksafe import owned_lock
 from anvil.codegen.names import DERIVED_ROOM
 from anvil.codegen.precision import in_precision
 from anvil.codegen.templated import TemplatedFunction, problem_key_of
-from anvil.mpc.call_scalars import CALL_SCALARS, ESTIMATOR_LAYOUTS, CallScalars
+from anvil.mpc.boundary import CALL_SCALARS, MHE_OPTIONS, CallScalars, MHECallOptions, estimator_layout_asserts
 from anvil.mpc.controller import MPCFunction
 from anvil.mpc.costs import LeastSquares, checked_weight
 from anvil.mpc.options import MPCOptions
 from anvil.mpc.result import MHEEstimate
+from anvil.sqp.stats import Limits
 from anvil.validation import check_bounds, float_array, require_cpu_float64, require_type
 
 F64 = NDArray[np.float64]
@@ -69,8 +70,21 @@ class _EstimatorContext:
   ubx: tuple[float, ...]
   lbv: tuple[float, ...]
   ubv: tuple[float, ...]
-  call_scalars: tuple[tuple[str, int], ...] = CALL_SCALARS
-  call_layouts: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ESTIMATOR_LAYOUTS
+
+  @property
+  def scalars_struct(self) -> str:
+    """The JIT entry point's anvil::jit::CallScalars (anvil/mpc/boundary.py)."""
+    return CALL_SCALARS.declaration()
+
+  @property
+  def options_struct(self) -> str:
+    """The module's Options, defaulting to its SQP solver's build-time limits."""
+    return MHE_OPTIONS.declaration(sqp=self.sqp)
+
+  @property
+  def layout_asserts(self) -> str:
+    """The JIT build's checks that the structs match their Python mirrors."""
+    return estimator_layout_asserts(self.name)
 
 
 class MHEFunction(TemplatedFunction):
@@ -315,11 +329,12 @@ class MHEFunction(TemplatedFunction):
                        f"{params.shape}")  # fmt: skip
     return y, u, params
 
-  def _solve(self, y: F64, u: F64, p: F64, limits: F64) -> MHEEstimate:
+  def _solve(self, y: F64, u: F64, p: F64, limits: Limits) -> MHEEstimate:
     """One call of the generated C++ on checked inputs (under the lock)."""
     e, k = self._entry, y.shape[0]
     e.y[:k], e.u[: k - 1], e.p[:k] = y, u, p
-    e.call(e.inputs, e.outputs, k, limits.ctypes.data, *e.pointers, e.ws)
+    options = MHECallOptions(*limits)
+    e.call(*e.inputs, k, ctypes.addressof(options), *e.outputs, *e.pointers, e.ws)
     history, ihistory, info = e.stats
     s, ocp = e.scalars, self.ocp
     _, status, stats = ocp.stats_reader.unpack(history, ihistory, info, s.worst, s.times, ocp.defaults, ocp.labels)
@@ -334,7 +349,7 @@ class _Entry:
   def __init__(self, mhe: MHEFunction) -> None:
     handle, pointer, M, nx = mhe.handle, ctypes.c_void_p, mhe.M, mhe.nx
     self.dtype = np.dtype(mhe.options.scalar)
-    self.call = handle.entry("call", ctypes.c_int, pointer, pointer, ctypes.c_int, *[pointer] * 6)
+    self.call = handle.entry("call", ctypes.c_int, pointer, pointer, pointer, ctypes.c_int, *[pointer] * 8)
     self.reset = handle.entry("reset", None, pointer, pointer, pointer)
     self.arrival = handle.entry("arrival", None, pointer, pointer, pointer)
     self.ws, self.stats = handle.pointer, mhe.ocp.stats_reader.buffers()
@@ -342,8 +357,8 @@ class _Entry:
     self.p = np.zeros((M, max(mhe.np, 1)), self.dtype)[:, : mhe.np]
     self.x, self.w, self.scalars = np.zeros((M, nx), self.dtype), np.zeros((M, nx), self.dtype), CallScalars()
     self.center, self.weight = np.zeros(nx, self.dtype), np.zeros((nx, nx), self.dtype)
-    self.inputs = (ctypes.c_void_p * 3)(self.y.ctypes.data, self.u.ctypes.data, self.p.ctypes.data)
-    self.outputs = (ctypes.c_void_p * 2)(self.x.ctypes.data, self.w.ctypes.data)
+    self.inputs = (self.y.ctypes.data, self.u.ctypes.data, self.p.ctypes.data)
+    self.outputs = (self.x.ctypes.data, self.w.ctypes.data)
     self.pointers = (*(a.ctypes.data for a in self.stats), ctypes.addressof(self.scalars))
     self.keep: F64 = np.zeros(0)
 

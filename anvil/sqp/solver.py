@@ -38,6 +38,15 @@ from anvil.qp import (
 )
 from anvil.qp.backend import DerivativeSources
 from anvil.qp.registry import qp_backend
+from anvil.sqp.boundary import (
+  SQP_BOUNDS,
+  SQP_OPTIONS,
+  SQP_SCALARS,
+  SQPBounds,
+  SQPCallOptions,
+  SQPScalars,
+  sqp_layout_asserts,
+)
 from anvil.sqp.labels import NLPLabels
 from anvil.sqp.nlp import NLP, Fn, SparseDerivative
 from anvil.sqp.options import SQPOptions
@@ -85,6 +94,26 @@ class _SolverContext:
   options: SQPOptions
   tables: tuple[tuple[str, tuple[int, ...]], ...]
   real: str
+
+  @property
+  def bounds_struct(self) -> str:
+    """The module's Bounds (anvil/sqp/boundary.py)."""
+    return SQP_BOUNDS.declaration()
+
+  @property
+  def options_struct(self) -> str:
+    """The module's Options, defaulting to its build-time limits."""
+    return SQP_OPTIONS.declaration(sqp=self.name)
+
+  @property
+  def scalars_struct(self) -> str:
+    """The JIT entry point's anvil::jit::SQPScalars."""
+    return SQP_SCALARS.declaration()
+
+  @property
+  def layout_asserts(self) -> str:
+    """The JIT build's checks that the structs match their Python mirrors."""
+    return sqp_layout_asserts(self.name)
 
 
 def _xp_args(name: str, fn: Fn, what: str, scalar: str) -> tuple[int, int]:
@@ -529,7 +558,7 @@ class SQPFunction(TemplatedFunction):
 
   @cached_property
   def _call(self) -> Any:
-    return self.handle.entry("call", ctypes.c_int, *[ctypes.c_void_p] * 8)
+    return self.handle.entry("call", ctypes.c_int, *[ctypes.c_void_p] * 15)
 
   def __call__(
     self,
@@ -560,22 +589,24 @@ class SQPFunction(TemplatedFunction):
     for lo, hi, what in ((inputs[2], inputs[3], "x"), (inputs[4], inputs[5], "g")):
       check_bounds(self.name, f"bounds lb{what}, ub{what}", lo, hi, lambda i: f"index {i[0]}")
     self._check_equalities(*inputs[2:6])
-    limits = np.append(self.stats_reader.limits(max_iter, tol, max_time), float(lam_g0 is None))  # no lam_g0: estimated
+    limits = self.stats_reader.limits(max_iter, tol, max_time)
+    options = SQPCallOptions(**limits._asdict(), estimate_multipliers=lam_g0 is None)  # no lam_g0: estimated
     dtype = np.dtype(self.scalar)
-    inputs = [a.astype(dtype, copy=False) for a in inputs]
-    outs = [np.empty(n, dtype), np.empty(1, dtype), np.empty(m, dtype), np.empty(n, dtype)]
-    (history, ihistory, info), scalars = self.stats_reader.buffers(), np.zeros(6)
-    in_ptrs = (ctypes.c_void_p * 8)(*(a.ctypes.data for a in inputs))
-    out_ptrs = (ctypes.c_void_p * 4)(*(a.ctypes.data for a in outs))
+    x0_, p_, lbx_, ubx_, lbg_, ubg_, lam_g0_, lam_x0_ = (a.astype(dtype, copy=False) for a in inputs)
+    x, f, lam_g, lam_x = np.empty(n, dtype), np.empty(1, dtype), np.empty(m, dtype), np.empty(n, dtype)
+    (history, ihistory, info), scalars = self.stats_reader.buffers(), SQPScalars()
+    bounds_struct = SQPBounds(*(b.ctypes.data for b in (lbx_, ubx_, lbg_, ubg_)))
     with self._lock:  # NOTE: the first call loads the library: one workspace, however many threads call at once
-      self._call(in_ptrs, out_ptrs, limits.ctypes.data, history.ctypes.data, ihistory.ctypes.data,
-                 info.ctypes.data, scalars.ctypes.data, self.handle.pointer)  # fmt: skip
-    bounds = (inputs[2], inputs[3], inputs[4], inputs[5])
-    stats_arrays = (history, ihistory, info, scalars[:2], scalars[2:])
+      self._call(x0_.ctypes.data, p_.ctypes.data, ctypes.addressof(bounds_struct), lam_g0_.ctypes.data,
+                 lam_x0_.ctypes.data, ctypes.addressof(options), x.ctypes.data, f.ctypes.data, lam_g.ctypes.data,
+                 lam_x.ctypes.data, history.ctypes.data, ihistory.ctypes.data, info.ctypes.data,
+                 ctypes.addressof(scalars), self.handle.pointer)  # fmt: skip
+    bounds = (lbx_, ubx_, lbg_, ubg_)
+    stats_arrays = (history, ihistory, info, np.array(scalars.worst), np.array(scalars.times))
     iterations, status, stats = self.stats_reader.unpack(*stats_arrays, bounds, self.labels)
-    x, lam_g, lam_x = (a.astype(np.float64, copy=False) for a in (outs[0], outs[2], outs[3]))
-    at = (inputs[1].astype(np.float64), *(b.astype(np.float64) for b in bounds))
-    return SQPResult(x, float(outs[1][0]), lam_g, lam_x, status, iterations, stats,
+    x, lam_g, lam_x = (a.astype(np.float64, copy=False) for a in (x, lam_g, lam_x))
+    at = (p_.astype(np.float64), *(b.astype(np.float64) for b in bounds))
+    return SQPResult(x, float(f[0]), lam_g, lam_x, status, iterations, stats,
                      lambda: self.sensitivity_at(x, at[0], lam_g, lam_x, at[1:]))  # fmt: skip
 
   def sensitivity_at(self, x: ArrayLike, p: ArrayLike, lam_g: ArrayLike, lam_x: ArrayLike,

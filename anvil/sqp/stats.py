@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -42,6 +42,14 @@ def elastic_options(options: SQPOptions, staged: bool) -> QPOptions | None:
   return qp if isinstance(qp, SparseIPMOptions) else dataclasses.replace(options.osqp, polish=False)
 
 
+class Limits(NamedTuple):
+  """One call's limits, as the boundary structs' first fields (anvil/sqp/boundary.py LIMITS) name them."""
+
+  max_iter: int
+  tol: float
+  max_time: float
+
+
 @dataclass(frozen=True)
 class StatsReader:
   """Checks a call's limits and unpacks the arrays its Stats filled, for the SQP solver `name`.
@@ -72,8 +80,8 @@ class StatsReader:
     rows = self.options.max_iter + 1
     return np.zeros((rows, 6)), np.zeros((rows, 3), dtype=np.int32), np.zeros(5, dtype=np.int32)
 
-  def limits(self, max_iter: int | None, tol: float | None, max_time: float | None) -> NDArray[np.float64]:
-    """[max_iter, tol, max_time] of one call: the options' where None, checked."""
+  def limits(self, max_iter: int | None, tol: float | None, max_time: float | None) -> Limits:
+    """The limits of one call: the options' where None, checked."""
     options = self.options
     if max_iter is not None and (isinstance(max_iter, bool) or not isinstance(max_iter, int)
                                  or not 0 <= max_iter <= options.max_iter):  # fmt: skip
@@ -82,8 +90,8 @@ class StatsReader:
     for what, value in (("tol", tol), ("max_time", max_time)):
       if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
         raise ValueError(f"{self.name}: {what} must be a positive number, got {value!r}")
-    return np.array([options.max_iter if max_iter is None else max_iter, options.tol if tol is None else tol,
-                     options.max_time if max_time is None else max_time], dtype=np.float64)  # fmt: skip
+    return Limits(options.max_iter if max_iter is None else max_iter, float(options.tol if tol is None else tol),
+                  float(options.max_time if max_time is None else max_time))  # fmt: skip
 
   def unpack(self, history: NDArray[np.float64], ihistory: NDArray[np.int32], info: NDArray[np.int32],
              worst: NDArray[np.float64], times: NDArray[np.float64], bounds: Any,

@@ -152,6 +152,11 @@ int main() {
   sqp_mod::WS_t ws = sqp_mod::init_ws();
   int status = sqp_mod::call(x0, p, lbx, ubx, lbg, ubg, zero, zero, x, &f, lam_g, lam_x, stats, ws);
   std::printf("%d %d %.17g %.17g %.17g\\n", status, stats.iterations, x[0], x[1], f);
+  sqp_mod::Options options;  // the build-time limits, by name
+  options.tol = 1e-3;
+  status = sqp_mod::call(x0, p, sqp_mod::Bounds{lbx, ubx, lbg, ubg}, zero, zero, x, &f, lam_g, lam_x, stats, ws,
+                         options);
+  std::printf("%d %d %.17g %.17g %.17g\\n", status, stats.iterations, x[0], x[1], f);
 }
 """
   (tmp_path / "main.cpp").write_text(main)
@@ -166,9 +171,14 @@ int main() {
                           "nlp_solver.cpp", *objects, "-o", "main", "-lm"], cwd=tmp_path, capture_output=True,
                          text=True)  # fmt: skip
   assert build.returncode == 0, build.stderr
-  out = subprocess.run([str(tmp_path / "main")], capture_output=True, text=True, check=True).stdout.split()
+  lines = subprocess.run([str(tmp_path / "main")], capture_output=True, text=True, check=True).stdout.splitlines()
+  out = lines[0].split()
   assert int(out[0]) == 0 and int(out[1]) == res.iterations
   np.testing.assert_allclose([float(v) for v in out[2:]], [*res.x, res.f], rtol=1e-12, atol=1e-14)
+  loose = solver(np.zeros(2), p, np.full(2, -INF), np.full(2, INF), [-INF], [1.0], tol=1e-3)  # call() by structs
+  out = lines[1].split()
+  assert int(out[0]) == 0 and int(out[1]) == loose.iterations < res.iterations
+  np.testing.assert_allclose([float(v) for v in out[2:]], [*loose.x, loose.f], rtol=1e-12, atol=1e-14)
 
 
 def test_inconsistent_linearization_at_the_start_is_recovered() -> None:

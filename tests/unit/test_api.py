@@ -181,6 +181,13 @@ def test_templates_are_small_glue() -> None:
     assert n <= SMALL_TEMPLATE_LINES or not control, f"{t.name}: {n} lines with control flow {control[:3]}: split it"
 
 
+def test_solver_entry_points_pass_limits_and_scalars_by_name() -> None:
+  # the boundary structs (anvil.codegen.boundary) carry them; an index into a packed array is a layout kept twice
+  for t in sorted((ROOT / "anvil").rglob("templates/*_jit.cpp.j2")):
+    packed = re.findall(r"\b(?:limits|scalars|stats_out)\[\d+\]", t.read_text())
+    assert not packed, f"{t.name} reads {packed}: declare a Struct in a boundary module"
+
+
 def test_arg_shapes() -> None:
   assert av.Arg(3).shape == (3,)
   assert av.Arg((2, 2)).shape == (2, 2)

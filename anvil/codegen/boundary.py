@@ -1,0 +1,74 @@
+"""Structs that cross the JIT boundary, each declared once: a `Struct` renders its C++ declaration and gives the fields
+of its ctypes mirror; `layout_asserts` renders the `static_assert`s that make a build fail where a mirror's layout
+differs (instead of a call that misreads)."""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any
+
+from anvil.codegen.base import render_template
+
+#: The ctypes type of each C++ field type a boundary struct may hold (pointers to the generated code's reals).
+CTYPES: dict[str, Any] = {
+  "int": ctypes.c_int, "double": ctypes.c_double, "bool": ctypes.c_bool, "const real*": ctypes.c_void_p,
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Field:
+  """One field of a boundary struct.
+
+  Attributes:
+    name: its name, on both sides.
+    kind: its C++ type, a key of `CTYPES`.
+    doc: what it is (the C++ comment).
+    default: its C++ default member initializer ("": none); `{name}` fields are filled by `Struct.declaration`.
+    count: an array of `count` where > 1.
+  """
+
+  name: str
+  kind: str
+  doc: str = ""
+  default: str = ""
+  count: int = 1
+
+  def __post_init__(self) -> None:
+    if self.kind not in CTYPES:
+      raise ValueError(f"Field {self.name}: kind must be one of {tuple(CTYPES)}, got {self.kind!r}")
+
+
+@dataclass(frozen=True)
+class Struct:
+  """A C++ struct and its ctypes mirror, from one declaration.
+
+  Attributes:
+    name: its C++ name where it is declared.
+    doc: what it is (the C++ doc comment; one line per line).
+    fields: its fields, in order.
+  """
+
+  name: str
+  doc: str
+  fields: tuple[Field, ...]
+
+  @property
+  def names(self) -> tuple[str, ...]:
+    """Its fields' names, in order."""
+    return tuple(f.name for f in self.fields)
+
+  def ctypes_fields(self) -> list[tuple[str, Any]]:
+    """`_fields_` of its ctypes mirror."""
+    return [(f.name, CTYPES[f.kind] * f.count if f.count > 1 else CTYPES[f.kind]) for f in self.fields]
+
+  def declaration(self, **names: str) -> str:
+    """The C++ declaration, its fields' defaults filled with `names` (e.g. the namespace of a solver's constants)."""
+    fields = [(f, f.default.format(**names)) for f in self.fields]
+    return render_template("boundary_struct.hpp.j2", struct=self, fields=fields)
+
+
+def layout_asserts(mirror: type[ctypes.Structure], qualified: str) -> str:
+  """`static_assert`s that the C++ struct `qualified` has the offsets and size of its ctypes `mirror`."""
+  offsets = [(name, int(getattr(mirror, name).offset)) for name, *_ in mirror._fields_]
+  return render_template("boundary_layout.hpp.j2", qualified=qualified, offsets=offsets, size=ctypes.sizeof(mirror))

@@ -1,0 +1,76 @@
+"""The controllers' and estimators' JIT boundary, declared once (`anvil.codegen.boundary`): the scalars a call writes
+beside its arrays (`CALL_SCALARS`, the JIT entry point's `anvil::jit::CallScalars`), a controller call's bounds
+(`CALL_BOUNDS`) and its limits and run-time values (`CALL_OPTIONS`), emitted as its module's `Bounds` and `Options`,
+and an estimator call's limits (`MHE_OPTIONS`, its module's `Options`). Each is mirrored by the ctypes structure
+Python fills or reads (`CallScalars`, `CallBounds`, `CallOptions`, `MHECallOptions`)."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+from anvil.codegen.boundary import Field, Struct, layout_asserts
+from anvil.mpc.result import FALLBACKS
+from anvil.sqp.boundary import LIMITS
+
+#: The most violated constraint's violation and value (anvil::sqp::export_stats), the cost, the solve's seconds, the
+#: fallback's code, the SQP's seconds in evaluations, QP updates, QP solves and the line search, the call's SQP
+#: iterations, and whether it restarted cold (1.0) after a failed warm start.
+CALL_SCALARS = Struct("CallScalars", "What a call writes beside its arrays (anvil/mpc/boundary.py).", (
+  Field("worst", "double", count=2), Field("cost", "double"), Field("solve_time", "double"),
+  Field("fallback", "double"), Field("times", "double", count=4), Field("iterations", "double"),
+  Field("restarted_cold", "double"),
+))  # fmt: skip
+CALL_BOUNDS = Struct("Bounds", "A call's bounds per stage, row-major (±HUGE_VAL: no bound): lbx/ubx (N + 1) x nx "
+                     "(row 0 unused: x_0 = x0),\nlbu/ubu N x nu, lbh/ubh N x nh, lbhN/ubhN nhN.", tuple(
+  Field(name, "const real*") for name in ("lbx", "ubx", "lbu", "ubu", "lbh", "ubh", "lbhN", "ubhN")
+))  # fmt: skip
+#: A controller call's run-time values, beside its limits.
+RUN_TIME_VALUES = (
+  Field("tuning", "const real*", "n_tuning weights and penalties (nullptr: tuning_default)", "nullptr"),
+  Field("u_prev", "const real*", "the input applied before (nullptr: the last u[0..nu) returned)", "nullptr"),
+)
+CALL_OPTIONS = Struct("Options", "A call's limits and run-time values, by name (each defaults to the build-time one).",
+                      (*LIMITS, *RUN_TIME_VALUES))  # fmt: skip
+MHE_OPTIONS = Struct("Options", "A call's limits, by name (each defaults to the build-time one).", LIMITS)
+
+
+class CallBounds(ctypes.Structure):
+  """The ctypes mirror of a controller module's `Bounds`."""
+
+  _fields_ = CALL_BOUNDS.ctypes_fields()
+
+
+class CallOptions(ctypes.Structure):
+  """The ctypes mirror of a controller module's `Options`."""
+
+  _fields_ = CALL_OPTIONS.ctypes_fields()
+
+
+class MHECallOptions(ctypes.Structure):
+  """The ctypes mirror of an estimator module's `Options`."""
+
+  _fields_ = MHE_OPTIONS.ctypes_fields()
+
+
+class CallScalars(ctypes.Structure):
+  """The ctypes mirror of the C++ `anvil::jit::CallScalars`."""
+
+  _fields_ = CALL_SCALARS.ctypes_fields()
+
+  def outcome(self) -> dict[str, Any]:
+    """The fields MPCSolution and MHEEstimate take from them: iterations, cost, solve_time, fallback."""
+    return {"iterations": int(self.iterations), "cost": float(self.cost), "solve_time": float(self.solve_time),
+            "fallback": FALLBACKS[int(self.fallback)]}  # fmt: skip
+
+
+def controller_layout_asserts(name: str) -> str:
+  """The C++ checks that the controller module `name`'s boundary structs match their mirrors."""
+  mirrors = ((CallScalars, "anvil::jit::CallScalars"), (CallBounds, f"{name}::Bounds"),
+             (CallOptions, f"{name}::Options"))  # fmt: skip
+  return "".join(layout_asserts(mirror, qualified) for mirror, qualified in mirrors)
+
+
+def estimator_layout_asserts(name: str) -> str:
+  """The C++ checks that the estimator module `name`'s boundary structs match their mirrors."""
+  return layout_asserts(CallScalars, "anvil::jit::CallScalars") + layout_asserts(MHECallOptions, f"{name}::Options")

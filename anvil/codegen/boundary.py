@@ -1,11 +1,12 @@
-"""Structs that cross the JIT boundary, each declared once: a `Struct` renders its C++ declaration and gives the fields
-of its ctypes mirror; `layout_asserts` renders the `static_assert`s that make a build fail where a mirror's layout
-differs (instead of a call that misreads)."""
+"""Structs that cross the JIT boundary, each declared once: a `Struct` renders its C++ declaration, builds its ctypes
+mirror, and renders the `static_assert`s that make a build fail where the mirror's layout differs (instead of a call
+that misreads); `boundary_code` gathers a module's for its templates."""
 
 from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from anvil.codegen.base import render_template
@@ -58,17 +59,38 @@ class Struct:
     """Its fields' names, in order."""
     return tuple(f.name for f in self.fields)
 
-  def ctypes_fields(self) -> list[tuple[str, Any]]:
-    """`_fields_` of its ctypes mirror."""
-    return [(f.name, CTYPES[f.kind] * f.count if f.count > 1 else CTYPES[f.kind]) for f in self.fields]
+  @cached_property
+  def mirror(self) -> type[ctypes.Structure]:
+    """Its ctypes mirror: a structure of the same fields in the same order (one class per declaration)."""
+    fields = [(f.name, CTYPES[f.kind] * f.count if f.count > 1 else CTYPES[f.kind]) for f in self.fields]
+    return type(self.name, (ctypes.Structure,), {"_fields_": fields, "__doc__": f"The ctypes mirror of {self.name}."})
 
   def declaration(self, **names: str) -> str:
     """The C++ declaration, its fields' defaults filled with `names` (e.g. the namespace of a solver's constants)."""
     fields = [(f, f.default.format(**names)) for f in self.fields]
     return render_template("boundary_struct.hpp.j2", struct=self, fields=fields)
 
+  def layout_asserts(self, qualified: str) -> str:
+    """`static_assert`s that the C++ struct `qualified` (this one, where it is declared) has its mirror's layout."""
+    offsets = [(f.name, int(getattr(self.mirror, f.name).offset)) for f in self.fields]
+    size = ctypes.sizeof(self.mirror)
+    return render_template("boundary_layout.hpp.j2", qualified=qualified, offsets=offsets, size=size)
 
-def layout_asserts(mirror: type[ctypes.Structure], qualified: str) -> str:
-  """`static_assert`s that the C++ struct `qualified` has the offsets and size of its ctypes `mirror`."""
-  offsets = [(name, int(getattr(mirror, name).offset)) for name, *_ in mirror._fields_]
-  return render_template("boundary_layout.hpp.j2", qualified=qualified, offsets=offsets, size=ctypes.sizeof(mirror))
+
+@dataclass(frozen=True)
+class BoundaryCode:
+  """The C++ of a module's boundary structs, as its templates take it.
+
+  Attributes:
+    structs: each struct's declaration, by its name (`c.boundary.structs.Bounds` in a template).
+    asserts: the layout checks of them all, for its JIT build.
+  """
+
+  structs: dict[str, str]
+  asserts: str
+
+
+def boundary_code(structs: tuple[tuple[Struct, str], ...], **names: str) -> BoundaryCode:
+  """The C++ of `structs` ((declaration, its qualified C++ name) each), defaults filled with `names`."""
+  return BoundaryCode({s.name: s.declaration(**names) for s, _ in structs},
+                      "".join(s.layout_asserts(qualified) for s, qualified in structs))  # fmt: skip

@@ -2,14 +2,13 @@
 beside its arrays (`CALL_SCALARS`, the JIT entry point's `anvil::jit::CallScalars`), a controller call's bounds
 (`CALL_BOUNDS`) and its limits and run-time values (`CALL_OPTIONS`), emitted as its module's `Bounds` and `Options`,
 and an estimator call's limits (`MHE_OPTIONS`, its module's `Options`). Each is mirrored by the ctypes structure
-Python fills or reads (`CallScalars`, `CallBounds`, `CallOptions`, `MHECallOptions`)."""
+Python fills or reads (`Struct.mirror`)."""
 
 from __future__ import annotations
 
-import ctypes
 from typing import Any
 
-from anvil.codegen.boundary import Field, Struct, layout_asserts
+from anvil.codegen.boundary import BoundaryCode, Field, Struct, boundary_code
 from anvil.mpc.result import FALLBACKS
 from anvil.sqp.boundary import LIMITS
 
@@ -35,42 +34,18 @@ CALL_OPTIONS = Struct("Options", "A call's limits and run-time values, by name (
 MHE_OPTIONS = Struct("Options", "A call's limits, by name (each defaults to the build-time one).", LIMITS)
 
 
-class CallBounds(ctypes.Structure):
-  """The ctypes mirror of a controller module's `Bounds`."""
-
-  _fields_ = CALL_BOUNDS.ctypes_fields()
-
-
-class CallOptions(ctypes.Structure):
-  """The ctypes mirror of a controller module's `Options`."""
-
-  _fields_ = CALL_OPTIONS.ctypes_fields()
+def outcome(scalars: Any) -> dict[str, Any]:
+  """The fields MPCSolution and MHEEstimate take from a call's CallScalars: iterations, cost, solve_time, fallback."""
+  return {"iterations": int(scalars.iterations), "cost": float(scalars.cost), "solve_time": float(scalars.solve_time),
+          "fallback": FALLBACKS[int(scalars.fallback)]}  # fmt: skip
 
 
-class MHECallOptions(ctypes.Structure):
-  """The ctypes mirror of an estimator module's `Options`."""
-
-  _fields_ = MHE_OPTIONS.ctypes_fields()
-
-
-class CallScalars(ctypes.Structure):
-  """The ctypes mirror of the C++ `anvil::jit::CallScalars`."""
-
-  _fields_ = CALL_SCALARS.ctypes_fields()
-
-  def outcome(self) -> dict[str, Any]:
-    """The fields MPCSolution and MHEEstimate take from them: iterations, cost, solve_time, fallback."""
-    return {"iterations": int(self.iterations), "cost": float(self.cost), "solve_time": float(self.solve_time),
-            "fallback": FALLBACKS[int(self.fallback)]}  # fmt: skip
+def controller_boundary(name: str, sqp: str) -> BoundaryCode:
+  """The C++ of the controller module `name`'s boundary structs (limits defaulting to its SQP solver `sqp`'s)."""
+  return boundary_code(((CALL_SCALARS, "anvil::jit::CallScalars"), (CALL_BOUNDS, f"{name}::Bounds"),
+                        (CALL_OPTIONS, f"{name}::Options")), sqp=sqp)  # fmt: skip
 
 
-def controller_layout_asserts(name: str) -> str:
-  """The C++ checks that the controller module `name`'s boundary structs match their mirrors."""
-  mirrors = ((CallScalars, "anvil::jit::CallScalars"), (CallBounds, f"{name}::Bounds"),
-             (CallOptions, f"{name}::Options"))  # fmt: skip
-  return "".join(layout_asserts(mirror, qualified) for mirror, qualified in mirrors)
-
-
-def estimator_layout_asserts(name: str) -> str:
-  """The C++ checks that the estimator module `name`'s boundary structs match their mirrors."""
-  return layout_asserts(CallScalars, "anvil::jit::CallScalars") + layout_asserts(MHECallOptions, f"{name}::Options")
+def estimator_boundary(name: str, sqp: str) -> BoundaryCode:
+  """The C++ of the estimator module `name`'s boundary structs (limits defaulting to its SQP solver `sqp`'s)."""
+  return boundary_code(((CALL_SCALARS, "anvil::jit::CallScalars"), (MHE_OPTIONS, f"{name}::Options")), sqp=sqp)

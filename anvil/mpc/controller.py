@@ -16,21 +16,14 @@ from numpy.typing import ArrayLike, NDArray
 
 from anvil.codegen import FunctionBase
 from anvil.codegen.base import check_identifier
+from anvil.codegen.boundary import BoundaryCode
 from anvil.codegen.forksafe import owned_lock
 from anvil.codegen.jit import sources_fingerprint
 from anvil.codegen.names import DERIVED_ROOM
 from anvil.codegen.native import NativeHandle
 from anvil.codegen.precision import cpp_real
 from anvil.codegen.templated import TemplatedFunction, problem_key_of
-from anvil.mpc.boundary import (
-  CALL_BOUNDS,
-  CALL_OPTIONS,
-  CALL_SCALARS,
-  CallBounds,
-  CallOptions,
-  CallScalars,
-  controller_layout_asserts,
-)
+from anvil.mpc.boundary import CALL_BOUNDS, CALL_OPTIONS, CALL_SCALARS, controller_boundary, outcome
 from anvil.mpc.costs import LeastSquares
 from anvil.mpc.implicit import ImplicitIntegrator
 from anvil.mpc.integrators import ExplicitIntegrator
@@ -80,24 +73,9 @@ class _ControllerContext:
   rate_ub: tuple[float, ...]
 
   @property
-  def scalars_struct(self) -> str:
-    """The JIT entry point's anvil::jit::CallScalars (anvil/mpc/boundary.py)."""
-    return CALL_SCALARS.declaration()
-
-  @property
-  def bounds_struct(self) -> str:
-    """The module's Bounds."""
-    return CALL_BOUNDS.declaration()
-
-  @property
-  def options_struct(self) -> str:
-    """The module's Options, defaulting to its SQP solver's build-time limits."""
-    return CALL_OPTIONS.declaration(sqp=self.sqp)
-
-  @property
-  def layout_asserts(self) -> str:
-    """The JIT build's checks that the structs match their Python mirrors."""
-    return controller_layout_asserts(self.name)
+  def boundary(self) -> BoundaryCode:
+    """Its boundary structs' C++ (anvil/mpc/boundary.py)."""
+    return controller_boundary(self.name, self.sqp)
 
 
 class MPCFunction(TemplatedFunction):
@@ -490,14 +468,14 @@ class MPCFunction(TemplatedFunction):
     _, status, stats = self.stats_reader.unpack(history, ihistory, info, s.worst, s.times, bounds, self.labels)
     stats["restarted_cold"] = bool(s.restarted_cold)
     x, u = e.x.astype(np.float64), e.u.astype(np.float64)  # NOTE: copies (the buffers are the next call's)
-    outcome = s.outcome()
-    fallback = outcome["fallback"]
+    call_outcome = outcome(s)
+    fallback = call_outcome["fallback"]
     if status == "numerical_error" and isinstance(self.ocp.dynamics, ExplicitIntegrator):
       stats["message"] = self._integrator_hint(str(stats.get("message", status)), x0, u[0], params)
     solved = self.options.mode == "sqp" and status in SUCCESS and fallback == "none"
     solution = MPCSolution(x=x, u=u, status=status, real_time_iteration=self.options.mode == "rti", stats=stats,
                            at_solution=self._sensitivity(e) if solved else None, nlp_sizes=(self.ocp.nx, self.np),
-                           **outcome)  # fmt: skip
+                           **call_outcome)  # fmt: skip
     self._after = max(time.perf_counter() - called, AFTER_DECAY * self._after)
     return solution
 
@@ -567,8 +545,12 @@ class _Entry:
     self.ws, self.stats = handle.pointer, stats
     self.x0, self.p = np.zeros(nx, self.dtype), np.zeros((N + 1, np_), self.dtype)
     self.tuning = np.zeros(max(n_tuning, 1), self.dtype)
-    self.x, self.u, self.scalars = np.zeros((N + 1, nx), self.dtype), np.zeros((N, nu), self.dtype), CallScalars()
-    self.options = CallOptions(tuning=self.tuning.ctypes.data)
+    self.x, self.u, self.scalars = (
+      np.zeros((N + 1, nx), self.dtype),
+      np.zeros((N, nu), self.dtype),
+      CALL_SCALARS.mirror(),
+    )
+    self.options = CALL_OPTIONS.mirror(tuning=self.tuning.ctypes.data)
     self.arrays = (self.x0.ctypes.data, self.p.ctypes.data)  # x0, p; then bounds and options
     self.outputs = (self.x.ctypes.data, self.u.ctypes.data, *(a.ctypes.data for a in stats),
                     ctypes.addressof(self.scalars))  # fmt: skip
@@ -578,7 +560,7 @@ class _Entry:
     self.state_pointers = (ctypes.c_void_p * 8)(*(a.ctypes.data for a in self.state))
     self.keep: list[Any] = []
     self.default_staged: list[Any] = []
-    self.default_bounds: CallBounds = CallBounds()
+    self.default_bounds = CALL_BOUNDS.mirror()
     self.default_limits = Limits(0, 0.0, 0.0)
 
   def solution_state(self) -> list[F64]:
@@ -587,13 +569,13 @@ class _Entry:
     self.solution(self.state_pointers, self.ws)
     return [a.astype(np.float64) for a in self.state]
 
-  def bounds(self, bounds: dict[str, F64]) -> CallBounds:
+  def bounds(self, bounds: dict[str, F64]) -> ctypes.Structure:
     """The Bounds struct of a call's bounds, staged in the controller's type (kept alive until the next one)."""
     staged = {k: bounds[k].astype(self.dtype, copy=False) for k in CALL_BOUNDS.names}
     self.keep = [staged]
-    return CallBounds(*(staged[k].ctypes.data for k in CALL_BOUNDS.names))
+    return CALL_BOUNDS.mirror(*(staged[k].ctypes.data for k in CALL_BOUNDS.names))
 
-  def run(self, bounds: CallBounds, limits: Limits, u_prev: bool) -> None:
+  def run(self, bounds: ctypes.Structure, limits: Limits, u_prev: bool) -> None:
     """One call with `bounds`, `limits` and the staged u_prev if `u_prev` (else none: the controller's last input)."""
     o = self.options
     o.max_iter, o.tol, o.max_time = limits

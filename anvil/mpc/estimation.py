@@ -20,11 +20,12 @@ from tinygrad import Tensor
 from anvil.ad import jacobian
 from anvil.codegen import Arg, FunctionBase, NumericalFunction
 from anvil.codegen.base import check_identifier
+from anvil.codegen.boundary import BoundaryCode
 from anvil.codegen.forksafe import owned_lock
 from anvil.codegen.names import DERIVED_ROOM
 from anvil.codegen.precision import in_precision
 from anvil.codegen.templated import TemplatedFunction, problem_key_of
-from anvil.mpc.boundary import CALL_SCALARS, MHE_OPTIONS, CallScalars, MHECallOptions, estimator_layout_asserts
+from anvil.mpc.boundary import CALL_SCALARS, MHE_OPTIONS, estimator_boundary, outcome
 from anvil.mpc.controller import MPCFunction
 from anvil.mpc.costs import LeastSquares, checked_weight
 from anvil.mpc.options import MPCOptions
@@ -72,19 +73,9 @@ class _EstimatorContext:
   ubv: tuple[float, ...]
 
   @property
-  def scalars_struct(self) -> str:
-    """The JIT entry point's anvil::jit::CallScalars (anvil/mpc/boundary.py)."""
-    return CALL_SCALARS.declaration()
-
-  @property
-  def options_struct(self) -> str:
-    """The module's Options, defaulting to its SQP solver's build-time limits."""
-    return MHE_OPTIONS.declaration(sqp=self.sqp)
-
-  @property
-  def layout_asserts(self) -> str:
-    """The JIT build's checks that the structs match their Python mirrors."""
-    return estimator_layout_asserts(self.name)
+  def boundary(self) -> BoundaryCode:
+    """Its boundary structs' C++ (anvil/mpc/boundary.py)."""
+    return estimator_boundary(self.name, self.sqp)
 
 
 class MHEFunction(TemplatedFunction):
@@ -333,14 +324,14 @@ class MHEFunction(TemplatedFunction):
     """One call of the generated C++ on checked inputs (under the lock)."""
     e, k = self._entry, y.shape[0]
     e.y[:k], e.u[: k - 1], e.p[:k] = y, u, p
-    options = MHECallOptions(*limits)
+    options = MHE_OPTIONS.mirror(*limits)
     e.call(*e.inputs, k, ctypes.addressof(options), *e.outputs, *e.pointers, e.ws)
     history, ihistory, info = e.stats
     s, ocp = e.scalars, self.ocp
     _, status, stats = ocp.stats_reader.unpack(history, ihistory, info, s.worst, s.times, ocp.defaults, ocp.labels)
     stats["restarted_cold"] = bool(s.restarted_cold)
     x, w = e.x[:k].astype(np.float64), e.w[: k - 1].astype(np.float64)
-    return MHEEstimate(x_hat=x[-1].copy(), x=x, w=w, status=status, stats=stats, **s.outcome())
+    return MHEEstimate(x_hat=x[-1].copy(), x=x, w=w, status=status, stats=stats, **outcome(s))
 
 
 class _Entry:
@@ -355,7 +346,7 @@ class _Entry:
     self.ws, self.stats = handle.pointer, mhe.ocp.stats_reader.buffers()
     self.y, self.u = np.zeros((M, mhe.ny), self.dtype), np.zeros((M, mhe.nu), self.dtype)
     self.p = np.zeros((M, max(mhe.np, 1)), self.dtype)[:, : mhe.np]
-    self.x, self.w, self.scalars = np.zeros((M, nx), self.dtype), np.zeros((M, nx), self.dtype), CallScalars()
+    self.x, self.w, self.scalars = np.zeros((M, nx), self.dtype), np.zeros((M, nx), self.dtype), CALL_SCALARS.mirror()
     self.center, self.weight = np.zeros(nx, self.dtype), np.zeros((nx, nx), self.dtype)
     self.inputs = (self.y.ctypes.data, self.u.ctypes.data, self.p.ctypes.data)
     self.outputs = (self.x.ctypes.data, self.w.ctypes.data)

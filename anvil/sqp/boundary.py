@@ -1,13 +1,11 @@
 """The SQP solver's JIT boundary, declared once (`anvil.codegen.boundary`): a call's bounds (`SQP_BOUNDS`), its limits
 (`SQP_OPTIONS`, whose first three fields, `LIMITS`, the controllers and estimators built on it share) and the scalars
 it writes beside its arrays (`SQP_SCALARS`), each emitted as the C++ struct of the solver's module (the scalars: of its
-JIT entry point) and mirrored by the ctypes structure Python fills or reads."""
+JIT entry point) and mirrored by the ctypes structure Python fills or reads (`Struct.mirror`)."""
 
 from __future__ import annotations
 
-import ctypes
-
-from anvil.codegen.boundary import Field, Struct, layout_asserts
+from anvil.codegen.boundary import BoundaryCode, Field, Struct, boundary_code
 
 #: A call's limits: defaults are the build-time values of the SQP solver `{sqp}` (its namespace).
 LIMITS = (
@@ -29,26 +27,7 @@ SQP_SCALARS = Struct("SQPScalars", "What a call writes beside its arrays (anvil/
 ))  # fmt: skip
 
 
-class SQPBounds(ctypes.Structure):
-  """The ctypes mirror of an SQP module's `Bounds`."""
-
-  _fields_ = SQP_BOUNDS.ctypes_fields()
-
-
-class SQPCallOptions(ctypes.Structure):
-  """The ctypes mirror of an SQP module's `Options`."""
-
-  _fields_ = SQP_OPTIONS.ctypes_fields()
-
-
-class SQPScalars(ctypes.Structure):
-  """The ctypes mirror of the JIT entry point's `anvil::jit::SQPScalars`."""
-
-  _fields_ = SQP_SCALARS.ctypes_fields()
-
-
-def sqp_layout_asserts(name: str) -> str:
-  """The C++ checks that the SQP module `name`'s boundary structs match their mirrors (its JIT entry point's)."""
-  mirrors = ((SQPBounds, f"{name}::Bounds"), (SQPCallOptions, f"{name}::Options"),
-             (SQPScalars, "anvil::jit::SQPScalars"))  # fmt: skip
-  return "".join(layout_asserts(mirror, qualified) for mirror, qualified in mirrors)
+def sqp_boundary(name: str) -> BoundaryCode:
+  """The C++ of the SQP module `name`'s boundary structs (its JIT entry point's scalars included)."""
+  return boundary_code(((SQP_BOUNDS, f"{name}::Bounds"), (SQP_OPTIONS, f"{name}::Options"),
+                        (SQP_SCALARS, "anvil::jit::SQPScalars")), sqp=name)  # fmt: skip

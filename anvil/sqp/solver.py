@@ -19,6 +19,7 @@ from numpy.typing import ArrayLike, NDArray
 from anvil.ad import gradient as cost_gradient
 from anvil.codegen import FunctionBase, NumericalFunction
 from anvil.codegen.base import check_identifier
+from anvil.codegen.boundary import BoundaryCode
 from anvil.codegen.cache import cache_dir, read_artifact, write_atomic
 from anvil.codegen.forksafe import owned_lock
 from anvil.codegen.jit import sources_fingerprint
@@ -38,15 +39,7 @@ from anvil.qp import (
 )
 from anvil.qp.backend import DerivativeSources
 from anvil.qp.registry import qp_backend
-from anvil.sqp.boundary import (
-  SQP_BOUNDS,
-  SQP_OPTIONS,
-  SQP_SCALARS,
-  SQPBounds,
-  SQPCallOptions,
-  SQPScalars,
-  sqp_layout_asserts,
-)
+from anvil.sqp.boundary import SQP_BOUNDS, SQP_OPTIONS, SQP_SCALARS, sqp_boundary
 from anvil.sqp.labels import NLPLabels
 from anvil.sqp.nlp import NLP, Fn, SparseDerivative
 from anvil.sqp.options import SQPOptions
@@ -96,24 +89,9 @@ class _SolverContext:
   real: str
 
   @property
-  def bounds_struct(self) -> str:
-    """The module's Bounds (anvil/sqp/boundary.py)."""
-    return SQP_BOUNDS.declaration()
-
-  @property
-  def options_struct(self) -> str:
-    """The module's Options, defaulting to its build-time limits."""
-    return SQP_OPTIONS.declaration(sqp=self.name)
-
-  @property
-  def scalars_struct(self) -> str:
-    """The JIT entry point's anvil::jit::SQPScalars."""
-    return SQP_SCALARS.declaration()
-
-  @property
-  def layout_asserts(self) -> str:
-    """The JIT build's checks that the structs match their Python mirrors."""
-    return sqp_layout_asserts(self.name)
+  def boundary(self) -> BoundaryCode:
+    """Its boundary structs' C++ (anvil/sqp/boundary.py)."""
+    return sqp_boundary(self.name)
 
 
 def _xp_args(name: str, fn: Fn, what: str, scalar: str) -> tuple[int, int]:
@@ -590,12 +568,12 @@ class SQPFunction(TemplatedFunction):
       check_bounds(self.name, f"bounds lb{what}, ub{what}", lo, hi, lambda i: f"index {i[0]}")
     self._check_equalities(*inputs[2:6])
     limits = self.stats_reader.limits(max_iter, tol, max_time)
-    options = SQPCallOptions(**limits._asdict(), estimate_multipliers=lam_g0 is None)  # no lam_g0: estimated
+    options = SQP_OPTIONS.mirror(**limits._asdict(), estimate_multipliers=lam_g0 is None)  # no lam_g0: estimated
     dtype = np.dtype(self.scalar)
     x0_, p_, lbx_, ubx_, lbg_, ubg_, lam_g0_, lam_x0_ = (a.astype(dtype, copy=False) for a in inputs)
     x, f, lam_g, lam_x = np.empty(n, dtype), np.empty(1, dtype), np.empty(m, dtype), np.empty(n, dtype)
-    (history, ihistory, info), scalars = self.stats_reader.buffers(), SQPScalars()
-    bounds_struct = SQPBounds(*(b.ctypes.data for b in (lbx_, ubx_, lbg_, ubg_)))
+    (history, ihistory, info), scalars = self.stats_reader.buffers(), SQP_SCALARS.mirror()
+    bounds_struct = SQP_BOUNDS.mirror(*(b.ctypes.data for b in (lbx_, ubx_, lbg_, ubg_)))
     with self._lock:  # NOTE: the first call loads the library: one workspace, however many threads call at once
       self._call(x0_.ctypes.data, p_.ctypes.data, ctypes.addressof(bounds_struct), lam_g0_.ctypes.data,
                  lam_x0_.ctypes.data, ctypes.addressof(options), x.ctypes.data, f.ctypes.data, lam_g.ctypes.data,

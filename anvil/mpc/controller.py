@@ -461,7 +461,7 @@ class MPCFunction(TemplatedFunction):
     max_time = limits.max_time
     if np.isfinite(max_time):
       max_time = max(max_time - (time.perf_counter() - entered) - self._after, MIN_TIME)
-    e.run(staged, limits._replace(max_time=max_time), u_prev is not None)
+    e.run(staged, limits, max_time, u_prev is not None)
     called = time.perf_counter()
     history, ihistory, info = e.stats
     s = e.scalars
@@ -575,10 +575,11 @@ class _Entry:
     self.keep = [staged]
     return CALL_BOUNDS.mirror(*(staged[k].ctypes.data for k in CALL_BOUNDS.names))
 
-  def run(self, bounds: ctypes.Structure, limits: Limits, u_prev: bool) -> None:
-    """One call with `bounds`, `limits` and the staged u_prev if `u_prev` (else none: the controller's last input)."""
+  def run(self, bounds: ctypes.Structure, limits: Limits, max_time: float, u_prev: bool) -> None:
+    """One call with `bounds`, the limits (max_iter, tol; max_time given apart: what is left of the call's) and the
+    staged u_prev if `u_prev` (else none: the controller's last input)."""
     o = self.options
-    o.max_iter, o.tol, o.max_time = limits
+    o.max_iter, o.tol, o.max_time = limits.max_iter, limits.tol, max_time
     o.u_prev = self.u_prev.ctypes.data if u_prev else None
     self.call(*self.arrays, ctypes.addressof(bounds), ctypes.addressof(o), *self.outputs, self.ws)
 

@@ -32,9 +32,25 @@ def random_qp(rng: np.random.Generator, nx: int, nu: int, N: int, ng: int, ngN: 
   return dict(H=H, g=g, HN=HN, gN=gN, A=A, B=B, c=c, x0=x0, G=G, lo=lo, hi=hi, GN=GN, loN=loN, hiN=hiN)
 
 
+def scenario_tree(branches: tuple[int, ...], depth: int) -> tuple[int, ...]:
+  """The parents of a scenario tree: the root splits into branches[0] stages, each of those into branches[1], ...
+  (robust horizon len(branches)), then every branch runs on alone to `depth` stages below the root; numbered branch
+  by branch (depth first), so each parent comes before its stages and the last stage is a leaf."""
+  parents = [-1]
+
+  def grow(node: int, level: int) -> None:
+    for _ in range(branches[level] if level < len(branches) else 1):
+      parents.append(node)
+      if level + 1 < depth:
+        grow(len(parents) - 1, level + 1)
+
+  grow(0, 0)
+  return tuple(parents)
+
+
 def sparse_form(d: Mapping[str, Any]) -> tuple[sp.csc_matrix, np.ndarray, sp.csc_matrix, np.ndarray, np.ndarray]:
   """The same QP in w = [x_0 .. x_N, u_0 .. u_{N-1}, u_N] in the general sparse form OSQP takes: (triu P, q, A, l, u),
-  bounds clipped to ±1e30."""
+  bounds clipped to ±1e30. With d["parents"] (RiccatiQP's), the stages form that tree."""
   N, nx, nu = d["B"].shape[0], d["B"].shape[1], d["B"].shape[2]
   nuN = d["HN"].shape[0] - nx
   nw = (N + 1) * nx + N * nu + nuN
@@ -58,9 +74,10 @@ def sparse_form(d: Mapping[str, Any]) -> tuple[sp.csc_matrix, np.ndarray, sp.csc
     z = np.concatenate([xi(k), ui(k)])
     P[np.ix_(z, z)] += d["H"][k]
     q[z] += d["g"][k]
+    src = d["parents"][k + 1] if len(d.get("parents", ())) else k  # transition k leads out of stage src
     for i in range(nx):
       row(
-        [(xi(k), d["A"][k][i]), (ui(k), d["B"][k][i]), (xi(k + 1)[i : i + 1], -np.ones(1))],
+        [(xi(src), d["A"][k][i]), (ui(src), d["B"][k][i]), (xi(k + 1)[i : i + 1], -np.ones(1))],
         -d["c"][k][i],
         -d["c"][k][i],
       )

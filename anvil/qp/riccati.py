@@ -51,6 +51,14 @@ class _RiccatiContext:
   boxes: bool
   quadratic_prices: bool
   condensing: int
+  parents: tuple[int, ...]
+
+  @property
+  def transitions(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A tree's transitions out of each stage as (first, edges): edges[first[k]:first[k + 1]] lead out of stage k."""
+    edges = sorted(range(self.N), key=lambda e: (self.parents[e + 1], e))
+    counts = [sum(1 for e in edges if self.parents[e + 1] == k) for k in range(self.N + 1)]
+    return tuple(int(v) for v in np.concatenate([[0], np.cumsum(counts)])), tuple(edges)
 
 
 class RiccatiQP(TemplatedFunction):
@@ -76,6 +84,9 @@ class RiccatiQP(TemplatedFunction):
       inside each block eliminated through the dynamics (anvil/condensing.hpp), and its solution is expanded to every
       stage (the status and residual norms are the condensed QP's). Fewer, larger stages: worth it where nx is large
       against nu (`python -m benchmarks.bench_riccati --condensing`).
+    parents: the stages as a tree (multi-stage robust MPC's scenario tree): stage k's parent for k = 0..N (-1 at
+      stage 0, below k elsewhere, so stage N is a leaf); transition k (A[k], B[k], c[k]) leads into stage k + 1 from its
+      parent. Empty (the default): a chain, stage k + 1 following stage k. A tree is not condensed.
 
   Example:
     >>> qp = RiccatiQP("qp", nx=4, nu=1, N=30, ng=5, ngN=4)
@@ -102,6 +113,7 @@ class RiccatiQP(TemplatedFunction):
     boxes: bool = False,
     quadratic_prices: bool = False,
     condensing: int | str = "auto",
+    parents: tuple[int, ...] = (),
   ) -> None:
     self.name = check_identifier(name, "RiccatiQP name")
     self.scalar = check_scalar(f"RiccatiQP({name})", scalar)
@@ -110,8 +122,13 @@ class RiccatiQP(TemplatedFunction):
       if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise ValueError(f"RiccatiQP({name}): {what} must be an int >= {least}, got {value!r}")
     self.nx, self.nu, self.N, self.ng, self.ngN, self.max_iter, self.nuN = nx, nu, N, ng, ngN, max_iter, nuN
+    self.parents = check_parents(f"RiccatiQP({name})", parents, N)
     if condensing == "auto":
-      condensing = auto_condensing(nx, nu, N)
+      condensing = 1 if self.parents else auto_condensing(nx, nu, N)
+    if self.parents and condensing != 1:
+      raise ValueError(
+        f'RiccatiQP({name}): a tree of stages (parents) is not condensed: condensing must be 1 or "auto"'
+      )
     if isinstance(condensing, bool) or not isinstance(condensing, int) or not 1 <= condensing <= N:
       raise ValueError(f"RiccatiQP({name}): condensing must be \"auto\" or an int in [1, N = {N}] (stages per block), "
                        f"got {condensing!r}")  # fmt: skip
@@ -166,7 +183,7 @@ class RiccatiQP(TemplatedFunction):
       name=self.name, nx=self.nx, nu=self.nu, N=self.N, ng=self.ng, ngN=self.ngN, nuN=self.nuN, nud=self.nud,
       max_iter=self.max_iter, uN_offset=flat_offsets(self.solution_shapes)[0]["uN"],
       pi_offset=flat_offsets(self.iterate_shapes)[0]["pi"], real=cpp_real(self.scalar), boxes=self.boxes,
-      quadratic_prices=self.quadratic_prices, condensing=self.condensing,
+      quadratic_prices=self.quadratic_prices, condensing=self.condensing, parents=self.parents,
     )  # fmt: skip
 
   @cached_property
@@ -216,6 +233,19 @@ class RiccatiQP(TemplatedFunction):
     status = QPStatus.from_code(int(info[0]))
     return OCPQPSolution(x.reshape(N + 1, nx), u.reshape(N, nu), pi.reshape(N, nx), lam, lamN[: self.ngN], status,
                          int(info[1]), residuals, float(res[4]), uN[: self.nuN])  # fmt: skip
+
+
+def check_parents(where: str, parents: tuple[int, ...], N: int) -> tuple[int, ...]:
+  """`parents` checked as a tree of the stages 0..N (empty: a chain): stage 0 the root (-1), each other stage's parent
+  before it (so stage N is a leaf)."""
+  if not isinstance(parents, tuple) or any(isinstance(v, bool) or not isinstance(v, int) for v in parents):
+    raise TypeError(f"{where}: parents must be a tuple of ints (empty: a chain), got {parents!r}")
+  if parents and (len(parents) != N + 1 or parents[0] != -1 or any(not 0 <= parents[k] < k for k in range(1, N + 1))):
+    raise ValueError(
+      f"{where}: parents must hold stage k's parent for k = 0..N = {N}: -1 at stage 0, then a stage "
+      f"before k; got {parents!r}"
+    )
+  return parents
 
 
 def auto_condensing(nx: int, nu: int, N: int) -> int:

@@ -84,7 +84,8 @@ class RiccatiBackend(QPBackend[RiccatiOptions]):
     nz, nzN = self.stages.nx + nu, self.stages.nx + nuN
     self.solver = RiccatiQP(f"{self.name}_ipm", self.stages.nx, nu, self.stages.N, ng=nz + ng, ngN=nzN + ngN,
                             max_iter=options.max_iter, nuN=nuN, nud=nud, scalar=problem.scalar, boxes=True,
-                            quadratic_prices=bool(self.soft), condensing=options.condensing)  # fmt: skip
+                            quadratic_prices=bool(self.soft), parents=self.stages.parents,
+                            condensing=1 if self.stages.parents else options.condensing)  # fmt: skip
     _ = self.tables  # NOTE: a layout the patterns do not fit raises here, when the backend is made
 
   def dependencies(self) -> tuple[RiccatiQP]:
@@ -174,10 +175,10 @@ class _StageTables:
       if r < len(rows) and c not in self.soft:  # (an eliminated slack's coefficients, +1 and -1, are implied too)
         kind, kr, i = rows[r]
         if kind == "dynamics" and (k, j) != (kr + 1, i):
-          if k != kr:
-            raise ValueError(f"{self.name}: the dynamics row {r} of stage {kr} depends on stage {k}")
-          o = self.data
-          offset = o["A"] + (k * nx + i) * nx + j if j < nx else o["B"] + (k * nx + i) * (self.nz - nx) + j - nx
+          if k != self.stages.parent(kr + 1):
+            raise ValueError(f"{self.name}: the dynamics row {r} into stage {kr + 1} depends on stage {k}")
+          o = self.data  # NOTE: transition kr's blocks (from stage kr in a chain, its parent's in a tree)
+          offset = o["A"] + (kr * nx + i) * nx + j if j < nx else o["B"] + (kr * nx + i) * (self.nz - nx) + j - nx
           scale = -1.0 / self.stages.coefficient(r)
         elif kind == "stage":
           if k != kr:

@@ -11,6 +11,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from anvil.codegen.sparse import stored_coordinates
+from anvil.qp.riccati import check_parents
 
 ROW_KINDS = ("initial", "dynamics", "stage")
 
@@ -29,6 +30,10 @@ class StageLayout:
       terms of stage k's variables equals its bound; ("stage", k, j): the j-th row of stage k, between its bounds.
     coefficients: for each constraint row, the coefficient of its state in an initial or dynamics row (a nonzero
       constant: the row is that multiple of the forms above; 1.0 on stage rows); empty (the default): all 1.0.
+    parents: the stages as a tree (a scenario tree of multi-stage robust MPC): stage k's parent for k = 0..N (-1 at
+      stage 0, a stage before k elsewhere); the dynamics row ("dynamics", k, i) then gives x_{k+1}[i] from the
+      variables of stage k + 1's parent (stage k in a chain). A stage k < N without children is a leaf: its inputs,
+      if it has any, enter no dynamics. Empty (the default): a chain.
     initial_bounds: x_0 has no initial rows: its bounds fix it (lbx = ubx on x_0 at every call, as a CasADi user
       writes lbw = ubw = x0), and their identity rows of the QP are its initial rows. False (the default): rows do.
     soft: the slacks of soft constraints, as (variable, lower row, upper row): an input of its stage, bounded below
@@ -51,8 +56,10 @@ class StageLayout:
   coefficients: tuple[float, ...] = ()
   soft: tuple[tuple[int, int, int], ...] = ()
   initial_bounds: bool = False
+  parents: tuple[int, ...] = ()
 
   def __post_init__(self) -> None:
+    check_parents("StageLayout", self.parents, self.N)
     for what, value, least in (("N", self.N, 1), ("nx", self.nx, 1), ("nu", self.nu, 1), ("nuN", self.nuN, 0)):
       if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise ValueError(f"StageLayout.{what}: expected an int >= {least}, got {value!r}")
@@ -89,6 +96,10 @@ class StageLayout:
         raise ValueError(f"StageLayout.soft: {(v, lo, hi)} needs an input variable and stage rows of its stage")
     if len(set(used)) != len(used) or len({v for v, _, _ in self.soft}) != len(self.soft):
       raise ValueError("StageLayout.soft: a slack or a row softened twice")
+
+  def parent(self, stage: int) -> int:
+    """The stage whose variables stage `stage`'s states follow from (stage - 1 in a chain; stage >= 1)."""
+    return self.parents[stage] if self.parents else stage - 1
 
   def coefficient(self, row: int) -> float:
     """The coefficient of row `row`'s state (1.0 on stage rows)."""

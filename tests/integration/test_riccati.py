@@ -8,7 +8,7 @@ import numpy as np
 import osqp
 import pytest
 
-from anvil.problems.ocp_qp import osqp_solution, random_qp, sparse_form
+from anvil.problems.ocp_qp import osqp_solution, random_qp, scenario_tree, sparse_form
 from anvil.qp import RiccatiQP
 
 
@@ -20,20 +20,53 @@ def osqp_infeasible(d: dict[str, Any]) -> bool:
 
 
 def kkt_residuals(d: dict[str, Any], sol: Any) -> tuple[float, float]:
-  """Stationarity and dynamics residuals recomputed in numpy from the returned primal and dual values."""
+  """Stationarity and dynamics residuals recomputed in numpy from the returned primal and dual values (transition k
+  leads into stage k + 1 from its parent, d["parents"][k + 1]; stage k in a chain)."""
   N, nx = d["B"].shape[0], d["B"].shape[1]
+  parent = lambda node: d["parents"][node] if "parents" in d else node - 1
   stat = 0.0
   for k in range(N):
     z = np.concatenate([sol.x[k], sol.u[k]])
-    r = d["H"][k] @ z + d["g"][k] + np.concatenate([d["A"][k].T, d["B"][k].T]) @ sol.pi[k] + d["G"][k].T @ sol.lam[k]
+    r = d["H"][k] @ z + d["g"][k] + d["G"][k].T @ sol.lam[k]
+    for e in (e for e in range(N) if parent(e + 1) == k):
+      r += np.concatenate([d["A"][e].T, d["B"][e].T]) @ sol.pi[e]
     if k > 0:
       r[:nx] -= sol.pi[k - 1]
     stat = max(stat, np.abs(r if k else r[nx:]).max())
   zN = np.concatenate([sol.x[N], sol.uN])
   rN = d["HN"] @ zN + d["gN"] + d["GN"].T @ sol.lamN
   rN[:nx] -= sol.pi[N - 1]
-  dyn = max(np.abs(d["A"][k] @ sol.x[k] + d["B"][k] @ sol.u[k] + d["c"][k] - sol.x[k + 1]).max() for k in range(N))
+  z = lambda k: (sol.x[parent(k + 1)], sol.u[parent(k + 1)])
+  dyn = max(np.abs(d["A"][k] @ z(k)[0] + d["B"][k] @ z(k)[1] + d["c"][k] - sol.x[k + 1]).max() for k in range(N))
   return max(stat, np.abs(rN).max()), dyn
+
+
+@pytest.mark.parametrize("branches,depth,nx,nu", [((3,), 4, 4, 2), ((2, 2), 5, 3, 1), ((4,), 1, 2, 2)])
+def test_scenario_trees_match_osqp(branches: tuple[int, ...], depth: int, nx: int, nu: int) -> None:
+  parents = scenario_tree(branches, depth)
+  N, ng = len(parents) - 1, nx + nu + 1
+  rng = np.random.default_rng(N)
+  qp = RiccatiQP(f"riccati_tree_{N}_{nx}", nx, nu, N, ng=ng, ngN=1, parents=parents)
+  assert qp.condensing == 1  # a tree is not condensed
+  for pull in (0.1, 3.0):
+    d = {**random_qp(rng, nx, nu, N, ng, 1, pull), "parents": parents}
+    sol = qp(1e-10, **d)
+    assert sol.status == "solved"
+    x_ref, u_ref, _ = osqp_solution(d)
+    np.testing.assert_allclose(sol.x, x_ref, atol=1e-6)
+    np.testing.assert_allclose(sol.u, u_ref, atol=1e-6)
+    stat, dyn = kkt_residuals(d, sol)
+    assert stat < 1e-8 and dyn < 1e-8
+    as_chain = osqp_solution({k: v for k, v in d.items() if k != "parents"})[0]  # the data read as a chain
+    assert np.abs(as_chain - sol.x).max() > 1e-3
+
+
+def test_trees_are_checked() -> None:
+  for parents in ((-1, 1, 0), (0, 0, 1), (-1, 0), (-1, 0, 2)):
+    with pytest.raises(ValueError, match="parents must hold stage k's parent"):
+      RiccatiQP("riccati_bad_tree", 2, 1, 2, parents=parents)
+  with pytest.raises(ValueError, match=r"a tree of stages \(parents\) is not condensed"):
+    RiccatiQP("riccati_bad_tree", 2, 1, 2, parents=(-1, 0, 1), condensing=2)
 
 
 @pytest.mark.parametrize("nx,nu,N,extra", [(4, 1, 30, 1), (2, 2, 10, 0), (6, 3, 20, 2), (3, 1, 50, 1), (12, 4, 8, 1)])

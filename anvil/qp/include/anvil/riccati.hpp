@@ -8,6 +8,11 @@
 // iteration, solved twice: predictor and corrector), O(N (nx + nu)^3). u_N are inputs at the last stage (nuN of them,
 // e.g. the slacks of soft terminal constraints) that enter no dynamics.
 //
+// The stages form a chain (stage k + 1 follows stage k) or a tree (Tree): each stage then has a parent, and transition
+// k (A_k, B_k, c_k, its multiplier pi_k) leads into stage k + 1 from that parent: a scenario tree of multi-stage robust
+// MPC, whose branches share the stages before they split. The recursion runs over the tree (a stage's value function
+// sums its children's), O(stages (nx + nu)^3) either way.
+//
 // Sizes are template parameters: every loop has compile-time bounds and the workspace is plain arrays, allocated by
 // the caller (no heap use at all). Rows are used through their nonzeros, found at the start of each solve: a bound on
 // one variable (most rows of an OCP) costs one entry, not a dense row, in every product and in the Hessian's G'WG;
@@ -178,13 +183,40 @@ int solve(const typename S::Data& d, typename S::real tol, int max_iter, typenam
 
 }  // namespace riccati
 
+/// The stages of a horizon in a chain: stage k + 1 follows stage k (transition k leads out of stage k).
+struct Chain {
+  static constexpr bool tree = false;
+  /// The stage whose variables stage `node`'s states follow from (node >= 1).
+  static constexpr int parent(int node) { return node - 1; }
+  /// f(e) for each transition e out of stage k < N (transition e leads into stage e + 1).
+  template <class F>
+  static void for_transitions_from(int k, F&& f) {
+    f(k);
+  }
+};
+
+/// The stages of a tree: parents[k] (-1 at the root, stage 0; else below k), and each stage's transitions out,
+/// edges[first[k]] to edges[first[k + 1] - 1] in increasing order (Chain's functions, on the tree).
+template <const int* parents, const int* first, const int* edges>
+struct Tree {
+  static constexpr bool tree = true;
+  static constexpr int parent(int node) { return parents[node]; }
+  /// The first stage following stage k (-1: none, a leaf).
+  static constexpr int first_child(int k) { return first[k] < first[k + 1] ? edges[first[k]] + 1 : -1; }
+  template <class F>
+  static void for_transitions_from(int k, F&& f) {
+    for (int i = first[k]; i < first[k + 1]; ++i) f(edges[i]);
+  }
+};
+
 /// The solver for one set of sizes: states nx, inputs nu and horizon N; ng rows per stage k < N and ngN at stage N;
 /// nuN inputs at stage N; only the first nud inputs enter the dynamics (the columns of B after them are zero, e.g.
 /// the slacks of soft constraints), so the recursion's products skip the rest. With `boxes`, the first nz rows of
 /// each stage k < N (nzN at stage N) are the bounds of its variables, row j of z_k: G stores only the rows after
-/// them (an OCP's boxes: no unit rows stored, scanned or loaded).
+/// them (an OCP's boxes: no unit rows stored, scanned or loaded). `Topology`: Chain, or a Tree of the stages (stage N
+/// one of its leaves).
 template <int nx_, int nu_, int N_, int ng_, int ngN_ = 0, int nuN_ = 0, int nud_ = nu_, class T = double,
-          bool boxes = false, bool quadratic_prices = false>
+          bool boxes = false, bool quadratic_prices = false, class Topology = Chain>
 struct Riccati {
   using real = T;  ///< the scalar type the solver computes in (double, or float for a float32 controller)
   static_assert(nx_ >= 1 && nu_ >= 1 && N_ >= 1 && ng_ >= 0 && ngN_ >= 0 && nuN_ >= 0 && nud_ >= 0 && nud_ <= nu_,
@@ -204,6 +236,7 @@ struct Riccati {
   static constexpr int mGN = ngN - nbN > 0 ? ngN - nbN : 1;
   static constexpr int muN = nuN > 0 ? nuN : 1;
   static constexpr bool box_rows = boxes, squared_prices = quadratic_prices;  ///< the template's flags
+  using Stages = Topology;  ///< how the stages follow each other
   /// Whether a solve keeps [A B]' (Workspace::ABt), so the rollouts' and residuals' products [A B] z are
   /// combinations of its rows (vectorized; with A's rows strided, a product compiles to scalar code, 3-4x slower at
   /// nx = 21): from nx = 8 on (random QPs of 9 to 21 states solve 6-11% faster; of 4 and 6 states no faster, and a
@@ -292,9 +325,14 @@ struct Riccati {
   /// shifted by one stage): the multipliers and the rows' slacks move one stage earlier (the last stage keeps its
   /// own), the primal steps start from zero. The next solve with warm_start begins there if the last one was solved.
   static void shift(Workspace& ws) {
-    for (int k = 0; k + 1 < N; ++k) {
-      for (int i = 0; i < nx; ++i) ws.pi[k][i] = ws.pi[k + 1][i];
-      for (int m = 0; m < mg; ++m) ws.rows[k][m] = ws.rows[k + 1][m];
+    // NOTE: in a tree, each stage takes its first child's (a scenario tree's root, its first branch's)
+    for (int k = 0; k < N; ++k) {
+      if (const int next = first_child(k + 1); next > 0) {  // transition k leads into stage k + 1
+        for (int i = 0; i < nx; ++i) ws.pi[k][i] = ws.pi[next - 1][i];
+      }
+      if (const int next = first_child(k); next > 0 && next < N) {  // stage N's rows are not a stage's
+        for (int m = 0; m < mg; ++m) ws.rows[k][m] = ws.rows[next][m];
+      }
     }
     for (int k = 0; k <= N; ++k)
       for (int i = 0; i < nx; ++i) ws.x[k][i] = 0.0;
@@ -335,6 +373,15 @@ struct Riccati {
                            ipm::Residuals<typename S::real>& res, int& iterations, double deadline);
   template <class S, class D, class W>
   friend bool ipm::active_set_step(const D& d, W& ws, typename S::real tol, ipm::Residuals<typename S::real>& res);
+
+  /// The first stage following stage k (-1: none).
+  static constexpr int first_child(int k) {
+    if constexpr (Topology::tree) {
+      return Topology::first_child(k);
+    } else {
+      return k < N ? k + 1 : -1;
+    }
+  }
 
   // One stage's row m, given the stage's stored rows (G, their patterns) after its n_box box rows: a box row's value,
   // gradient and Hessian terms are its variable's (stage N's rows: G_N, patternN, nbN).
@@ -425,7 +472,7 @@ struct Riccati {
       for (int i = 0; i < nu; ++i) z[nx + i] = ws.u[k][i];
       dense::combine_rows<nz, nz>(z, d.H[k], r);
       for (int i = 0; i < nz; ++i) r[i] += d.g[k][i];
-      add_dynamics_transposed(d, k, ws.pi[k], r);
+      Topology::for_transitions_from(k, [&](int e) { add_dynamics_transposed(d, e, ws.pi[e], r); });
       if (k > 0)
         for (int i = 0; i < nx; ++i) r[i] -= ws.pi[k - 1][i];
       for (int e = 0; e < ws.n_live[k]; ++e) {
@@ -435,7 +482,8 @@ struct Riccati {
         add_to(ws.pattern[k], d.G[k], nb, m, lam, r);
       }
       for (int i = k == 0 ? nx : 0; i < nz; ++i) stat = anvil::running_max(stat, std::fabs(r[i]));  // x_0 is fixed
-      dynamics(d, ws, k, ws.x[k], ws.u[k], d.c[k], ws.r_dyn[k]);
+      const int from = Topology::parent(k + 1);  // transition k's stage (k in a chain; its stage is done before it)
+      dynamics(d, ws, k, ws.x[from], ws.u[from], d.c[k], ws.r_dyn[k]);
       for (int i = 0; i < nx; ++i) {
         ws.r_dyn[k][i] -= ws.x[k + 1][i];
         n.equality = anvil::running_max(n.equality, std::fabs(ws.r_dyn[k][i]));
@@ -501,17 +549,19 @@ struct Riccati {
         for (int j = 0; j <= i; ++j) ws.P[N][i][j] = ws.P[N][j][i] = QN[i][j];
     }
     for (int k = N - 1; k >= 0; --k) {
-      const T(&P)[nx][nx] = ws.P[k + 1];
-      T AB[nx][nd];  // [A B], the inputs that enter the dynamics
-      for (int l = 0; l < nx; ++l) {
-        for (int j = 0; j < nx; ++j) AB[l][j] = d.A[k][l][j];
-        for (int j = 0; j < nud; ++j) AB[l][nx + j] = d.B[k][l][j];
-      }
-      T PAB[nx][nd];  // P [A B]
-      for (int i = 0; i < nx; ++i) dense::combine_rows<nx, nd>(P[i], AB, PAB[i]);
-      T Q[nz][nz];  // H + G'WG + [A B]'P[A B], lower triangle
+      T Q[nz][nz];  // H + G'WG + the sum of [A B]'P[A B] over the transitions out (one in a chain), lower triangle
       lower_triangle(d.H[k], Q, regularization);
-      dense::add_lower_product<0>(AB, PAB, Q);
+      Topology::for_transitions_from(k, [&](int e) {
+        const T(&P)[nx][nx] = ws.P[e + 1];
+        T AB[nx][nd];  // [A B], the inputs that enter the dynamics
+        for (int l = 0; l < nx; ++l) {
+          for (int j = 0; j < nx; ++j) AB[l][j] = d.A[e][l][j];
+          for (int j = 0; j < nud; ++j) AB[l][nx + j] = d.B[e][l][j];
+        }
+        T PAB[nx][nd];  // P [A B]
+        for (int i = 0; i < nx; ++i) dense::combine_rows<nx, nd>(P[i], AB, PAB[i]);
+        dense::add_lower_product<0>(AB, PAB, Q);
+      });
       add_weighted_rows<mG>(ws.pattern[k], d.G[k], nb, Q, [&](auto&& add) { stage(k, add); });
       if (!riccati::eliminate_inputs<nx, nu>(Q, ws.L[k], ws.K[k], ws.P[k])) return false;
     }
@@ -537,16 +587,18 @@ struct Riccati {
       for (int i = 0; i < nx; ++i) ws.p[N][i] = qN[i];
     }
     for (int k = N - 1; k >= 0; --k) {
-      T s[nx];  // P_{k+1} b_k + p_{k+1}, with b_k = r_dyn_k (P symmetric: a combination of its rows)
-      dense::combine_rows<nx, nx>(ws.r_dyn[k], ws.P[k + 1], s);
-      for (int i = 0; i < nx; ++i) s[i] += ws.p[k + 1][i];
       T qz[nz];  // the reduced gradient: the residual plus the rows' terms
       for (int i = 0; i < nz; ++i) qz[i] = ws.r_z[k][i];
       for (int e = 0; e < ws.n_live[k]; ++e) {
         const int m = ws.live[k][e];
         add_to(ws.pattern[k], d.G[k], nb, m, ipm::row_rhs(ws.rows[k][m], price(d, k, m), target, corrector), qz);
       }
-      add_dynamics_transposed(d, k, s, qz);
+      Topology::for_transitions_from(k, [&](int e) {
+        T s[nx];  // P_{e+1} b_e + p_{e+1}, with b_e = r_dyn_e (P symmetric: a combination of its rows)
+        dense::combine_rows<nx, nx>(ws.r_dyn[e], ws.P[e + 1], s);
+        for (int i = 0; i < nx; ++i) s[i] += ws.p[e + 1][i];
+        add_dynamics_transposed(d, e, s, qz);
+      });
       riccati::feedforward<nx, nu>(qz, qz + nx, ws.L[k], ws.K[k], ws.p[k], ws.k[k]);
     }
     // forward rollout from dx_0 = 0
@@ -554,7 +606,8 @@ struct Riccati {
     for (int k = 0; k < N; ++k) {
       dense::multiply<nu, nx>(ws.K[k], ws.dx[k], ws.du[k]);
       for (int i = 0; i < nu; ++i) ws.du[k][i] += ws.k[k][i];
-      dynamics(d, ws, k, ws.dx[k], ws.du[k], ws.r_dyn[k], ws.dx[k + 1]);
+      const int from = Topology::parent(k + 1);  // done: its stage is k or before
+      dynamics(d, ws, k, ws.dx[from], ws.du[from], ws.r_dyn[k], ws.dx[k + 1]);
     }
     for (int i = 0; i < nuN; ++i) {
       T v = ws.kN[i];

@@ -84,13 +84,16 @@ class BoundaryCode:
   Attributes:
     structs: each struct's declaration, by its name (`c.boundary.structs.Bounds` in a template).
     asserts: the layout checks of them all, for its JIT build.
+    functions: C++ that fills them (its JIT build's).
   """
 
   structs: dict[str, str]
   asserts: str
+  functions: str = ""
 
 
-def boundary_code(structs: tuple[tuple[Struct, str], ...], **names: str) -> BoundaryCode:
-  """The C++ of `structs` ((declaration, its qualified C++ name) each), defaults filled with `names`."""
+def boundary_code(structs: tuple[tuple[Struct, str], ...], functions: str = "", **names: str) -> BoundaryCode:
+  """The C++ of `structs` ((declaration, its qualified C++ name) each), defaults filled with `names`, and the
+  `functions` that fill them."""
   return BoundaryCode({s.name: s.declaration(**names) for s, _ in structs},
-                      "".join(s.layout_asserts(qualified) for s, qualified in structs))  # fmt: skip
+                      "".join(s.layout_asserts(qualified) for s, qualified in structs), functions)  # fmt: skip

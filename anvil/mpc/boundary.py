@@ -10,15 +10,12 @@ from typing import Any
 
 from anvil.codegen.boundary import BoundaryCode, Field, Struct, boundary_code
 from anvil.mpc.result import FALLBACKS
-from anvil.sqp.boundary import LIMITS
+from anvil.sqp.boundary import LIMITS, SQP_SCALARS, stats_export
 
-#: The most violated constraint's violation and value (anvil::sqp::export_stats), the cost, the solve's seconds, the
-#: fallback's code, the SQP's seconds in evaluations, QP updates, QP solves and the line search, the call's SQP
-#: iterations, and whether it restarted cold (1.0) after a failed warm start.
-CALL_SCALARS = Struct("CallScalars", "What a call writes beside its arrays (anvil/mpc/boundary.py).", (
-  Field("worst", "double", count=2), Field("cost", "double"), Field("solve_time", "double"),
-  Field("fallback", "double"), Field("times", "double", count=4), Field("iterations", "double"),
-  Field("restarted_cold", "double"),
+#: The cost, the solve's seconds, the fallback's code, the call's SQP iterations (both solves' where it restarted), and
+#: whether it restarted cold (1.0) after a failed warm start (beside the SQP's own: anvil.sqp.boundary.SQP_SCALARS).
+CALL_SCALARS = Struct("CallScalars", "What a call writes beside its arrays (anvil/mpc/boundary.py).", tuple(
+  Field(name, "double") for name in ("cost", "solve_time", "fallback", "iterations", "restarted_cold")
 ))  # fmt: skip
 CALL_BOUNDS = Struct("Bounds", "A call's bounds per stage, row-major (±HUGE_VAL: no bound): lbx/ubx (N + 1) x nx "
                      "(row 0 unused: x_0 = x0),\nlbu/ubu N x nu, lbh/ubh N x nh, lbhN/ubhN nhN.", tuple(
@@ -32,6 +29,8 @@ RUN_TIME_VALUES = (
 CALL_OPTIONS = Struct("Options", "A call's limits and run-time values, by name (each defaults to the build-time one).",
                       (*LIMITS, *RUN_TIME_VALUES))  # fmt: skip
 MHE_OPTIONS = Struct("Options", "A call's limits, by name (each defaults to the build-time one).", LIMITS)
+#: What every call writes beside its arrays: its SQP's scalars, then its own, in the JIT entry point's namespace.
+SCALARS = ((SQP_SCALARS, "anvil::jit::SQPScalars"), (CALL_SCALARS, "anvil::jit::CallScalars"))
 
 
 def outcome(scalars: Any) -> dict[str, Any]:
@@ -42,10 +41,10 @@ def outcome(scalars: Any) -> dict[str, Any]:
 
 def controller_boundary(name: str, sqp: str) -> BoundaryCode:
   """The C++ of the controller module `name`'s boundary structs (limits defaulting to its SQP solver `sqp`'s)."""
-  return boundary_code(((CALL_SCALARS, "anvil::jit::CallScalars"), (CALL_BOUNDS, f"{name}::Bounds"),
-                        (CALL_OPTIONS, f"{name}::Options")), sqp=sqp)  # fmt: skip
+  return boundary_code((*SCALARS, (CALL_BOUNDS, f"{name}::Bounds"), (CALL_OPTIONS, f"{name}::Options")),
+                       stats_export(), sqp=sqp)  # fmt: skip
 
 
 def estimator_boundary(name: str, sqp: str) -> BoundaryCode:
   """The C++ of the estimator module `name`'s boundary structs (limits defaulting to its SQP solver `sqp`'s)."""
-  return boundary_code(((CALL_SCALARS, "anvil::jit::CallScalars"), (MHE_OPTIONS, f"{name}::Options")), sqp=sqp)
+  return boundary_code((*SCALARS, (MHE_OPTIONS, f"{name}::Options")), stats_export(), sqp=sqp)

@@ -36,6 +36,7 @@ from anvil.mpc.soft import SOFT_SIDES, Soft
 from anvil.mpc.transcription import Cost, Fn, Transcription
 from anvil.mpc.tuning import tuning_vector
 from anvil.sqp import Sensitivity, SQPFunction, SQPStatus
+from anvil.sqp.boundary import SQP_SCALARS
 from anvil.sqp.result import SUCCESS
 from anvil.sqp.stats import Limits, StatsReader
 from anvil.validation import check_bounds, float_array
@@ -463,9 +464,9 @@ class MPCFunction(TemplatedFunction):
       max_time = max(max_time - (time.perf_counter() - entered) - self._after, MIN_TIME)
     e.run(staged, limits, max_time, u_prev is not None)
     called = time.perf_counter()
-    history, ihistory, info = e.stats
+    history, ihistory = e.stats
     s = e.scalars
-    _, status, stats = self.stats_reader.unpack(history, ihistory, info, s.worst, s.times, bounds, self.labels)
+    _, status, stats = self.stats_reader.unpack(history, ihistory, e.sqp_scalars, bounds, self.labels)
     stats["restarted_cold"] = bool(s.restarted_cold)
     x, u = e.x.astype(np.float64), e.u.astype(np.float64)  # NOTE: copies (the buffers are the next call's)
     call_outcome = outcome(s)
@@ -545,15 +546,12 @@ class _Entry:
     self.ws, self.stats = handle.pointer, stats
     self.x0, self.p = np.zeros(nx, self.dtype), np.zeros((N + 1, np_), self.dtype)
     self.tuning = np.zeros(max(n_tuning, 1), self.dtype)
-    self.x, self.u, self.scalars = (
-      np.zeros((N + 1, nx), self.dtype),
-      np.zeros((N, nu), self.dtype),
-      CALL_SCALARS.mirror(),
-    )
+    self.x, self.u = np.zeros((N + 1, nx), self.dtype), np.zeros((N, nu), self.dtype)
+    self.sqp_scalars, self.scalars = SQP_SCALARS.mirror(), CALL_SCALARS.mirror()
     self.options = CALL_OPTIONS.mirror(tuning=self.tuning.ctypes.data)
     self.arrays = (self.x0.ctypes.data, self.p.ctypes.data)  # x0, p; then bounds and options
     self.outputs = (self.x.ctypes.data, self.u.ctypes.data, *(a.ctypes.data for a in stats),
-                    ctypes.addressof(self.scalars))  # fmt: skip
+                    ctypes.addressof(self.sqp_scalars), ctypes.addressof(self.scalars))  # fmt: skip
     self.solution = handle.entry("solution", None, pointer, pointer)
     nw, ng, n_params = sizes_nlp
     self.state = [np.zeros(size, self.dtype) for size in (nw, ng, nw, n_params, nw, nw, ng, ng)]

@@ -30,6 +30,7 @@ from anvil.mpc.controller import MPCFunction
 from anvil.mpc.costs import LeastSquares, checked_weight
 from anvil.mpc.options import MPCOptions
 from anvil.mpc.result import MHEEstimate
+from anvil.sqp.boundary import SQP_SCALARS
 from anvil.sqp.stats import Limits
 from anvil.validation import check_bounds, float_array, require_cpu_float64, require_type
 
@@ -326,9 +327,9 @@ class MHEFunction(TemplatedFunction):
     e.y[:k], e.u[: k - 1], e.p[:k] = y, u, p
     options = MHE_OPTIONS.mirror(*limits)
     e.call(*e.inputs, k, ctypes.addressof(options), *e.outputs, *e.pointers, e.ws)
-    history, ihistory, info = e.stats
+    history, ihistory = e.stats
     s, ocp = e.scalars, self.ocp
-    _, status, stats = ocp.stats_reader.unpack(history, ihistory, info, s.worst, s.times, ocp.defaults, ocp.labels)
+    _, status, stats = ocp.stats_reader.unpack(history, ihistory, e.sqp_scalars, ocp.defaults, ocp.labels)
     stats["restarted_cold"] = bool(s.restarted_cold)
     x, w = e.x[:k].astype(np.float64), e.w[: k - 1].astype(np.float64)
     return MHEEstimate(x_hat=x[-1].copy(), x=x, w=w, status=status, stats=stats, **outcome(s))
@@ -350,7 +351,9 @@ class _Entry:
     self.center, self.weight = np.zeros(nx, self.dtype), np.zeros((nx, nx), self.dtype)
     self.inputs = (self.y.ctypes.data, self.u.ctypes.data, self.p.ctypes.data)
     self.outputs = (self.x.ctypes.data, self.w.ctypes.data)
-    self.pointers = (*(a.ctypes.data for a in self.stats), ctypes.addressof(self.scalars))
+    self.sqp_scalars = SQP_SCALARS.mirror()
+    self.pointers = (*(a.ctypes.data for a in self.stats), ctypes.addressof(self.sqp_scalars),
+                     ctypes.addressof(self.scalars))  # fmt: skip
     self.keep: F64 = np.zeros(0)
 
   def staged(self, values: F64) -> F64:

@@ -25,11 +25,21 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from anvil.codegen.base import check_identifier
+from anvil.codegen.boundary import Field, Struct
 from anvil.codegen.precision import check_scalar, cpp_real
 from anvil.codegen.runtime import runtime_include
 from anvil.codegen.templated import TemplatedFunction
 from anvil.qp.options import RiccatiOptions
 from anvil.qp.result import OCPQPSolution, QPStatus
+
+#: The arrays of a solve's solution the JIT writes, in order (each flattened; RiccatiQP.solution_shapes' sizes).
+SOLUTION_ARRAYS = ("x", "u", "pi", "lam", "lamN", "uN")
+#: What a JIT solve writes beside them (the C++ Solution's members of these names).
+QP_SCALARS = Struct("QPScalars", "What a QP solve writes beside its solution's arrays (anvil/qp/riccati.py).", (
+  Field("status", "int"), Field("iterations", "int"),
+  *(Field(name, "double") for name in ("residual_stationarity", "residual_equality", "residual_inequality",
+                                        "complementarity", "solve_time")),
+))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,26 @@ class _RiccatiContext:
   quadratic_prices: bool
   condensing: int
   parents: tuple[int, ...]
+
+  @property
+  def solution_arrays(self) -> tuple[str, ...]:
+    """The Solution's arrays the JIT's solve writes, in order (RiccatiQP.solution_shapes)."""
+    return tuple(SOLUTION_ARRAYS)
+
+  @property
+  def scalars_struct(self) -> str:
+    """The JIT's anvil::jit::QPScalars."""
+    return QP_SCALARS.declaration()
+
+  @property
+  def scalar_names(self) -> tuple[str, ...]:
+    """Its fields, each the Solution's member of that name."""
+    return QP_SCALARS.names
+
+  @property
+  def layout_asserts(self) -> str:
+    """The JIT build's check that QPScalars matches its mirror."""
+    return QP_SCALARS.layout_asserts("anvil::jit::QPScalars")
 
   @property
   def transitions(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -223,16 +253,17 @@ class RiccatiQP(TemplatedFunction):
       parts.append(np.clip(value, -1e30, 1e30).reshape(-1))
     flat = np.ascontiguousarray(np.concatenate(parts))
     nx, nu, N = self.nx, self.nu, self.N
-    sizes = (*(shape[0] for shape in self.solution_shapes.values()), 5)  # then the residuals and the solve time
-    out, info = np.zeros(sum(sizes)), np.zeros(2, dtype=np.int32)
-    self._solve(flat.ctypes.data, float(tol), int(bool(warm_start)), out.ctypes.data, info.ctypes.data,
+    sizes = [self.solution_shapes[name][0] for name in SOLUTION_ARRAYS]
+    out, scalars = np.zeros(sum(sizes)), QP_SCALARS.mirror()
+    self._solve(flat.ctypes.data, float(tol), int(bool(warm_start)), out.ctypes.data, ctypes.addressof(scalars),
                 self.handle.pointer)  # fmt: skip
-    x, u, pi, lam, lamN, uN, res = np.split(out, np.cumsum(sizes)[:-1])
-    residuals = (float(res[0]), float(res[1]), float(res[2]), float(res[3]))
+    x, u, pi, lam, lamN, uN = np.split(out, np.cumsum(sizes)[:-1])
+    residuals = (float(scalars.residual_stationarity), float(scalars.residual_equality),
+                 float(scalars.residual_inequality), float(scalars.complementarity))  # fmt: skip
     lam = lam.reshape(N, -1)[:, : self.ng]
-    status = QPStatus.from_code(int(info[0]))
+    status = QPStatus.from_code(int(scalars.status))
     return OCPQPSolution(x.reshape(N + 1, nx), u.reshape(N, nu), pi.reshape(N, nx), lam, lamN[: self.ngN], status,
-                         int(info[1]), residuals, float(res[4]), uN[: self.nuN])  # fmt: skip
+                         int(scalars.iterations), residuals, float(scalars.solve_time), uN[: self.nuN])  # fmt: skip
 
 
 def check_parents(where: str, parents: tuple[int, ...], N: int) -> tuple[int, ...]:

@@ -536,7 +536,7 @@ class SQPFunction(TemplatedFunction):
 
   @cached_property
   def _call(self) -> Any:
-    return self.handle.entry("call", ctypes.c_int, *[ctypes.c_void_p] * 15)
+    return self.handle.entry("call", ctypes.c_int, *[ctypes.c_void_p] * 14)
 
   def __call__(
     self,
@@ -572,16 +572,15 @@ class SQPFunction(TemplatedFunction):
     dtype = np.dtype(self.scalar)
     x0_, p_, lbx_, ubx_, lbg_, ubg_, lam_g0_, lam_x0_ = (a.astype(dtype, copy=False) for a in inputs)
     x, f, lam_g, lam_x = np.empty(n, dtype), np.empty(1, dtype), np.empty(m, dtype), np.empty(n, dtype)
-    (history, ihistory, info), scalars = self.stats_reader.buffers(), SQP_SCALARS.mirror()
+    (history, ihistory), scalars = self.stats_reader.buffers(), SQP_SCALARS.mirror()
     bounds_struct = SQP_BOUNDS.mirror(*(b.ctypes.data for b in (lbx_, ubx_, lbg_, ubg_)))
     with self._lock:  # NOTE: the first call loads the library: one workspace, however many threads call at once
       self._call(x0_.ctypes.data, p_.ctypes.data, ctypes.addressof(bounds_struct), lam_g0_.ctypes.data,
                  lam_x0_.ctypes.data, ctypes.addressof(options), x.ctypes.data, f.ctypes.data, lam_g.ctypes.data,
-                 lam_x.ctypes.data, history.ctypes.data, ihistory.ctypes.data, info.ctypes.data,
+                 lam_x.ctypes.data, history.ctypes.data, ihistory.ctypes.data,
                  ctypes.addressof(scalars), self.handle.pointer)  # fmt: skip
     bounds = (lbx_, ubx_, lbg_, ubg_)
-    stats_arrays = (history, ihistory, info, np.array(scalars.worst), np.array(scalars.times))
-    iterations, status, stats = self.stats_reader.unpack(*stats_arrays, bounds, self.labels)
+    iterations, status, stats = self.stats_reader.unpack(history, ihistory, scalars, bounds, self.labels)
     x, lam_g, lam_x = (a.astype(np.float64, copy=False) for a in (x, lam_g, lam_x))
     at = (p_.astype(np.float64), *(b.astype(np.float64) for b in bounds))
     return SQPResult(x, float(f[0]), lam_g, lam_x, status, iterations, stats,

@@ -14,14 +14,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from anvil.qp import QPOptions, QPStatus, RiccatiOptions, SparseIPMOptions
+from anvil.sqp.boundary import HISTORY_COLUMNS, IHISTORY_COLUMNS
 from anvil.sqp.options import SQPOptions
 from anvil.sqp.result import SUCCESS, SQPStatus
 
 if TYPE_CHECKING:
   from anvil.sqp.labels import NLPLabels
 
-HISTORY_NAMES = ("objective", "primal_infeasibility", "dual_infeasibility", "step", "regularization", "complementarity")
 TIME_NAMES = ("time_evaluation", "time_qp_update", "time_qp_solve", "time_line_search")
+PRIMAL, DUAL = HISTORY_COLUMNS.index("primal_infeasibility"), HISTORY_COLUMNS.index("dual_infeasibility")
 # NOTE: unpacking runs on every MPC call from Python: statuses by their C++ codes, looked up once
 SQP_CODES, QP_CODES = SQPStatus.codes(), QPStatus.codes()
 
@@ -75,10 +76,10 @@ class StatsReader:
     qp = qp_options(self.options, self.staged)
     return qp.solver, (elastic_options(self.options, self.staged) or qp).solver
 
-  def buffers(self) -> tuple[NDArray[np.float64], NDArray[np.int32], NDArray[np.int32]]:
-    """Fresh arrays the JIT export of Stats fills: history, ihistory and info."""
+  def buffers(self) -> tuple[NDArray[np.float64], NDArray[np.int32]]:
+    """Fresh arrays the JIT export of Stats fills: the history's double columns and its int ones, row by row."""
     rows = self.options.max_iter + 1
-    return np.zeros((rows, 6)), np.zeros((rows, 3), dtype=np.int32), np.zeros(5, dtype=np.int32)
+    return np.zeros((rows, len(HISTORY_COLUMNS))), np.zeros((rows, len(IHISTORY_COLUMNS)), dtype=np.int32)
 
   def limits(self, max_iter: int | None, tol: float | None, max_time: float | None) -> Limits:
     """The limits of one call: the options' where None, checked."""
@@ -93,40 +94,40 @@ class StatsReader:
     return Limits(options.max_iter if max_iter is None else max_iter, float(options.tol if tol is None else tol),
                   float(options.max_time if max_time is None else max_time))  # fmt: skip
 
-  def unpack(self, history: NDArray[np.float64], ihistory: NDArray[np.int32], info: NDArray[np.int32],
-             worst: NDArray[np.float64], times: NDArray[np.float64], bounds: Any,
+  def unpack(self, history: NDArray[np.float64], ihistory: NDArray[np.int32], scalars: Any, bounds: Any,
              labels: NLPLabels) -> tuple[int, SQPStatus, dict[str, Any]]:  # fmt: skip
-    """(iterations, status, stats dict) from the arrays the JIT export of Stats filled (worst: the most violated
-    constraint's violation and value; times: seconds spent in evaluations, QP updates, QP solves and the line
-    search); `labels` word the message, with the call's `bounds` (for an NLP: lbx, ubx, lbg, ubg)."""
-    iterations, status = int(info[0]), SQP_CODES[int(info[1])]
+    """(iterations, status, stats dict) from what the JIT export of Stats filled: the history's columns
+    (anvil.sqp.boundary's HISTORY_COLUMNS, IHISTORY_COLUMNS) and the SQPScalars `scalars`; `labels` word the message,
+    with the call's `bounds` (for an NLP: lbx, ubx, lbg, ubg)."""
+    iterations, status = int(scalars.iterations), SQP_CODES[int(scalars.status)]
     # NOTE: one copy of each history, its columns rows of it (an MPC call unpacks them every sample)
-    stats: dict[str, Any] = dict(zip(HISTORY_NAMES, history[: iterations + 1].T.copy(), strict=True))
+    stats: dict[str, Any] = dict(zip(HISTORY_COLUMNS, history[: iterations + 1].T.copy(), strict=True))
     qp_iterations, qp_codes, restoration = ihistory[: iterations + 1].T.copy()
     stats["qp_iterations"] = qp_iterations
     stats["qp_status"] = tuple([QP_CODES[code] for code in qp_codes.tolist()])
     stats["restoration"] = restoration.astype(bool)
     stats["qp_solver"], stats["elastic_qp_solver"] = self.qp_solvers
-    stats.update(zip(TIME_NAMES, (float(t) for t in times), strict=True))
-    if info[2] >= 0:
-      stats["failed_function"] = self.function_name(int(info[2]))
-      stats["failed_index"] = int(info[3])
-      stats["message"] = f"{status}: {labels.failure(int(info[2]), int(info[3]))}"
+    stats.update((name, float(getattr(scalars, name))) for name in TIME_NAMES)
+    if (failed := int(scalars.failed_function)) >= 0:
+      stats["failed_function"] = self.function_name(failed)
+      stats["failed_index"] = int(scalars.failed_index)
+      stats["message"] = f"{status}: {labels.failure(failed, int(scalars.failed_index))}"
     elif status not in SUCCESS:
-      stats["message"] = self._diagnosis(status, iterations, history, info, worst, bounds, labels, stats)
+      stats["message"] = self._diagnosis(status, iterations, history, scalars, bounds, labels, stats)
     else:
       stats["message"] = str(status)
     return iterations, status, stats
 
-  def _diagnosis(self, status: SQPStatus, iterations: int, history: NDArray[np.float64], info: NDArray[np.int32],
-                 worst: NDArray[np.float64], bounds: Any, labels: NLPLabels, stats: dict[str, Any]) -> str:  # fmt: skip
+  def _diagnosis(self, status: SQPStatus, iterations: int, history: NDArray[np.float64], scalars: Any, bounds: Any,
+                 labels: NLPLabels, stats: dict[str, Any]) -> str:  # fmt: skip
     """The message of an unsuccessful call: the most violated constraint (stats["most_violated"]), or the KKT
     residuals where none is violated beyond the tolerance (rounding is no diagnosis)."""
-    residuals = f"primal infeasibility {history[iterations, 1]:.3g}, dual infeasibility {history[iterations, 2]:.3g}"
-    if info[4] < 0 or worst[0] <= self.options.tol:
+    residuals = (f"primal infeasibility {history[iterations, PRIMAL]:.3g}, dual infeasibility "
+                 f"{history[iterations, DUAL]:.3g}")  # fmt: skip
+    worst, violation = int(scalars.worst_constraint), float(scalars.worst_violation)
+    if worst < 0 or violation <= self.options.tol:
       return f"{status}: {residuals}"
-    kind = "g" if info[4] < self.m else "x"
-    index = int(info[4]) if info[4] < self.m else int(info[4]) - self.m
-    stats["most_violated"] = (kind, index, float(worst[0]))
-    sentence = labels.violation(int(info[4]), float(worst[0]), float(worst[1]), bounds)
+    kind, index = ("g", worst) if worst < self.m else ("x", worst - self.m)
+    stats["most_violated"] = (kind, index, violation)
+    sentence = labels.violation(worst, violation, float(scalars.worst_value), bounds)
     return f"{status}: {sentence}" + ("" if status == SQPStatus.infeasible else f" ({residuals})")

@@ -12,6 +12,7 @@ import anvil as av
 from anvil import Arg, NumericalFunction, Tensor
 from anvil.codegen import templated
 from anvil.sqp import SQPFunction, SQPOptions
+from anvil.sqp.boundary import SQP_SCALARS
 from tests.conftest import STRICT, qp_named
 
 INF = np.inf
@@ -348,9 +349,9 @@ def test_reported_qp_solvers_are_the_backends_built(qp: str | None, staged: bool
   stages = shooting_layout(n, 4, 1) if staged else None  # NOTE: without, the default's search finds it
   options = SQPOptions(qp=None if qp is None else qp_named(qp))
   solver = SQPFunction(f"names_{qp}_{staged}", f, g, options, stages=stages)
-  history, ihistory, info = solver.stats_reader.buffers()
-  info[2] = info[4] = -1
-  _, _, stats = solver.stats_reader.unpack(history, ihistory, info, np.zeros(2), np.zeros(4), None, solver.labels)
+  history, ihistory = solver.stats_reader.buffers()
+  scalars = SQP_SCALARS.mirror(failed_function=-1, worst_constraint=-1)
+  _, _, stats = solver.stats_reader.unpack(history, ihistory, scalars, None, solver.labels)
   assert stats["qp_solver"] == solver.qp.options.solver
   assert stats["elastic_qp_solver"] == (solver.elastic or solver.qp).options.solver
 

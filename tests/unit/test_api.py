@@ -184,7 +184,7 @@ def test_templates_are_small_glue() -> None:
 def test_solver_entry_points_pass_limits_and_scalars_by_name() -> None:
   # the boundary structs (anvil.codegen.boundary) carry them; an index into a packed array is a layout kept twice
   for t in sorted((ROOT / "anvil").rglob("templates/*_jit.cpp.j2")):
-    packed = re.findall(r"\b(?:limits|scalars|stats_out)\[\d+\]", t.read_text())
+    packed = re.findall(r"\b(?:limits|scalars|info)\[\d+\]", t.read_text())
     assert not packed, f"{t.name} reads {packed}: declare a Struct in a boundary module"
 
 

@@ -104,31 +104,6 @@ struct Stats {
   bool restoration[max_iter + 1] = {};  ///< the iteration is a feasibility restoration step
 };
 
-/// Copies stats into flat arrays: history (max_iter + 1) x 6 doubles (objective, primal and dual infeasibility, step,
-/// regularization, complementarity), ihistory (max_iter + 1) x 3 ints (QP iterations and status, restoration); info:
-/// iterations, status, failed function, failed index, worst constraint; worst: the worst violation and the violating
-/// value;
-/// times: evaluation, QP update, QP solve, line search.
-template <int max_iter, class T>
-void export_stats(const Stats<max_iter, T>& stats, double* history, int* ihistory, int* info, double* worst,
-                  double* times) {
-  for (int k = 0; k <= max_iter; ++k) {
-    const double row[6] = {stats.objective[k], stats.primal_infeasibility[k], stats.dual_infeasibility[k],
-                           stats.step[k],      stats.regularization[k],       stats.complementarity[k]};
-    for (int c = 0; c < 6; ++c) history[6 * k + c] = row[c];
-    ihistory[3 * k] = stats.qp_iterations[k];
-    ihistory[3 * k + 1] = stats.qp_status[k];
-    ihistory[3 * k + 2] = stats.restoration[k];
-  }
-  const int values[5] = {stats.iterations, stats.status, stats.failed_function, stats.failed_index,
-                         stats.worst_constraint};
-  for (int c = 0; c < 5; ++c) info[c] = values[c];
-  worst[0] = stats.worst_violation;
-  worst[1] = stats.worst_value;
-  const double spent[4] = {stats.time_evaluation, stats.time_qp_update, stats.time_qp_solve, stats.time_line_search};
-  for (int c = 0; c < 4; ++c) times[c] = spent[c];
-}
-
 /// The vectors the loop works on (in place: part of the workspace).
 template <class P>
 struct Vectors {

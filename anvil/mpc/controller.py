@@ -31,6 +31,7 @@ from anvil.mpc.labels import OCPLabels
 from anvil.mpc.options import MPCOptions
 from anvil.mpc.rate import InputRate
 from anvil.mpc.result import MPCSolution
+from anvil.mpc.scenarios import Scenarios
 from anvil.mpc.sensitivity import MPCSensitivityFunction
 from anvil.mpc.soft import SOFT_SIDES, Soft
 from anvil.mpc.transcription import Cost, Fn, Transcription
@@ -55,6 +56,7 @@ class _ControllerContext:
   nu: int
   N: int
   np: int
+  param_rows: int
   nh: int
   nhN: int
   ns: int
@@ -107,6 +109,14 @@ class MPCFunction(TemplatedFunction):
       softens x_1 .. x_N (x_N's bounds are x_bounds' last row), unless x_N has bounds of its own (x_terminal_bounds),
       which only "x_terminal" softens.
     options: MPCOptions.
+    u_rate_bounds, u_rate_weight: input-rate terms (`anvil.mpc.rate`).
+    scenarios: multi-stage robust MPC (`Scenarios`): the uncertain components of p take each of the scenarios'
+      values, and the OCP is solved over the scenario tree they span (`anvil.mpc.scenarios`): one state and input
+      trajectory per branch, the branches sharing the first `robust_horizon` stages' inputs as they share the values
+      met so far, the cost their weighted sum. Bounds, p and guesses stay per stage (a tree's nodes take their
+      stage's); `MPCSolution.x` and `u` are the first branch's, `x_scenarios` and `u_scenarios` every branch's. Needs
+      hessian="exact"; the C++ module's arrays are per node of the tree (`N` its nodes: its bounds and p from
+      `node_bounds`).
 
   Calls are thread-safe: the controller stages a call's inputs and outputs in buffers it allocated once, so a call,
   `prepare()`, `reset()` and `set_guess()` each hold this controller's lock from staging to unpacking (calls from
@@ -139,6 +149,7 @@ class MPCFunction(TemplatedFunction):
     options: MPCOptions | None = None,
     u_rate_bounds: Bounds | None = None,
     u_rate_weight: ArrayLike | None = None,
+    scenarios: Scenarios | None = None,
   ) -> None:
     self.name = check_identifier(name, "MPCFunction name", DERIVED_ROOM + len("_sqp"))  # NOTE: its SQP is <name>_sqp
     if options is not None and not isinstance(options, MPCOptions):
@@ -159,7 +170,11 @@ class MPCFunction(TemplatedFunction):
       _soft_with_terminal(soft, x_terminal_bounds),
       scalar=self.options.scalar,
       u_rate=(u_rate_bounds, u_rate_weight),
+      scenarios=scenarios,
     )
+    if scenarios is not None and self.options.hessian != "exact":
+      raise ValueError(f"{name}: scenarios need MPCOptions(hessian=\"exact\") (the tree's weighted cost is derived "
+                       "with the rest of the NLP)")  # fmt: skip
     if isinstance(dynamics, ImplicitIntegrator) and (not self.options.integrator_derivatives or self.nu == 0):
       raise ValueError(f"{name}: dynamics made by irk (an implicit step: Newton's method, no traced graph) need "
                        "MPCOptions(integrator_derivatives=True) and at least one input")  # fmt: skip
@@ -187,7 +202,7 @@ class MPCFunction(TemplatedFunction):
   @property
   def N(self) -> int:
     """Horizon."""
-    return self.ocp.N
+    return self.ocp.horizon
 
   @property
   def np(self) -> int:
@@ -204,7 +219,9 @@ class MPCFunction(TemplatedFunction):
   @cached_property
   def sensitivity_function(self) -> MPCSensitivityFunction:
     """∂u0/∂x0 and ∂u0/∂p at the last solution, generated as C++ to put in a module beside the controller
-    (`MPCSensitivityFunction`; Python has them as MPCSolution.du0_dx0 and du0_dp)."""
+    (`MPCSensitivityFunction`; Python has them as MPCSolution.du0_dx0 and du0_dp). Not over a scenario tree."""
+    if self.ocp.tree.branched:
+      raise ValueError(f"{self.name}: the sensitivities of a scenario-tree MPC (scenarios=...) are not generated")
     return MPCSensitivityFunction(self)
 
   @cached_property
@@ -219,7 +236,7 @@ class MPCFunction(TemplatedFunction):
     # NOTE: the Gauss-Newton Hessian, 2 sigma J'WJ + diag(2 l2), is PSD (LeastSquares checks W, Soft checks l2)
     # NOTE: with the dynamics stage by stage, the cost's gradient is too (its traced version, batched kernels over the
     # horizon, took 13 of a robot MPC's 32 s of cold build)
-    grad = self.ocp.stage_cost_gradient() if stagewise else None
+    grad = self.ocp.stage_cost_gradient() if stagewise and not self.ocp.tree.branched else None
     return SQPFunction(name, cost, constraints, self.options.sqp_options, hessian=hessian, jacobian=jacobian,
                        stages=self.ocp.stage_layout(), convex_hessian=gauss_newton, constraints_code=code,
                        gradient=grad)  # fmt: skip
@@ -257,7 +274,8 @@ class MPCFunction(TemplatedFunction):
       "shift_lam_x": shift_lam_x,
     }
     return _ControllerContext(
-      name=self.name, sqp=self.sqp.name, nx=ocp.nx, nu=ocp.nu, N=ocp.N, np=ocp.np, nh=ocp.nh, nhN=ocp.nhN,
+      name=self.name, sqp=self.sqp.name, nx=ocp.nx, nu=ocp.nu, N=ocp.N, np=ocp.np, param_rows=ocp.param_rows,
+      nh=ocp.nh, nhN=len(ocp.tree.leaves) * ocp.nhN,
       ns=ocp.ns, nw=ocp.nw, ng=ocp.ng, rti=self.options.mode == "rti", warm_start=self.options.warm_start,
       tables=tuple(tables.items()), real=cpp_real(self.options.scalar),
       tuning=tuple(float(v) for v in ocp.default_tuning),
@@ -278,7 +296,7 @@ class MPCFunction(TemplatedFunction):
     """The declarations with the Python-side defaults (`Defaults defaults`: bounds, tuning, limits) and call() by
     named `Options`, for a module a robot's code builds; the JIT's library leaves them out, so new defaults rebuild
     nothing."""
-    flat = {key: tuple(float(v) for v in np.ravel(value)) for key, value in self.defaults.items()}
+    flat = {key: tuple(float(v) for v in np.ravel(value)) for key, value in self.node_bounds(self.defaults).items()}
     exported = {**flat, "tuning": tuple(float(v) for v in self.ocp.default_tuning)}
     return self._declarations(exported) + self.render("_exported.hpp.j2", exported=exported)
 
@@ -330,7 +348,8 @@ class MPCFunction(TemplatedFunction):
     anvil_sources = sources_fingerprint(Path(__file__).parent.parent)
     soft = [(e.group, e.stage, e.component, e.in_g, e.index, e.side, e.l1 > 0, e.l2 > 0) for e in ocp.soft_entries]
     parts = [self.name, anvil_sources, osqp.__version__, repr(self.options), repr(soft),
-             _rate_key(ocp.rate), f"{ocp.N}|{ocp.nx}|{ocp.nu}|{ocp.np}|{ocp.nh}|{ocp.nhN}"]  # fmt: skip
+             _rate_key(ocp.rate), f"{ocp.N}|{ocp.nx}|{ocp.nu}|{ocp.np}|{ocp.nh}|{ocp.nhN}", repr(ocp.tree),
+             repr(getattr(ocp, "uncertain", ()))]  # fmt: skip
     for fn in (ocp.dynamics, ocp.stage_cost, ocp.terminal_cost, ocp.constraints, ocp.terminal_constraints):
       if isinstance(fn, LeastSquares):
         parts.append(f"{fn.residual.key}|{fn.weight.shape}|{np.packbits(fn.pattern).tobytes().hex()}")
@@ -342,8 +361,9 @@ class MPCFunction(TemplatedFunction):
   def _entry(self) -> _Entry:
     sizes = (self.nx, self.nu, self.np, self.ocp.default_tuning.size)
     nlp = (self.ocp.nw, self.ocp.ng, self.ocp.n_params)
-    entry = _Entry(self.handle, self.stats_reader.buffers(), self.N, sizes, self.options.scalar, nlp)
-    entry.default_bounds = entry.bounds(self.defaults)
+    entry = _Entry(self.handle, self.stats_reader.buffers(), (self.ocp.N, self.ocp.param_rows), sizes,
+                   self.options.scalar, nlp)  # fmt: skip
+    entry.default_bounds = entry.bounds(self.node_bounds(self.defaults))
     entry.default_staged = entry.keep  # NOTE: alive as long as the pointers to them
     entry.default_limits = self.stats_reader.limits(None, None, None)
     return entry
@@ -376,9 +396,12 @@ class MPCFunction(TemplatedFunction):
     return tuning_vector(self.name, self.ocp, weights, soft_penalties)
 
   def set_guess(self, x: ArrayLike, u: ArrayLike) -> None:
-    """Start the next call from the trajectory x (N + 1, nx) and inputs u (N, nu)."""
+    """Start the next call from the trajectory x (N + 1, nx) and inputs u (N, nu) (every branch of a scenario tree
+    from the same)."""
     xs = float_array(self.name, "x guess", x, (self.N + 1, self.nx), finite=True)
     us = float_array(self.name, "u guess", u, (self.N, self.nu), finite=True)
+    if self.ocp.tree.branched:
+      xs, us = self.ocp.tree.node_values(xs), self._node_inputs(us, 0.0)
     with self._lock:
       entry = self._entry
       xs, us = xs.astype(entry.dtype, copy=False), us.astype(entry.dtype, copy=False)
@@ -457,7 +480,7 @@ class MPCFunction(TemplatedFunction):
       np.copyto(e.p, params)
     if u_prev is not None:
       np.copyto(e.u_prev, u_prev)
-    staged = e.default_bounds if bounds is self.defaults else e.bounds(bounds)
+    staged = e.default_bounds if bounds is self.defaults else e.bounds(self.node_bounds(bounds))
     limits = e.default_limits if limits is None else limits
     max_time = limits.max_time
     if np.isfinite(max_time):
@@ -469,14 +492,19 @@ class MPCFunction(TemplatedFunction):
     _, status, stats = self.stats_reader.unpack(history, ihistory, e.sqp_scalars, bounds, self.labels)
     stats["restarted_cold"] = bool(s.restarted_cold)
     x, u = e.x.astype(np.float64), e.u.astype(np.float64)  # NOTE: copies (the buffers are the next call's)
+    branches: dict[str, Any] = {}
+    if self.ocp.tree.branched:  # NOTE: each branch's nodes, root to leaf; x and u the first branch's
+      paths = np.asarray(self.ocp.tree.paths)
+      branches = {"x_scenarios": x[paths], "u_scenarios": u[paths[:, :-1]]}
+      x, u = branches["x_scenarios"][0], branches["u_scenarios"][0]
     call_outcome = outcome(s)
     fallback = call_outcome["fallback"]
     if status == "numerical_error" and isinstance(self.ocp.dynamics, ExplicitIntegrator):
       stats["message"] = self._integrator_hint(str(stats.get("message", status)), x0, u[0], params)
-    solved = self.options.mode == "sqp" and status in SUCCESS and fallback == "none"
+    solved = self.options.mode == "sqp" and status in SUCCESS and fallback == "none" and not branches
     solution = MPCSolution(x=x, u=u, status=status, real_time_iteration=self.options.mode == "rti", stats=stats,
                            at_solution=self._sensitivity(e) if solved else None, nlp_sizes=(self.ocp.nx, self.np),
-                           **call_outcome)  # fmt: skip
+                           **call_outcome, **branches)  # fmt: skip
     self._after = max(time.perf_counter() - called, AFTER_DECAY * self._after)
     return solution
 
@@ -494,17 +522,45 @@ class MPCFunction(TemplatedFunction):
     return lambda: self.sqp.sensitivity_at(w, params, lam_g, lam_x, (lbw, ubw, lbg, ubg))
 
   def _params(self, p: ArrayLike | None) -> F64:
-    N, np_ = self.N, self.np
-    if p is None:
+    """The NLP's parameter rows from a call's p (a scenario tree's from its stages', the scenarios' values put in)."""
+    N, np_, ocp = self.N, self.np, self.ocp
+    covered = ocp.scenarios is not None and len(ocp.uncertain) == np_  # NOTE: every component of p is the scenarios'
+    if p is None and not covered:
       if np_:
         raise ValueError(f"{self.name}: p is required: the functions take a parameter p of length {np_}; pass p")
       return np.zeros(0)
-    arr = float_array(self.name, "p", p, None, finite=True)
+    arr = np.zeros(np_) if p is None else float_array(self.name, "p", p, None, finite=True)
     if arr.shape == (np_,):
-      return np.ascontiguousarray(np.broadcast_to(arr, (N + 1, np_)))
-    if arr.shape != (N + 1, np_):
+      arr = np.ascontiguousarray(np.broadcast_to(arr, (N + 1, np_)))
+    elif arr.shape != (N + 1, np_):
       raise ValueError(f"{self.name}: p: expected shape ({np_},) or per stage ({N + 1}, {np_}), got {arr.shape}")
-    return arr
+    return ocp.node_parameters(arr)
+
+  def node_parameters(self, p: ArrayLike | None = None) -> F64:
+    """The parameter rows the C++ call() takes (param_rows x np) for a call's p ((np,) or per stage (N + 1, np)): p
+    itself for a nominal MPC; over a scenario tree each node's and each transition's, the scenarios' values in their
+    components (`p` may be omitted where the scenarios give every component)."""
+    return self._params(p)
+
+  def node_bounds(self, bounds: Mapping[str, F64]) -> dict[str, F64]:
+    """Per-stage bounds (`defaults`' keys) as the C++ takes them: a chain's as they are; over a scenario tree per
+    node (its stage's; a leaf's inputs fixed at 0 and its path constraints free), the terminal constraints' per leaf."""
+    tree = self.ocp.tree
+    if not tree.branched:
+      return dict(bounds)
+    h = {key: np.concatenate([bounds[key], np.full((1, bounds[key].shape[1]), fill)])
+         for key, fill in (("lbh", -np.inf), ("ubh", np.inf))}  # fmt: skip
+    leaves = len(tree.leaves)
+    return {"lbx": tree.node_values(bounds["lbx"]), "ubx": tree.node_values(bounds["ubx"]),
+            "lbu": self._node_inputs(bounds["lbu"], 0.0), "ubu": self._node_inputs(bounds["ubu"], 0.0),
+            "lbh": tree.node_values(h["lbh"])[: tree.N], "ubh": tree.node_values(h["ubh"])[: tree.N],
+            "lbhN": np.tile(bounds["lbhN"], leaves), "ubhN": np.tile(bounds["ubhN"], leaves)}  # fmt: skip
+
+  def _node_inputs(self, per_stage: F64, leaf: float) -> F64:
+    """Per-stage input rows (N, nu) as a tree's per node k < N (its stage's; `leaf` at leaves)."""
+    tree = self.ocp.tree
+    rows = np.concatenate([per_stage, np.full((1, per_stage.shape[1]), leaf)])
+    return np.ascontiguousarray(rows[np.asarray(tree.depth[: tree.N])])
 
 
 #: The least max_time the C++ gets (a positive one: the solve stops at its first look at the clock).
@@ -530,12 +586,13 @@ class _Entry:
     self,
     handle: NativeHandle,
     stats: tuple[Any, ...],
-    N: int,
+    stages: tuple[int, int],
     sizes: tuple[int, int, int, int],
     scalar: str,
     sizes_nlp: tuple[int, int, int],
   ) -> None:
     nx, nu, np_, n_tuning = sizes
+    N, param_rows = stages  # NOTE: the NLP's stages (a tree's nodes) and its parameter rows
     pointer = ctypes.c_void_p
     self.dtype = np.dtype(scalar)  # NOTE: the controller's own type: x0, p, bounds and the plan are staged in it
     self.call = handle.entry("call", ctypes.c_int, *[pointer] * 11)
@@ -544,7 +601,7 @@ class _Entry:
     self.set_guess = handle.entry("set_guess", None, pointer, pointer, pointer)
     self.prepare = handle.entry("prepare", ctypes.c_int, pointer)
     self.ws, self.stats = handle.pointer, stats
-    self.x0, self.p = np.zeros(nx, self.dtype), np.zeros((N + 1, np_), self.dtype)
+    self.x0, self.p = np.zeros(nx, self.dtype), np.zeros((param_rows, np_), self.dtype)
     self.tuning = np.zeros(max(n_tuning, 1), self.dtype)
     self.x, self.u = np.zeros((N + 1, nx), self.dtype), np.zeros((N, nu), self.dtype)
     self.sqp_scalars, self.scalars = SQP_SCALARS.mirror(), CALL_SCALARS.mirror()
@@ -609,34 +666,36 @@ def _stage_bounds(name: str, what: str, given: Bounds | None, rows: int, size: i
 
 
 def _shift_tables(ocp: Transcription) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-  """Source index of each entry of w, λ_g and λ_x when the previous solution is shifted by one stage (-1: zero)."""
+  """Source index of each entry of w, λ_g and λ_x when the previous solution is shifted by one stage (-1: zero): each
+  stage takes its first child's values (the next stage's in a chain; a leaf keeps its own)."""
   N, nx, nz, nh, ns = ocp.N, ocp.nx, ocp.nz, ocp.nh, ocp.ns
+  child = ocp.tree.first_child
   w = list(range(ocp.nw))
-  for k in range(N - 1):
-    for i in range(nz):
-      w[k * nz + i] = (k + 1) * nz + i
-  for i in range(nx):
-    w[(N - 1) * nz + i] = N * nz + i  # x_{N-1} <- x_N; u_{N-1} and x_N are repeated
+  for k in range(N):
+    for i in range(nx if child[k] == N else nz if child[k] > 0 else 0):  # x_{N-1} <- x_N; u_{N-1} is repeated
+      w[k * nz + i] = child[k] * nz + i
   entries = ocp.soft_entries
   where = {(e.group, e.stage, e.component): j for j, e in enumerate(entries)}
-  successor = [where.get((e.group, e.stage + 1, e.component), j) for j, e in enumerate(entries)]
+  successor = [where.get((e.group, child[e.stage], e.component), j) for j, e in enumerate(entries)]
   slack0 = N * nz + nx
   for j, s in enumerate(successor):
     w[slack0 + j] = slack0 + s
   lam_x = [-1 if i < nx else v for i, v in enumerate(w)]
   g = list(range(ocp.ng))
   for i in range(nx):
-    g[i] = nx + i  # the x_0 constraint takes the multiplier of the first defect
-  for k in range(N - 1):
-    for i in range(nx):
-      g[nx + k * nx + i] = nx + (k + 1) * nx + i
-    for i in range(nh):
-      g[nx * (N + 1) + k * nh + i] = nx * (N + 1) + (k + 1) * nh + i
+    g[i] = nx + (child[0] - 1) * nx + i  # the x_0 constraint takes the multiplier of the first defect
+  for k in range(N):
+    if (c := child[k + 1]) > 0:  # the defect into stage k + 1 takes the one into its first child
+      for i in range(nx):
+        g[nx + k * nx + i] = nx + (c - 1) * nx + i
+    if 0 < (c := child[k]) < N:
+      for i in range(nh):
+        g[nx * (N + 1) + k * nh + i] = nx * (N + 1) + c * nh + i
   rows = ocp.ng - 2 * ns
   for j, s in enumerate(successor):
     g[rows + j], g[rows + ns + j] = rows + s, rows + ns + s
-  # NOTE: the multipliers are shifted in place (anvil/mpc.hpp): every source at or after its entry (the soft entries
-  # are stage-major within their group, so a successor comes later)
+  # NOTE: the multipliers are shifted in place (anvil/mpc.hpp): every source at or after its entry (a child comes
+  # after its parent; the soft entries are stage-major within their group, so a successor comes later)
   assert all(s < 0 or s >= i for table in (g, lam_x) for i, s in enumerate(table)), "a shift moves entries back"
   return tuple(w), tuple(g), tuple(lam_x)
 

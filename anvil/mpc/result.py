@@ -45,6 +45,9 @@ class MPCSolution:
       inputs clipped to their bounds). u0 is usable in every case.
     at_solution: the sensitivity of a converged full-SQP call's NLP solution, computed when called (None otherwise);
       nlp_sizes: the NLP's states per stage and parameters per stage (where u_0 and p sit in it).
+    x_scenarios, u_scenarios: with scenarios (multi-stage robust MPC), every branch's states (branches, N + 1, nx) and
+      inputs (branches, N, nu), branch by branch (x and u are the first's; u_scenarios[:, 0] all equal u0); else
+      None.
   """
 
   x: NDArray[np.float64]
@@ -58,6 +61,8 @@ class MPCSolution:
   fallback: str = "none"
   at_solution: Callable[[], Sensitivity] | None = field(default=None, repr=False, compare=False)
   nlp_sizes: tuple[int, int] = field(default=(0, 0), repr=False, compare=False)
+  x_scenarios: NDArray[np.float64] | None = field(default=None, repr=False, compare=False)
+  u_scenarios: NDArray[np.float64] | None = field(default=None, repr=False, compare=False)
 
   @property
   def u0(self) -> NDArray[np.float64]:

@@ -61,6 +61,7 @@ class _Context:
   p_offset: int
   lam_offset: int
   states: int
+  sources: tuple[int, ...]
   terms: tuple[str, ...]
   tables: tuple[tuple[str, tuple[int, ...]], ...]
   real: str
@@ -74,8 +75,9 @@ class _StageWise(TemplatedFunction):
   thread-safe native call.
 
   The NLP's w holds stage k's [x_k; u_k] at k * stride, its params p_k at p_offset + k * np, its g the defects
-  x_{k+1} - F(x_k, u_k, p_k) of stage k at rows lam_offset + k * states. `states` is the NLP's states per stage: the
-  model's nx first, then any the dynamics do not step (an input rate's previous inputs, whose rows are the rest's).
+  x_{k+1} - F(x_j, u_j, p_k) of transition k at rows lam_offset + k * states, j = sources[k] (a tree's parent of
+  stage k + 1; empty: j = k, a chain). `states` is the NLP's states per stage: the model's nx first, then any the
+  dynamics do not step (an input rate's previous inputs, whose rows are the rest's).
   """
 
   template = "stagewise"
@@ -84,10 +86,11 @@ class _StageWise(TemplatedFunction):
 
   def __init__(
     self, name: str, rest: NumericalFunction[..., Any], ode: OdeDerivatives, N: int, stride: int, p_offset: int,
-    lam_offset: int, states: int, *, keep_steps: bool = False,
+    lam_offset: int, states: int, *, keep_steps: bool = False, sources: tuple[int, ...] = (),
   ) -> None:  # fmt: skip
     self.name, self.rest, self.ode, self.keep_steps = name, rest, ode, keep_steps
     self.N, self.stride, self.p_offset, self.lam_offset, self.states = N, stride, p_offset, lam_offset, states
+    self.sources = tuple(sources)
     self.inputs = rest.inputs
     self.scalar = "float32" if rest.inputs[0].dtype == dtypes.float32 else "float64"  # NOTE: the rest's, the NLP's
     self.nx, self.nu = ode.integrator.inputs[0].size, ode.integrator.inputs[1].size
@@ -133,7 +136,7 @@ class _StageWise(TemplatedFunction):
   @property
   def _place(self) -> tuple[int, ...]:
     """Where the stages sit in the NLP (two functions over the same stages have the same)."""
-    return (self.N, self.stride, self.p_offset, self.lam_offset, self.states)
+    return (self.N, self.stride, self.p_offset, self.lam_offset, self.states, *self.sources)
 
   @cached_property
   def context(self) -> _Context:
@@ -142,7 +145,7 @@ class _StageWise(TemplatedFunction):
     return _Context(
       name=self.name, kind=self.kind, inputs=tuple(a.size for a in self.inputs), size=self.size, rest=self.rest.name,
       rest_size=self.rest.outputs[0].size, nx=self.nx, nu=self.nu, np=self.np, N=self.N, stride=self.stride,
-      p_offset=self.p_offset, lam_offset=self.lam_offset, states=self.states,
+      p_offset=self.p_offset, lam_offset=self.lam_offset, states=self.states, sources=self.sources,
       terms=tuple(t.name for t in self.terms), tables=tuple(self.tables.items()),
       real=cpp_real(self.scalar), ode=ode, keeps_steps=self.keeps_steps,
     )  # fmt: skip
@@ -187,14 +190,14 @@ class StageDerivative(_StageWise):
   def __init__(
     self, name: str, kind: str, rest: SparseNumericalFunction, ode: OdeDerivatives, N: int, stride: int,
     p_offset: int, lam_offset: int, states: int, *, terms: tuple[StageCostHessian, ...] = (),
-    keep_steps: bool = False,
+    keep_steps: bool = False, sources: tuple[int, ...] = (),
   ) -> None:  # fmt: skip
     if kind not in KINDS or (kind == "hessian" and ode.hessian is None):
       raise ValueError(f"{name}: kind must be one of {KINDS} (a hessian needs the ODE's Hessian), got {kind!r}")
     if terms and kind != "hessian":
       raise ValueError(f"{name}: only a Lagrangian Hessian adds further terms to its rest")
     self.kind, self.terms = kind, terms
-    super().__init__(name, rest, ode, N, stride, p_offset, lam_offset, states, keep_steps=keep_steps)
+    super().__init__(name, rest, ode, N, stride, p_offset, lam_offset, states, keep_steps=keep_steps, sources=sources)
     rows, cols = self._block_entries()
     union = sp.csc_array((np.ones(rows.size), (rows, cols)), shape=rest.shape)
     for indices, indptr in [(rest.indices, rest.indptr), *((t.indices, t.indptr) for t in terms)]:
@@ -237,14 +240,15 @@ class StageDerivative(_StageWise):
     row-major (defect rows x [x_k; u_k]); the Hessian's upper triangle of [x_k; u_k] row-major."""
     nx, nz, N = self.nx, self.nx + self.nu, self.N
     place = lambda i: np.where(i < nx, i, i + self.states - nx)  # NOTE: [x; u] of the model within the stage's w
+    starts = self.stride * np.asarray(self.sources or range(N))  # NOTE: the stage each transition leaves
     if self.kind == "jacobian":
       r, c = np.meshgrid(np.arange(nx), np.arange(nz), indexing="ij")
       local_rows, local_cols = r.ravel(), place(c.ravel())
       rows = (self.lam_offset + self.states * np.arange(N))[:, None] + local_rows[None, :]
     else:
       local_rows, local_cols = (place(i) for i in np.triu_indices(nz))
-      rows = (self.stride * np.arange(N))[:, None] + local_rows[None, :]
-    cols = (self.stride * np.arange(N))[:, None] + local_cols[None, :]
+      rows = starts[:, None] + local_rows[None, :]
+    cols = starts[:, None] + local_cols[None, :]
     return rows.ravel().astype(np.int64), cols.ravel().astype(np.int64)
 
   def __call__(self, *args: Any) -> sp.csc_array:

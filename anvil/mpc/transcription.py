@@ -4,6 +4,12 @@ Decision vector w = [x_0, u_0, x_1, u_1, ..., x_{N-1}, u_{N-1}, x_N, s] (s: the 
 Constraints g(w, p) = [x_0 - x_init; x_{k+1} - F(x_k, u_k, p_k) (k < N); h(x_k, u_k, p_k) (k < N); h_N(x_N, p_N);
 v_e + s_e (e: softened bound); v_e - s_e]. The NLP parameter is [x_init; p_0 ... p_N]. Every stage function is
 evaluated once for all stages through `vmap`, so the graph, the kernel count and the build time do not grow with N.
+
+Over a scenario tree (multi-stage robust MPC, `anvil.mpc.scenarios`) the stages are the tree's nodes 0..N: node
+k + 1's defect is x_{k+1} - F(x_j, u_j, pt_k) with j its parent and pt_k the parameter of its transition (its
+scenario's values; the parameter holds [x_init; p_0 ... p_N; pt_0 ... pt_{N-1}]); each node's stage cost is weighted
+by the node's weight, a leaf's (every node without children: its inputs are fixed at 0 by their bounds, its path rows
+free) is the terminal cost, and every leaf has the terminal constraints.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from anvil.mpc.implicit import ImplicitIntegrator
 from anvil.mpc.integrators import ExplicitIntegrator
 from anvil.mpc.ode import OdeDerivatives
 from anvil.mpc.rate import InputRate
+from anvil.mpc.scenarios import Scenarios, ScenarioTree
 from anvil.mpc.soft import SOFT_GROUPS, Soft
 from anvil.mpc.stage_cost import Block, Part, StageCostGradient, StageCostHessian, StagePart, StagePlace
 from anvil.mpc.stagewise import StageConstraints, StageDerivative
@@ -99,9 +106,14 @@ class Transcription:
     soft: Mapping[str, Soft] | None,
     scalar: str = "float64",
     u_rate: tuple[Any, Any] = (None, None),
+    scenarios: Scenarios | None = None,
   ) -> None:
     if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
       raise ValueError(f"MPCFunction({name}): horizon must be an int >= 1, got {horizon!r}")
+    if scenarios is not None and not isinstance(scenarios, Scenarios):
+      raise TypeError(f"MPCFunction({name}): scenarios must be a Scenarios, got {type(scenarios).__name__}")
+    self.scenarios = scenarios
+    self.tree = ScenarioTree.chain(horizon) if scenarios is None else ScenarioTree.of(scenarios, horizon)
     functions = {"dynamics": dynamics, "stage_cost": stage_cost, "terminal_cost": terminal_cost,
                  "constraints": constraints, "terminal_constraints": terminal_constraints}  # fmt: skip
     for what, fn in functions.items():
@@ -109,7 +121,7 @@ class Transcription:
         _check_function(name, what, fn, outputs=False)
     if len(dynamics.inputs) not in (2, 3):
       raise TypeError(f"MPCFunction({name}): dynamics must be a NumericalFunction of (x, u) or (x, u, p)")
-    self.name, self.N = name, horizon
+    self.name, self.N, self.horizon = name, self.tree.N, horizon
     self.scalar = scalar  # NOTE: the type its functions compute in (anvil.codegen.precision)
     self.nx, self.nu = dynamics.inputs[0].size, dynamics.inputs[1].size
     self.np = dynamics.inputs[2].size if len(dynamics.inputs) == 3 else 0
@@ -143,6 +155,8 @@ class Transcription:
     for what, fn in functions.items():
       if fn is not None:
         _check_function(name, what, fn, outputs=True)
+    if scenarios is not None:
+      self.uncertain = scenarios.components(self.np, f"MPCFunction({name})")
     self.soft = dict(soft or {})
     for group, spec in self.soft.items():
       if group not in SOFT_GROUPS:
@@ -158,16 +172,24 @@ class Transcription:
     return self.nx + self.nu
 
   @cached_property
+  def inner(self) -> tuple[int, ...]:
+    """The stages with inputs that enter the dynamics: every stage k < N of a chain, every node with children of a
+    tree (their stage costs, inputs and path constraints are the OCP's; a leaf's are not)."""
+    leaves = set(self.tree.leaves)
+    return tuple(k for k in range(self.N) if k not in leaves)
+
+  @cached_property
   def soft_entries(self) -> tuple[SoftEntry, ...]:
     """Every softened bound, group by group, stage-major; entry e owns slack w[n_states_inputs + e]."""
-    N, nx, nu, nz, nh = self.N, self.nx, self.nu, self.nz, self.nh
+    N, nx, nu, nz, nh, nhN = self.N, self.nx, self.nu, self.nz, self.nh, self.nhN
     heads = {"h": nx * (N + 1), "hN": nx * (N + 1) + N * nh}
+    leaves, rank = self.tree.leaves, {leaf: r for r, leaf in enumerate(self.tree.leaves)}
     groups = {
-      "x": (self.nx_model, range(1, N), False, lambda k, c: k * nz + c),
-      "u": (nu, range(N), False, lambda k, c: k * nz + nx + c),
-      "constraints": (self.nh_model, range(N), True, lambda k, c: heads["h"] + k * nh + c),
-      "x_terminal": (self.nx_model, range(N, N + 1), False, lambda k, c: N * nz + c),
-      "terminal_constraints": (self.nhN, range(N, N + 1), True, lambda k, c: heads["hN"] + c),
+      "x": (self.nx_model, self.inner[1:], False, lambda k, c: k * nz + c),
+      "u": (nu, self.inner, False, lambda k, c: k * nz + nx + c),
+      "constraints": (self.nh_model, self.inner, True, lambda k, c: heads["h"] + k * nh + c),
+      "x_terminal": (self.nx_model, leaves, False, lambda k, c: k * nz + c),
+      "terminal_constraints": (self.nhN, leaves, True, lambda k, c: heads["hN"] + rank[k] * nhN + c),
     }
     entries = []
     for group in SOFT_GROUPS:
@@ -195,17 +217,22 @@ class Transcription:
   @property
   def ng(self) -> int:
     """Number of NLP constraints."""
-    return self.nx * (self.N + 1) + self.N * self.nh + self.nhN + 2 * self.ns
+    return self.nx * (self.N + 1) + self.N * self.nh + len(self.tree.leaves) * self.nhN + 2 * self.ns
 
   @property
   def n_params(self) -> int:
-    """Length of the NLP parameter [x_init; p_0 ... p_N; tuning] (`tuning_layout`)."""
+    """Length of the NLP parameter [x_init; p_0 ... p_N; (a tree's) pt_0 ... pt_{N-1}; tuning] (`tuning_layout`)."""
     return self._tuning_start + sum(size for _, _, size in self.tuning_layout.values())
 
   @property
+  def param_rows(self) -> int:
+    """The rows of np entries in the NLP parameter after x_init: the stages' p (N + 1), and a tree's transitions'."""
+    return self.N + 1 + (self.N if self.tree.branched else 0)
+
+  @property
   def _tuning_start(self) -> int:
-    """Where the tuning block begins in the NLP parameter: after x_init and p_0 ... p_N."""
-    return self.nx + (self.N + 1) * self.np
+    """Where the tuning block begins in the NLP parameter: after x_init and the param_rows."""
+    return self.nx + self.param_rows * self.np
 
   @cached_property
   def tuning_layout(self) -> dict[str, tuple[int, tuple[int, ...], int]]:
@@ -235,14 +262,34 @@ class Transcription:
     return np.concatenate(parts) if parts else np.zeros(0)
 
   def parameter(self, x_init: np.ndarray, p: np.ndarray | None = None, tuning: np.ndarray | None = None) -> np.ndarray:
-    """The NLP parameter [x_init; p_0 ... p_N; tuning] (p: (N + 1, np); tuning: the build-time one when None)."""
-    p = np.zeros((self.N + 1, self.np)) if p is None else p
+    """The NLP parameter [x_init; p rows; tuning] (p: (param_rows, np), `node_parameters`; tuning: the build-time one
+    when None)."""
+    p = np.zeros((self.param_rows, self.np)) if p is None else p
     tuning = self.default_tuning if tuning is None else tuning
     return np.concatenate([np.ravel(x_init), np.ravel(p), np.ravel(tuning)]).astype(np.float64)
 
+  def node_parameters(self, p: np.ndarray) -> np.ndarray:
+    """The NLP's parameter rows (param_rows, np) from per-stage p (horizon + 1, np): a chain's as they are; a tree's
+    nodes take their stage's, its transitions the stage they leave from, each with its scenario's values in the
+    uncertain components (a node's own: its incoming transition's scenario; the root's: the first)."""
+    if self.scenarios is None:
+      return p
+    tree, values = self.tree, np.asarray(self.scenarios.values)
+    if not tree.branched:  # NOTE: one scenario: a chain, its values everywhere
+      p = p.copy()
+      p[:, self.uncertain] = values[0]
+      return p
+    nodes = tree.node_values(p).copy()
+    nodes[:, self.uncertain] = values[np.maximum(np.asarray(tree.realization), 0)]
+    moves = p[np.asarray(tree.depth[1:]) - 1].copy()
+    moves[:, self.uncertain] = values[np.asarray(tree.realization[1:])]
+    return np.concatenate([nodes, moves])
+
   def stage_layout(self) -> StageLayout:
     """Where w's entries and g's rows sit in the stages (for the Riccati QP solver), see `shooting_layout`."""
-    return shooting_layout(self.N, self.nx, self.nu, self.nh, self.nhN, tuple(e.stage for e in self.soft_entries))
+    stages = tuple(e.stage for e in self.soft_entries)
+    parents = self.tree.parents if self.tree.branched else ()
+    return shooting_layout(self.N, self.nx, self.nu, self.nh, self.nhN, stages, parents, self.tree.leaves)
 
   # *** the NLP, traced ***
 
@@ -252,6 +299,27 @@ class Transcription:
     stages = w[: N * nz].reshape(N, nz)
     P = params[nx : nx + n_p].reshape(N + 1, self.np) if self.np else params[:0].reshape(N + 1, 0)
     return stages[:, :nx], stages[:, nx:], w[N * nz : N * nz + nx], w[N * nz + nx :], params[:nx], P
+
+  def moves(self, params: Tensor, P: Tensor) -> Tensor:
+    """Each transition's parameter (N, np): a tree's pt_k, a chain's p_k (of P, the stages')."""
+    if not self.tree.branched:
+      return P[: self.N]
+    start = self.nx + (self.N + 1) * self.np
+    return params[start : start + self.N * self.np].reshape(self.N, self.np)
+
+  def rows(self, T: Tensor, stages: tuple[int, ...] | range) -> Tensor:
+    """T's rows at `stages` (increasing; as few slices as runs of consecutive stages)."""
+    runs, start = [], 0
+    for i in range(1, len(stages) + 1):
+      if i == len(stages) or stages[i] != stages[i - 1] + 1:
+        runs.append(T[stages[start] : stages[i - 1] + 1])
+        start = i
+    return runs[0].cat(*runs[1:]) if len(runs) > 1 else runs[0]
+
+  def from_parents(self, T: Tensor) -> Tensor:
+    """For each transition k (into stage k + 1), the row of T (one per stage k < N) of the stage it leaves: T itself
+    in a chain, the parents' rows in a tree."""
+    return self.rows(T, self.tree.parents[1:]) if self.tree.branched else T
 
   def tuning(self, params: Tensor, key: str) -> Tensor:
     """A run-time weight or penalty (`tuning_layout`) from the NLP parameter."""
@@ -282,8 +350,28 @@ class Transcription:
     args = (xN, P[self.N]) if self.takes_p[key] else (xN,)
     return fn.fn(*args)
 
+  def _at_leaves(self, fn: Fn, key: str, X: Tensor, xN: Tensor, P: Tensor) -> Tensor:
+    """fn at every leaf of a tree (its model states, its p): one row per leaf."""
+    leaves = self.tree.leaves
+    XL = self.rows(X.cat(xN.reshape(1, self.nx)), leaves)[:, : self.nx_model]
+    args = (XL, self.rows(P, leaves)) if self.takes_p[key] else (XL,)
+    return vmap(fn, size=len(leaves)).fn(*args)
+
+  def _transition(self, fn: Fn, key: str, X: Tensor, U: Tensor, P: Tensor, params: Tensor) -> Tensor:
+    """fn at every transition: at the states and inputs of the stage it leaves and its parameter (`moves`)."""
+    X = self.from_parents(X[:, : self.nx_model] if self.rate is not None else X)
+    U = self.from_parents(U)
+    args = (X, U, self.moves(params, P)) if self.takes_p[key] else (X, U)
+    return vmap(fn, size=self.N).fn(*args)
+
+  def _node_weights(self, stages: tuple[int, ...] | range) -> Tensor:
+    """The tree's weights of `stages` (a column), in the scalar type."""
+    return Tensor(np.array([self.tree.weight[k] for k in stages]), dtype=SCALARS[self.scalar]).reshape(-1, 1)
+
   def cost(self, w: Tensor, params: Tensor) -> Tensor:
     """Σ_k l(x_k, u_k, p_k) + l_N(x_N, p_N) + Σ_e l1_e s_e + l2_e s_e², the weights and penalties from params."""
+    if self.tree.branched:
+      return self._tree_cost(w, params)
     X, U, xN, S, _, P = self.split(w, params)
     stage, final = self.stage_cost, self.terminal_cost
     if isinstance(stage, LeastSquares):  # NOTE: Σ_k r_kᵀ W r_k with W symmetric, the run-time one
@@ -303,6 +391,40 @@ class Transcription:
       total = total + (rates * (rates @ Tensor(self.rate.weight))).sum()
     return total
 
+  def _tree_cost(self, w: Tensor, params: Tensor) -> Tensor:
+    """The cost over a tree: each inner node's stage cost and input rate's, each leaf's terminal cost, times the
+    node's weight (a least-squares residual times its square root), and the slacks' penalties."""
+    X, U, xN, S, _, P = self.split(w, params)
+    inner, leaves = self.inner, self.tree.leaves
+    Xi, Ui, Pi = (self.rows(T, inner) for T in (X, U, P))
+    stage, final, root = self.stage_cost, self.terminal_cost, self._node_weights(inner).sqrt()
+    if isinstance(stage, LeastSquares):
+      R = vmap(stage.residual, size=len(inner)).fn(*self._stage_args("stage_cost", Xi, Ui, Pi))
+      total = self._weighted(R * root, params, "stage_weight", stage)
+    else:
+      total = (vmap(stage, size=len(inner)).fn(*self._stage_args("stage_cost", Xi, Ui, Pi)).reshape(-1, 1)
+               * root * root).sum()  # fmt: skip
+    if final is not None:
+      leaf_root = self._node_weights(leaves).sqrt()
+      if isinstance(final, LeastSquares):
+        rN = self._at_leaves(final.residual, "terminal_cost", X, xN, P).reshape(len(leaves), -1)
+        total = total + self._weighted(rN * leaf_root, params, "terminal_weight", final)
+      else:
+        values = self._at_leaves(final, "terminal_cost", X, xN, P).reshape(-1, 1)
+        total = total + (values * leaf_root * leaf_root).sum()
+    if self.ns:
+      l1, l2 = self.tuning(params, "l1"), self.tuning(params, "l2")
+      total = total + (S * l1 + S * S * l2).sum()
+    if self.rate is not None and self.rate.weighted:
+      rates = (Ui - Xi[:, self.nx_model :]) * root
+      total = total + (rates * (rates @ Tensor(self.rate.weight))).sum()
+    return total
+
+  def _stage_args(self, key: str, X: Tensor, U: Tensor, P: Tensor) -> tuple[Tensor, ...]:
+    """A stage function's arguments at the rows of X, U and P: the model's states, the inputs, and p if it takes it."""
+    X = X[:, : self.nx_model] if self.rate is not None else X
+    return (X, U, P) if self.takes_p[key] else (X, U)
+
   def constraint_values(self, w: Tensor, params: Tensor, dynamics: bool = True) -> Tensor:
     """g(w, p), see the module docstring; without `dynamics`, the defects are x_{k+1} alone (F left out: the part of
     g that `StageDerivative` takes from the NLP, whose dynamics' derivatives it computes stage by stage)."""
@@ -313,21 +435,29 @@ class Transcription:
     if dynamics:
       if isinstance(self.dynamics, ImplicitIntegrator):
         raise TypeError(f"MPCFunction({self.name}): dynamics made by irk are stepped at run time, never traced")
-      defects = defects - self._stage(self.dynamics, "dynamics", X, U, P)
+      stepped = self._transition(self.dynamics, "dynamics", X, U, P, params) if self.tree.branched else None
+      defects = defects - (self._stage(self.dynamics, "dynamics", X, U, P) if stepped is None else stepped)
     if self.rate is not None:  # NOTE: the previous inputs' dynamics, v_{k+1} = u_k
-      defects = defects.cat(following[:, nxm:] - U, dim=1)
+      defects = defects.cat(following[:, nxm:] - self.from_parents(U), dim=1)
     parts = [X[0] - x_init, defects.flatten()]
     tables = {"x": X[1:, :nxm], "u": U, "x_terminal": xN[:nxm].reshape(1, nxm)}
+    if self.tree.branched:  # NOTE: the soft groups' rows at their stages (soft_entries)
+      tables = {"x": self.rows(X, self.inner[1:])[:, :nxm], "u": self.rows(U, self.inner),
+                "x_terminal": self.rows(X.cat(xN.reshape(1, self.nx)), self.tree.leaves)[:, :nxm]}  # fmt: skip
     path = []
     if self.constraints is not None:
-      tables["constraints"] = self._stage(self.constraints, "constraints", X, U, P).reshape(self.N, self.nh_model)
-      path.append(tables["constraints"])
+      h = self._stage(self.constraints, "constraints", X, U, P).reshape(self.N, self.nh_model)
+      tables["constraints"] = self.rows(h, self.inner) if self.tree.branched else h
+      path.append(h)
     if self.rate is not None and self.rate.bounded:
       path.append(U - X[:, nxm:])
     if path:
       parts.append(path[0].cat(*path[1:], dim=1).flatten())
     if self.terminal_constraints is not None:
-      hN = self._final(self.terminal_constraints, "terminal_constraints", xN, P).reshape(1, self.nhN)
+      if self.tree.branched:
+        hN = self._at_leaves(self.terminal_constraints, "terminal_constraints", X, xN, P).reshape(-1, self.nhN)
+      else:
+        hN = self._final(self.terminal_constraints, "terminal_constraints", xN, P).reshape(1, self.nhN)
       parts.append(hN.flatten())
       tables["terminal_constraints"] = hN
     if self.ns:
@@ -378,6 +508,8 @@ class Transcription:
                           lambda w, params: self.constraint_values(w, params, dynamics=False), args)  # fmt: skip
     ode = OdeDerivatives.of(F, hessian, self.scalar)
     place: dict[str, Any] = dict(N=self.N, stride=self.nz, p_offset=self.nx, lam_offset=self.nx, states=self.nx)
+    if self.tree.branched:  # NOTE: transition k leaves its stage's parent, with its own parameter (`moves`)
+      place |= dict(sources=self.tree.parents[1:], p_offset=self.nx + (self.N + 1) * self.np)
     constraints = StageConstraints(f"{name}_constraints", rest, ode, **place, keep_steps=keep_steps)
     # NOTE: the rest's derivatives on the scalar expressions too (each entry once, the stages' shared terms shared):
     # tinygrad's colours re-evaluated a robot's foot kinematics per colour, a third of a quadruped MPC's step
@@ -387,17 +519,19 @@ class Transcription:
     if not hessian:
       return constraints, jacobian, None
     # NOTE: the cost's Hessian stage by stage, a term of its own: for least-squares costs with affine residuals their
-    # Gauss-Newton blocks (exact: the products of constant Jacobians), else the exact blocks of each stage's cost
-    cost_hessian = self.stage_cost_hessian("gauss_newton" if self._affine_least_squares() else "exact")
+    # Gauss-Newton blocks (exact: the products of constant Jacobians), else the exact blocks of each stage's cost; a
+    # tree's weighted cost in the rest instead, derived with it
+    branched = self.tree.branched
+    terms = () if branched else (self.stage_cost_hessian("gauss_newton" if self._affine_least_squares() else "exact"),)
 
     def lagrangian(w: Tensor, params: Tensor, sigma: Tensor, lam: Tensor) -> Tensor:
-      return (self.constraint_values(w, params, dynamics=False) * lam).sum()
+      rest = (self.constraint_values(w, params, dynamics=False) * lam).sum()
+      return rest + sigma[0] * self.cost(w, params) if branched else rest
 
     lag_args = (*args, *self._args((1, "sigma"), (self.ng, "lam")))
     rest_hessian = sphessian(self._function(f"{name}_lagrangian_without_dynamics", lagrangian, lag_args), 0,
                              name=f"{name}_rest_hessian", scalar=True)  # fmt: skip
-    hessian_fn = StageDerivative(f"{name}_lagrangian_hessian", "hessian", rest_hessian, ode, **place,
-                                 terms=(cost_hessian,))  # fmt: skip
+    hessian_fn = StageDerivative(f"{name}_lagrangian_hessian", "hessian", rest_hessian, ode, **place, terms=terms)
     return constraints, jacobian, hessian_fn
 
   def gauss_newton_hessian(self) -> SparseNumericalFunction | StageCostHessian:
@@ -540,10 +674,12 @@ class Transcription:
 
 
 def shooting_layout(
-  N: int, nx: int, nu: int, nh: int = 0, nhN: int = 0, slack_stages: tuple[int, ...] = ()
-) -> StageLayout:
+  N: int, nx: int, nu: int, nh: int = 0, nhN: int = 0, slack_stages: tuple[int, ...] = (),
+  parents: tuple[int, ...] = (), leaves: tuple[int, ...] = (),
+) -> StageLayout:  # fmt: skip
   """The stage layout of the multiple-shooting NLP (module docstring) with nh path and nhN terminal constraints and
-  slacks at `slack_stages` (one entry per slack, in w's order).
+  slacks at `slack_stages` (one entry per slack, in w's order); over a tree of stages (`parents`, with its `leaves`,
+  each of which has the terminal constraints), that tree's.
 
   x_k and u_k sit at stage k and x_N at stage N; each slack is an extra input of its stage (a terminal input at stage
   N), entering no dynamics. g's rows: x_0 - x_init (initial rows), the defects (dynamics rows), then stage k's path
@@ -551,6 +687,7 @@ def shooting_layout(
   layout's `soft` names them (the Riccati backend eliminates the slacks). Stages with fewer slacks than the most any
   stage has are padded with inputs the QP fixes at 0.
   """
+  leaves = leaves or (N,)
   counts, slot = [0] * (N + 1), []  # slack e is the slot[e]-th slack of its stage
   for k in slack_stages:
     slot.append(counts[k])
@@ -559,11 +696,14 @@ def shooting_layout(
   variables = [(k, i) for k in range(N) for i in range(nz)] + [(N, i) for i in range(nx)]
   variables += [(k, (nz if k < N else nx) + slot[e]) for e, k in enumerate(slack_stages)]
   rows = [("initial", 0, i) for i in range(nx)] + [("dynamics", k, i) for k in range(N) for i in range(nx)]
-  rows += [("stage", k, j) for k in range(N) for j in range(nh)] + [("stage", N, j) for j in range(nhN)]
+  path = lambda k: nh if k < N else 0  # NOTE: every stage k < N has the path rows (a leaf's free), then a leaf's nhN
+  rows += [("stage", k, j) for k in range(N) for j in range(nh)]
+  rows += [("stage", leaf, path(leaf) + j) for leaf in leaves for j in range(nhN)]
   first = len(rows)  # the rows v + s of every slack, then their rows v - s
+  base = lambda k: path(k) + (nhN if k in leaves else 0)
   for minus in (0, 1):
-    rows += [("stage", k, (nh if k < N else nhN) + 2 * slot[e] + minus) for e, k in enumerate(slack_stages)]
+    rows += [("stage", k, base(k) + 2 * slot[e] + minus) for e, k in enumerate(slack_stages)]
   ns, slack0 = len(slack_stages), N * nz + nx
   soft = tuple((slack0 + e, first + e, first + ns + e) for e in range(ns))
   return StageLayout(N=N, nx=nx, nu=nu + max(counts[:N]), nuN=counts[N], variables=tuple(variables),
-                     rows=tuple(rows), soft=soft)  # fmt: skip
+                     rows=tuple(rows), soft=soft, parents=parents)  # fmt: skip

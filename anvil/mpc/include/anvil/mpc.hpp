@@ -3,8 +3,9 @@
 // convergence or as a real-time iteration (preparation and feedback).
 //
 // NLP layout: w = [x_0, u_0, ..., x_{N-1}, u_{N-1}, x_N, s] (s: the slacks of softened bounds); g = [x_0 - x_init;
-// defects x_{k+1} - F_k; h_k (k < N); h_N; v_e + s_e; v_e - s_e]; the parameter [x_init; p_0 ... p_N; tuning] (the
-// run-time weights and penalties: a call's, or tuning_default).
+// defects x_{k+1} - F_k; h_k (k < N); h_N; v_e + s_e; v_e - s_e]; the parameter [x_init; p rows; tuning] (param_rows
+// rows of np: p_0 ... p_N, and over a scenario tree its transitions' too; tuning: the run-time weights and penalties:
+// a call's, or tuning_default). Over a scenario tree the stages are its nodes (anvil.mpc.scenarios).
 //
 // The controller C (generated per OCP) provides: sizes nx, nu, N, np, nh, nhN, ns, nw, ng, n_tuning;
 // tuning_default[n_tuning] (the build-time weights and penalties); real_time_iteration and
@@ -58,7 +59,7 @@ struct State {
   // solve's are never reused (the next call starts cold, or zeroes them)
   anvil::Array<real, S::nw> w, w_out, lbw, ubw, lam_x;
   anvil::Array<real, S::ng> lbg, ubg, lam_g;
-  anvil::Array<real, S::nx + (S::N + 1) * S::np + S::n_tuning> params;
+  anvil::Array<real, S::nx + S::param_rows * S::np + S::n_tuning> params;
   int guess = 0;  ///< 0: cold start, 1: shift the previous solution, 2: w and the multipliers hold the guess, 3: shift
                   ///< the previous (least-violation) solution, its multipliers zero
   bool assembled = false;  ///< the NLP's bounds and parameter of a call are in place
@@ -239,8 +240,9 @@ class Controller {
     real* lbg = s.lbg.data();
     real* ubg = s.ubg.data();
     for (int i = 0; i < nx; ++i) s.params[i] = x0[i];
-    for (int i = 0; i < (N + 1) * np; ++i) s.params[nx + i] = p[i];
-    for (int i = 0; i < C::n_tuning; ++i) s.params[nx + (N + 1) * np + i] = tuning ? tuning[i] : C::tuning_default[i];
+    for (int i = 0; i < C::param_rows * np; ++i) s.params[nx + i] = p[i];
+    for (int i = 0; i < C::n_tuning; ++i)
+      s.params[nx + C::param_rows * np + i] = tuning ? tuning[i] : C::tuning_default[i];
     for (int k = 0; k <= N; ++k) {
       for (int i = 0; i < nx; ++i) {
         lbw[k * nz + i] = k == 0 ? -inf : lbx[k * nx + i];

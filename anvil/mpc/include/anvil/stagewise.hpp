@@ -3,8 +3,9 @@
 // it calls): the loops of the generated stage-wise functions (anvil.mpc.stagewise).
 //
 // S (where the stages sit): real, N, nx (the model's states, which the dynamics step), nu, np, stride, p_offset,
-// lam_offset, states. The NLP's w holds stage k's x_k at k * stride and u_k at k * stride + states, its params p_k at
-// p_offset + k * np (none where np = 0), its g the defects x_{k+1} - F(x_k, u_k, p_k) at rows lam_offset + k * states.
+// lam_offset, states, source(k). The NLP's w holds stage k's x_k at k * stride and u_k at k * stride + states, its
+// params p_k at p_offset + k * np (none where np = 0), its g the defects x_{k+1} - F(x_j, u_j, p_k) at rows
+// lam_offset + k * states, j = source(k) the stage transition k leaves (k in a chain; its parent in a tree).
 #ifndef ANVIL_STAGEWISE_HPP
 #define ANVIL_STAGEWISE_HPP
 #include <cmath>
@@ -56,7 +57,7 @@ struct Stages {
   static void subtract_steps(const real* w, const real* p, real* g, typename I::Workspace& rk, real* x_next, E& eval,
                              const Kept* kept) {
     for (int k = 0; k < N; ++k) {
-      const real *x = w + k * S::stride, *pk = params(p, k);
+      const real *x = w + S::source(k) * S::stride, *pk = params(p, k);
       const real* next = kept != nullptr ? kept->find(k, x, x + S::states, pk) : nullptr;
       if (next == nullptr) {
         I::step(x, x + S::states, pk, x_next, rk, eval);
@@ -71,7 +72,7 @@ struct Stages {
   static void jacobian_blocks(const real* w, const real* p, real* jac, const int* to, typename I::Workspace& rk,
                               real* x_next, real* block, E& eval, Kept* kept) {
     for (int k = 0; k < N; ++k) {
-      const real *x = w + k * S::stride, *pk = params(p, k);
+      const real *x = w + S::source(k) * S::stride, *pk = params(p, k);
       I::forward(x, x + S::states, pk, kept != nullptr ? kept->x_next[k] : x_next, block, rk, eval);
       if (kept != nullptr) kept->keep(k, x, x + S::states, pk);
       for (int e = 0; e < nx * nz; ++e) jac[to[k * nx * nz + e]] = -block[e];
@@ -84,7 +85,7 @@ struct Stages {
   static void hessian_blocks(const real* w, const real* p, const real* lam, real* hess, const int* to,
                              typename I::Workspace& rk, real* x_next, real* block, real* mu, E& eval) {
     for (int k = 0; k < N; ++k) {
-      const real *x = w + k * S::stride, *pk = params(p, k);
+      const real *x = w + S::source(k) * S::stride, *pk = params(p, k);
       const bool stepped = I::forward(x, x + S::states, pk, x_next, block, rk, eval);
       for (int i = 0; i < nx; ++i) mu[i] = -lam[S::lam_offset + k * S::states + i];
       for (int e = 0; e < nz * nz; ++e) block[e] = stepped ? real(0) : static_cast<real>(NAN);

@@ -48,35 +48,38 @@ class OCPLabels(NLPLabels):
       assert ocp.constraints is not None
       return "constraints", ocp.constraints.name, i // nh, i % nh
     i -= N * nh
-    if i < nhN:
+    leaves = ocp.tree.leaves
+    if i < len(leaves) * nhN:
       assert ocp.terminal_constraints is not None
-      return "terminal_constraints", ocp.terminal_constraints.name, N, i
-    entry = ocp.soft_entries[(i - nhN) % ocp.ns]
+      return "terminal_constraints", ocp.terminal_constraints.name, leaves[i // nhN], i % nhN
+    entry = ocp.soft_entries[(i - len(leaves) * nhN) % ocp.ns]
     return f"soft {entry.group}", entry.group, entry.stage, entry.component
 
   def row(self, i: int) -> tuple[str, str]:
     """(group, row) of NLP row i: ("constraints", "row 0 of h at stage 3"); a defect is x_{k+1} - F(x_k, u_k), named
     at stage k + 1."""
     group, name, stage, index = self._row_place(i)
+    at = self._at(stage)
     if group == "initial state":
       return group, f"x[{index}]" if index < self.ocp.nx_model else f"u_prev[{index - self.ocp.nx_model}]"
     if group == "u_rate_bounds":
-      return group, f"u[{index}] - u_prev[{index}] at stage {stage}"
+      return group, f"u[{index}] - u_prev[{index}] at {at}"
+    before = self._at(self.ocp.tree.parents[stage]) if stage > 0 else ""
     if group == "previous input":
-      return group, f"u_prev[{index}] at stage {stage} - u[{index}] of stage {stage - 1}"
+      return group, f"u_prev[{index}] at {at} - u[{index}] of {before}"
     if group == "dynamics":
-      return group, f"x[{index}] at stage {stage} - {name} of stage {stage - 1}"
-    return group, f"row {index} of {name} at stage {stage}"
+      return group, f"x[{index}] at {at} - {name} of {before}"
+    return group, f"row {index} of {name} at {at}"
 
   def row_function(self, i: int) -> tuple[str, str]:
     """(function, place) of NLP row i: ("dynamics F", "stage 12, output 2") (F's evaluation at stage 12)."""
     group, name, stage, index = self._row_place(i)
     if group == "dynamics":
-      place = f"stage {stage - 1}, output {index}"
+      place = f"{self._at(self.ocp.tree.parents[stage])}, output {index}"
       if getattr(self.ocp.dynamics, "implicit", False):
         place += " (an implicit step is NaN where Newton's method fails on it: more steps or newton_iter may help)"
       return f"dynamics {name}", place
-    return f"{group} {name}", f"stage {stage}, row {index}"
+    return f"{group} {name}", f"{self._at(stage)}, row {index}"
 
   def _variable_place(self, j: int) -> tuple[str, str, int, int]:
     """(group, symbol, stage, index) of NLP variable j."""
@@ -95,7 +98,7 @@ class OCPLabels(NLPLabels):
   def variable(self, j: int) -> tuple[str, str]:
     """(bound group, variable) of NLP variable j: ("x_bounds", "x[0] at stage 7")."""
     group, symbol, stage, index = self._variable_place(j)
-    return group, f"{symbol}[{index}] at stage {stage}"
+    return group, f"{symbol}[{index}] at {self._at(stage)}"
 
   def bound(self, j: int, value: float, bounds: Any) -> tuple[str, float]:
     """The violated bound of variable j from the call's per-stage bounds (a dict: lbx, ubx, lbu, ubu, ...)."""
@@ -104,6 +107,13 @@ class OCPLabels(NLPLabels):
       return "lower", 0.0
     if group == "previous input":
       return "lower", -np.inf
-    key = "x" if group == "x_bounds" else "u"
-    lo, hi = float(bounds[f"lb{key}"][stage][index]), float(bounds[f"ub{key}"][stage][index])
+    key, row = "x" if group == "x_bounds" else "u", self.ocp.tree.depth[stage]  # NOTE: a tree's node: its stage's
+    if row >= len(bounds[f"lb{key}"]):  # a leaf's inputs: fixed at 0
+      return ("upper" if value > 0 else "lower"), 0.0
+    lo, hi = float(bounds[f"lb{key}"][row][index]), float(bounds[f"ub{key}"][row][index])
     return ("upper", hi) if value > hi else ("lower", lo)
+
+  def _at(self, stage: int) -> str:
+    """Where a stage is: "stage k", or over a scenario tree "node k (stage d)"."""
+    tree = self.ocp.tree
+    return f"node {stage} (stage {tree.depth[stage]})" if tree.branched else f"stage {stage}"

@@ -257,13 +257,13 @@ def _plant_step(plant: Plant, x: F64, u: F64) -> tuple[F64, str | None]:
 
 
 def _stage_cost(mpc: MPCFunction, x: F64, u: F64, p: ArrayLike | None) -> float:
-  """l(x_t, u_t[, p_t]) evaluated by the generated stage-cost function (p: stage 0's parameter)."""
+  """l(x_t, u_t[, p_t]) evaluated by the generated stage-cost function (p: stage 0's parameter, as the controller
+  takes it: with scenarios, the root's)."""
   cost = mpc.stage_cost
   fn = cost.residual if isinstance(cost, LeastSquares) else cost
   args: list[Any] = [x, u]
   if len(fn.inputs) == 3:
-    pp = np.asarray(p, dtype=np.float64)
-    args.append(pp if pp.ndim == 1 else pp[0])
+    args.append(mpc.node_parameters(p)[0])
   value = np.asarray(fn(*args), dtype=np.float64)
   return float(value @ cost.weight @ value) if isinstance(cost, LeastSquares) else float(value.reshape(()))
 

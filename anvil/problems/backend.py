@@ -48,3 +48,11 @@ def rk4(ode: Callable[[Any, Any], Any], x: Any, u: Any, h: float) -> Any:
   k3 = ode(x + h / 2 * k2, u)
   k4 = ode(x + h * k3, u)
   return x + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+
+
+def radau_step(rate: Callable[[Any], Any], x: Any, dt: float, tol: float = 1e-10) -> Any:
+  """x after dt of x' = rate(x) by scipy's Radau (rtol = atol = tol): a plant for the stiff models' examples."""
+  from scipy.integrate import solve_ivp
+
+  sol = solve_ivp(lambda t, z: rate(z), (0.0, dt), x, method="Radau", rtol=tol, atol=tol)
+  return np.asarray(sol.y[:, -1], dtype=np.float64)

@@ -122,3 +122,24 @@ def test_arm_reach_in_cpp_against_mujoco_reaches_every_target(tmp_path: Path) ->
   errors = re.findall(r"target \d: position error ([0-9.]+) mm", proc.stdout)
   assert len(errors) == 3 and all(float(e) < 1.0 for e in errors), proc.stdout
   assert "statuses [150]" in proc.stdout, proc.stdout
+
+
+@pytest.mark.slow
+def test_industrial_poly_robust_mpc_keeps_the_band_where_the_nominal_leaves_it(tmp_path: Path) -> None:
+  """do-mpc's robust example on a plant 30% off the nominal values: the robust MPC stays within a tenth of the band's
+  width (its hard bound holds on the scenario the plant is), the nominal one leaves it by degrees."""
+  out = run_example("industrial_poly", tmp_path, 60, "--perturbed")
+  excursion = {label: float(value) for label, value in re.findall(r"^(\w+).*worst temperature excursion ([0-9.]+) K",
+                                                                   out, re.MULTILINE)}  # fmt: skip
+  assert excursion["robust"] < 0.5 and excursion["nominal"] > 2.0, out
+
+
+@pytest.mark.slow
+def test_batch_bioreactor_makes_do_mpcs_product(tmp_path: Path) -> None:
+  """do-mpc's batch bioreactor over its 150 samples: every solve converges and the batch ends at do-mpc 5.1.2's
+  product, 1.682 mol/l (`python -m benchmarks.bench_dompc --problem batch_bioreactor`), within the bounds."""
+  out = run_example("batch_bioreactor", tmp_path, 150)
+  assert metric(out, "status_counts") == "{'converged': 150}"
+  product, excess = re.search(r"product at the end ([0-9.]+) mol/l, worst excess over the X_s and P_s limits "
+                              r"([0-9.e+-]+)", out).groups()  # type: ignore[union-attr]  # fmt: skip
+  assert abs(float(product) - 1.682) < 5e-4 and float(excess) < 1e-4, out

@@ -15,7 +15,7 @@ from tinygrad import Tensor
 
 import anvil as av
 from anvil.codegen import find_compiler
-from anvil.mpc import MPCFunction, MPCOptions, Scenarios, rk4
+from anvil.mpc import LeastSquares, MPCFunction, MPCOptions, Scenarios, rk4
 from anvil.mpc.scenarios import ScenarioTree
 from anvil.qp import OSQPOptions
 from tests.conftest import STRICT
@@ -215,3 +215,89 @@ def test_the_exported_module_runs_the_tree_in_cpp(tmp_path: Path) -> None:
   status, u0 = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
   assert int(status) == 0
   np.testing.assert_allclose(float(u0), expected.u0[0], atol=1e-9)
+
+
+def ipopt_rich_tree(scenarios: Scenarios, x0: np.ndarray, reference: np.ndarray) -> tuple[float, np.ndarray]:
+  """`rich_controller`'s OCP over the tree written out in CasADi (one trajectory per branch, the first inputs shared,
+  the path constraint at every stage before the last, the terminal one at every branch's end, the rate penalty from
+  u_prev = 0, the stages' references in p[2]); IPOPT's (cost, u per branch (B, N))."""
+  ca = pytest.importorskip("casadi")
+  values, weights = np.asarray(scenarios.values), np.asarray(scenarios.weights)
+  shared = ca.SX.sym("u0")
+  w, lbw, ubw, g, lbg, ubg, cost, us_all = [shared], [-U_MAX], [U_MAX], [], [], [], 0.0, []
+  for s, (mass, stiffness) in enumerate(values):
+    x, u_prev, us = ca.DM(x0), 0.0, []
+    for k in range(N):
+      u = shared if k == 0 else ca.SX.sym(f"u_{s}_{k}")
+      if k > 0:
+        w.append(u)
+        lbw.append(-U_MAX)
+        ubw.append(U_MAX)
+      p = ca.vertcat(mass, stiffness, reference[k])
+      r = ca.vertcat(x[0] - reference[k], x[1], u)
+      cost = cost + weights[s] * (r.T @ np.diag(STAGE_W) @ r + RATE_W * (u - u_prev) ** 2)
+      g.append(x[0] + 0.1 * u)
+      lbg.append(-1.0)
+      ubg.append(1.5)
+      x_next = ca.SX.sym(f"x_{s}_{k}", 2)
+      w.append(x_next)
+      lbw += [-np.inf, -V_MAX]
+      ubw += [np.inf, V_MAX]
+      step = lambda z, u=u, p=p: rich_ode(z, u, p, ca)
+      k1 = step(x)
+      k2 = step(x + H / 2 * k1)
+      k3 = step(x + H / 2 * k2)
+      k4 = step(x + H * k3)
+      g.append(x_next - (x + H / 6 * (k1 + 2 * k2 + 2 * k3 + k4)))
+      lbg += [0.0, 0.0]
+      ubg += [0.0, 0.0]
+      x, u_prev = x_next, u
+      us.append(u)
+    rN = ca.vertcat(x[0] - reference[N], x[1])
+    cost = cost + weights[s] * (rN.T @ np.diag(TERMINAL_W) @ rN)
+    g.append(x[0] * x[0])
+    lbg.append(0.0)
+    ubg.append(0.5)
+    us_all.append(us)
+  nlp = {"x": ca.vertcat(*w), "f": cost, "g": ca.vertcat(*g)}
+  solver = ca.nlpsol("rich", "ipopt", nlp, {"ipopt.tol": 1e-12, "ipopt.print_level": 0, "print_time": False})
+  res = solver(x0=0, lbx=lbw, ubx=ubw, lbg=lbg, ubg=ubg)
+  assert solver.stats()["success"]
+  inputs = ca.Function("inputs", [nlp["x"]], [ca.horzcat(*[ca.vertcat(*u) for u in us_all])])
+  return float(res["f"]), np.array(inputs(res["x"])).T
+
+
+STAGE_W, TERMINAL_W, RATE_W = np.array([1.0, 0.1, 0.01]), np.array([10.0, 1.0]), 0.05
+
+
+def rich_ode(x: Any, u: Any, p: Any, b: Any = None) -> Any:
+  """`ode` with p[2] a drift the stages' references set (p = [mass, stiffness, reference])."""
+  rate = (u[0] - p[1] * x[0]) / p[0] + 0.1 * p[2]
+  return b.vertcat(x[1], rate) if b is not None else Tensor.stack(x[1], rate)
+
+
+@pytest.mark.parametrize("qp", ["riccati", "osqp"])
+def test_constraints_rates_and_stage_parameters_over_the_tree_equal_ipopt(qp: str) -> None:
+  """Least-squares costs tracking a per-stage reference p[2] (not uncertain: the scenarios give p[0] and p[1]), a
+  path constraint, a terminal constraint at every branch's end and an input-rate penalty, over the tree: as IPOPT
+  solves the same tree written out."""
+  scenarios = Scenarios([[1.0, 1.0], [1.5, 2.0], [0.7, 0.5]], indices=(0, 1), weights=(0.2, 0.5, 0.3))
+  F = rk4(f"scen_rich_{qp}_F", rich_ode, H, nx=2, nu=1, np=3)
+  args = (av.Arg(2), av.Arg(1), av.Arg(3))
+  res = av.NumericalFunction(f"scen_rich_{qp}_r", lambda x, u, p: Tensor.stack(x[0] - p[2], x[1], u[0]), args)
+  resN = av.NumericalFunction(f"scen_rich_{qp}_rN", lambda x, p: Tensor.stack(x[0] - p[2], x[1]), args[::2])
+  h = av.NumericalFunction(f"scen_rich_{qp}_h", lambda x, u, p: (x[0] + 0.1 * u[0]).reshape(1), args)
+  hN = av.NumericalFunction(f"scen_rich_{qp}_hN", lambda x, p: (x[0] * x[0]).reshape(1), args[::2])
+  options = MPCOptions(qp=OSQPOptions() if qp == "osqp" else MPCOptions().qp, sqp=av.sqp.SQPOptions(tol=1e-10))
+  mpc = MPCFunction(f"scen_rich_{qp}", F, LeastSquares(res, np.diag(STAGE_W)), LeastSquares(resN, np.diag(TERMINAL_W)),
+                    horizon=N, x_bounds=([-np.inf, -V_MAX], [np.inf, V_MAX]), u_bounds=([-U_MAX], [U_MAX]),
+                    constraints=(h, ([-1.0], [1.5])), terminal_constraints=(hN, ([0.0], [0.5])),
+                    u_rate_weight=[RATE_W], scenarios=scenarios, options=options)  # fmt: skip
+  reference = np.linspace(0.4, 0.0, N + 1)
+  p = np.zeros((N + 1, 3))
+  p[:, 2] = reference
+  sol = mpc(X0, p=p)
+  cost, u_ref = ipopt_rich_tree(scenarios, X0, reference)
+  assert sol.status == "converged" and sol.u_scenarios is not None
+  np.testing.assert_allclose(sol.u_scenarios[:, :, 0], u_ref, atol=1e-6)
+  np.testing.assert_allclose(sol.cost, cost, rtol=1e-8)

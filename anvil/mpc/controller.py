@@ -109,7 +109,8 @@ class MPCFunction(TemplatedFunction):
       softens x_1 .. x_N (x_N's bounds are x_bounds' last row), unless x_N has bounds of its own (x_terminal_bounds),
       which only "x_terminal" softens.
     options: MPCOptions.
-    u_rate_bounds, u_rate_weight: input-rate terms (`anvil.mpc.rate`).
+    u_rate_bounds: bounds (lower, upper) on u_k - u_{k-1}, (nu,) each (`anvil.mpc.rate`).
+    u_rate_weight: W of the input-rate penalty (u_k - u_{k-1})' W (u_k - u_{k-1}), (nu,) or (nu, nu).
     scenarios: multi-stage robust MPC (`Scenarios`): the uncertain components of p take each of the scenarios'
       values, and the OCP is solved over the scenario tree they span (`anvil.mpc.scenarios`): one state and input
       trajectory per branch, the branches sharing the first `robust_horizon` stages' inputs as they share the values

@@ -62,7 +62,7 @@ CASES = {
   "industrial_poly": Case(
     "robust industrial polymerization, 9 scenarios, robust horizon 1", ip, 100,
     lambda options: ip.robust_mpc("bench_industrial_poly", options=options), None, ip.initial_state(), 1,
-    {**{("_x", name): 10.0 for name in ("m_W", "m_A", "m_P", "accum_monom")}, ("_u", "m_dot_f"): 100.0},
+    {**{("_x", n): f for n, f in zip(ip.STATE_NAMES, ip.X_SCALE, strict=True) if f != 1.0}, ("_u", "m_dot_f"): 100.0},
     {"delH_R": ip.DELH_R_VALUES, "k_0": ip.K_0_VALUES}, 2, "kg",
   ),
   "batch_bioreactor": Case(

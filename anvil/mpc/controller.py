@@ -31,6 +31,7 @@ from anvil.mpc.labels import OCPLabels
 from anvil.mpc.options import MPCOptions
 from anvil.mpc.rate import InputRate
 from anvil.mpc.result import MPCSolution
+from anvil.mpc.scaling import Scaling
 from anvil.mpc.scenarios import Scenarios
 from anvil.mpc.sensitivity import MPCSensitivityFunction
 from anvil.mpc.soft import SOFT_SIDES, Soft
@@ -65,6 +66,7 @@ class _ControllerContext:
   rti: bool
   warm_start: bool
   tables: tuple[tuple[str, tuple[int, ...]], ...]
+  scales: tuple[tuple[str, tuple[float, ...]], ...]  # a scaled NLP's w_scale and g_scale (anvil.mpc.scaling)
   real: str
   tuning: tuple[float, ...]
   tuning_doc: str
@@ -118,6 +120,9 @@ class MPCFunction(TemplatedFunction):
       stage's); `MPCSolution.x` and `u` are the first branch's, `x_scenarios` and `u_scenarios` every branch's. Needs
       hessian="exact"; the C++ module's arrays are per node of the tree (`N` its nodes: its bounds and p from
       `node_bounds`).
+    scaling: the NLP scaled by these factors (`Scaling`: of states, inputs and constraint rows), or "auto" (each
+      component by its largest default bound), invisible in results: bounds, x0, guesses and plans stay in the
+      model's units. Needs hessian="exact"; generates no sensitivities.
 
   Calls are thread-safe: the controller stages a call's inputs and outputs in buffers it allocated once, so a call,
   `prepare()`, `reset()` and `set_guess()` each hold this controller's lock from staging to unpacking (calls from
@@ -151,6 +156,7 @@ class MPCFunction(TemplatedFunction):
     u_rate_bounds: Bounds | None = None,
     u_rate_weight: ArrayLike | None = None,
     scenarios: Scenarios | None = None,
+    scaling: Scaling | str | None = None,
   ) -> None:
     self.name = check_identifier(name, "MPCFunction name", DERIVED_ROOM + len("_sqp"))  # NOTE: its SQP is <name>_sqp
     if options is not None and not isinstance(options, MPCOptions):
@@ -184,9 +190,25 @@ class MPCFunction(TemplatedFunction):
     if terminal_constraints is None and terminal_constraint_bounds is not None:
       raise ValueError(f"{name}: terminal_constraint_bounds given without terminal_constraints")
     self.defaults = self._bounds(x_bounds, u_bounds, constraint_bounds, x_terminal_bounds, terminal_constraint_bounds)
+    self._scale(scaling)
     self.ocp.check_soft()
     self._lock = owned_lock(self)
     self._after = 0.0  # NOTE: seconds a call spends in Python after its C++ (a decaying maximum), for max_time
+
+  def _scale(self, scaling: Scaling | str | None) -> None:
+    """The Transcription's scale factors from `scaling` (checked; "auto": from the default bounds)."""
+    if scaling is None:
+      return
+    if scaling == "auto":
+      scaling = Scaling.from_bounds(self.defaults)
+    if not isinstance(scaling, Scaling):
+      raise TypeError(f'{self.name}: scaling must be a Scaling or "auto", got {scaling!r}')
+    ocp = self.ocp
+    sizes = {"x": ocp.nx_model, "u": ocp.nu, "constraints": ocp.nh_model, "terminal_constraints": ocp.nhN}
+    ocp.scales = scaling.factors(self.name, sizes)
+    if ocp.scaled and self.options.hessian != "exact":
+      raise ValueError(f"{self.name}: scaling needs MPCOptions(hessian=\"exact\") (the scaled cost is derived with the "
+                       "rest of the NLP)")  # fmt: skip
 
   # *** sizes ***
 
@@ -221,8 +243,9 @@ class MPCFunction(TemplatedFunction):
   def sensitivity_function(self) -> MPCSensitivityFunction:
     """∂u0/∂x0 and ∂u0/∂p at the last solution, generated as C++ to put in a module beside the controller
     (`MPCSensitivityFunction`; Python has them as MPCSolution.du0_dx0 and du0_dp). Not over a scenario tree."""
-    if self.ocp.tree.branched:
-      raise ValueError(f"{self.name}: the sensitivities of a scenario-tree MPC (scenarios=...) are not generated")
+    if self.ocp.tree.branched or self.ocp.scaled:
+      raise ValueError(f"{self.name}: the sensitivities of a scenario-tree MPC (scenarios=...) or a scaled one "
+                       "(scaling=...) are not generated")  # fmt: skip
     return MPCSensitivityFunction(self)
 
   @cached_property
@@ -237,7 +260,7 @@ class MPCFunction(TemplatedFunction):
     # NOTE: the Gauss-Newton Hessian, 2 sigma J'WJ + diag(2 l2), is PSD (LeastSquares checks W, Soft checks l2)
     # NOTE: with the dynamics stage by stage, the cost's gradient is too (its traced version, batched kernels over the
     # horizon, took 13 of a robot MPC's 32 s of cold build)
-    grad = self.ocp.stage_cost_gradient() if stagewise and not self.ocp.tree.branched else None
+    grad = self.ocp.stage_cost_gradient() if stagewise and not (self.ocp.tree.branched or self.ocp.scaled) else None
     return SQPFunction(name, cost, constraints, self.options.sqp_options, hessian=hessian, jacobian=jacobian,
                        stages=self.ocp.stage_layout(), convex_hessian=gauss_newton, constraints_code=code,
                        gradient=grad)  # fmt: skip
@@ -274,11 +297,13 @@ class MPCFunction(TemplatedFunction):
       "shift_g": shift_g,
       "shift_lam_x": shift_lam_x,
     }
+    scaled = ocp.scaled
+    scales = {"w_scale": tuple(map(float, ocp.w_scale)), "g_scale": tuple(map(float, ocp.g_scale))} if scaled else {}
     return _ControllerContext(
       name=self.name, sqp=self.sqp.name, nx=ocp.nx, nu=ocp.nu, N=ocp.N, np=ocp.np, param_rows=ocp.param_rows,
       nh=ocp.nh, nhN=len(ocp.tree.leaves) * ocp.nhN,
       ns=ocp.ns, nw=ocp.nw, ng=ocp.ng, rti=self.options.mode == "rti", warm_start=self.options.warm_start,
-      tables=tuple(tables.items()), real=cpp_real(self.options.scalar),
+      tables=tuple(tables.items()), scales=tuple(scales.items()), real=cpp_real(self.options.scalar),
       tuning=tuple(float(v) for v in ocp.default_tuning),
       tuning_doc=", ".join(f"{key} ({' x '.join(map(str, shape))})" for key, (_, shape, _) in ocp.tuning_layout.items())
       or "none", nx_model=ocp.nx_model, nh_model=ocp.nh_model, rate=ocp.rate is not None,
@@ -350,7 +375,7 @@ class MPCFunction(TemplatedFunction):
     soft = [(e.group, e.stage, e.component, e.in_g, e.index, e.side, e.l1 > 0, e.l2 > 0) for e in ocp.soft_entries]
     parts = [self.name, anvil_sources, osqp.__version__, repr(self.options), repr(soft),
              _rate_key(ocp.rate), f"{ocp.N}|{ocp.nx}|{ocp.nu}|{ocp.np}|{ocp.nh}|{ocp.nhN}", repr(ocp.tree),
-             repr(getattr(ocp, "uncertain", ()))]  # fmt: skip
+             repr(getattr(ocp, "uncertain", ())), ocp.w_scale.tobytes().hex() if ocp.scaled else "-"]  # fmt: skip
     for fn in (ocp.dynamics, ocp.stage_cost, ocp.terminal_cost, ocp.constraints, ocp.terminal_constraints):
       if isinstance(fn, LeastSquares):
         parts.append(f"{fn.residual.key}|{fn.weight.shape}|{np.packbits(fn.pattern).tobytes().hex()}")
@@ -503,6 +528,7 @@ class MPCFunction(TemplatedFunction):
     if status == "numerical_error" and isinstance(self.ocp.dynamics, ExplicitIntegrator):
       stats["message"] = self._integrator_hint(str(stats.get("message", status)), x0, u[0], params)
     solved = self.options.mode == "sqp" and status in SUCCESS and fallback == "none" and not branches
+    solved = solved and not self.ocp.scaled  # NOTE: a scaled NLP's sensitivities are in its own units
     solution = MPCSolution(x=x, u=u, status=status, real_time_iteration=self.options.mode == "rti", stats=stats,
                            at_solution=self._sensitivity(e) if solved else None, nlp_sizes=(self.ocp.nx, self.np),
                            **call_outcome, **branches)  # fmt: skip

@@ -113,6 +113,14 @@ class OCPLabels(NLPLabels):
     lo, hi = float(bounds[f"lb{key}"][row][index]), float(bounds[f"ub{key}"][row][index])
     return ("upper", hi) if value > hi else ("lower", lo)
 
+  def violation(self, index: int, amount: float, value: float, bounds: Any) -> str:
+    """NLPLabels' sentence, in the model's units where the NLP is scaled (the SQP reports its own)."""
+    ocp = self.ocp
+    if ocp.scaled:
+      factor = float(ocp.g_scale[index] if index < self.m else ocp.w_scale[index - self.m])
+      amount, value = amount * factor, value * factor
+    return super().violation(index, amount, value, bounds)
+
   def _at(self, stage: int) -> str:
     """Where a stage is: "stage k", or over a scenario tree "node k (stage d)"."""
     tree = self.ocp.tree

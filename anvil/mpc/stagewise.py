@@ -62,6 +62,8 @@ class _Context:
   lam_offset: int
   states: int
   sources: tuple[int, ...]
+  z_scale: tuple[float, ...]
+  row_scale: tuple[float, ...]
   terms: tuple[str, ...]
   tables: tuple[tuple[str, tuple[int, ...]], ...]
   real: str
@@ -77,7 +79,9 @@ class _StageWise(TemplatedFunction):
   The NLP's w holds stage k's [x_k; u_k] at k * stride, its params p_k at p_offset + k * np, its g the defects
   x_{k+1} - F(x_j, u_j, p_k) of transition k at rows lam_offset + k * states, j = sources[k] (a tree's parent of
   stage k + 1; empty: j = k, a chain). `states` is the NLP's states per stage: the model's nx first, then any the
-  dynamics do not step (an input rate's previous inputs, whose rows are the rest's).
+  dynamics do not step (an input rate's previous inputs, whose rows are the rest's). `scales` (a scaled NLP's,
+  anvil.mpc.scaling): the factors of the model's [x; u] in w and of the defect rows (w holds [x; u] / z_scale, g the
+  defects / row_scale); empty: none.
   """
 
   template = "stagewise"
@@ -87,10 +91,12 @@ class _StageWise(TemplatedFunction):
   def __init__(
     self, name: str, rest: NumericalFunction[..., Any], ode: OdeDerivatives, N: int, stride: int, p_offset: int,
     lam_offset: int, states: int, *, keep_steps: bool = False, sources: tuple[int, ...] = (),
+    scales: tuple[Any, Any] = ((), ()),
   ) -> None:  # fmt: skip
     self.name, self.rest, self.ode, self.keep_steps = name, rest, ode, keep_steps
     self.N, self.stride, self.p_offset, self.lam_offset, self.states = N, stride, p_offset, lam_offset, states
     self.sources = tuple(sources)
+    self.z_scale, self.row_scale = (tuple(float(v) for v in values) for values in scales)
     self.inputs = rest.inputs
     self.scalar = "float32" if rest.inputs[0].dtype == dtypes.float32 else "float64"  # NOTE: the rest's, the NLP's
     self.nx, self.nu = ode.integrator.inputs[0].size, ode.integrator.inputs[1].size
@@ -134,9 +140,10 @@ class _StageWise(TemplatedFunction):
     return self.keep_steps and self.kind in ("values", "jacobian") and not self.ode.integrator.implicit
 
   @property
-  def _place(self) -> tuple[int, ...]:
+  def _place(self) -> tuple[Any, ...]:
     """Where the stages sit in the NLP (two functions over the same stages have the same)."""
-    return (self.N, self.stride, self.p_offset, self.lam_offset, self.states, *self.sources)
+    return (self.N, self.stride, self.p_offset, self.lam_offset, self.states, self.sources, self.z_scale,
+            self.row_scale)  # fmt: skip
 
   @cached_property
   def context(self) -> _Context:
@@ -146,8 +153,8 @@ class _StageWise(TemplatedFunction):
       name=self.name, kind=self.kind, inputs=tuple(a.size for a in self.inputs), size=self.size, rest=self.rest.name,
       rest_size=self.rest.outputs[0].size, nx=self.nx, nu=self.nu, np=self.np, N=self.N, stride=self.stride,
       p_offset=self.p_offset, lam_offset=self.lam_offset, states=self.states, sources=self.sources,
-      terms=tuple(t.name for t in self.terms), tables=tuple(self.tables.items()),
-      real=cpp_real(self.scalar), ode=ode, keeps_steps=self.keeps_steps,
+      z_scale=self.z_scale, row_scale=self.row_scale, terms=tuple(t.name for t in self.terms),
+      tables=tuple(self.tables.items()), real=cpp_real(self.scalar), ode=ode, keeps_steps=self.keeps_steps,
     )  # fmt: skip
 
 
@@ -190,14 +197,15 @@ class StageDerivative(_StageWise):
   def __init__(
     self, name: str, kind: str, rest: SparseNumericalFunction, ode: OdeDerivatives, N: int, stride: int,
     p_offset: int, lam_offset: int, states: int, *, terms: tuple[StageCostHessian, ...] = (),
-    keep_steps: bool = False, sources: tuple[int, ...] = (),
+    keep_steps: bool = False, sources: tuple[int, ...] = (), scales: tuple[Any, Any] = ((), ()),
   ) -> None:  # fmt: skip
     if kind not in KINDS or (kind == "hessian" and ode.hessian is None):
       raise ValueError(f"{name}: kind must be one of {KINDS} (a hessian needs the ODE's Hessian), got {kind!r}")
     if terms and kind != "hessian":
       raise ValueError(f"{name}: only a Lagrangian Hessian adds further terms to its rest")
     self.kind, self.terms = kind, terms
-    super().__init__(name, rest, ode, N, stride, p_offset, lam_offset, states, keep_steps=keep_steps, sources=sources)
+    super().__init__(name, rest, ode, N, stride, p_offset, lam_offset, states, keep_steps=keep_steps, sources=sources,
+                     scales=scales)  # fmt: skip
     rows, cols = self._block_entries()
     union = sp.csc_array((np.ones(rows.size), (rows, cols)), shape=rest.shape)
     for indices, indptr in [(rest.indices, rest.indptr), *((t.indices, t.indptr) for t in terms)]:

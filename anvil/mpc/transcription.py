@@ -157,6 +157,7 @@ class Transcription:
         _check_function(name, what, fn, outputs=True)
     if scenarios is not None:
       self.uncertain = scenarios.components(self.np, f"MPCFunction({name})")
+    self.scales: dict[str, NDArray[np.float64]] | None = None  # NOTE: the controller's Scaling, set before any NLP
     self.soft = dict(soft or {})
     for group, spec in self.soft.items():
       if group not in SOFT_GROUPS:
@@ -170,6 +171,42 @@ class Transcription:
   def nz(self) -> int:
     """Variables per stage, [x_k; u_k]."""
     return self.nx + self.nu
+
+  @property
+  def scaled(self) -> bool:
+    """Whether the NLP is scaled (`anvil.mpc.scaling`: some factor is not 1)."""
+    return self.scales is not None and any(bool(np.any(v != 1.0)) for v in self.scales.values())
+
+  @cached_property
+  def w_scale(self) -> NDArray[np.float64]:
+    """Each NLP variable's scale factor: its state's, its input's; a slack's, what it relaxes'."""
+    assert self.scales is not None
+    sx, su = self._state_scale, self.scales["u"]
+    stage = np.concatenate([sx, su])
+    return np.concatenate([np.tile(stage, self.N), sx, [self._entry_scale(e) for e in self.soft_entries]])
+
+  @cached_property
+  def g_scale(self) -> NDArray[np.float64]:
+    """Each constraint row's scale factor: a state's defect (and x_0's row) its state's, a path or terminal row its
+    constraint's (an input rate's bound its input's), a slack's two rows what it relaxes'."""
+    assert self.scales is not None
+    path = np.concatenate([self.scales["constraints"], self.scales["u"] if self.rate is not None and
+                           self.rate.bounded else []])  # fmt: skip
+    slacks = [self._entry_scale(e) for e in self.soft_entries]
+    terminal = np.tile(self.scales["terminal_constraints"], len(self.tree.leaves))
+    return np.concatenate([np.tile(self._state_scale, self.N + 1), np.tile(path, self.N), terminal, slacks, slacks])
+
+  @property
+  def _state_scale(self) -> NDArray[np.float64]:
+    """The NLP's states' factors: the model's, then an input rate's previous inputs' (its inputs')."""
+    assert self.scales is not None
+    return np.concatenate([self.scales["x"], self.scales["u"] if self.rate is not None else []])
+
+  def _entry_scale(self, entry: SoftEntry) -> float:
+    """The factor of a softened bound's slack: the one of what it relaxes."""
+    assert self.scales is not None
+    group = {"x_terminal": "x"}.get(entry.group, entry.group)
+    return float(self.scales[group][entry.component])
 
   @cached_property
   def inner(self) -> tuple[int, ...]:
@@ -296,6 +333,8 @@ class Transcription:
   def split(self, w: Tensor, params: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """X (N, nx), U (N, nu), x_N, slacks, x_init and P (N + 1, np) from the NLP's variables and parameter."""
     N, nx, nz, n_p = self.N, self.nx, self.nz, (self.N + 1) * self.np
+    if self.scaled:  # NOTE: the SQP's variables are scaled: the model's, here
+      w = w * Tensor(self.w_scale, dtype=SCALARS[self.scalar])
     stages = w[: N * nz].reshape(N, nz)
     P = params[nx : nx + n_p].reshape(N + 1, self.np) if self.np else params[:0].reshape(N + 1, 0)
     return stages[:, :nx], stages[:, nx:], w[N * nz : N * nz + nx], w[N * nz + nx :], params[:nx], P
@@ -463,7 +502,8 @@ class Transcription:
     if self.ns:
       values = self._softened(tables)
       parts += [values + S, values - S]
-    return parts[0].cat(*parts[1:])
+    g = parts[0].cat(*parts[1:])
+    return g / Tensor(self.g_scale, dtype=SCALARS[self.scalar]) if self.scaled else g
 
   def _softened(self, tables: dict[str, Tensor]) -> Tensor:
     """The value each softened bound constrains, in soft_entries order (stage-major per group; basic slices only)."""
@@ -510,6 +550,9 @@ class Transcription:
     place: dict[str, Any] = dict(N=self.N, stride=self.nz, p_offset=self.nx, lam_offset=self.nx, states=self.nx)
     if self.tree.branched:  # NOTE: transition k leaves its stage's parent, with its own parameter (`moves`)
       place |= dict(sources=self.tree.parents[1:], p_offset=self.nx + (self.N + 1) * self.np)
+    if self.scaled:  # NOTE: the stages' model states and inputs, and the defect rows of the model's states
+      assert self.scales is not None
+      place |= dict(scales=(np.concatenate([self.scales["x"], self.scales["u"]]), self.scales["x"]))
     constraints = StageConstraints(f"{name}_constraints", rest, ode, **place, keep_steps=keep_steps)
     # NOTE: the rest's derivatives on the scalar expressions too (each entry once, the stages' shared terms shared):
     # tinygrad's colours re-evaluated a robot's foot kinematics per colour, a third of a quadruped MPC's step
@@ -520,8 +563,8 @@ class Transcription:
       return constraints, jacobian, None
     # NOTE: the cost's Hessian stage by stage, a term of its own: for least-squares costs with affine residuals their
     # Gauss-Newton blocks (exact: the products of constant Jacobians), else the exact blocks of each stage's cost; a
-    # tree's weighted cost in the rest instead, derived with it
-    branched = self.tree.branched
+    # tree's weighted cost (or a scaled NLP's cost) in the rest instead, derived with it
+    branched = self.tree.branched or self.scaled
     terms = () if branched else (self.stage_cost_hessian("gauss_newton" if self._affine_least_squares() else "exact"),)
 
     def lagrangian(w: Tensor, params: Tensor, sigma: Tensor, lam: Tensor) -> Tensor:

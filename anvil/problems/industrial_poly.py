@@ -9,7 +9,8 @@ coolants' inlet temperatures, K), uncertain parameters p = [delH_R, k_0] (the re
 constant). Time in hours; one sample is 50 s.
 
 The MPC as do-mpc ships it (`template_mpc.py`, `robust_mpc`): N = 20 samples, maximize the product (stage and
-terminal cost -m_P), an input-rate penalty on the inputs scaled as do-mpc scales them (m_dot_f by 100), the
+terminal cost -m_P), the NLP scaled as do-mpc scales it (the masses and the monomer fed by 10, m_dot_f by 100; the
+SQP then works on the scaled variables), an input-rate penalty on the scaled inputs, the
 temperature bounds (the reactor's within 363.15 ± 2 K, hard in the robust MPC), the adiabatic temperature below
 382.15 K, the monomer fed at most 30000 kg; robust over every combination of delH_R in 950 (1, 1.3, 0.7) and k_0 in
 7 (1, 1.3, 0.7): 9 scenarios, robust horizon 1. do-mpc discretizes each sample by orthogonal collocation on 2 Radau
@@ -24,7 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from anvil import Arg, NumericalFunction
-from anvil.mpc import MPCFunction, MPCOptions, Scenarios, irk
+from anvil.mpc import MPCFunction, MPCOptions, Scaling, Scenarios, irk
 from anvil.mpc.implicit import ImplicitIntegrator
 from anvil.problems.backend import NUMPY, TINYGRAD, Backend, radau_step
 
@@ -41,7 +42,8 @@ P_TRUE = np.array([950.0, 7.0])
 DELH_R_VALUES = 950.0 * np.array([1.0, 1.3, 0.7])
 K_0_VALUES = 7.0 * np.array([1.0, 1.3, 0.7])
 T_SET, TEMP_RANGE = 363.15, 2.0
-#: do-mpc's input scaling (the rate penalty is on the scaled inputs) and its rate factors.
+#: do-mpc's scaling of the states and inputs (the rate penalty is on the scaled inputs), and its rate factors.
+X_SCALE = np.array([10.0, 10.0, 10.0, 1.0, 1.0, 1.0, 1.0, 1.0, 10.0, 1.0])
 U_SCALE = np.array([100.0, 1.0, 1.0])
 R_TERM = np.array([0.002, 0.004, 0.002])
 
@@ -120,6 +122,7 @@ def robust_mpc(name: str = "industrial_poly", robust_horizon: int = 1, options: 
   return MPCFunction(
     name, dynamics(f"{name}_F", stages), stage, final, horizon=HORIZON, x_bounds=x_bounds, u_bounds=u_bounds,
     u_rate_weight=np.diag(R_TERM / U_SCALE**2), scenarios=scenarios(robust_horizon), options=options,
+    scaling=Scaling(x=X_SCALE, u=U_SCALE),
   )  # fmt: skip
 
 

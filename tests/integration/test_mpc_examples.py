@@ -126,12 +126,13 @@ def test_arm_reach_in_cpp_against_mujoco_reaches_every_target(tmp_path: Path) ->
 
 @pytest.mark.slow
 def test_industrial_poly_robust_mpc_keeps_the_band_where_the_nominal_leaves_it(tmp_path: Path) -> None:
-  """do-mpc's robust example on a plant 30% off the nominal values: the robust MPC stays within a tenth of the band's
-  width (its hard bound holds on the scenario the plant is), the nominal one leaves it by degrees."""
+  """do-mpc's robust example on a plant 30% off the nominal values (its hottest scenario): the robust MPC keeps the
+  reactor within its band (to 0.01 K: where the band cannot be held it says infeasible and takes the least violation),
+  the nominal one leaves it by degrees."""
   out = run_example("industrial_poly", tmp_path, 60, "--perturbed")
   excursion = {label: float(value) for label, value in re.findall(r"^(\w+).*worst temperature excursion ([0-9.]+) K",
                                                                    out, re.MULTILINE)}  # fmt: skip
-  assert excursion["robust"] < 0.5 and excursion["nominal"] > 2.0, out
+  assert excursion["robust"] < 0.01 and excursion["nominal"] > 2.0, out
 
 
 @pytest.mark.slow

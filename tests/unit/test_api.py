@@ -58,8 +58,8 @@ SUBPACKAGES = {
                "search_stages"},
   "anvil.sqp": {"SQPFunction", "SQPOptions", "SQPResult", "SQPStatus", "Sensitivity"},
   "anvil.mpc": {"ClosedLoop", "LeastSquares", "MHEEstimate", "MHEFunction", "MPCFunction", "MPCOptions", "MPCSolution",
-                "MuJoCoPlant", "Scenarios", "Soft", "euler", "campaign", "campaign_report", "plot_closed_loop", "irk",
-                "rk4", "scenario_grid", "scenario_lhs", "shooting_layout", "simulate"},
+                "MuJoCoPlant", "Scaling", "Scenarios", "Soft", "euler", "campaign", "campaign_report",
+                "plot_closed_loop", "irk", "rk4", "scenario_grid", "scenario_lhs", "shooting_layout", "simulate"},
   "anvil.robots": {"Frame", "FrameType", "Inertia", "Joint", "JointType", "Placement", "Robot", "URDFError"},
   "anvil.tables": TABLES,
 }  # fmt: skip

@@ -12,7 +12,9 @@
 // warm_start (bools); tables soft_in_g[ns], soft_index[ns] (where each softened bound lives, in w's bounds or g's),
 // soft_side[ns] (0: both bounds soft, 1: the lower alone, 2: the upper alone),
 // shift_w[nw], shift_g[ng], shift_lam_x[nw] (the source of each entry when the solution is shifted by one stage; -1:
-// zero); SQP (anvil::sqp::Solver of the NLP) and Workspace (members sqp: the SQP's workspace, and s: a State<C>).
+// zero); scaled, and with it w_scale[nw] and g_scale[ng] (the SQP works on w / w_scale and g / g_scale: bounds, x0 and
+// guesses are scaled on the way in, the plan back on the way out; anvil.mpc.scaling); SQP (anvil::sqp::Solver of the
+// NLP) and Workspace (members sqp: the SQP's workspace, and s: a State<C>).
 // A controller calls solve() in full-SQP mode and feedback() (after prepare(), or preparing itself) in real-time
 // iteration mode.
 //
@@ -93,7 +95,10 @@ class Controller {
       int rows[nu], cols[nx];
       for (int i = 0; i < nu; ++i) rows[i] = nx + i;  // w = [x_0, u_0, ...]
       for (int j = 0; j < nx; ++j) cols[j] = j;
-      return QP::stage_gain(ws.sqp.qp, rows, nu, cols, nx_model, K);
+      if (!QP::stage_gain(ws.sqp.qp, rows, nu, cols, nx_model, K)) return false;
+      for (int i = 0; i < nu; ++i)  // the gain between the model's units
+        for (int j = 0; j < nx_model; ++j) K[i * nx_model + j] *= scale(nx + i) / scale(j);
+      return true;
     } else {
       (void)ws, (void)nx_model, (void)K;
       return false;
@@ -108,9 +113,9 @@ class Controller {
   static void set_guess(const real* x, const real* u, WS& ws) {
     auto& s = ws.s;
     for (int k = 0; k <= N; ++k)
-      for (int i = 0; i < nx; ++i) s.w[k * nz + i] = x[k * nx + i];
+      for (int i = 0; i < nx; ++i) s.w[k * nz + i] = x[k * nx + i] / scale(k * nz + i);
     for (int k = 0; k < N; ++k)
-      for (int i = 0; i < nu; ++i) s.w[k * nz + nx + i] = u[k * nu + i];
+      for (int i = 0; i < nu; ++i) s.w[k * nz + nx + i] = u[k * nu + i] / scale(k * nz + nx + i);
     for (int e = 0; e < ns; ++e) s.w[N * nz + nx + e] = 0.0;
     for (int i = 0; i < ng; ++i) s.lam_g[i] = 0.0;
     for (int i = 0; i < nw; ++i) s.lam_x[i] = 0.0;
@@ -186,6 +191,16 @@ class Controller {
   }
 
  private:
+  /// NLP variable i's scale factor (1 unless C::scaled).
+  static real scale(int i) {
+    if constexpr (C::scaled) {
+      return C::w_scale[i];
+    } else {
+      (void)i;
+      return real(1);
+    }
+  }
+
   /// dst[i] = src[table[i]] (0 where table[i] < 0); in place (dst == src) too: every table[i] >= i (the shift tables
   /// move entries towards the start only).
   static void gather(real* dst, const real* src, const int* table, int n) {
@@ -208,7 +223,7 @@ class Controller {
   /// One SQP solve from the guess in s.w and the multipliers (x_0 set to x0).
   static int solve_from_guess(const real* x0, real* f, StatsT& stats, WS& ws, anvil::sqp::Limits limits) {
     auto& s = ws.s;
-    for (int i = 0; i < nx; ++i) s.w[i] = x0[i];
+    for (int i = 0; i < nx; ++i) s.w[i] = x0[i] / scale(i);
     return SQP::call(s.w.data(), s.params.data(), s.lbw.data(), s.ubw.data(), s.lbg.data(), s.ubg.data(),
                      s.lam_g.data(), s.lam_x.data(), s.w_out.data(), f, s.lam_g.data(), s.lam_x.data(),
                      stats.sqp, ws.sqp, limits);
@@ -219,10 +234,12 @@ class Controller {
   static void cold_guess(const real* x0, const real* lbu, const real* ubu, WS& ws) {
     auto& s = ws.s;
     for (int k = 0; k <= N; ++k)
-      for (int i = 0; i < nx; ++i) s.w[k * nz + i] = x0[i];
+      for (int i = 0; i < nx; ++i) s.w[k * nz + i] = x0[i] / scale(k * nz + i);
     for (int k = 0; k < N; ++k)
-      for (int i = 0; i < nu; ++i)
-        s.w[k * nz + nx + i] = std::fmin(std::fmax(real(0), lbu[k * nu + i]), ubu[k * nu + i]);
+      for (int i = 0; i < nu; ++i) {
+        const real f = scale(k * nz + nx + i);
+        s.w[k * nz + nx + i] = std::fmin(std::fmax(real(0), lbu[k * nu + i] / f), ubu[k * nu + i] / f);
+      }
     for (int e = 0; e < ns; ++e) s.w[N * nz + nx + e] = 0.0;
     for (int i = 0; i < ng; ++i) s.lam_g[i] = 0.0;
     for (int i = 0; i < nw; ++i) s.lam_x[i] = 0.0;
@@ -268,6 +285,16 @@ class Controller {
     for (int i = 0; i < nhN; ++i) {
       lbg[nx * (N + 1) + N * nh + i] = lbhN[i];
       ubg[nx * (N + 1) + N * nh + i] = ubhN[i];
+    }
+    if constexpr (C::scaled) {  // the SQP's units; a softened bound moves below, already scaled as its slack's row
+      for (int i = 0; i < nw; ++i) {
+        lbw[i] /= C::w_scale[i];
+        ubw[i] /= C::w_scale[i];
+      }
+      for (int i = 0; i < soft_rows; ++i) {
+        lbg[i] /= C::g_scale[i];
+        ubg[i] /= C::g_scale[i];
+      }
     }
     for (int e = 0; e < ns; ++e) {
       // a softened bound moves from its hard place to the row v + s >= lb (v - s <= ub); a one-sided one
@@ -325,15 +352,17 @@ class Controller {
     stats.fallback = solved(stats.status) ? 0 : stats.status == anvil::sqp::infeasible && follows_model ? 2 : 1;
     if (stats.fallback == 1) {
       for (int i = 0; i < nw; ++i) s.w_out[i] = s.w[i];
-      for (int i = 0; i < nx; ++i) s.w_out[i] = x0[i];
+      for (int i = 0; i < nx; ++i) s.w_out[i] = x0[i] / scale(i);
       for (int k = 0; k < N; ++k)
-        for (int i = 0; i < nu; ++i)
-          s.w_out[k * nz + nx + i] = std::fmin(std::fmax(s.w_out[k * nz + nx + i], lbu[k * nu + i]), ubu[k * nu + i]);
+        for (int i = 0; i < nu; ++i) {
+          const int at = k * nz + nx + i;
+          s.w_out[at] = std::fmin(std::fmax(s.w_out[at], lbu[k * nu + i] / scale(at)), ubu[k * nu + i] / scale(at));
+        }
     }
     for (int k = 0; k <= N; ++k)
-      for (int i = 0; i < nx; ++i) x[k * nx + i] = s.w_out[k * nz + i];
+      for (int i = 0; i < nx; ++i) x[k * nx + i] = s.w_out[k * nz + i] * scale(k * nz + i);
     for (int k = 0; k < N; ++k)
-      for (int i = 0; i < nu; ++i) u[k * nu + i] = s.w_out[k * nz + nx + i];
+      for (int i = 0; i < nu; ++i) u[k * nu + i] = s.w_out[k * nz + nx + i] * scale(k * nz + nx + i);
     s.guess = !usable || stats.fallback == 1 ? 0 : stats.fallback == 2 ? 3 : 1;
     s.prepared = false;
     stats.solve_time = anvil::now() - start;

@@ -5,7 +5,9 @@
 // S (where the stages sit): real, N, nx (the model's states, which the dynamics step), nu, np, stride, p_offset,
 // lam_offset, states, source(k). The NLP's w holds stage k's x_k at k * stride and u_k at k * stride + states, its
 // params p_k at p_offset + k * np (none where np = 0), its g the defects x_{k+1} - F(x_j, u_j, p_k) at rows
-// lam_offset + k * states, j = source(k) the stage transition k leaves (k in a chain; its parent in a tree).
+// lam_offset + k * states, j = source(k) the stage transition k leaves (k in a chain; its parent in a tree). With
+// S::scaled, w holds [x; u] / z_scale and g the defects / row_scale (anvil.mpc.scaling): the loops step the model's
+// units and scale what they write.
 #ifndef ANVIL_STAGEWISE_HPP
 #define ANVIL_STAGEWISE_HPP
 #include <cmath>
@@ -52,6 +54,17 @@ struct Stages {
   /// Stage k's parameters (null without any).
   static const real* params(const real* p, int k) { return S::np > 0 ? p + S::p_offset + k * S::np : nullptr; }
 
+  /// The model's [x; u] of the stage at w (x: the first nx, u: from `states` on) in its units: w itself, or with
+  /// S::scaled a copy in z, scaled back.
+  static const real* model_z(const real* w, real (&z)[nz]) {
+    if constexpr (S::scaled) {
+      for (int i = 0; i < nz; ++i) z[i] = w[i < nx ? i : i - nx + S::states] * S::z_scale[i];
+      return z;
+    } else {
+      return nullptr;
+    }
+  }
+
   /// g's defect rows -= F(x_k, u_k, p_k), each step taken from `kept` where it holds the stage's inputs (null: none),
   /// else stepped into x_next (NaN where a step failed).
   static void subtract_steps(const real* w, const real* p, real* g, typename I::Workspace& rk, real* x_next, E& eval,
@@ -60,10 +73,12 @@ struct Stages {
       const real *x = w + S::source(k) * S::stride, *pk = params(p, k);
       const real* next = kept != nullptr ? kept->find(k, x, x + S::states, pk) : nullptr;
       if (next == nullptr) {
-        I::step(x, x + S::states, pk, x_next, rk, eval);
+        real z[nz];
+        const real* model = model_z(x, z);
+        I::step(model ? model : x, model ? model + nx : x + S::states, pk, x_next, rk, eval);
         next = x_next;
       }
-      for (int i = 0; i < nx; ++i) g[S::lam_offset + k * S::states + i] -= next[i];
+      for (int i = 0; i < nx; ++i) g[S::lam_offset + k * S::states + i] -= next[i] / S::row_scale[S::scaled ? i : 0];
     }
   }
 
@@ -73,9 +88,15 @@ struct Stages {
                               real* x_next, real* block, E& eval, Kept* kept) {
     for (int k = 0; k < N; ++k) {
       const real *x = w + S::source(k) * S::stride, *pk = params(p, k);
-      I::forward(x, x + S::states, pk, kept != nullptr ? kept->x_next[k] : x_next, block, rk, eval);
+      real z[nz];
+      const real* model = model_z(x, z);
+      I::forward(model ? model : x, model ? model + nx : x + S::states, pk, kept != nullptr ? kept->x_next[k] : x_next,
+                 block, rk, eval);
       if (kept != nullptr) kept->keep(k, x, x + S::states, pk);
-      for (int e = 0; e < nx * nz; ++e) jac[to[k * nx * nz + e]] = -block[e];
+      for (int e = 0; e < nx * nz; ++e) {
+        const real scale = S::scaled ? S::z_scale[e % nz] / S::row_scale[e / nz] : real(1);
+        jac[to[k * nx * nz + e]] = -block[e] * scale;
+      }
     }
     if (kept != nullptr) kept->kept = true;
   }
@@ -86,13 +107,16 @@ struct Stages {
                              typename I::Workspace& rk, real* x_next, real* block, real* mu, E& eval) {
     for (int k = 0; k < N; ++k) {
       const real *x = w + S::source(k) * S::stride, *pk = params(p, k);
-      const bool stepped = I::forward(x, x + S::states, pk, x_next, block, rk, eval);
-      for (int i = 0; i < nx; ++i) mu[i] = -lam[S::lam_offset + k * S::states + i];
+      real z[nz];
+      const real* model = model_z(x, z);
+      const bool stepped = I::forward(model ? model : x, model ? model + nx : x + S::states, pk, x_next, block, rk, eval);
+      for (int i = 0; i < nx; ++i) mu[i] = -lam[S::lam_offset + k * S::states + i] / S::row_scale[S::scaled ? i : 0];
       for (int e = 0; e < nz * nz; ++e) block[e] = stepped ? real(0) : static_cast<real>(NAN);
       if (stepped) I::hessian(mu, pk, block, rk, eval);
       const int* at = to + k * (nz * (nz + 1) / 2);
       for (int r = 0, e = 0; r < nz; ++r)
-        for (int c = r; c < nz; ++c, ++e) hess[at[e]] += block[r * nz + c];
+        for (int c = r; c < nz; ++c, ++e)
+          hess[at[e]] += S::scaled ? block[r * nz + c] * S::z_scale[r] * S::z_scale[c] : block[r * nz + c];
     }
   }
 };

@@ -260,7 +260,7 @@ class MPCFunction(TemplatedFunction):
     # NOTE: the Gauss-Newton Hessian, 2 sigma J'WJ + diag(2 l2), is PSD (LeastSquares checks W, Soft checks l2)
     # NOTE: with the dynamics stage by stage, the cost's gradient is too (its traced version, batched kernels over the
     # horizon, took 13 of a robot MPC's 32 s of cold build)
-    grad = self.ocp.stage_cost_gradient() if stagewise and not (self.ocp.tree.branched or self.ocp.scaled) else None
+    grad = self.ocp.stage_cost_gradient() if stagewise and self.ocp.cost_by_stage else None
     return SQPFunction(name, cost, constraints, self.options.sqp_options, hessian=hessian, jacobian=jacobian,
                        stages=self.ocp.stage_layout(), convex_hessian=gauss_newton, constraints_code=code,
                        gradient=grad)  # fmt: skip
@@ -470,7 +470,7 @@ class MPCFunction(TemplatedFunction):
     given = max_iter is not None or tol is not None or max_time is not None
     limits = self.stats_reader.limits(max_iter, tol, max_time) if given else None
     state = self._state(x0)
-    params = self._params(p) if p is not None or self.np else None
+    params = self.node_parameters(p) if p is not None or self.np else None
     tuned = weights is not None or soft_penalties is not None
     tuning = tuning_vector(self.name, self.ocp, weights, soft_penalties) if tuned else self.ocp.default_tuning
     if u_prev is not None:
@@ -527,8 +527,8 @@ class MPCFunction(TemplatedFunction):
     fallback = call_outcome["fallback"]
     if status == "numerical_error" and isinstance(self.ocp.dynamics, ExplicitIntegrator):
       stats["message"] = self._integrator_hint(str(stats.get("message", status)), x0, u[0], params)
-    solved = self.options.mode == "sqp" and status in SUCCESS and fallback == "none" and not branches
-    solved = solved and not self.ocp.scaled  # NOTE: a scaled NLP's sensitivities are in its own units
+    # NOTE: no sensitivity over a tree, nor of a scaled NLP (its are in its own units)
+    solved = self.options.mode == "sqp" and status in SUCCESS and fallback == "none" and self.ocp.cost_by_stage
     solution = MPCSolution(x=x, u=u, status=status, real_time_iteration=self.options.mode == "rti", stats=stats,
                            at_solution=self._sensitivity(e) if solved else None, nlp_sizes=(self.ocp.nx, self.np),
                            **call_outcome, **branches)  # fmt: skip
@@ -548,8 +548,10 @@ class MPCFunction(TemplatedFunction):
     w, lam_g, lam_x, params, lbw, ubw, lbg, ubg = e.solution_state()
     return lambda: self.sqp.sensitivity_at(w, params, lam_g, lam_x, (lbw, ubw, lbg, ubg))
 
-  def _params(self, p: ArrayLike | None) -> F64:
-    """The NLP's parameter rows from a call's p (a scenario tree's from its stages', the scenarios' values put in)."""
+  def node_parameters(self, p: ArrayLike | None = None) -> F64:
+    """The parameter rows the C++ call() takes (param_rows x np) for a call's p ((np,) or per stage (N + 1, np)),
+    checked: p itself for a nominal MPC; over a scenario tree each node's and each transition's, the scenarios' values
+    in their components (`p` may be omitted where the scenarios give every component)."""
     N, np_, ocp = self.N, self.np, self.ocp
     covered = ocp.scenarios is not None and len(ocp.uncertain) == np_  # NOTE: every component of p is the scenarios'
     if p is None and not covered:
@@ -562,12 +564,6 @@ class MPCFunction(TemplatedFunction):
     elif arr.shape != (N + 1, np_):
       raise ValueError(f"{self.name}: p: expected shape ({np_},) or per stage ({N + 1}, {np_}), got {arr.shape}")
     return ocp.node_parameters(arr)
-
-  def node_parameters(self, p: ArrayLike | None = None) -> F64:
-    """The parameter rows the C++ call() takes (param_rows x np) for a call's p ((np,) or per stage (N + 1, np)): p
-    itself for a nominal MPC; over a scenario tree each node's and each transition's, the scenarios' values in their
-    components (`p` may be omitted where the scenarios give every component)."""
-    return self._params(p)
 
   def node_bounds(self, bounds: Mapping[str, F64]) -> dict[str, F64]:
     """Per-stage bounds (`defaults`' keys) as the C++ takes them: a chain's as they are; over a scenario tree per

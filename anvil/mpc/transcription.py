@@ -173,6 +173,12 @@ class Transcription:
     return self.nx + self.nu
 
   @property
+  def cost_by_stage(self) -> bool:
+    """Whether the cost's stage-wise derivatives (anvil.mpc.stage_cost) serve: a chain's in the model's units (not a
+    tree's weighted cost, nor a scaled NLP's)."""
+    return not (self.tree.branched or self.scaled)
+
+  @property
   def scaled(self) -> bool:
     """Whether the NLP is scaled (`anvil.mpc.scaling`: some factor is not 1)."""
     return self.scales is not None and any(bool(np.any(v != 1.0)) for v in self.scales.values())
@@ -339,12 +345,16 @@ class Transcription:
     P = params[nx : nx + n_p].reshape(N + 1, self.np) if self.np else params[:0].reshape(N + 1, 0)
     return stages[:, :nx], stages[:, nx:], w[N * nz : N * nz + nx], w[N * nz + nx :], params[:nx], P
 
+  @property
+  def _moves_start(self) -> int:
+    """Where a tree's transitions' parameters pt_0 ... pt_{N-1} begin in the NLP parameter (after the stages' p)."""
+    return self.nx + (self.N + 1) * self.np
+
   def moves(self, params: Tensor, P: Tensor) -> Tensor:
     """Each transition's parameter (N, np): a tree's pt_k, a chain's p_k (of P, the stages')."""
     if not self.tree.branched:
       return P[: self.N]
-    start = self.nx + (self.N + 1) * self.np
-    return params[start : start + self.N * self.np].reshape(self.N, self.np)
+    return params[self._moves_start : self._moves_start + self.N * self.np].reshape(self.N, self.np)
 
   def rows(self, T: Tensor, stages: tuple[int, ...] | range) -> Tensor:
     """T's rows at `stages` (increasing; as few slices as runs of consecutive stages)."""
@@ -378,10 +388,12 @@ class Transcription:
     return sum(terms[1:], terms[0])
 
   def _stage(self, fn: Fn, key: str, X: Tensor, U: Tensor, P: Tensor) -> Tensor:
-    """fn at every stage, on the model's states (without the previous inputs an input rate adds)."""
+    """fn at every row of X and U (the stages k < N, by default) and as many first rows of P, on the model's states
+    (without the previous inputs an input rate adds)."""
+    rows = int(X.shape[0])
     X = X[:, : self.nx_model] if self.rate is not None else X
-    args = (X, U, P[: self.N]) if self.takes_p[key] else (X, U)
-    return vmap(fn, size=self.N).fn(*args)
+    args = (X, U, P[:rows]) if self.takes_p[key] else (X, U)
+    return vmap(fn, size=rows).fn(*args)
 
   def _final(self, fn: Fn, key: str, xN: Tensor, P: Tensor) -> Tensor:
     """fn at x_N (its model states) and p_N."""
@@ -395,13 +407,6 @@ class Transcription:
     XL = self.rows(X.cat(xN.reshape(1, self.nx)), leaves)[:, : self.nx_model]
     args = (XL, self.rows(P, leaves)) if self.takes_p[key] else (XL,)
     return vmap(fn, size=len(leaves)).fn(*args)
-
-  def _transition(self, fn: Fn, key: str, X: Tensor, U: Tensor, P: Tensor, params: Tensor) -> Tensor:
-    """fn at every transition: at the states and inputs of the stage it leaves and its parameter (`moves`)."""
-    X = self.from_parents(X[:, : self.nx_model] if self.rate is not None else X)
-    U = self.from_parents(U)
-    args = (X, U, self.moves(params, P)) if self.takes_p[key] else (X, U)
-    return vmap(fn, size=self.N).fn(*args)
 
   def _node_weights(self, stages: tuple[int, ...] | range) -> Tensor:
     """The tree's weights of `stages` (a column), in the scalar type."""
@@ -422,11 +427,18 @@ class Transcription:
       total = total + self._weighted(rN.reshape(1, -1), params, "terminal_weight", final)
     elif final is not None:
       total = total + self._final(final, "terminal_cost", xN, P).reshape(())
+    return self._with_penalties(total, S, X, U, params)
+
+  def _with_penalties(self, total: Tensor, S: Tensor, X: Tensor, U: Tensor, params: Tensor,
+                      root: Tensor | None = None) -> Tensor:  # fmt: skip
+    """`total` plus the slacks' l1 s + l2 s² and the input rate's (u - v)' W (u - v) over the rows of X and U (each
+    row's rate times `root`², a column of the square roots of its node's weight, where given)."""
     if self.ns:
       l1, l2 = self.tuning(params, "l1"), self.tuning(params, "l2")
       total = total + (S * l1 + S * S * l2).sum()
     if self.rate is not None and self.rate.weighted:
       rates = U - X[:, self.nx_model :]
+      rates = rates if root is None else rates * root
       total = total + (rates * (rates @ Tensor(self.rate.weight))).sum()
     return total
 
@@ -438,11 +450,10 @@ class Transcription:
     Xi, Ui, Pi = (self.rows(T, inner) for T in (X, U, P))
     stage, final, root = self.stage_cost, self.terminal_cost, self._node_weights(inner).sqrt()
     if isinstance(stage, LeastSquares):
-      R = vmap(stage.residual, size=len(inner)).fn(*self._stage_args("stage_cost", Xi, Ui, Pi))
+      R = self._stage(stage.residual, "stage_cost", Xi, Ui, Pi)
       total = self._weighted(R * root, params, "stage_weight", stage)
     else:
-      total = (vmap(stage, size=len(inner)).fn(*self._stage_args("stage_cost", Xi, Ui, Pi)).reshape(-1, 1)
-               * root * root).sum()  # fmt: skip
+      total = (self._stage(stage, "stage_cost", Xi, Ui, Pi).reshape(-1, 1) * root * root).sum()
     if final is not None:
       leaf_root = self._node_weights(leaves).sqrt()
       if isinstance(final, LeastSquares):
@@ -451,18 +462,7 @@ class Transcription:
       else:
         values = self._at_leaves(final, "terminal_cost", X, xN, P).reshape(-1, 1)
         total = total + (values * leaf_root * leaf_root).sum()
-    if self.ns:
-      l1, l2 = self.tuning(params, "l1"), self.tuning(params, "l2")
-      total = total + (S * l1 + S * S * l2).sum()
-    if self.rate is not None and self.rate.weighted:
-      rates = (Ui - Xi[:, self.nx_model :]) * root
-      total = total + (rates * (rates @ Tensor(self.rate.weight))).sum()
-    return total
-
-  def _stage_args(self, key: str, X: Tensor, U: Tensor, P: Tensor) -> tuple[Tensor, ...]:
-    """A stage function's arguments at the rows of X, U and P: the model's states, the inputs, and p if it takes it."""
-    X = X[:, : self.nx_model] if self.rate is not None else X
-    return (X, U, P) if self.takes_p[key] else (X, U)
+    return self._with_penalties(total, S, Xi, Ui, params, root)
 
   def constraint_values(self, w: Tensor, params: Tensor, dynamics: bool = True) -> Tensor:
     """g(w, p), see the module docstring; without `dynamics`, the defects are x_{k+1} alone (F left out: the part of
@@ -474,8 +474,9 @@ class Transcription:
     if dynamics:
       if isinstance(self.dynamics, ImplicitIntegrator):
         raise TypeError(f"MPCFunction({self.name}): dynamics made by irk are stepped at run time, never traced")
-      stepped = self._transition(self.dynamics, "dynamics", X, U, P, params) if self.tree.branched else None
-      defects = defects - (self._stage(self.dynamics, "dynamics", X, U, P) if stepped is None else stepped)
+      # NOTE: each transition from the stage it leaves, with its parameter (a chain's: X, U and P themselves)
+      defects = defects - self._stage(self.dynamics, "dynamics", self.from_parents(X), self.from_parents(U),
+                                      self.moves(params, P))  # fmt: skip
     if self.rate is not None:  # NOTE: the previous inputs' dynamics, v_{k+1} = u_k
       defects = defects.cat(following[:, nxm:] - self.from_parents(U), dim=1)
     parts = [X[0] - x_init, defects.flatten()]
@@ -549,7 +550,7 @@ class Transcription:
     ode = OdeDerivatives.of(F, hessian, self.scalar)
     place: dict[str, Any] = dict(N=self.N, stride=self.nz, p_offset=self.nx, lam_offset=self.nx, states=self.nx)
     if self.tree.branched:  # NOTE: transition k leaves its stage's parent, with its own parameter (`moves`)
-      place |= dict(sources=self.tree.parents[1:], p_offset=self.nx + (self.N + 1) * self.np)
+      place |= dict(sources=self.tree.parents[1:], p_offset=self._moves_start)
     if self.scaled:  # NOTE: the stages' model states and inputs, and the defect rows of the model's states
       assert self.scales is not None
       place |= dict(scales=(np.concatenate([self.scales["x"], self.scales["u"]]), self.scales["x"]))
@@ -564,12 +565,12 @@ class Transcription:
     # NOTE: the cost's Hessian stage by stage, a term of its own: for least-squares costs with affine residuals their
     # Gauss-Newton blocks (exact: the products of constant Jacobians), else the exact blocks of each stage's cost; a
     # tree's weighted cost (or a scaled NLP's cost) in the rest instead, derived with it
-    branched = self.tree.branched or self.scaled
-    terms = () if branched else (self.stage_cost_hessian("gauss_newton" if self._affine_least_squares() else "exact"),)
+    by_stage = self.cost_by_stage
+    terms = (self.stage_cost_hessian("gauss_newton" if self._affine_least_squares() else "exact"),) if by_stage else ()
 
     def lagrangian(w: Tensor, params: Tensor, sigma: Tensor, lam: Tensor) -> Tensor:
       rest = (self.constraint_values(w, params, dynamics=False) * lam).sum()
-      return rest + sigma[0] * self.cost(w, params) if branched else rest
+      return rest if by_stage else rest + sigma[0] * self.cost(w, params)
 
     lag_args = (*args, *self._args((1, "sigma"), (self.ng, "lam")))
     rest_hessian = sphessian(self._function(f"{name}_lagrangian_without_dynamics", lagrangian, lag_args), 0,

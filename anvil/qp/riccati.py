@@ -25,7 +25,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from anvil.codegen.base import check_identifier
-from anvil.codegen.boundary import Field, Struct
+from anvil.codegen.boundary import BoundaryCode, Field, Struct, boundary_code
 from anvil.codegen.precision import check_scalar, cpp_real
 from anvil.codegen.runtime import runtime_include
 from anvil.codegen.templated import TemplatedFunction
@@ -63,31 +63,20 @@ class _RiccatiContext:
   condensing: int
   parents: tuple[int, ...]
 
-  @property
-  def solution_arrays(self) -> tuple[str, ...]:
-    """The Solution's arrays the JIT's solve writes, in order (RiccatiQP.solution_shapes)."""
-    return tuple(SOLUTION_ARRAYS)
+  solution_arrays: tuple[str, ...] = SOLUTION_ARRAYS  # the Solution's arrays the JIT's solve writes, in order
+  scalar_names: tuple[str, ...] = QP_SCALARS.names  # the Solution's members the JIT's QPScalars copies
 
   @property
-  def scalars_struct(self) -> str:
-    """The JIT's anvil::jit::QPScalars."""
-    return QP_SCALARS.declaration()
-
-  @property
-  def scalar_names(self) -> tuple[str, ...]:
-    """Its fields, each the Solution's member of that name."""
-    return QP_SCALARS.names
-
-  @property
-  def layout_asserts(self) -> str:
-    """The JIT build's check that QPScalars matches its mirror."""
-    return QP_SCALARS.layout_asserts("anvil::jit::QPScalars")
+  def boundary(self) -> BoundaryCode:
+    """The JIT's anvil::jit::QPScalars and its layout check (anvil.codegen.boundary)."""
+    return boundary_code(((QP_SCALARS, "anvil::jit::QPScalars"),))
 
   @property
   def transitions(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """A tree's transitions out of each stage as (first, edges): edges[first[k]:first[k + 1]] lead out of stage k."""
-    edges = sorted(range(self.N), key=lambda e: (self.parents[e + 1], e))
-    counts = [sum(1 for e in edges if self.parents[e + 1] == k) for k in range(self.N + 1)]
+    sources = self.parents[1:]
+    edges = sorted(range(self.N), key=lambda e: (sources[e], e))
+    counts = np.bincount(sources, minlength=self.N + 1)
     return tuple(int(v) for v in np.concatenate([[0], np.cumsum(counts)])), tuple(edges)
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from anvil.mpc import MPCFunction, MPCOptions
+from anvil.mpc import AutoScaling, MPCFunction, MPCOptions
 from anvil.problems import batch_bioreactor as bb
 from anvil.problems import industrial_poly as ip
 from anvil.problems.backend import casadi_backend
@@ -56,6 +56,7 @@ class Case:
   )  # do-mpc's set_uncertainty_values, n_robust 1 (None: the plant's, n_robust 0)
   product: int  # the state the batch maximizes
   unit: str
+  auto_scaled: Callable[[MPCOptions], MPCFunction] | None = None  # anvil's controller scaled by AutoScaling
 
 
 CASES = {
@@ -64,6 +65,8 @@ CASES = {
     lambda options: ip.robust_mpc("bench_industrial_poly", options=options), None, ip.initial_state(), 1,
     {**{("_x", n): f for n, f in zip(ip.STATE_NAMES, ip.X_SCALE, strict=True) if f != 1.0}, ("_u", "m_dot_f"): 100.0},
     {"delH_R": ip.DELH_R_VALUES, "k_0": ip.K_0_VALUES}, 2, "kg",
+    lambda options: ip.robust_mpc("bench_industrial_poly_auto", options=options,
+                                  scaling=AutoScaling(x=ip.initial_state())),
   ),
   "batch_bioreactor": Case(
     "batch bioreactor, nominal", bb, bb.STEPS, lambda options: bb.nominal_mpc("bench_batch_bioreactor", options),
@@ -72,10 +75,10 @@ CASES = {
 }  # fmt: skip
 
 
-def anvil_loop(case: Case, steps: int) -> dict[str, Any]:
-  """anvil's MPC in closed loop on the plant."""
+def anvil_loop(case: Case, steps: int, controller: Callable[[MPCOptions], MPCFunction]) -> dict[str, Any]:
+  """anvil's MPC (made by `controller`) in closed loop on the plant."""
   begin = time.perf_counter()
-  mpc = case.controller(MPCOptions(sqp=SQPOptions(max_iter=100, tol=TOL)))
+  mpc = controller(MPCOptions(sqp=SQPOptions(max_iter=100, tol=TOL)))
   x = case.x0
   mpc(x, p=case.p)
   setup = time.perf_counter() - begin
@@ -182,7 +185,8 @@ def main() -> None:
     case = CASES[key]
     steps = args.steps or case.steps
     dompc = None if args.anvil_only else dompc_loop(case, steps)
-    ours = anvil_loop(case, steps)
+    ours = anvil_loop(case, steps, case.controller)
+    auto = None if case.auto_scaled is None else anvil_loop(case, steps, case.auto_scaled)
     print(f"\n{case.title}, {steps} samples, tol {TOL:g}")
     print(
       "| | product at the end | worst state-bound violation | statuses | per step (median / p95) | ratio to "
@@ -192,6 +196,8 @@ def main() -> None:
     if dompc is not None:
       print(row(case, "do-mpc 5.1.2 (IPOPT, MUMPS)", dompc, None))
     print(row(case, "anvil (SQP, Riccati)", ours, dompc))
+    if auto is not None:
+      print(row(case, "anvil, AutoScaling at x0", auto, dompc))
     if dompc is not None:
       print(f"max |u_anvil - u_do-mpc| over the run, per input: {np.abs(ours['u'] - dompc['u']).max(axis=0)}")
 

@@ -15,6 +15,7 @@ from anvil.mpc.plotting import plot_closed_loop as plot_closed_loop
 from anvil.mpc.report import campaign_report as campaign_report
 from anvil.mpc.result import MHEEstimate as MHEEstimate
 from anvil.mpc.result import MPCSolution as MPCSolution
+from anvil.mpc.scaling import AutoScaling as AutoScaling
 from anvil.mpc.scaling import Scaling as Scaling
 from anvil.mpc.scenarios import Scenarios as Scenarios
 from anvil.mpc.simulation import ClosedLoop as ClosedLoop

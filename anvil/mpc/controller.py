@@ -31,7 +31,7 @@ from anvil.mpc.labels import OCPLabels
 from anvil.mpc.options import MPCOptions
 from anvil.mpc.rate import InputRate
 from anvil.mpc.result import MPCSolution
-from anvil.mpc.scaling import Scaling
+from anvil.mpc.scaling import AutoScaling, Scaling
 from anvil.mpc.scenarios import Scenarios
 from anvil.mpc.sensitivity import MPCSensitivityFunction
 from anvil.mpc.soft import SOFT_SIDES, Soft
@@ -120,9 +120,9 @@ class MPCFunction(TemplatedFunction):
       stage's); `MPCSolution.x` and `u` are the first branch's, `x_scenarios` and `u_scenarios` every branch's. Needs
       hessian="exact"; the C++ module's arrays are per node of the tree (`N` its nodes: its bounds and p from
       `node_bounds`).
-    scaling: the NLP scaled by these factors (`Scaling`: of states, inputs and constraint rows), or "auto" (each
-      component by its largest default bound), invisible in results: bounds, x0, guesses and plans stay in the
-      model's units. Needs hessian="exact"; generates no sensitivities.
+    scaling: the NLP scaled by these factors (`Scaling`: of states, inputs and constraint rows), by factors chosen
+      from the bounds and a first linearization (`AutoScaling`; "auto": at its default point), invisible in results:
+      bounds, x0, guesses and plans stay in the model's units. Needs hessian="exact"; generates no sensitivities.
 
   Calls are thread-safe: the controller stages a call's inputs and outputs in buffers it allocated once, so a call,
   `prepare()`, `reset()` and `set_guess()` each hold this controller's lock from staging to unpacking (calls from
@@ -156,7 +156,7 @@ class MPCFunction(TemplatedFunction):
     u_rate_bounds: Bounds | None = None,
     u_rate_weight: ArrayLike | None = None,
     scenarios: Scenarios | None = None,
-    scaling: Scaling | str | None = None,
+    scaling: Scaling | AutoScaling | str | None = None,
   ) -> None:
     self.name = check_identifier(name, "MPCFunction name", DERIVED_ROOM + len("_sqp"))  # NOTE: its SQP is <name>_sqp
     if options is not None and not isinstance(options, MPCOptions):
@@ -195,20 +195,32 @@ class MPCFunction(TemplatedFunction):
     self._lock = owned_lock(self)
     self._after = 0.0  # NOTE: seconds a call spends in Python after its C++ (a decaying maximum), for max_time
 
-  def _scale(self, scaling: Scaling | str | None) -> None:
-    """The Transcription's scale factors from `scaling` (checked; "auto": from the default bounds)."""
+  def _scale(self, scaling: Scaling | AutoScaling | str | None) -> None:
+    """The Transcription's scale factors from `scaling` (checked; "auto": AutoScaling())."""
     if scaling is None:
       return
-    if scaling == "auto":
-      scaling = Scaling.from_bounds(self.defaults)
+    if isinstance(scaling, str) and scaling == "auto":
+      scaling = AutoScaling()
+    if isinstance(scaling, AutoScaling):
+      scaling = self._auto_scaling(scaling)
     if not isinstance(scaling, Scaling):
-      raise TypeError(f'{self.name}: scaling must be a Scaling or "auto", got {scaling!r}')
+      raise TypeError(f'{self.name}: scaling must be a Scaling, an AutoScaling or "auto", got {scaling!r}')
     ocp = self.ocp
     sizes = {"x": ocp.nx_model, "u": ocp.nu, "constraints": ocp.nh_model, "terminal_constraints": ocp.nhN}
     ocp.scales = scaling.factors(self.name, sizes)
     if ocp.scaled and self.options.hessian != "exact":
       raise ValueError(f"{self.name}: scaling needs MPCOptions(hessian=\"exact\") (the scaled cost is derived with the "
                        "rest of the NLP)")  # fmt: skip
+
+  def _auto_scaling(self, auto: AutoScaling) -> Scaling:
+    """AutoScaling's factors, from a first linearization at its point (p by default: 0, and over a scenario tree
+    the first scenario's values)."""
+    ocp = self.ocp
+    nominal = np.zeros(ocp.np)
+    if ocp.scenarios is not None:
+      nominal[list(ocp.uncertain)] = np.asarray(ocp.scenarios.values)[0]
+    point = auto.point(self.name, self.defaults, (self.nx, self.nu, ocp.np), nominal)
+    return auto.factors_at(self.name, self.defaults, point, ocp.linearization(*point))
 
   # *** sizes ***
 

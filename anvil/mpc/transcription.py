@@ -25,6 +25,7 @@ from numpy.typing import NDArray
 from tinygrad import Tensor
 
 from anvil.ad import constant_jacobian, sphessian, spjacobian, vmap
+from anvil.ad.transforms import jacobian_graph
 from anvil.codegen import Arg, NumericalFunction, SparseNumericalFunction
 from anvil.codegen.precision import SCALARS, in_scalar
 from anvil.mpc.costs import LeastSquares
@@ -32,6 +33,7 @@ from anvil.mpc.implicit import ImplicitIntegrator
 from anvil.mpc.integrators import ExplicitIntegrator
 from anvil.mpc.ode import OdeDerivatives
 from anvil.mpc.rate import InputRate
+from anvil.mpc.scaling import Linearization
 from anvil.mpc.scenarios import Scenarios, ScenarioTree
 from anvil.mpc.soft import SOFT_GROUPS, Soft
 from anvil.mpc.stage_cost import Block, Part, StageCostGradient, StageCostHessian, StagePart, StagePlace
@@ -526,6 +528,41 @@ class Transcription:
   def _function(self, name: str, fn: Callable[..., Tensor], args: tuple[Arg, ...]) -> Fn:
     """A NumericalFunction of the NLP, computing in the scalar type whatever the user's math captured."""
     return NumericalFunction(name, in_scalar(fn, self.scalar), args)
+
+  def linearization(self, x: NDArray[np.float64], u: NDArray[np.float64], p: NDArray[np.float64]) -> Linearization:
+    """The model's Jacobians at one point (x, u, p) (`anvil.mpc.scaling.AutoScaling`): a traced function of them is
+    compiled and called once; dynamics made by irk give theirs from the converged step."""
+    dynamics = self.dynamics
+    functions: dict[str, Fn | None] = {
+      "constraints": self.constraints,
+      "terminal_constraints": self.terminal_constraints,
+    }
+    if not isinstance(dynamics, ImplicitIntegrator):
+      functions["dynamics"] = dynamics
+    traced = [(key, fn) for key, fn in functions.items() if fn is not None]
+    point = (x, u, p) if self.np else (x, u)
+
+    def jacobians(*xs: Tensor) -> tuple[Tensor, ...]:
+      out = []
+      for key, fn in traced:
+        variables = xs[:1] if key == "terminal_constraints" else xs[:2]
+        args = (*variables, xs[2]) if self.takes_p[key] else variables
+        out.append(Tensor.cat(*(jacobian_graph(fn, args, wrt) for wrt in range(len(variables))), dim=1))
+      return tuple(out)
+
+    values: dict[str, Any] = {}
+    if traced:
+      inputs = tuple(Arg(v.size, name=name) for v, name in zip(point, ("x", "u", "p"), strict=False))
+      evaluated = NumericalFunction(f"{self.name}_linearization", jacobians, inputs)(*point)
+      evaluated = evaluated if isinstance(evaluated, tuple) else (evaluated,)
+      values = {key: value for (key, _), value in zip(traced, evaluated, strict=True)}
+    if isinstance(dynamics, ImplicitIntegrator):
+      values["dynamics"] = dynamics.jacobian(*(point if self.takes_p["dynamics"] else point[:2]))[1]
+    nx, nz = self.nx_model, self.nx_model + self.nu
+    empty = {"constraints": (0, nz), "terminal_constraints": (0, nx)}
+    return Linearization(
+      *(np.asarray(values[key]) if key in values else np.zeros(empty[key]) for key in Linearization._fields)
+    )
 
   def functions(self) -> tuple[Fn, Fn]:
     """The NLP's cost and constraints as NumericalFunctions of (w, params)."""

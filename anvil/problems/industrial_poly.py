@@ -25,7 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from anvil import Arg, NumericalFunction
-from anvil.mpc import MPCFunction, MPCOptions, Scaling, Scenarios, irk
+from anvil.mpc import AutoScaling, MPCFunction, MPCOptions, Scaling, Scenarios, irk
 from anvil.mpc.implicit import ImplicitIntegrator
 from anvil.problems.backend import NUMPY, TINYGRAD, Backend, radau_step
 
@@ -112,9 +112,9 @@ def scenarios(robust_horizon: int = 1) -> Scenarios:
 
 
 def robust_mpc(name: str = "industrial_poly", robust_horizon: int = 1, options: MPCOptions | None = None,
-               stages: int = 2) -> MPCFunction:  # fmt: skip
+               stages: int = 2, scaling: Scaling | AutoScaling | None = None) -> MPCFunction:  # fmt: skip
   """The MPC of do-mpc's example as shipped: robust over `scenarios(robust_horizon)` (0: nominal), the reactor's
-  temperature bounds hard, each sample one Radau IIA step of `stages` stages."""
+  temperature bounds hard, each sample one Radau IIA step of `stages` stages, scaled as do-mpc's (or by `scaling`)."""
   x_bounds, u_bounds = bounds()
   product = lambda x, *rest: -x[2].reshape(1)
   stage = NumericalFunction(f"{name}_l", product, (Arg(NX), Arg(NU), Arg(NP)))
@@ -122,7 +122,7 @@ def robust_mpc(name: str = "industrial_poly", robust_horizon: int = 1, options: 
   return MPCFunction(
     name, dynamics(f"{name}_F", stages), stage, final, horizon=HORIZON, x_bounds=x_bounds, u_bounds=u_bounds,
     u_rate_weight=np.diag(R_TERM / U_SCALE**2), scenarios=scenarios(robust_horizon), options=options,
-    scaling=Scaling(x=X_SCALE, u=U_SCALE),
+    scaling=scaling or Scaling(x=X_SCALE, u=U_SCALE),
   )  # fmt: skip
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,8 @@ from tinygrad import Tensor
 
 import anvil as av
 from anvil.codegen import find_compiler
-from anvil.mpc import MPCFunction, MPCOptions, Scaling, Scenarios, Soft, irk, rk4
+from anvil.mpc import AutoScaling, MPCFunction, MPCOptions, Scaling, Scenarios, Soft, irk, rk4
+from anvil.mpc.scaling import GROUPS, Linearization
 from anvil.problems import cartpole
 from anvil.problems import cartpole_mpc as cm
 from anvil.problems.backend import TINYGRAD
@@ -103,15 +105,105 @@ def test_the_terminal_rows_scale_alone() -> None:
   np.testing.assert_allclose(b.u, a.u, atol=1e-6)
 
 
-def test_auto_scaling_takes_each_components_largest_bound() -> None:
-  options = MPCOptions(sqp=av.sqp.SQPOptions(tol=1e-10, max_iter=200))
-  mpc = rich("scale_rich_auto", "auto", options)
-  np.testing.assert_array_equal(mpc.ocp.scales["x"], [2.0, 1.0, 1.5, 1.0])  # no finite bound: 1
-  np.testing.assert_array_equal(mpc.ocp.scales["u"], [20.0])
-  np.testing.assert_array_equal(mpc.ocp.scales["constraints"], [0.6])
-  np.testing.assert_array_equal(mpc.ocp.scales["terminal_constraints"], [0.02])
-  reference = rich("scale_rich_plain_auto", None, options)(cm.X0_STABILIZE, np.ones(1))
-  np.testing.assert_allclose(mpc(cm.X0_STABILIZE, np.ones(1)).u, reference.u, atol=1e-5)
+def central_differences(F: Callable[..., np.ndarray], x: np.ndarray, u: np.ndarray, *p: np.ndarray) -> np.ndarray:
+  """dF/d[x; u] at (x, u[, p]) by central differences (relative steps)."""
+  z = np.concatenate([x, u])
+  columns = []
+  for j in range(z.size):
+    step = 1e-6 * max(1.0, abs(z[j]))
+    plus, minus = z.copy(), z.copy()
+    plus[j] += step
+    minus[j] -= step
+    columns.append((F(plus[: x.size], plus[x.size :], *p) - F(minus[: x.size], minus[x.size :], *p)) / (2 * step))
+  return np.stack(columns, axis=1)
+
+
+@pytest.mark.parametrize("integrator", ["rk4", "irk"])
+def test_auto_scaling_linearizes_the_dynamics(integrator: str) -> None:
+  """The micro cart-pole has bounds on the cart's position and the force alone: scaled from its bounds, the other
+  states keep 1 and the SQP ends max_iterations; "auto" also scales each of them by the change one linearized step
+  makes in it when the force and the position move by their factors, and converges to the SI plan."""
+  mpc = micro_cartpole(f"scale_auto_{integrator}", "auto", integrator)
+  dynamics = central_differences(mpc.ocp.dynamics, np.zeros(4), np.zeros(1))  # at 0: inside the bounds
+  sx, su = mpc.ocp.scales["x"], mpc.ocp.scales["u"]
+  np.testing.assert_array_equal([sx[0], su[0]], [2e6, 20e6])  # the bounds
+  reach = np.maximum(np.abs(dynamics[1:, 4]) * 20e6, np.abs(dynamics[1:, 0]) * 2e6)  # the force's, the position's
+  np.testing.assert_allclose(sx[1:], reach, rtol=1e-6)
+  reference = cm.stabilizing("scale_reference")(cm.X0_STABILIZE)
+  scaled = mpc(cm.X0_STABILIZE * MICRO)
+  assert scaled.status == "converged"
+  atol = 1e-7 if integrator == "rk4" else 1e-3  # irk: a Radau step, not RK4
+  np.testing.assert_allclose(scaled.u / MICRO, reference.u, atol=atol)
+  if integrator == "rk4":
+    bounds_only = micro_cartpole("scale_bounds_only", Scaling.from_bounds(mpc.defaults))
+    assert bounds_only(cm.X0_STABILIZE * MICRO).status == "max_iterations"
+
+
+def test_auto_scaling_linearizes_a_tree_at_its_first_scenario() -> None:
+  """Over a scenario tree the default point's p holds the first scenario's values (rich's force gain: 2, which
+  doubles the velocities' reach); the bounded components keep their bounds' magnitudes."""
+  tree = rich("scale_auto_tree", "auto", scenarios=Scenarios([[2.0], [0.8]]))
+  chain, nominal = rich("scale_auto_p2", AutoScaling(p=[2.0])), rich("scale_auto_p1", AutoScaling(p=[1.0]))
+  for group in ("x", "u", "constraints", "terminal_constraints"):
+    np.testing.assert_array_equal(tree.ocp.scales[group], chain.ocp.scales[group])
+  np.testing.assert_array_equal(nominal.ocp.scales["x"][[0, 2]], [2.0, 1.5])
+  np.testing.assert_allclose(chain.ocp.scales["x"][[1, 3]], 2 * nominal.ocp.scales["x"][[1, 3]], rtol=1e-12)
+  np.testing.assert_array_equal([nominal.ocp.scales[g][0] for g in GROUPS[1:]], [20.0, 0.6, 0.02])
+
+
+def velocity_row(name: str, scaling: AutoScaling | None) -> MPCFunction:
+  """The P2 cart-pole kept to a cart velocity >= -0.1 m/s by a row of gain p: p (-v - 0.1) <= 0."""
+  F = rk4(f"{name}_F", lambda x, u, p: cartpole.ode(x, u, TINYGRAD), cartpole.H, nx=4, nu=1, np=1)
+  args = (av.Arg(4), av.Arg(1), av.Arg(1))
+  q = Tensor(cm.Q_DIAG)
+  stage = av.NumericalFunction(f"{name}_l", lambda x, u, p: (x * x * q).sum() + 0.01 * (u * u).sum(), args)
+  final = av.NumericalFunction(f"{name}_lN", lambda x, p: 10 * (x * x * q).sum(), args[::2])
+  h = av.NumericalFunction(f"{name}_h", lambda x, u, p: ((-x[2] - 0.1) * p[0]).reshape(1), args)
+  (x_lo, x_hi), (u_lo, u_hi) = cm.bounds()
+  return MPCFunction(name, F, stage, final, horizon=30, x_bounds=(x_lo, x_hi), u_bounds=(u_lo, u_hi),
+                     constraints=(h, ([-np.inf], [0.0])), scaling=scaling)  # fmt: skip
+
+
+@pytest.mark.parametrize("gain", [1e6, 1e-6])
+def test_auto_scaling_scales_a_row_by_its_gradient(gain: float) -> None:
+  """A row with no bound magnitude (h <= 0) in awkward units defeats the unscaled SQP (its absolute tolerances on h
+  mean 1e-12 m/s or 1 m/s); scaled to a unit gradient in the scaled variables it converges to the plan of gain 1."""
+  plain = velocity_row("scale_row_plain", None)
+  reference = plain(cm.X0_STABILIZE, [1.0])
+  assert reference.status == "converged" and reference.x[:, 2].min() == pytest.approx(-0.1, abs=1e-8)
+  plain.reset()  # NOTE: a cold start, as the scaled controller's
+  assert plain(cm.X0_STABILIZE, [gain]).status != "converged"
+  tag = "up" if gain < 1 else "down"
+  mpc = velocity_row(f"scale_row_{tag}", AutoScaling(p=[gain]))
+  assert mpc.ocp.scales["constraints"][0] == pytest.approx(gain * mpc.ocp.scales["x"][2], rel=1e-12)
+  scaled = mpc(cm.X0_STABILIZE, [gain])
+  assert scaled.status == "converged"
+  np.testing.assert_allclose(scaled.u, reference.u, atol=1e-6)
+
+
+def test_auto_scaling_rules() -> None:
+  """AutoScaling's rules on a linear chain x0 -> x1 -> x2 driven by u (x0 bounded), with a path row bounded at 0.1
+  whose gradient is steep, and a terminal row without bounds."""
+  defaults = {"lbx": np.array([[-np.inf] * 3, [-10.0, -np.inf, -np.inf]]), "ubx": np.array([[np.inf] * 3] * 2),
+              "lbu": np.array([[-1.0]]), "ubu": np.array([[2.0]]), "lbh": np.array([[-np.inf]]),
+              "ubh": np.array([[0.1]]), "lbhN": np.array([-np.inf]), "ubhN": np.array([np.inf])}  # fmt: skip
+  step = np.array([[1.0, 0.0, 0.0, 1.0], [0.5, 1.0, 0.0, 0.0], [0.0, 0.1, 1.0, 0.0]])  # x0 += u, x1 += 0.5 x0, ...
+  model = Linearization(step, np.array([[0.0, 3e3, 0.0, 0.0]]), np.array([[0.0, 0.0, 4.0]]))
+  auto = AutoScaling(x=[0.0, 0.0, 0.01])
+  point = auto.point("t", defaults, (3, 1, 0), np.zeros(0))
+  factors = auto.factors_at("t", defaults, point, model)
+  np.testing.assert_allclose(factors.x, [10.0, 5.0, 0.5])  # bounds; 0.5 x0's 10 (wave 1); 0.1 x1's 5 (wave 2)
+  np.testing.assert_allclose(factors.u, [2.0])
+  np.testing.assert_allclose(factors.constraints, [3e3 * 5.0 / 100])  # the bound 0.1, raised to gradient / 100
+  np.testing.assert_allclose(factors.terminal_constraints, [4.0 * 0.5])  # no bound: a unit gradient
+  np.testing.assert_array_equal(point[0], [0.0, 0.0, 0.01])
+  singular = model._replace(dynamics=np.where(step > 0.4, np.inf, step))
+  with pytest.raises(ValueError, match=r"dynamics' Jacobian is not finite .* give AutoScaling\(x=..."):
+    auto.factors_at("t", defaults, point, singular)
+  with pytest.raises(ValueError, match="max_gradient must be a positive"):
+    AutoScaling(max_gradient=0.0).point("t", defaults, (3, 1, 0), np.zeros(0))
+  with pytest.raises(ValueError, match=r"scaling.x: expected shape \(3,\)"):
+    AutoScaling(x=[1.0]).point("t", defaults, (3, 1, 0), np.zeros(0))
 
 
 def test_messages_are_in_the_models_units() -> None:
@@ -133,8 +225,10 @@ def test_scaling_is_checked() -> None:
     rich("scale_bad_size", Scaling(x=[1.0, 2.0]))
   with pytest.raises(ValueError, match=r"scaling\.u must be positive"):
     rich("scale_bad_sign", Scaling(u=[-1.0]))
-  with pytest.raises(TypeError, match=r'scaling must be a Scaling or "auto"'):
+  with pytest.raises(TypeError, match=r'scaling must be a Scaling, an AutoScaling or "auto"'):
     rich("scale_bad_type", "on")
+  with pytest.raises(ValueError, match=r"scaling.u: expected shape \(1,\)"):
+    rich("scale_bad_point", AutoScaling(u=[1.0, 2.0]))
   with pytest.raises(ValueError, match="scaling needs MPCOptions"):
     rich("scale_bad_gn", Scaling(u=[20.0]), MPCOptions(hessian="gauss_newton"))
   with pytest.raises(ValueError, match="a scaled one"):

@@ -58,7 +58,7 @@ SUBPACKAGES = {
                "search_stages"},
   "anvil.sqp": {"SQPFunction", "SQPOptions", "SQPResult", "SQPStatus", "Sensitivity"},
   "anvil.mpc": {"ClosedLoop", "LeastSquares", "MHEEstimate", "MHEFunction", "MPCFunction", "MPCOptions", "MPCSolution",
-                "MuJoCoPlant", "Scaling", "Scenarios", "Soft", "euler", "campaign", "campaign_report",
+                "MuJoCoPlant", "Scaling", "AutoScaling", "Scenarios", "Soft", "euler", "campaign", "campaign_report",
                 "plot_closed_loop", "irk", "rk4", "scenario_grid", "scenario_lhs", "shooting_layout", "simulate"},
   "anvil.robots": {"Frame", "FrameType", "Inertia", "Joint", "JointType", "Placement", "Robot", "URDFError"},
   "anvil.tables": TABLES,

@@ -64,6 +64,84 @@ void combine_rows(const T* a, const T (&M)[rows][n], T* out) {
   }
 }
 
+/// C[i][j0 + :v lanes] = sum_{l < inner} a(i, l) B[l][j0 + :v lanes] for i < r: one register block of r rows by v
+/// vectors, each loaded vector of B's row l serving the r rows and each coefficient a(i, l) the v vectors.
+template <int r, int v, int inner, int lanes, int n, int ldc, class T, class Coef>
+void multiply_block(Coef&& a, const T (*B)[n], T (*C)[ldc], int j0) {
+  typedef T vec __attribute__((vector_size(lanes * sizeof(T))));
+  vec acc[r][v], b[v];
+  for (int q = 0; q < v; ++q) __builtin_memcpy(&b[q], &B[0][j0 + lanes * q], sizeof(vec));
+  for (int i = 0; i < r; ++i)
+    for (int q = 0; q < v; ++q) acc[i][q] = a(i, 0) * b[q];
+  for (int l = 1; l < inner; ++l) {
+    for (int q = 0; q < v; ++q) __builtin_memcpy(&b[q], &B[l][j0 + lanes * q], sizeof(vec));
+    for (int i = 0; i < r; ++i) {
+      const T c = a(i, l);
+      for (int q = 0; q < v; ++q) acc[i][q] += c * b[q];
+    }
+  }
+  for (int i = 0; i < r; ++i) __builtin_memcpy(&C[i][j0], acc[i], sizeof acc[i]);
+}
+
+/// C[i][:len] = sum_{l < inner} a(i, l) B[l][:len] for i < r (r rows of a product): panels of 4 vectors of the
+/// target's width (multiply_block), then the vectors left, then the columns left one by one. Each entry sums its
+/// terms in the order of l, the first a product: combine_rows' roundings, row by row.
+template <int r, int inner, int len, int n, int ldc, class T, class Coef>
+void multiply_rows(Coef&& a, const T (&B)[inner][n], T (*C)[ldc]) {
+  constexpr int per_vector = vector_bytes / static_cast<int>(sizeof(T));
+  constexpr int lanes = per_vector > 1 ? per_vector : 1;
+  constexpr int panel = 4 * lanes, panels = per_vector > 1 ? len / panel : 0;
+  constexpr int vectors = per_vector > 1 ? (len - panels * panel) / lanes : 0, done = panels * panel + vectors * lanes;
+  for (int p = 0; p < panels; ++p) multiply_block<r, 4, inner, lanes>(a, B, C, p * panel);
+  if constexpr (vectors > 0) multiply_block<r, vectors, inner, lanes>(a, B, C, panels * panel);
+  for (int j = done; j < len; ++j)
+    for (int i = 0; i < r; ++i) {
+      T acc = a(i, 0) * B[0][j];
+      for (int l = 1; l < inner; ++l) acc += a(i, l) * B[l][j];
+      C[i][j] = acc;
+    }
+}
+
+/// C = A[:rows, :inner] B[:, :len] (row-major blocks; A's rows from a pointer) in register blocks of 4 rows of C by 4
+/// vectors: a loaded vector of B serves 4 rows and an entry of A 4 vectors, where combine_rows, a row of C at a time,
+/// streams all of B once per row (at 45 x 69 that product runs at half this one's speed). combine_rows' roundings,
+/// row by row.
+template <int rows, int inner, int len, int m, int n, int ldc, class T>
+void multiply_blocked(const T (*A)[m], const T (&B)[inner][n], T (*C)[ldc]) {
+  static_assert(len <= ldc && len <= n && inner <= m, "the product's sizes fit its arrays");
+  constexpr int full = rows / 4 * 4;
+  for (int i = 0; i < full; i += 4) multiply_rows<4, inner, len>([&](int r, int l) { return A[i + r][l]; }, B, C + i);
+  if constexpr (rows > full)
+    multiply_rows<rows - full, inner, len>([&](int r, int l) { return A[full + r][l]; }, B, C + full);
+}
+
+/// out[:len] = (init[:len] - sum_{k < count} c(k) rows[k][:len]) * scale, the products subtracted in the order of k
+/// from accumulators in local vectors of the target's register width (a triangular solve's row: subtracting in
+/// memory row after row stores and reloads out at every k).
+template <int len, int n, class T, class Coef>
+void subtract_rows(const T* init, Coef&& c, const T (*rows)[n], int count, T scale, T* out) {
+  constexpr int per_vector = vector_bytes / static_cast<int>(sizeof(T));
+  constexpr int lanes = per_vector > 1 ? per_vector : 1;
+  constexpr int vectors = lanes > 1 ? len / lanes : 0, done = vectors * lanes, rest = len - done;
+  typedef T vec __attribute__((vector_size(lanes * sizeof(T))));
+  vec acc[vectors > 0 ? vectors : 1];
+  T tail[rest > 0 ? rest : 1];
+  for (int j = 0; j < vectors; ++j) __builtin_memcpy(&acc[j], init + lanes * j, sizeof(vec));
+  for (int j = 0; j < rest; ++j) tail[j] = init[done + j];
+  for (int k = 0; k < count; ++k) {
+    const T coef = c(k);
+    for (int j = 0; j < vectors; ++j) {
+      vec m;
+      __builtin_memcpy(&m, &rows[k][lanes * j], sizeof m);
+      acc[j] -= coef * m;
+    }
+    for (int j = 0; j < rest; ++j) tail[j] -= coef * rows[k][done + j];
+  }
+  for (int j = 0; j < vectors; ++j) acc[j] *= scale;
+  if constexpr (vectors > 0) __builtin_memcpy(out, acc, sizeof(vec) * vectors);
+  for (int j = 0; j < rest; ++j) out[done + j] = tail[j] * scale;
+}
+
 /// out = M x (the first len columns of M): the products accumulated column by column in a local array, so the rows'
 /// sums are independent chains (a dot product per row is one chain of dependent additions, which runs at the adder's
 /// latency).
@@ -78,18 +156,30 @@ void multiply(const T (&M)[rows][n], const T* x, T* out) {
   for (int i = 0; i < rows; ++i) out[i] = acc[i];
 }
 
-/// Q[i][:i+1] += (M'N)[i][:i+1] for i >= first: the lower triangle of M'N added to Q's, four rows at a time, each
-/// row computed up to the block's last column (compile-time lengths, so the rows stay in registers).
-template <int first, int rows, int n, int s, class T>
-void add_lower_product(const T (&M)[rows][n], const T (&N)[rows][n], T (&Q)[s][s]) {
-  constexpr int end = first + 4 < n ? first + 4 : n;
-  for (int i = first; i < end; ++i) {
-    T a[rows], row[end];
-    for (int l = 0; l < rows; ++l) a[l] = M[l][i];
-    combine_rows<rows, n, end>(a, N, row);
-    for (int j = 0; j <= i; ++j) Q[i][j] += row[j];
+/// out = b + M x (the first len columns of M): multiply's independent chains, each starting from b's entry.
+template <int rows, int n, int len = n, class T>
+void multiply_add(const T (*M)[n], const T* x, const T* b, T* out) {
+  T acc[rows];
+  for (int i = 0; i < rows; ++i) acc[i] = b[i];
+  for (int j = 0; j < len; ++j) {
+    const T c = x[j];
+    for (int i = 0; i < rows; ++i) acc[i] += M[i][j] * c;
   }
-  if constexpr (end < n) add_lower_product<end, rows, n, s>(M, N, Q);
+  for (int i = 0; i < rows; ++i) out[i] = acc[i];
+}
+
+/// Q[i][:i+1] += (M'N)[i][:i+1] for first <= i < len (len: all of n by default): the lower triangle of M'N (of
+/// their first len columns) added to Q's, four rows at a time, each block of rows computed up to its last row's column
+/// in register blocks (multiply_rows: compile-time lengths).
+template <int first, int len = 0, int rows, int n, int s, class T>
+void add_lower_product(const T (&M)[rows][n], const T (&N)[rows][n], T (&Q)[s][s]) {
+  constexpr int last = len > 0 ? len : n;
+  constexpr int end = first + 4 < last ? first + 4 : last;
+  T block[end - first][end];
+  multiply_rows<end - first, rows, end>([&](int r, int l) { return M[l][first + r]; }, N, block);
+  for (int i = first; i < end; ++i)
+    for (int j = 0; j <= i; ++j) Q[i][j] += block[i - first][j];
+  if constexpr (end < last) add_lower_product<end, last>(M, N, Q);
 }
 
 /// out[r][:len] = sum_{l < count} coef(r, l) rows[l][:len] for r < R, R at a time: each of the count rows (a count

@@ -148,22 +148,7 @@ struct Condensed {
       c.lo[b][m] = -T(ipm::no_bound);
       c.hi[b][m] = T(ipm::no_bound);
     }
-    for (int j = 0; j < M; ++j) {
-      const int s = b * M + j;
-      if (s >= N) {  // padding: a unit Hessian on the inputs, the state passed through
-        for (int i = 0; i < nu; ++i) H[column(j, i)][column(j, i)] += 1;
-        continue;
-      }
-      if (j == 0) {  // Phi = [I 0], e = 0: the products are copies
-        add_first_cost(d.H[s], d.g[s], H, c.g[b]);
-        add_rows(d, s, j, Phi, e, c, b);
-        first_advance(d.A[s], d.B[s], d.c[s], Phi, e);
-      } else {
-        add_cost(d.H[s], d.g[s], Phi, e, j, H, c.g[b]);
-        add_rows(d, s, j, Phi, e, c, b);
-        advance(d.A[s], d.B[s], d.c[s], j, Phi, e);
-      }
-    }
+    condense_stage<0>(d, b, c, Phi, e);
     for (int i = 0; i < nzB; ++i)
       for (int q = 0; q < i; ++q) H[q][i] = H[i][q];
     for (int i = 0; i < nx; ++i) {
@@ -173,27 +158,44 @@ struct Condensed {
     }
   }
 
-  /// H += T_j'Hs T_j (lower triangle) and g += T_j'(Hs [e; 0] + gs).
-  static void add_cost(const T (&Hs)[nz][nz], const T (&gs)[nz], const T (&Phi)[nx][nphi], const T (&e)[nx], int j,
+  /// Stage j of block b, then the stages after it: Phi's nonzero columns are its first nx + j nud (x and the inputs
+  /// of the stages before j that enter the dynamics), and every product is over those alone.
+  template <int j>
+  static void condense_stage(const Data& d, int b, typename Inner::Data& c, T (&Phi)[nx][nphi], T (&e)[nx]) {
+    const int s = b * M + j;
+    if (s >= N) {  // padding: a unit Hessian on the inputs, the state passed through
+      for (int i = 0; i < nu; ++i) c.H[b][column(j, i)][column(j, i)] += 1;
+    } else if constexpr (j == 0) {  // Phi = [I 0], e = 0: the products are copies
+      add_first_cost(d.H[s], d.g[s], c.H[b], c.g[b]);
+      add_rows(d, s, j, Phi, e, c, b);
+      first_advance(d.A[s], d.B[s], d.c[s], Phi, e);
+    } else {
+      add_cost<j>(d.H[s], d.g[s], Phi, e, c.H[b], c.g[b]);
+      add_rows(d, s, j, Phi, e, c, b);
+      advance<j>(d.A[s], d.B[s], d.c[s], Phi, e);
+    }
+    if constexpr (j + 1 < M) condense_stage<j + 1>(d, b, c, Phi, e);
+  }
+
+  /// H += T_j'Hs T_j (lower triangle) and g += T_j'(Hs [e; 0] + gs), over Phi's first cols columns (its others are 0).
+  template <int j>
+  static void add_cost(const T (&Hs)[nz][nz], const T (&gs)[nz], const T (&Phi)[nx][nphi], const T (&e)[nx],
                        T (&H)[nzB][nzB], T (&g)[nzB]) {
-    T X[nx][nphi], Y[nu][nphi];  // Hs[:, :nx] Phi: its state rows and its input rows
-    for (int r = 0; r < nx; ++r) dense::combine_rows<nx, nphi>(Hs[r], Phi, X[r]);
-    for (int i = 0; i < nu; ++i) dense::combine_rows<nx, nphi>(Hs[nx + i], Phi, Y[i]);
-    dense::add_lower_product<0>(Phi, X, H);
+    constexpr int cols = nx + j * nud;
+    T X[nx][nphi], Y[nu][nphi];  // Hs[:, :nx] Phi: its state rows and its input rows (their first cols columns)
+    dense::multiply_blocked<nx, nx, cols>(Hs, Phi, X);
+    dense::multiply_blocked<nu, nx, cols>(Hs + nx, Phi, Y);
+    dense::add_lower_product<0, cols>(Phi, X, H);
     for (int i = 0; i < nu; ++i) {  // stage j's input columns come after every nonzero column of Phi
       const int ci = column(j, i);
-      for (int q = 0; q < nphi; ++q) H[ci][q] += Y[i][q];
+      for (int q = 0; q < cols; ++q) H[ci][q] += Y[i][q];
       for (int k = 0; k < nu; ++k) H[ci][column(j, k)] += Hs[nx + i][nx + k];
     }
     T h[nz];  // Hs [e; 0] + gs
-    for (int r = 0; r < nz; ++r) {
-      T v = gs[r];
-      for (int l = 0; l < nx; ++l) v += Hs[r][l] * e[l];
-      h[r] = v;
-    }
-    T phi_h[nphi];
-    dense::combine_rows<nx, nphi>(h, Phi, phi_h);
-    for (int q = 0; q < nphi; ++q) g[q] += phi_h[q];
+    dense::multiply_add<nz, nz, nx>(Hs, e, gs, h);
+    T phi_h[cols];
+    dense::combine_rows<nx, nphi, cols>(h, Phi, phi_h);
+    for (int q = 0; q < cols; ++q) g[q] += phi_h[q];
     for (int i = 0; i < nu; ++i) g[column(j, i)] += h[nx + i];
   }
 
@@ -242,20 +244,18 @@ struct Condensed {
     }
   }
 
-  /// x_{j+1} = A x_j + B u_j + c: Phi <- A Phi + B E_j, e <- A e + c.
-  static void advance(const T (&A)[nx][nx], const T (&B)[nx][nu], const T (&c)[nx], int j, T (&Phi)[nx][nphi],
-                      T (&e)[nx]) {
+  /// x_{j+1} = A x_j + B u_j + c: Phi <- A Phi + B E_j, e <- A e + c (Phi's first nx + j nud columns, then stage
+  /// j's inputs' nud).
+  template <int j>
+  static void advance(const T (&A)[nx][nx], const T (&B)[nx][nu], const T (&c)[nx], T (&Phi)[nx][nphi], T (&e)[nx]) {
+    constexpr int cols = nx + j * nud;
     T next[nx][nphi], ne[nx];
-    for (int i = 0; i < nx; ++i) {
-      dense::combine_rows<nx, nphi>(A[i], Phi, next[i]);
-      for (int k = 0; k < nud; ++k) next[i][column(j, k)] += B[i][k];
-      T v = c[i];
-      for (int l = 0; l < nx; ++l) v += A[i][l] * e[l];
-      ne[i] = v;
-    }
+    dense::multiply_blocked<nx, nx, cols>(A, Phi, next);
+    dense::multiply_add<nx, nx>(A, e, c, ne);
     for (int i = 0; i < nx; ++i) {
       e[i] = ne[i];
-      for (int q = 0; q < nphi; ++q) Phi[i][q] = next[i][q];
+      for (int q = 0; q < cols; ++q) Phi[i][q] = next[i][q];
+      for (int k = 0; k < nud; ++k) Phi[i][cols + k] = B[i][k];
     }
   }
 

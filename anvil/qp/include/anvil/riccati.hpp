@@ -40,25 +40,14 @@ bool eliminate_inputs(const T (&Q)[nx + m][nx + m], T (&L)[m][m], T (&K)[m][nx],
   for (int i = 0; i < m; ++i)
     for (int j = 0; j <= i; ++j) L[i][j] = Q[nx + i][nx + j];
   if (!anvil::dense::cholesky(L)) return false;
-  // V = L^-1 Q_ux and K = -L'^-1 V, triangular solves on whole rows of nx (vectorizable)
+  // V = L^-1 Q_ux and K = -L'^-1 V, triangular solves on whole rows of nx (vectorized)
   T V[m][nx], W[m][nx];  // W = -V
   for (int i = 0; i < m; ++i) {
-    const T inverse = L[i][i];
-    for (int j = 0; j < nx; ++j) V[i][j] = Q[nx + i][j];
-    for (int k = 0; k < i; ++k)
-      for (int j = 0; j < nx; ++j) V[i][j] -= L[i][k] * V[k][j];
-    for (int j = 0; j < nx; ++j) {
-      V[i][j] *= inverse;
-      W[i][j] = -V[i][j];
-    }
+    dense::subtract_rows<nx>(Q[nx + i], [&](int k) { return L[i][k]; }, V, i, L[i][i], V[i]);
+    for (int j = 0; j < nx; ++j) W[i][j] = -V[i][j];
   }
-  for (int i = m - 1; i >= 0; --i) {
-    const T inverse = L[i][i];
-    for (int j = 0; j < nx; ++j) K[i][j] = W[i][j];
-    for (int k = i + 1; k < m; ++k)
-      for (int j = 0; j < nx; ++j) K[i][j] -= L[k][i] * K[k][j];
-    for (int j = 0; j < nx; ++j) K[i][j] *= inverse;
-  }
+  for (int i = m - 1; i >= 0; --i)
+    dense::subtract_rows<nx>(W[i], [&](int k) { return L[i + 1 + k][i]; }, K + i + 1, m - 1 - i, L[i][i], K[i]);
   for (int i = 0; i < nx; ++i)
     for (int j = 0; j <= i; ++j) P[i][j] = Q[i][j];
   dense::add_lower_product<0>(V, W, P);
@@ -559,7 +548,7 @@ struct Riccati {
           for (int j = 0; j < nud; ++j) AB[l][nx + j] = d.B[e][l][j];
         }
         T PAB[nx][nd];  // P [A B]
-        for (int i = 0; i < nx; ++i) dense::combine_rows<nx, nd>(P[i], AB, PAB[i]);
+        dense::multiply_blocked<nx, nx, nd>(P, AB, PAB);
         dense::add_lower_product<0>(AB, PAB, Q);
       });
       add_weighted_rows<mG>(ws.pattern[k], d.G[k], nb, Q, [&](auto&& add) { stage(k, add); });

@@ -139,7 +139,8 @@ class AutoScaling:
         raise ValueError(f"{where}: the {what}' Jacobian is not finite at the linearization point x = {x}, u = {u}; "
                          "give AutoScaling(x=..., u=..., p=...) a point where the model is defined")  # fmt: skip
     nx = x.size
-    su = _unit(np.where(bound_magnitude(bounds, "u") > 0, bound_magnitude(bounds, "u"), np.abs(u)))
+    bounded_u = bound_magnitude(bounds, "u")
+    su = _unit(np.where(bounded_u > 0, bounded_u, np.abs(u)))
     sx = _state_factors(
       bound_magnitude(bounds, "x"), np.abs(x), model.dynamics[:, :nx] - np.eye(nx), model.dynamics[:, nx:], su
     )

@@ -20,7 +20,9 @@ row updates, O(rows), are left out. GFlop/s = their ratio: how close the recursi
 --condensing: RiccatiQP's partial condensing in blocks of M stages against none, on random OCP QPs (input boxes, a
 soft row on the states per stage: elastic, priced L1 + L2) of sizes (nx, nu, N) from 4 to 39 states: per solve, cold
 and warm started (the data nudged by 1-2%), medians over the instances and rounds (all block sizes of one size in
-the same round, round robin); `auto` marks auto_condensing's choice.
+the same round, round robin); * marks RiccatiQP's condensing="auto" choice (anvil.qp.cost_model's, for cold
+solves). Under each size, the cost model's times for the same sizes, rows and mean iterations (ratio to none), and
+each choice's "regret": the measured time of the block size it chose over the least measured (cold, warm).
 
 --hpipm PREFIX: the same soft QPs (chain sizes nx 9 ... 45, 3 inputs, N = 40) solved by anvil's RiccatiQP and by
 HPIPM (benchmarks.hpipm_qp: acados's install prefix, SPEED mode) at the same partial condensing (anvil's blocks of M
@@ -44,7 +46,7 @@ import numpy as np
 from anvil.problems import chain
 from anvil.problems.ocp_qp import random_qp
 from anvil.qp import RiccatiQP
-from anvil.qp.riccati import auto_condensing
+from anvil.qp.cost_model import RiccatiCostModel
 from benchmarks import hpipm_qp
 from benchmarks.common import print_markdown
 
@@ -107,8 +109,10 @@ def run(n_mass: int, reps: int) -> dict[str, float]:
           "flops": flops, "gflops": flops / seconds * 1e-9}  # fmt: skip
 
 
-#: (nx, nu, N) of the condensing table: the chain's stage sizes (n_mass 3, 5, 8), a quadrotor's, a cart-pole's.
-CONDENSING_SIZES = ((4, 1, 100), (9, 3, 40), (12, 4, 40), (21, 3, 40), (39, 3, 40))
+#: (nx, nu, N) of the condensing table: the chain's stage sizes (n_mass 3, 4, 5, 6, 8, 9), a quadrotor's, a cart-pole's,
+#: and others of 2 to 6 inputs (the first five sizes fitted the cost model's prices, the others check them).
+CONDENSING_SIZES = ((4, 1, 100), (9, 3, 40), (12, 4, 40), (21, 3, 40), (39, 3, 40), (15, 3, 40), (27, 3, 40),
+                    (45, 3, 40), (8, 2, 60), (30, 6, 30), (16, 2, 50))  # fmt: skip
 
 
 def soft_instance(rng: np.random.Generator, nx: int, nu: int, n: int) -> dict[str, np.ndarray]:
@@ -125,6 +129,10 @@ def soft_instance(rng: np.random.Generator, nx: int, nu: int, n: int) -> dict[st
   return d
 
 
+#: Per block size, each solve's (seconds, iterations).
+Solves = dict[int, list[tuple[float, int]]]
+
+
 def condensing_row(nx: int, nu: int, n: int, blocks: list[int], reps: int) -> str:
   """One size's cold and warm solve times (ms) and iterations per block size, and their ratio to none."""
   blocks = sorted({1, *(b for b in blocks if b <= n)})
@@ -132,7 +140,8 @@ def condensing_row(nx: int, nu: int, n: int, blocks: list[int], reps: int) -> st
   qps = {b: RiccatiQP(f"bench_condensing_{nx}_{nu}_{n}_{b}", nx, nu, n, condensing=b, **kw) for b in blocks}
   rng = np.random.default_rng(nx * 1000 + n)
   instances = [soft_instance(rng, nx, nu, n) for _ in range(6)]
-  cold, warm = {b: [] for b in blocks}, {b: [] for b in blocks}
+  cold: Solves = {b: [] for b in blocks}
+  warm: Solves = {b: [] for b in blocks}
   for _, d, b in itertools.product(range(reps), instances, blocks):
     first = qps[b](1e-8, **d)
     second = qps[b](1e-8, warm_start=True, **{**d, "x0": 1.02 * d["x0"], "g": 1.01 * d["g"]})
@@ -142,9 +151,25 @@ def condensing_row(nx: int, nu: int, n: int, blocks: list[int], reps: int) -> st
     warm[b].append((second.solve_time, second.iterations))
   ms = lambda runs: statistics.median(t for t, _ in runs) * 1e3
   cell = lambda runs, none: f"{ms(runs):7.3f} ({ms(runs) / ms(none):4.2f}x, {statistics.mean(i for _, i in runs):4.1f})"
-  auto = auto_condensing(nx, nu, n)
+  auto = RiccatiQP(f"bench_condensing_{nx}_{nu}_{n}_auto", nx, nu, n, **kw).condensing
   cells = [f"M {b}{'*' if b == auto else ' '} {cell(cold[b], cold[1])} {cell(warm[b], warm[1])}" for b in blocks]
-  return f"  {nx:>3} {nu:>3} {n:>4} | " + " | ".join(cells)
+  return f"  {nx:>3} {nu:>3} {n:>4} | " + " | ".join(cells) + "\n" + model_row(nx, nu, n, blocks, cold, warm, auto)
+
+
+def model_row(nx: int, nu: int, n: int, blocks: list[int], cold: Solves, warm: Solves, auto: int) -> str:
+  """The cost model's times for condensing_row's QPs (ratio to none) at their mean iterations, cold and warm, and the
+  regret of a choice, its measured time over the least measured: RiccatiQP's "auto" for the cold solves, the model's
+  at the warm solves' iterations for the warm ones."""
+  parts = []
+  for label, runs, choice in (("cold", cold, auto), ("warm", warm, None)):
+    its = statistics.mean(i for b in blocks for _, i in runs[b])
+    model = RiccatiCostModel(nx=nx, nu=nu, N=n, nud=nu, state_rows=1, iterations=its)
+    chosen = model.best() if choice is None else choice
+    median = {b: statistics.median(t for t, _ in runs[b]) for b in blocks}
+    ratios = " ".join(f"{model.seconds(b) / model.seconds(1):4.2f}x" for b in blocks)
+    regret = f"{median[chosen] / min(median.values()):.2f}" if chosen in median else "-"
+    parts.append(f"{label} {ratios}, regret {regret} (M {chosen})")
+  return "      model: " + "; ".join(parts)
 
 
 #: (nx, nu) of the --hpipm table: the chain's states at n_mass 3, 5, 6, 9 with its 3 inputs (the wall's slacks are
@@ -217,7 +242,8 @@ def main() -> None:
     return
   if args.condensing:
     print("RiccatiQP, partial condensing in blocks of M stages: per solve, cold then warm: ms (ratio to none, mean")
-    print("iterations); * = auto_condensing's choice")
+    print("iterations); * = RiccatiQP's condensing=\"auto\" choice; under each size, the cost model's ratios and its")
+    print("choices' regret (measured time over the least)")
     for nx, nu, n in CONDENSING_SIZES:
       print(condensing_row(nx, nu, n, args.blocks, max(1, args.reps // 5)))
     return

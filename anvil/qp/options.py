@@ -88,10 +88,11 @@ class RiccatiOptions(InteriorPointOptions):
   solver: ClassVar[str] = "riccati"
   """The solver's name, as `SQPResult.stats["qp_solver"]` reports it."""
   condensing: int | str = 1
-  """Partial condensing of the stage QPs: stages per block, or "auto", chosen from their sizes as a RiccatiQP's
-  (`anvil.qp.riccati.auto_condensing`). 1 (none) by default: an MPC's QPs start warm and take few iterations, which
-  repay the condensing only where nx is large against nu (blocks then cost fewer operations per iteration than the
-  stages they replace); cold solves of many iterations gain more."""
+  """Partial condensing of the stage QPs: stages per block, or "auto": the block size that
+  `anvil.qp.riccati.auto_condensing`'s cost model predicts fastest for warm-started QPs (WARM_ITERATIONS interior-point
+  iterations a solve). 1 (none) by default: an MPC's QPs start warm and take few iterations, which repay the
+  condensing only where nx is large against nu (blocks then cost fewer operations per iteration than the stages they
+  replace); cold solves of many iterations gain more."""
 
   def __post_init__(self) -> None:
     super().__post_init__()

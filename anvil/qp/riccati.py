@@ -29,6 +29,7 @@ from anvil.codegen.boundary import BoundaryCode, Field, Struct, boundary_code
 from anvil.codegen.precision import check_scalar, cpp_real
 from anvil.codegen.runtime import runtime_include
 from anvil.codegen.templated import TemplatedFunction
+from anvil.qp.cost_model import COLD_ITERATIONS, RiccatiCostModel
 from anvil.qp.options import RiccatiOptions
 from anvil.qp.result import OCPQPSolution, QPStatus
 
@@ -98,11 +99,12 @@ class RiccatiQP(TemplatedFunction):
     boxes: the first nx + nu rows of each stage k < N (nx + nuN at stage N) bound its variables one by one (row j of
       z_k = [x_k; u_k]): G and GN then hold only the rows after them (ng and ngN count all rows).
     quadratic_prices: the data fields w and wN (rows' prices of their squared violation) exist (else every w is 0).
-    condensing: stages per block of partial condensing (HPIPM's; 1: none), or "auto" (`auto_condensing`): the
+    condensing: stages per block of partial condensing (HPIPM's; 1: none), or "auto": the block size
+      `auto_condensing`'s cost model predicts fastest for cold solves (`best_condensing(COLD_ITERATIONS)`). The
       interior point solves the QP of ceil(N / condensing) stages of nx states and condensing * nu inputs, the states
       inside each block eliminated through the dynamics (anvil/condensing.hpp), and its solution is expanded to every
       stage (the status and residual norms are the condensed QP's). Fewer, larger stages: worth it where nx is large
-      against nu (`python -m benchmarks.bench_riccati --condensing`).
+      against nu and solves take many iterations (`python -m benchmarks.bench_riccati --condensing`).
     parents: the stages as a tree (multi-stage robust MPC's scenario tree): stage k's parent for k = 0..N (-1 at
       stage 0, below k elsewhere, so stage N is a leaf); transition k (A[k], B[k], c[k]) leads into stage k + 1 from its
       parent. Empty (the default): a chain, stage k + 1 following stage k. A tree is not condensed.
@@ -142,16 +144,6 @@ class RiccatiQP(TemplatedFunction):
         raise ValueError(f"RiccatiQP({name}): {what} must be an int >= {least}, got {value!r}")
     self.nx, self.nu, self.N, self.ng, self.ngN, self.max_iter, self.nuN = nx, nu, N, ng, ngN, max_iter, nuN
     self.parents = check_parents(f"RiccatiQP({name})", parents, N)
-    if condensing == "auto":
-      condensing = 1 if self.parents else auto_condensing(nx, nu, N)
-    if self.parents and condensing != 1:
-      raise ValueError(
-        f'RiccatiQP({name}): a tree of stages (parents) is not condensed: condensing must be 1 or "auto"'
-      )
-    if isinstance(condensing, bool) or not isinstance(condensing, int) or not 1 <= condensing <= N:
-      raise ValueError(f"RiccatiQP({name}): condensing must be \"auto\" or an int in [1, N = {N}] (stages per block), "
-                       f"got {condensing!r}")  # fmt: skip
-    self.condensing: int = condensing
     self.nud = nu if nud is None else nud
     if isinstance(self.nud, bool) or not isinstance(self.nud, int) or not 0 <= self.nud <= nu:
       raise ValueError(f"RiccatiQP({name}): nud must be an int in [0, nu = {nu}], got {nud!r}")
@@ -161,6 +153,24 @@ class RiccatiQP(TemplatedFunction):
     self.boxes, self.quadratic_prices = boxes, quadratic_prices
     if boxes and (ng < nx + nu or ngN < nx + nuN):
       raise ValueError(f"RiccatiQP({name}): boxes=True needs ng >= nx + nu and ngN >= nx + nuN (the box rows)")
+    if condensing == "auto":
+      condensing = 1 if self.parents else self.best_condensing(COLD_ITERATIONS)
+    if self.parents and condensing != 1:
+      raise ValueError(
+        f'RiccatiQP({name}): a tree of stages (parents) is not condensed: condensing must be 1 or "auto"'
+      )
+    if isinstance(condensing, bool) or not isinstance(condensing, int) or not 1 <= condensing <= N:
+      raise ValueError(f"RiccatiQP({name}): condensing must be \"auto\" or an int in [1, N = {N}] (stages per block), "
+                       f"got {condensing!r}")  # fmt: skip
+    self.condensing: int = condensing
+
+  def best_condensing(self, iterations: float) -> int:
+    """`auto_condensing` for this QP's sizes and solves of `iterations` interior-point iterations: its general rows
+    (with boxes, the rows after them; else every row) are taken to involve the states, and with boxes the inputs to
+    be bounded and the states not (the bounds are data, unknown here)."""
+    general = self.ng - (self.nx + self.nu) if self.boxes else self.ng
+    rows = None if self.boxes else self.ng
+    return auto_condensing(self.nx, self.nu, self.N, nud=self.nud, state_rows=general, rows=rows, iterations=iterations)
 
   @property
   def header_includes(self) -> tuple[str, ...]:
@@ -268,15 +278,33 @@ def check_parents(where: str, parents: tuple[int, ...], N: int) -> tuple[int, ..
   return parents
 
 
-def auto_condensing(nx: int, nu: int, N: int) -> int:
-  """The stages per block RiccatiQP condenses by default: nx // (2 nu) where that is 3 or more (capped at N), else 1
-  (none). Measured on random OCP QPs with input boxes and elastic state rows (`python -m benchmarks.bench_riccati
-  --condensing`: nx 4 to 39, nu 1 to 4, N 20 to 100, cold and warm solves): condensing pays from nx >= 6 nu on (21
-  states, 3 inputs: blocks of 3-4 stages 10-15% faster; 39 and 3: blocks of 6 up to 2.2x), the block's nu M near
-  nx / 2 or a little less; it costs 5-50% below (the inner states' rows turn into dense rows of the block's inputs,
-  and the condensing itself, once per solve, is no longer repaid)."""
-  block = nx // (2 * nu)
-  return min(block, N) if block >= 3 else 1
+def auto_condensing(
+  nx: int,
+  nu: int,
+  N: int,
+  *,
+  nud: int | None = None,
+  state_rows: int = 0,
+  rows: int | None = None,
+  iterations: float = COLD_ITERATIONS,
+) -> int:
+  """The stages per block a RiccatiQP of these sizes solves fastest, as `anvil.qp.cost_model.RiccatiCostModel`
+  predicts it: every block size's modeled time per solve (the factorization's products, the vector passes, the rows
+  and the condensing, counted from the sizes) over `iterations` interior-point iterations, the smallest block within
+  5% of the fastest. Condensing pays where nx is large against nu and a solve takes many iterations: it turns the
+  O(N (nx + nu)^3) recursion into O(N / M (nx + M nu)^3), for a condensing done once per solve (measured and
+  modeled: `python -m benchmarks.bench_riccati --condensing`).
+
+  Args:
+    nx, nu, N: the QP's sizes.
+    nud: the inputs that enter the dynamics (default nu).
+    state_rows: rows with bounds per stage that involve the states (each a dense row of its block once condensed).
+    rows: rows with bounds per stage in all (default state_rows + nu).
+    iterations: interior-point iterations per solve: COLD_ITERATIONS by default, fewer for warm-started QPs.
+  """
+  model = RiccatiCostModel(nx=nx, nu=nu, N=N, nud=nu if nud is None else nud, state_rows=state_rows, rows=rows,
+                           iterations=iterations)  # fmt: skip
+  return model.best()
 
 
 def flat_offsets(shapes: Mapping[str, tuple[int, ...]]) -> tuple[dict[str, int], int]:

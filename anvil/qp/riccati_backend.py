@@ -18,8 +18,9 @@ from functools import cached_property
 
 from anvil.codegen.precision import cpp_real
 from anvil.qp.backend import QPBackend, QPProblem
+from anvil.qp.cost_model import WARM_ITERATIONS
 from anvil.qp.options import RiccatiOptions
-from anvil.qp.riccati import RiccatiQP, flat_offsets
+from anvil.qp.riccati import RiccatiQP, auto_condensing, flat_offsets
 from anvil.qp.stages import StageLayout, stored_entries
 
 SCALES = ("A_scale", "l_scale", "dual_scale", "initial_scale", "jac_scale")
@@ -82,10 +83,16 @@ class RiccatiBackend(QPBackend[RiccatiOptions]):
     nud = self.stages.dynamic_inputs(problem.a_pattern)
     self.soft, nu, nuN = _eliminated_slacks(self.stages, problem, nud)
     nz, nzN = self.stages.nx + nu, self.stages.nx + nuN
+    condensing = options.condensing
+    if self.stages.parents:
+      condensing = 1
+    elif condensing == "auto":  # an SQP step's QPs start warm
+      N = self.stages.N
+      condensing = auto_condensing(self.stages.nx, nu, N, nud=nud, state_rows=ng, iterations=WARM_ITERATIONS)
     self.solver = RiccatiQP(f"{self.name}_ipm", self.stages.nx, nu, self.stages.N, ng=nz + ng, ngN=nzN + ngN,
                             max_iter=options.max_iter, nuN=nuN, nud=nud, scalar=problem.scalar, boxes=True,
                             quadratic_prices=bool(self.soft), parents=self.stages.parents,
-                            condensing=1 if self.stages.parents else options.condensing)  # fmt: skip
+                            condensing=condensing)  # fmt: skip
     _ = self.tables  # NOTE: a layout the patterns do not fit raises here, when the backend is made
 
   def dependencies(self) -> tuple[RiccatiQP]:

@@ -10,6 +10,7 @@ import pytest
 
 from anvil.problems.ocp_qp import osqp_solution, random_qp, scenario_tree, sparse_form
 from anvil.qp import RiccatiQP
+from anvil.qp.cost_model import COLD_ITERATIONS, RiccatiCostModel
 
 
 def osqp_infeasible(d: dict[str, Any]) -> bool:
@@ -470,10 +471,20 @@ def test_partial_condensing_solves_the_same_qp(M: int) -> None:
   same_solution(sol, reference, 1e-6)
 
 
-def test_partial_condensing_is_checked_and_chosen_from_the_sizes() -> None:
+def test_partial_condensing_is_checked_and_chosen_by_the_cost_model() -> None:
+  """condensing="auto": the block size RiccatiCostModel predicts fastest for cold solves, given the QP's rows (with
+  boxes, the rows after them are taken to be on the states; without, every row); a tree is never condensed."""
   for bad in (11, 0, "some", 2.0):
     with pytest.raises(ValueError, match='condensing must be "auto" or an int in'):
       RiccatiQP("riccati_t_cond_bad", 2, 1, 10, condensing=bad)  # type: ignore[arg-type]
-  auto = lambda nx, nu, N: RiccatiQP("riccati_t_cond_auto", nx, nu, N).condensing
-  assert auto(4, 1, 30) == auto(12, 4, 30) == auto(9, 3, 30) == 1, "small states against the inputs: none"
-  assert auto(21, 3, 40) == 3 and auto(39, 3, 40) == 6 and auto(39, 3, 4) == 4
+  auto = lambda nx, nu, N, **kw: RiccatiQP("riccati_t_cond_auto", nx, nu, N, **kw).condensing
+  model = lambda nx, nu, N, **kw: RiccatiCostModel(nx=nx, nu=nu, N=N, iterations=COLD_ITERATIONS, **kw).best()
+  boxed = lambda nx, nu, general: dict(ng=nx + nu + general, ngN=nx, boxes=True)
+  for nx, nu, N in ((9, 3, 40), (21, 3, 40), (39, 3, 40), (39, 3, 4), (30, 6, 30), (16, 2, 50)):
+    assert auto(nx, nu, N, **boxed(nx, nu, 1)) == model(nx, nu, N, nud=nu, state_rows=1)
+    assert auto(nx, nu, N, **boxed(nx, nu, 1), nud=1) == model(nx, nu, N, nud=1, state_rows=1)
+    assert auto(nx, nu, N, ng=nx + nu) == model(nx, nu, N, nud=nu, state_rows=nx + nu, rows=nx + nu)
+  assert auto(9, 3, 40, **boxed(9, 3, 1)) == 1 < auto(39, 3, 40, **boxed(39, 3, 1)) <= 40
+  assert auto(39, 3, 4, **boxed(39, 3, 1)) <= 4
+  assert auto(39, 3, 40, ng=42) < auto(39, 3, 40, **boxed(39, 3, 0)), "rows on the states: smaller blocks"
+  assert auto(39, 3, 40, ng=1, ngN=1, parents=(-1, *range(40))) == 1

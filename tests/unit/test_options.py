@@ -12,6 +12,8 @@ import scipy.sparse as sp
 from anvil.codegen import Arg, NumericalFunction
 from anvil.mpc import MPCOptions, shooting_layout
 from anvil.qp import OSQPOptions, QPProblem, RiccatiOptions, SparseIPMOptions, StageLayout
+from anvil.qp.cost_model import WARM_ITERATIONS
+from anvil.qp.riccati import auto_condensing
 from anvil.qp.riccati_backend import RiccatiBackend
 from anvil.sqp import SQPFunction, SQPOptions
 
@@ -112,6 +114,27 @@ def test_the_riccati_backend_eliminates_soft_slacks_only_where_they_are_plain() 
   coupled = sp.csc_array(coupled)
   kept = RiccatiBackend("soft_coupled", QPProblem(coupled, a, layout), RiccatiOptions())
   assert kept.soft == () and kept.solver.nu == 2 and not kept.solver.quadratic_prices
+
+
+def test_the_riccati_backend_condenses_auto_for_warm_started_qps() -> None:
+  """RiccatiOptions(condensing="auto"): the block size the cost model predicts fastest for an SQP step's QPs, which
+  start warm (WARM_ITERATIONS), smaller than a cold-started RiccatiQP's choice for the same sizes."""
+  nx, nu, N = 27, 3, 40
+  variables = tuple((k, i) for k in range(N) for i in range(nx + nu)) + tuple((N, i) for i in range(nx))
+  rows = tuple(("initial", 0, i) for i in range(nx)) + tuple(("dynamics", k, i) for k in range(N) for i in range(nx))
+  layout = StageLayout(N=N, nx=nx, nu=nu, nuN=0, variables=variables, rows=rows)
+  n, rng = len(variables), np.random.default_rng(0)
+  jac = np.zeros((len(rows), n))
+  jac[:nx, :nx] = np.eye(nx)
+  for k in range(N):  # x_{k+1} - A x_k - B u_k
+    row, col = nx * (k + 1), (nx + nu) * k
+    jac[row : row + nx, col : col + nx + nu] = -rng.standard_normal((nx, nx + nu))
+    jac[row : row + nx, col + nx + nu : col + 2 * nx + nu] = np.eye(nx)
+  problem = QPProblem(sp.csc_array(np.eye(n)), sp.csc_array(np.vstack([jac, np.eye(n)])), layout)
+  blocks = lambda condensing: RiccatiBackend("auto_blocks", problem, RiccatiOptions(condensing=condensing)).solver
+  warm = auto_condensing(nx, nu, N, iterations=WARM_ITERATIONS)
+  assert blocks("auto").condensing == warm and 1 < warm < auto_condensing(nx, nu, N)
+  assert blocks(1).condensing == 1 and blocks(5).condensing == 5
 
 
 def test_the_riccati_backend_refuses_qps_its_layout_does_not_fit() -> None:

@@ -91,7 +91,8 @@ class RiccatiCostModel:
       _check_int("rows", self.rows, 0)
     if self.nud > self.nu:
       raise ValueError(f"RiccatiCostModel: nud must be at most nu = {self.nu}, got {self.nud}")
-    if not (isinstance(self.iterations, (int, float)) and math.isfinite(self.iterations) and self.iterations > 0):
+    number = isinstance(self.iterations, (int, float)) and not isinstance(self.iterations, bool)
+    if not (number and math.isfinite(self.iterations) and self.iterations > 0):
       raise ValueError(f"RiccatiCostModel: iterations must be a finite number > 0, got {self.iterations!r}")
 
   def blocks(self, M: int) -> int:
@@ -152,7 +153,13 @@ class RiccatiCostModel:
     return self.iterations * iteration + products * PRODUCT_SECONDS + vectors * VECTOR_SECONDS + entries * ENTRY_SECONDS
 
   def best(self) -> int:
-    """The block size predicted fastest: the smallest M within MARGIN of the least modeled time over every M."""
-    times = {M: self.seconds(M) for M in range(1, self.N + 1)}
+    """The block size predicted fastest: the smallest M within MARGIN of the least modeled time. The block sizes are
+    tried from 1 up, until one is modeled at twice the least so far (past its best, a block's cost grows as its
+    inputs cubed; the padding of a last block makes small bumps only)."""
+    times = {1: self.seconds(1)}
+    for M in range(2, self.N + 1):
+      times[M] = self.seconds(M)
+      if times[M] > 2 * min(times.values()):
+        break
     least = min(times.values())
     return min(M for M, t in times.items() if t <= least * (1 + MARGIN))

@@ -59,6 +59,18 @@ def test_more_iterations_never_choose_smaller_blocks() -> None:
     assert blocks == sorted(blocks), (nx, nu, state_rows, N)
 
 
+def test_the_search_stops_where_the_costs_grow() -> None:
+  """best() tries block sizes from 1 up until the modeled time doubles: the same choice as every block size tried,
+  and a horizon of 10^5 stages is searched in a few blocks."""
+  for nx, nu, state_rows, N in SIZES:
+    for its in (1, 10, 100):
+      model = RiccatiCostModel(nx=nx, nu=nu, N=N, nud=nu, state_rows=state_rows, iterations=its)
+      times = {M: model.seconds(M) for M in range(1, N + 1)}
+      assert model.best() == min(M for M, t in times.items() if t <= min(times.values()) * 1.05)
+  long = RiccatiCostModel(nx=10, nu=1, N=100_000, nud=1)
+  assert long.best() == RiccatiCostModel(nx=10, nu=1, N=4000, nud=1).best() > 1
+
+
 def test_dense_rows_shrink_blocks_and_inputs_outside_the_dynamics_grow_them() -> None:
   """Rows on the states turn dense once condensed (a Gram product per row, per block); inputs outside the dynamics
   (slacks) add no columns to a block's [A B], whose products grow with M the slower."""
@@ -76,6 +88,7 @@ def test_dense_rows_shrink_blocks_and_inputs_outside_the_dynamics_grow_them() ->
     (dict(rows=1.5), "rows must be an int >= 0"),
     (dict(iterations=float("nan")), "iterations must be a finite number > 0"),
     (dict(iterations=0), "iterations must be a finite number > 0"),
+    (dict(iterations=True), "iterations must be a finite number > 0"),
   ],
 )
 def test_checks_its_arguments(kw: dict, match: str) -> None:

@@ -63,7 +63,10 @@ class RiccatiCostModel:
   dynamics, condensed in blocks of M stages or not (M = 1), over `iterations` interior-point iterations.
 
   Args:
-    nx, nu, N, nud: the QP's sizes (RiccatiQP's).
+    nx: states per stage.
+    nu: inputs per stage.
+    N: the horizon (stages).
+    nud: the inputs that enter the dynamics (RiccatiQP's: the first nud).
     state_rows: rows with bounds per stage that involve the states: once condensed, each is a dense row of its
       block's variables (an inner state depends on every earlier input of its block).
     rows: rows with bounds per stage in all (default: state_rows + nu, every input bounded).

@@ -296,7 +296,9 @@ def auto_condensing(
   modeled: `python -m benchmarks.bench_riccati --condensing`).
 
   Args:
-    nx, nu, N: the QP's sizes.
+    nx: states per stage.
+    nu: inputs per stage.
+    N: the horizon (stages).
     nud: the inputs that enter the dynamics (default nu).
     state_rows: rows with bounds per stage that involve the states (each a dense row of its block once condensed).
     rows: rows with bounds per stage in all (default state_rows + nu).

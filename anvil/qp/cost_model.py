@@ -38,9 +38,10 @@ ROW_SECONDS = 90e-9
 #: Seconds per entry of the condensed QP written by the condensing.
 ENTRY_SECONDS = 0.85e-9
 #: Interior-point iterations a cold-started solve is assumed to take (random OCP QPs to 1e-8: 10-12 at nx 4 to 27,
-#: 22 at nx 39 and 45), and a warm-started one (an SQP step's QP, started from the last: 1-5 on the chain of masses).
+#: 22 at nx 39 and 45), and a warm-started one (an SQP step's QP, started from the last: 1.9-2.6 per SQP iteration on
+#: the chain of masses at nx 21-45, where blocks of 4 stages made the MPC's QPs 1.45x slower at nx 45).
 COLD_ITERATIONS = 10.0
-WARM_ITERATIONS = 3.0
+WARM_ITERATIONS = 2.0
 #: A larger block is chosen only where it is predicted faster than every smaller one by this fraction: the model's
 #: typical error, and larger blocks compile more code.
 MARGIN = 0.05

@@ -119,7 +119,7 @@ def test_the_riccati_backend_eliminates_soft_slacks_only_where_they_are_plain() 
 def test_the_riccati_backend_condenses_auto_for_warm_started_qps() -> None:
   """RiccatiOptions(condensing="auto"): the block size the cost model predicts fastest for an SQP step's QPs, which
   start warm (WARM_ITERATIONS), smaller than a cold-started RiccatiQP's choice for the same sizes."""
-  nx, nu, N = 27, 3, 40
+  nx, nu, N = 27, 1, 40
   variables = tuple((k, i) for k in range(N) for i in range(nx + nu)) + tuple((N, i) for i in range(nx))
   rows = tuple(("initial", 0, i) for i in range(nx)) + tuple(("dynamics", k, i) for k in range(N) for i in range(nx))
   layout = StageLayout(N=N, nx=nx, nu=nu, nuN=0, variables=variables, rows=rows)

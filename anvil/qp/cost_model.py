@@ -11,15 +11,9 @@ ratio tests), whatever the condensing, and the condensing writes the condensed Q
 once per solve.
 
 The prices are fitted (non-negative least squares on the relative error) to `python -m benchmarks.bench_riccati
---condensing` (random OCP QPs with input boxes and one soft row on the states per stage; its first five sizes, nx 4
-to 39, nu 1 to 4, N 40 and 100, cold and warm solves, blocks of 1 to 8 stages) and to the solver's kernels timed at
-nx 21 and 45, on a 2-core Xeon with GCC 12 at the generated code's flags. Over all eleven sizes of that benchmark
-(six of them not fitted: nx 8 to 45, nu 2 to 6) the modeled times are within 18% of the measured ones (root mean
-square; up to 78% for the warm solves of 3 iterations at nx 15, where the fixed costs of a solve dominate). The
-choice depends only on the ratios between block sizes, which the model gets closer: RiccatiQP's choice (cold) is
-within 10% of the fastest block size measured at every size, the model's at the warm solves' iterations within 11%
-but at nx 4, nu 1 (24%, a size where every block size is within 20% of the others). On another machine the times
-scale, and the choice depends on their ratios.
+--condensing` and to the solver's kernels timed alone, on a 2-core Xeon with GCC 12 at the generated code's flags;
+benchmarks/RESULTS.md has the fit's error and the choices' regret. On another machine the times scale, and the choice
+depends on their ratios.
 """
 
 from __future__ import annotations
@@ -37,9 +31,8 @@ SCALAR_SECONDS = 1 / 2e9
 ROW_SECONDS = 90e-9
 #: Seconds per entry of the condensed QP written by the condensing.
 ENTRY_SECONDS = 0.85e-9
-#: Interior-point iterations a cold-started solve is assumed to take (random OCP QPs to 1e-8: 10-12 at nx 4 to 27,
-#: 22 at nx 39 and 45), and a warm-started one (an SQP step's QP, started from the last: 1.9-2.6 per SQP iteration on
-#: the chain of masses at nx 21-45, where blocks of 4 stages made the MPC's QPs 1.45x slower at nx 45).
+#: Interior-point iterations a cold-started solve is assumed to take (random OCP QPs to 1e-8 take 10-22), and a
+#: warm-started one (an SQP step's QP, started from the last: about 2 on the chain of masses).
 COLD_ITERATIONS = 10.0
 WARM_ITERATIONS = 2.0
 #: A larger block is chosen only where it is predicted faster than every smaller one by this fraction: the model's
@@ -71,8 +64,8 @@ class RiccatiCostModel:
     state_rows: rows with bounds per stage that involve the states: once condensed, each is a dense row of its
       block's variables (an inner state depends on every earlier input of its block).
     rows: rows with bounds per stage in all (default: state_rows + nu, every input bounded).
-    iterations: interior-point iterations per solve (cold solves take 10-20, warm-started ones 2-10); the
-      condensing is done once per solve.
+    iterations: interior-point iterations per solve (COLD_ITERATIONS by default); the condensing is done once per
+      solve.
 
   Example:
     >>> model = RiccatiCostModel(nx=21, nu=3, N=40, nud=3, state_rows=1)
@@ -85,7 +78,7 @@ class RiccatiCostModel:
   nud: int
   state_rows: int = 0
   rows: int | None = None
-  iterations: float = 10.0
+  iterations: float = COLD_ITERATIONS
 
   def __post_init__(self) -> None:
     for what, value, least in (("nx", self.nx, 1), ("nu", self.nu, 1), ("N", self.N, 1), ("nud", self.nud, 0),
@@ -161,9 +154,10 @@ class RiccatiCostModel:
     tried from 1 up, until one is modeled at twice the least so far (past its best, a block's cost grows as its
     inputs cubed; the padding of a last block makes small bumps only)."""
     times = {1: self.seconds(1)}
+    least = times[1]
     for M in range(2, self.N + 1):
       times[M] = self.seconds(M)
-      if times[M] > 2 * min(times.values()):
+      if times[M] > 2 * least:
         break
-    least = min(times.values())
+      least = min(least, times[M])
     return min(M for M, t in times.items() if t <= least * (1 + MARGIN))

@@ -289,11 +289,11 @@ def auto_condensing(
   iterations: float = COLD_ITERATIONS,
 ) -> int:
   """The stages per block a RiccatiQP of these sizes solves fastest, as `anvil.qp.cost_model.RiccatiCostModel`
-  predicts it: every block size's modeled time per solve (the factorization's products, the vector passes, the rows
-  and the condensing, counted from the sizes) over `iterations` interior-point iterations, the smallest block within
-  5% of the fastest. Condensing pays where nx is large against nu and a solve takes many iterations: it turns the
-  O(N (nx + nu)^3) recursion into O(N / M (nx + M nu)^3), for a condensing done once per solve (measured and
-  modeled: `python -m benchmarks.bench_riccati --condensing`).
+  predicts it (`RiccatiCostModel.best`): the block sizes' modeled times per solve (the factorization's products, the
+  vector passes, the rows and the condensing, counted from the sizes) over `iterations` interior-point iterations,
+  the smallest block within 5% of the fastest. Condensing pays where nx is large against nu and a solve takes many
+  iterations: it turns the O(N (nx + nu)^3) recursion into O(N / M (nx + M nu)^3), for a condensing done once per
+  solve (measured and modeled: `python -m benchmarks.bench_riccati --condensing`).
 
   Args:
     nx: states per stage.

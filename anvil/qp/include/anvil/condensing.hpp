@@ -287,25 +287,22 @@ struct Condensed {
     }
   }
 
-  /// x_{s+1} = A_s x_s + B_s u_s + c_s
+  /// x_{s+1} = A_s x_s + B_s u_s + c_s (the rows' sums independent chains, each in the order of the columns)
   static void state_after(const Data& d, int s, Workspace& ws) {
-    for (int i = 0; i < nx; ++i) {
-      T v = d.c[s][i];
-      for (int l = 0; l < nx; ++l) v += d.A[s][i][l] * ws.x[s][l];
-      for (int k = 0; k < nud; ++k) v += d.B[s][i][k] * ws.u[s][k];
-      ws.x[s + 1][i] = v;
-    }
+    dense::multiply_add<nx, nx>(d.A[s], ws.x[s], d.c[s], ws.x[s + 1]);
+    for (int k = 0; k < nud; ++k)
+      for (int i = 0; i < nx; ++i) ws.x[s + 1][i] += d.B[s][i][k] * ws.u[s][k];
   }
 
-  /// pi_{s-1} = (H_s z_s + g_s)_x + A_s'pi_s + (G_s'lam_s)_x: stationarity in x_s, an inner state of its block.
+  /// pi_{s-1} = (H_s z_s + g_s)_x + A_s'pi_s + (G_s'lam_s)_x: stationarity in x_s, an inner state of its block (H_s
+  /// symmetric: its rows' combinations, vectorized, each entry's terms in the order of l).
   static void multiplier_before(const Data& d, int s, Workspace& ws) {
     T r[nx];
-    for (int i = 0; i < nx; ++i) {
-      T v = d.g[s][i];
-      for (int l = 0; l < nx; ++l) v += d.H[s][i][l] * ws.x[s][l] + d.A[s][l][i] * ws.pi[s][l];
-      for (int k = 0; k < nu; ++k) v += d.H[s][i][nx + k] * ws.u[s][k];
-      r[i] = v;
-    }
+    for (int i = 0; i < nx; ++i) r[i] = d.g[s][i];
+    for (int l = 0; l < nx; ++l)
+      for (int i = 0; i < nx; ++i) r[i] += d.H[s][l][i] * ws.x[s][l] + d.A[s][l][i] * ws.pi[s][l];
+    for (int k = 0; k < nu; ++k)
+      for (int i = 0; i < nx; ++i) r[i] += d.H[s][nx + k][i] * ws.u[s][k];
     for (int m = 0; m < ng; ++m) {
       const T lam = multiplier(ws.rows[s][m]);
       if (m < nb) {

@@ -165,12 +165,8 @@ class RiccatiQP(TemplatedFunction):
     self.condensing: int = condensing
 
   def best_condensing(self, iterations: float) -> int:
-    """`auto_condensing` for this QP's sizes and solves of `iterations` interior-point iterations: its general rows
-    (with boxes, the rows after them; else every row) are taken to involve the states, and with boxes the inputs to
-    be bounded and the states not (the bounds are data, unknown here)."""
-    general = self.ng - (self.nx + self.nu) if self.boxes else self.ng
-    rows = None if self.boxes else self.ng
-    return auto_condensing(self.nx, self.nu, self.N, nud=self.nud, state_rows=general, rows=rows, iterations=iterations)
+    """`condensing_for_rows` for this QP's sizes and rows, and solves of `iterations` interior-point iterations."""
+    return condensing_for_rows(self.nx, self.nu, self.N, self.ng, boxes=self.boxes, nud=self.nud, iterations=iterations)
 
   @property
   def header_includes(self) -> tuple[str, ...]:
@@ -307,6 +303,14 @@ def auto_condensing(
   model = RiccatiCostModel(nx=nx, nu=nu, N=N, nud=nu if nud is None else nud, state_rows=state_rows, rows=rows,
                            iterations=iterations)  # fmt: skip
   return model.best()
+
+
+def condensing_for_rows(nx: int, nu: int, N: int, ng: int, *, boxes: bool, nud: int, iterations: float) -> int:
+  """`auto_condensing` for a RiccatiQP's rows (ng per stage, `boxes` as RiccatiQP's), whose bounds are data unknown
+  here: with boxes, the rows after the box rows are taken to involve the states, and the inputs to be bounded and
+  the states not; without boxes, every row is taken to involve the states."""
+  general = ng - (nx + nu) if boxes else ng
+  return auto_condensing(nx, nu, N, nud=nud, state_rows=general, rows=None if boxes else ng, iterations=iterations)
 
 
 def flat_offsets(shapes: Mapping[str, tuple[int, ...]]) -> tuple[dict[str, int], int]:

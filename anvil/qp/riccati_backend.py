@@ -20,7 +20,7 @@ from anvil.codegen.precision import cpp_real
 from anvil.qp.backend import QPBackend, QPProblem
 from anvil.qp.cost_model import WARM_ITERATIONS
 from anvil.qp.options import RiccatiOptions
-from anvil.qp.riccati import RiccatiQP, auto_condensing, flat_offsets
+from anvil.qp.riccati import RiccatiQP, condensing_for_rows, flat_offsets
 from anvil.qp.stages import StageLayout, stored_entries
 
 SCALES = ("A_scale", "l_scale", "dual_scale", "initial_scale", "jac_scale")
@@ -87,8 +87,9 @@ class RiccatiBackend(QPBackend[RiccatiOptions]):
     if self.stages.parents:
       condensing = 1
     elif condensing == "auto":  # an SQP step's QPs start warm
-      N = self.stages.N
-      condensing = auto_condensing(self.stages.nx, nu, N, nud=nud, state_rows=ng, iterations=WARM_ITERATIONS)
+      condensing = condensing_for_rows(
+        self.stages.nx, nu, self.stages.N, nz + ng, boxes=True, nud=nud, iterations=WARM_ITERATIONS
+      )
     self.solver = RiccatiQP(f"{self.name}_ipm", self.stages.nx, nu, self.stages.N, ng=nz + ng, ngN=nzN + ngN,
                             max_iter=options.max_iter, nuN=nuN, nud=nud, scalar=problem.scalar, boxes=True,
                             quadratic_prices=bool(self.soft), parents=self.stages.parents,

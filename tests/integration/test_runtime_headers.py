@@ -136,6 +136,57 @@ def test_riccati_header_solves_qps_like_osqp(cxx: str, tmp_path: Path, sanitize:
     np.testing.assert_allclose(u, u_ref, atol=1e-6)
 
 
+#: (rows, inner, columns) of the dense products checked: widths below, at and past a vector of 2 and 4 lanes, tails of
+#: 1 to 3 columns after whole vectors and panels (51 and 69: a condensed chain stage's [A B]).
+PRODUCTS = ((3, 4, 1), (5, 3, 2), (2, 7, 3), (5, 4, 5), (3, 6, 6), (6, 5, 7), (4, 3, 9), (5, 9, 13), (3, 4, 17),
+            (9, 5, 19), (4, 21, 27), (5, 45, 51), (4, 45, 69))  # fmt: skip
+
+DENSE_DRIVER = """#include <cstdio>
+#include "anvil/dense.hpp"
+template <int rows, int inner, int len>
+bool product() {  // C = A B, then Q's lower triangle += B'B (Q starting at 1), each printed
+  static double A[rows][inner], B[inner][len], C[rows][len], Q[len][len];
+  for (auto& row : A) for (double& v : row) if (std::scanf("%lf", &v) != 1) return false;
+  for (auto& row : B) for (double& v : row) if (std::scanf("%lf", &v) != 1) return false;
+  anvil::dense::multiply_blocked<rows, inner, len>(A, B, C);
+  for (auto& row : Q) for (double& v : row) v = 1;
+  anvil::dense::add_lower_product<0>(B, B, Q);
+  for (auto& row : C) for (double v : row) std::printf("%.17g\\n", v);
+  for (int i = 0; i < len; ++i) for (int j = 0; j <= i; ++j) std::printf("%.17g\\n", Q[i][j]);
+  return true;
+}
+int main() { return (CASES) ? 0 : 2; }
+"""
+
+
+def ordered_sum(a: np.ndarray, b: np.ndarray) -> float:
+  """a'b summed term by term in order, as the kernels promise (IEEE doubles, no fused multiply-adds)."""
+  total = float(a[0]) * float(b[0])
+  for x, y in zip(a[1:], b[1:], strict=True):
+    total += float(x) * float(y)
+  return total
+
+
+@pytest.mark.parametrize("flags", [["-march=native"], ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]])
+def test_dense_products_sum_in_order_at_every_width(cxx: str, tmp_path: Path, flags: list[str]) -> None:
+  """anvil/dense.hpp's register-blocked products at widths that leave 1 to 3 columns after the last whole vector (the
+  vector computing them overlaps columns already computed): every entry equals its terms summed in order, bit for
+  bit, on the target's vectors (AVX: 4 lanes) and on SSE2's 2 (under the sanitizers: no read or write out of bounds)."""
+  cases = " && ".join(f"product<{r}, {k}, {n}>()" for r, k, n in PRODUCTS)
+  exe = build(cxx, tmp_path, DENSE_DRIVER, ["-ffp-contract=off", f"-DCASES={cases}", *flags,
+                                            *(f"-I{d}" for d in INCLUDE_DIRS)])  # fmt: skip
+  rng = np.random.default_rng(7)
+  data = [(rng.standard_normal((r, k)), rng.standard_normal((k, n))) for r, k, n in PRODUCTS]
+  out = iter(run(exe, np.concatenate([np.concatenate([a.ravel(), b.ravel()]) for a, b in data])))
+  for a, b in data:
+    rows, cols = a.shape[0], b.shape[1]
+    product = np.array([[next(out) for _ in range(cols)] for _ in range(rows)])
+    expected = np.array([[ordered_sum(a[i], b[:, j]) for j in range(cols)] for i in range(rows)])
+    np.testing.assert_array_equal(product, expected)
+    lower = [next(out) for i in range(cols) for _ in range(i + 1)]
+    assert lower == [1 + ordered_sum(b[:, i], b[:, j]) for i in range(cols) for j in range(i + 1)]
+
+
 def kkt_layout(kkt: ActiveSetKKT, n: int, m: int) -> str:
   """A Layout and Workspace for anvil::qp::ActiveSetKKT, as the generated backends write them."""
   tables = "\n".join(f"  static constexpr int {k}[{max(len(v), 1)}] = {{{', '.join(map(str, v)) or 0}}};"

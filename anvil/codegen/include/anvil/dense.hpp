@@ -24,6 +24,21 @@ inline constexpr int vector_bytes = 16;
 inline constexpr int vector_bytes = 0;
 #endif
 
+/// v = the vector at p, and the vector v stored at p: an unaligned vector move (the type GCC's and clang's intrinsics
+/// headers give unaligned vectors: a T's alignment, may alias T). __builtin_memcpy compiles to the same move on some
+/// targets; on others (GCC 12 at -march=znver3) it copies through the stack in halves and the vectors never reach
+/// registers: the products ran 3x slower.
+template <class V, class T>
+inline void load(V& v, const T* p) {
+  typedef V unaligned __attribute__((aligned(alignof(T)), may_alias));
+  v = *reinterpret_cast<const unaligned*>(p);
+}
+template <class V, class T>
+inline void store(T* p, const V& v) {
+  typedef V unaligned __attribute__((aligned(alignof(T)), may_alias));
+  *reinterpret_cast<unaligned*>(p) = v;
+}
+
 /// out = sum_l a[l] M[l][:len], a combination of M's rows (their first len entries) accumulated in local vectors of
 /// the target's register width (GCC's and clang's vector extension; the remainder in a local array): 1.4x (SSE2) to
 /// 3x (AVX2) the speed of updating `out` in memory term by term. Plain loops over one local array are left to the
@@ -40,18 +55,18 @@ void combine_rows(const T* a, const T (&M)[rows][n], T* out) {
     vec acc[vectors];
     for (int j = 0; j < vectors; ++j) {
       vec m;
-      __builtin_memcpy(&m, &M[0][lanes * j], sizeof m);
+      load(m, &M[0][lanes * j]);
       acc[j] = a[0] * m;
     }
     for (int l = 1; l < rows; ++l) {
       const T c = a[l];
       for (int j = 0; j < vectors; ++j) {
         vec m;
-        __builtin_memcpy(&m, &M[l][lanes * j], sizeof m);
+        load(m, &M[l][lanes * j]);
         acc[j] += c * m;
       }
     }
-    __builtin_memcpy(out, acc, sizeof acc);
+    for (int j = 0; j < vectors; ++j) store(out + lanes * j, acc[j]);
   }
   if constexpr (rest > 0) {
     T acc[rest];
@@ -70,17 +85,18 @@ template <int r, int v, int inner, int lanes, int n, int ldc, class T, class Coe
 void multiply_block(Coef&& a, const T (*B)[n], T (*C)[ldc], int j0) {
   typedef T vec __attribute__((vector_size(lanes * sizeof(T))));
   vec acc[r][v], b[v];
-  for (int q = 0; q < v; ++q) __builtin_memcpy(&b[q], &B[0][j0 + lanes * q], sizeof(vec));
+  for (int q = 0; q < v; ++q) load(b[q], &B[0][j0 + lanes * q]);
   for (int i = 0; i < r; ++i)
     for (int q = 0; q < v; ++q) acc[i][q] = a(i, 0) * b[q];
   for (int l = 1; l < inner; ++l) {
-    for (int q = 0; q < v; ++q) __builtin_memcpy(&b[q], &B[l][j0 + lanes * q], sizeof(vec));
+    for (int q = 0; q < v; ++q) load(b[q], &B[l][j0 + lanes * q]);
     for (int i = 0; i < r; ++i) {
       const T c = a(i, l);
       for (int q = 0; q < v; ++q) acc[i][q] += c * b[q];
     }
   }
-  for (int i = 0; i < r; ++i) __builtin_memcpy(&C[i][j0], acc[i], sizeof acc[i]);
+  for (int i = 0; i < r; ++i)
+    for (int q = 0; q < v; ++q) store(&C[i][j0 + lanes * q], acc[i][q]);
 }
 
 /// C[i][:len] = sum_{l < inner} a(i, l) B[l][:len] for i < r in register blocks of `lanes`-lane vectors: blocks of
@@ -145,19 +161,19 @@ void subtract_rows(const T* init, Coef&& c, const T (*rows)[n], int count, T sca
   typedef T vec __attribute__((vector_size(lanes * sizeof(T))));
   vec acc[vectors > 0 ? vectors : 1];
   T tail[rest > 0 ? rest : 1];
-  for (int j = 0; j < vectors; ++j) __builtin_memcpy(&acc[j], init + lanes * j, sizeof(vec));
+  for (int j = 0; j < vectors; ++j) load(acc[j], init + lanes * j);
   for (int j = 0; j < rest; ++j) tail[j] = init[done + j];
   for (int k = 0; k < count; ++k) {
     const T coef = c(k);
     for (int j = 0; j < vectors; ++j) {
       vec m;
-      __builtin_memcpy(&m, &rows[k][lanes * j], sizeof m);
+      load(m, &rows[k][lanes * j]);
       acc[j] -= coef * m;
     }
     for (int j = 0; j < rest; ++j) tail[j] -= coef * rows[k][done + j];
   }
   for (int j = 0; j < vectors; ++j) acc[j] *= scale;
-  if constexpr (vectors > 0) __builtin_memcpy(out, acc, sizeof(vec) * vectors);
+  for (int j = 0; j < vectors; ++j) store(out + lanes * j, acc[j]);
   for (int j = 0; j < rest; ++j) out[done + j] = tail[j] * scale;
 }
 
@@ -215,7 +231,7 @@ void combine_pointed(Coef&& coef, const T* const* rows, int count, T (*out)[len]
   for (int l = 0; l < count; ++l) {
     const T* row = rows[l];
     vec m[vectors > 0 ? vectors : 1];
-    for (int j = 0; j < vectors; ++j) __builtin_memcpy(&m[j], row + lanes * j, sizeof(vec));
+    for (int j = 0; j < vectors; ++j) load(m[j], row + lanes * j);
     for (int r = 0; r < R; ++r) {
       const T c = coef(r, l);
       for (int j = 0; j < vectors; ++j) acc[r][j] += c * m[j];
@@ -223,7 +239,7 @@ void combine_pointed(Coef&& coef, const T* const* rows, int count, T (*out)[len]
     }
   }
   for (int r = 0; r < R; ++r) {
-    if constexpr (vectors > 0) __builtin_memcpy(out[r], acc[r], sizeof acc[r]);
+    for (int j = 0; j < vectors; ++j) store(out[r] + lanes * j, acc[r][j]);
     for (int j = 0; j < rest; ++j) out[r][done + j] = tail[r][j];
   }
 }

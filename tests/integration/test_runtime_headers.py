@@ -137,9 +137,11 @@ def test_riccati_header_solves_qps_like_osqp(cxx: str, tmp_path: Path, sanitize:
 
 
 #: (rows, inner, columns) of the dense products checked: widths below, at and past a vector of 2 and 4 lanes, tails of
-#: 1 to 3 columns after whole vectors and panels (51 and 69: a condensed chain stage's [A B]).
-PRODUCTS = ((3, 4, 1), (5, 3, 2), (2, 7, 3), (5, 4, 5), (3, 6, 6), (6, 5, 7), (4, 3, 9), (5, 9, 13), (3, 4, 17),
-            (9, 5, 19), (4, 21, 27), (5, 45, 51), (4, 45, 69))  # fmt: skip
+#: 1 to 3 columns after whole vectors and after panels of 3 and 4 vectors, panels alone and panels with whole vectors
+#: after them (51 and 69: a condensed chain stage's [A B]).
+PRODUCTS = ((3, 4, 1), (5, 3, 2), (2, 7, 3), (5, 4, 5), (3, 6, 6), (6, 5, 7), (4, 3, 9), (5, 9, 13), (3, 5, 16),
+            (3, 4, 17), (9, 5, 19), (2, 6, 20), (5, 3, 24), (4, 21, 27), (3, 7, 28), (5, 45, 51),
+            (4, 45, 69))  # fmt: skip
 
 DENSE_DRIVER = """#include <cstdio>
 #include "anvil/dense.hpp"

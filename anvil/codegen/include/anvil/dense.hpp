@@ -24,6 +24,17 @@ inline constexpr int vector_bytes = 16;
 inline constexpr int vector_bytes = 0;
 #endif
 
+/// The target's vector registers: 32 with AVX-512 (its 256-bit forms included) and on 64-bit ARM, else 16 (AVX2,
+/// SSE2). A product's register block keeps its accumulators, the loaded vectors of B and a broadcast coefficient in
+/// them: 4 rows by 4 vectors with 32, by 3 with 16 (4 by 4 spilled two accumulators to the stack at every step on
+/// AMD Zen 3: a 45 x 45 x 48 product 25-35% slower).
+#if defined(__AVX512VL__) || defined(__aarch64__)
+inline constexpr int vector_registers = 32;
+#else
+inline constexpr int vector_registers = 16;
+#endif
+inline constexpr int block_vectors = vector_registers >= 32 ? 4 : 3;  ///< vectors per row of a register block
+
 /// v = the vector at p, and the vector v stored at p: an unaligned vector move (the type GCC's and clang's intrinsics
 /// headers give unaligned vectors: a T's alignment, may alias T). __builtin_memcpy compiles to the same move on some
 /// targets; on others (GCC 12 at -march=znver3) it copies through the stack in halves and the vectors never reach
@@ -100,13 +111,14 @@ void multiply_block(Coef&& a, const T (*B)[n], T (*C)[ldc], int j0) {
 }
 
 /// C[i][:len] = sum_{l < inner} a(i, l) B[l][:len] for i < r in register blocks of `lanes`-lane vectors: blocks of
-/// 4 vectors, then the vectors left; columns left after the last whole vector are computed by one more vector ending
-/// at column len, which overlaps columns already computed (computed again the same way: the same values). Scalar
-/// tails (each sum a chain of dependent additions) made a product 1.5-2x slower at 45 x 51 and 21 x 27 than at 52
-/// and 28 columns. Rows shorter than a vector take half as many lanes, down to single columns.
+/// block_vectors vectors, then the vectors left; columns left after the last whole vector are computed by one more
+/// vector ending at column len, which overlaps columns already computed (computed again the same way: the same
+/// values). Scalar tails (each sum a chain of dependent additions) made a product 1.5-2x slower at 45 x 51 and 21 x 27
+/// than at 52 and 28 columns. Rows shorter than a vector take half as many lanes, down to single columns.
 template <int r, int inner, int len, int lanes, int n, int ldc, class T, class Coef>
 void multiply_columns(Coef&& a, const T (&B)[inner][n], T (*C)[ldc]) {
-  constexpr int full = len / lanes, rest = len % lanes, panels = full / 4, left = full % 4, panel = 4 * lanes;
+  constexpr int full = len / lanes, rest = len % lanes, panels = full / block_vectors, left = full % block_vectors;
+  constexpr int panel = block_vectors * lanes;
   if constexpr (lanes == 1) {
     T acc[r];  // the rows' sums, independent chains
     for (int j = 0; j < len; ++j) {
@@ -118,7 +130,7 @@ void multiply_columns(Coef&& a, const T (&B)[inner][n], T (*C)[ldc]) {
   } else if constexpr (full == 0) {
     multiply_columns<r, inner, len, lanes / 2>(a, B, C);
   } else {
-    for (int p = 0; p < panels; ++p) multiply_block<r, 4, inner, lanes>(a, B, C, p * panel);
+    for (int p = 0; p < panels; ++p) multiply_block<r, block_vectors, inner, lanes>(a, B, C, p * panel);
     if constexpr (rest > 0 && panels > 0) {
       multiply_block<r, left + 1, inner, lanes>(a, B, C, len - (left + 1) * lanes);
     } else {
@@ -137,10 +149,10 @@ void multiply_rows(Coef&& a, const T (&B)[inner][n], T (*C)[ldc]) {
   multiply_columns<r, inner, len, lanes>(a, B, C);
 }
 
-/// C = A[:rows, :inner] B[:, :len] (row-major blocks; A's rows from a pointer) in register blocks of 4 rows of C by 4
-/// vectors: a loaded vector of B serves 4 rows and an entry of A 4 vectors, where combine_rows, a row of C at a time,
-/// streams all of B once per row (at 45 x 69 that product runs at half this one's speed). combine_rows' roundings,
-/// row by row.
+/// C = A[:rows, :inner] B[:, :len] (row-major blocks; A's rows from a pointer) in register blocks of 4 rows of C by
+/// block_vectors vectors: a loaded vector of B serves 4 rows and an entry of A a row's vectors, where combine_rows, a
+/// row of C at a time, streams all of B once per row (at 45 x 69 that product runs at half this one's speed).
+/// combine_rows' roundings, row by row.
 template <int rows, int inner, int len, int m, int n, int ldc, class T>
 void multiply_blocked(const T (*A)[m], const T (&B)[inner][n], T (*C)[ldc]) {
   static_assert(len <= ldc && len <= n && inner <= m, "the product's sizes fit its arrays");

@@ -276,6 +276,7 @@ struct Riccati {
     riccati::index_t<mgN> liveN[mgN];
     int n_live[N], n_liveN;
     T r_z[N][nz], r_N[nzN], r_dyn[N][nx];
+    T Pb[N][nx];  ///< P_{k+1} r_dyn_k, from the predictor's Newton step (its corrector's too)
     T P[N + 1][nx][nx], p[N + 1][nx], L[N][nu][nu], K[N][nu][nx], k[N][nu], LN[muN][muN], KN[muN][nx], kN[muN];
     /// [A_k B_k]' (the inputs that enter the dynamics; with transposed_dynamics, else one unused entry), set at the
     /// start of each solve
@@ -583,9 +584,11 @@ struct Riccati {
         add_to(ws.pattern[k], d.G[k], nb, m, ipm::row_rhs(ws.rows[k][m], price(d, k, m), target, corrector), qz);
       }
       Topology::for_transitions_from(k, [&](int e) {
-        T s[nx];  // P_{e+1} b_e + p_{e+1}, with b_e = r_dyn_e (P symmetric: a combination of its rows)
-        dense::combine_rows<nx, nx>(ws.r_dyn[e], ws.P[e + 1], s);
-        for (int i = 0; i < nx; ++i) s[i] += ws.p[e + 1][i];
+        // P_{e+1} b_e + p_{e+1}, with b_e = r_dyn_e (P symmetric: a combination of its rows); P b is the predictor's
+        // (the corrector's factorization and residuals are the predictor's)
+        if (!corrector) dense::combine_rows<nx, nx>(ws.r_dyn[e], ws.P[e + 1], ws.Pb[e]);
+        T s[nx];
+        for (int i = 0; i < nx; ++i) s[i] = ws.Pb[e][i] + ws.p[e + 1][i];
         add_dynamics_transposed(d, e, s, qz);
       });
       riccati::feedforward<nx, nu>(qz, qz + nx, ws.L[k], ws.K[k], ws.p[k], ws.k[k]);

@@ -37,8 +37,8 @@ inline constexpr int block_vectors = vector_registers >= 32 ? 4 : 3;  ///< vecto
 
 /// v = the vector at p, and the vector v stored at p: an unaligned vector move (the type GCC's and clang's intrinsics
 /// headers give unaligned vectors: a T's alignment, may alias T). __builtin_memcpy compiles to the same move on some
-/// targets; on others (GCC 12 at -march=znver3) it copies through the stack in halves and the vectors never reach
-/// registers: the products ran 3x slower.
+/// targets; on others (GCC 12 at -march=haswell or znver3: AVX2) it copies through the stack in halves and the
+/// vectors never reach registers: the products ran 3x slower.
 template <class V, class T>
 inline void load(V& v, const T* p) {
   typedef V unaligned __attribute__((aligned(alignof(T)), may_alias));

@@ -26,8 +26,8 @@ inline constexpr int vector_bytes = 0;
 
 /// The target's vector registers: 32 with AVX-512 (its 256-bit forms included) and on 64-bit ARM, else 16 (AVX2,
 /// SSE2). A product's register block keeps its accumulators, the loaded vectors of B and a broadcast coefficient in
-/// them: 4 rows by 4 vectors with 32, by 3 with 16 (4 by 4 spilled two accumulators to the stack at every step on
-/// AMD Zen 3: a 45 x 45 x 48 product 25-35% slower).
+/// them: 4 rows by 4 vectors with 32, by 3 with 16 (4 by 4 there needs 20: two accumulators go to the stack at every
+/// step).
 #if defined(__AVX512VL__) || defined(__aarch64__)
 inline constexpr int vector_registers = 32;
 #else
@@ -38,7 +38,7 @@ inline constexpr int block_vectors = vector_registers >= 32 ? 4 : 3;  ///< vecto
 /// v = the vector at p, and the vector v stored at p: an unaligned vector move (the type GCC's and clang's intrinsics
 /// headers give unaligned vectors: a T's alignment, may alias T). __builtin_memcpy compiles to the same move on some
 /// targets; on others (GCC 12 at -march=haswell or znver3: AVX2) it copies through the stack in halves and the
-/// vectors never reach registers: the products ran 3x slower.
+/// vectors never reach registers.
 template <class V, class T>
 inline void load(V& v, const T* p) {
   typedef V unaligned __attribute__((aligned(alignof(T)), may_alias));
@@ -113,8 +113,8 @@ void multiply_block(Coef&& a, const T (*B)[n], T (*C)[ldc], int j0) {
 /// C[i][:len] = sum_{l < inner} a(i, l) B[l][:len] for i < r in register blocks of `lanes`-lane vectors: blocks of
 /// block_vectors vectors, then the vectors left; columns left after the last whole vector are computed by one more
 /// vector ending at column len, which overlaps columns already computed (computed again the same way: the same
-/// values). Scalar tails (each sum a chain of dependent additions) made a product 1.5-2x slower at 45 x 51 and 21 x 27
-/// than at 52 and 28 columns. Rows shorter than a vector take half as many lanes, down to single columns.
+/// values), not one at a time (each sum a chain of dependent additions). Rows shorter than a vector take half as many
+/// lanes, down to single columns.
 template <int r, int inner, int len, int lanes, int n, int ldc, class T, class Coef>
 void multiply_columns(Coef&& a, const T (&B)[inner][n], T (*C)[ldc]) {
   constexpr int full = len / lanes, rest = len % lanes, panels = full / block_vectors, left = full % block_vectors;

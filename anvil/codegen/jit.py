@@ -38,11 +38,12 @@ CXXFLAGS = ("-O3", "-std=c++17", "-fPIC", "-shared", "-fno-math-errno", "-fvisib
 #: Flags that fit a JIT build to the CPU it is built on, where it also runs, the first set the compiler takes: the
 #: vector units the baseline ISA leaves idle (AVX2 on x86-64) run the dense stage kernels and sensitivities 1.2-1.5x
 #: faster. No fused multiply-adds (-ffp-contract=off): results stay the baseline build's. Two vectorizer paths stay off,
-#: each of which GCC 12 miscompiled here: 512-bit vectors (its SLP vectorizer changed the Riccati QP's results; they
-#: were no faster) and loops if-converted into masked loads (a guarded load at a negative offset, as rendered kernels
-#: have, read zeros). None with ANVIL_PORTABLE=1 (a cache shared by machines with other CPUs). The last set is for
-#: compilers without GCC's vectorizer options (clang warns about them: an exported module's CMake build with
-#: ANVIL_NATIVE tests each set with warnings as errors).
+#: each of which GCC 12 miscompiled here: 512-bit vectors in the auto-vectorizer (its SLP vectorizer changed the Riccati
+#: QP's results; anvil/dense.hpp's own vectors, which keep each sum's order, do use AVX-512's) and loops if-converted
+#: into masked loads (a guarded load at a negative offset, as rendered kernels have, read zeros). None with
+#: ANVIL_PORTABLE=1 (a cache shared by machines with other CPUs). The last set is for compilers without GCC's
+#: vectorizer options (clang warns about them: an exported module's CMake build with ANVIL_NATIVE tests each set with
+#: warnings as errors).
 HOST_FLAGS = (
   ("-march=native", "-mprefer-vector-width=256", "-ffp-contract=off", "-fno-tree-loop-if-convert"),
   ("-march=native", "-ffp-contract=off", "-fno-tree-loop-if-convert"),

@@ -136,25 +136,34 @@ def test_riccati_header_solves_qps_like_osqp(cxx: str, tmp_path: Path, sanitize:
     np.testing.assert_allclose(u, u_ref, atol=1e-6)
 
 
-#: (rows, inner, columns) of the dense products checked: widths below, at and past a vector of 2 and 4 lanes, tails of
-#: 1 to 3 columns after whole vectors and after panels of 3 and 4 vectors, panels alone and panels with whole vectors
-#: after them (51 and 69: a condensed chain stage's [A B]).
+#: (rows, inner, columns) of the dense products checked: widths below, at and past a vector of 2, 4 and 8 lanes (SSE2,
+#: AVX, AVX-512), tails of 1 to 7 columns after whole vectors and after panels of 3 and 4 vectors, panels alone and
+#: panels with whole vectors after them (51 and 69: a condensed chain stage's [A B]).
 PRODUCTS = ((3, 4, 1), (5, 3, 2), (2, 7, 3), (5, 4, 5), (3, 6, 6), (6, 5, 7), (4, 3, 9), (5, 9, 13), (3, 5, 16),
-            (3, 4, 17), (9, 5, 19), (2, 6, 20), (5, 3, 24), (4, 21, 27), (3, 7, 28), (5, 45, 51),
+            (3, 4, 17), (9, 5, 19), (2, 6, 20), (5, 3, 24), (4, 21, 27), (3, 7, 28), (2, 5, 45), (5, 45, 51),
             (4, 45, 69))  # fmt: skip
 
 DENSE_DRIVER = """#include <cstdio>
 #include "anvil/dense.hpp"
 template <int rows, int inner, int len>
-bool product() {  // C = A B, then Q's lower triangle += B'B (Q starting at 1), each printed
-  static double A[rows][inner], B[inner][len], C[rows][len], Q[len][len];
+bool product() {  // C = A B; Q's lower triangle += B'B; A's first row times B three ways; each printed
+  static double A[rows][inner], B[inner][len], C[rows][len], Q[len][len], G[len][len], y[len], s[len];
   for (auto& row : A) for (double& v : row) if (std::scanf("%lf", &v) != 1) return false;
   for (auto& row : B) for (double& v : row) if (std::scanf("%lf", &v) != 1) return false;
   anvil::dense::multiply_blocked<rows, inner, len>(A, B, C);
   for (auto& row : Q) for (double& v : row) v = 1;
   anvil::dense::add_lower_product<0>(B, B, Q);
+  anvil::dense::combine_rows<inner, len>(A[0], B, y);  // y = A[0] B
+  anvil::dense::subtract_rows<len>(B[0], [](int k) { return A[0][k]; }, B + 1, inner - 1, A[0][0], s);
+  const double* pointers[inner];
+  for (int l = 0; l < inner; ++l) pointers[l] = B[l];
+  for (auto& row : G) for (double& v : row) v = 1;
+  anvil::dense::add_lower_gram<0, len, len>(pointers, A[0], inner, G);  // G += B' diag(A[0]) B
   for (auto& row : C) for (double v : row) std::printf("%.17g\\n", v);
   for (int i = 0; i < len; ++i) for (int j = 0; j <= i; ++j) std::printf("%.17g\\n", Q[i][j]);
+  for (double v : y) std::printf("%.17g\\n", v);
+  for (double v : s) std::printf("%.17g\\n", v);
+  for (int i = 0; i < len; ++i) for (int j = 0; j <= i; ++j) std::printf("%.17g\\n", G[i][j]);
   return true;
 }
 int main() { return (CASES) ? 0 : 2; }
@@ -169,24 +178,57 @@ def ordered_sum(a: np.ndarray, b: np.ndarray) -> float:
   return total
 
 
-@pytest.mark.parametrize("flags", [["-march=native"], ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]])
+def ordered_difference(first: float, a: np.ndarray, b: np.ndarray, scale: float) -> float:
+  """(first - a'b) * scale, a'b's terms subtracted one by one in order (subtract_rows' promise)."""
+  total = float(first)
+  for x, y in zip(a, b, strict=True):
+    total -= float(x) * float(y)
+  return total * float(scale)
+
+
+def cpu_has(flag: str) -> bool:
+  """Whether this machine's CPU reports the instruction-set flag (Linux's /proc/cpuinfo; False elsewhere)."""
+  cpuinfo = Path("/proc/cpuinfo")
+  return cpuinfo.exists() and flag in cpuinfo.read_text().split()
+
+
+#: The builds of the dense check: the target's own vectors, AVX2's and AVX-512's 4 and 8 lanes where the CPU runs them,
+#: and SSE2's 2 under the sanitizers (no read or write out of bounds).
+DENSE_FLAGS = [
+  pytest.param(["-march=native"], id="native"),
+  pytest.param(["-mavx2"], id="avx2", marks=pytest.mark.skipif(not cpu_has("avx2"), reason="no AVX2 on this CPU")),
+  pytest.param(
+    ["-mavx512f", "-mavx512vl"], id="avx512", marks=pytest.mark.skipif(not cpu_has("avx512vl"), reason="no AVX-512")
+  ),
+  pytest.param(["-fsanitize=address,undefined", "-fno-sanitize-recover=all"], id="sanitized"),
+]
+
+
+@pytest.mark.parametrize("flags", DENSE_FLAGS)
 def test_dense_products_sum_in_order_at_every_width(cxx: str, tmp_path: Path, flags: list[str]) -> None:
-  """anvil/dense.hpp's register-blocked products at widths that leave 1 to 3 columns after the last whole vector (the
-  vector computing them overlaps columns already computed): every entry equals its terms summed in order, bit for
-  bit, on the target's vectors (AVX: 4 lanes) and on SSE2's 2 (under the sanitizers: no read or write out of bounds)."""
+  """anvil/dense.hpp's kernels at widths that leave 1 to 7 columns after the last whole vector (the vector computing
+  them overlaps columns already computed): the register-blocked product and lower product, a combination of rows, a
+  triangular solve's row and a weighted Gram product. Every entry equals its terms summed in order, bit for bit, at
+  every vector width."""
   cases = " && ".join(f"product<{r}, {k}, {n}>()" for r, k, n in PRODUCTS)
   exe = build(cxx, tmp_path, DENSE_DRIVER, ["-ffp-contract=off", f"-DCASES={cases}", *flags,
                                             *(f"-I{d}" for d in INCLUDE_DIRS)])  # fmt: skip
   rng = np.random.default_rng(7)
   data = [(rng.standard_normal((r, k)), rng.standard_normal((k, n))) for r, k, n in PRODUCTS]
   out = iter(run(exe, np.concatenate([np.concatenate([a.ravel(), b.ravel()]) for a, b in data])))
+  take = lambda count: [next(out) for _ in range(count)]
   for a, b in data:
     rows, cols = a.shape[0], b.shape[1]
-    product = np.array([[next(out) for _ in range(cols)] for _ in range(rows)])
+    product = np.array([take(cols) for _ in range(rows)])
     expected = np.array([[ordered_sum(a[i], b[:, j]) for j in range(cols)] for i in range(rows)])
     np.testing.assert_array_equal(product, expected)
-    lower = [next(out) for i in range(cols) for _ in range(i + 1)]
+    lower = take(cols * (cols + 1) // 2)
     assert lower == [1 + ordered_sum(b[:, i], b[:, j]) for i in range(cols) for j in range(i + 1)]
+    assert take(cols) == [ordered_sum(a[0], b[:, j]) for j in range(cols)]
+    assert take(cols) == [ordered_difference(b[0, j], a[0, : len(b) - 1], b[1:, j], a[0, 0]) for j in range(cols)]
+    gram = take(cols * (cols + 1) // 2)
+    weighted = [1 + ordered_sum(a[0] * b[:, i], b[:, j]) for i in range(cols) for j in range(i + 1)]
+    assert gram == weighted
 
 
 def kkt_layout(kkt: ActiveSetKKT, n: int, m: int) -> str:

@@ -14,9 +14,14 @@
 namespace anvil {
 namespace dense {
 
-/// The bytes of the widest vector registers the target compiles for (GCC and clang predefine __AVX__, __SSE2__,
-/// __ARM_NEON); 0 without any: the kernels are then plain loops.
-#if defined(__AVX__)
+/// The bytes of the widest vector registers the target compiles for (GCC and clang predefine __AVX512F__, __AVX__,
+/// __SSE2__, __ARM_NEON); 0 without any: the kernels are then plain loops. AVX-512's 64: where its units are 512 bits
+/// wide (Intel's server cores, AMD's Zen 5) a product runs at up to twice its speed in 256-bit vectors, and where they
+/// split a 512-bit operation in two halves (Zen 4) it issues half the instructions. Each lane sums its column's terms
+/// in the same order at every width: the results do not depend on it.
+#if defined(__AVX512F__)
+inline constexpr int vector_bytes = 64;
+#elif defined(__AVX__)
 inline constexpr int vector_bytes = 32;
 #elif defined(__SSE2__) || defined(__ARM_NEON)
 inline constexpr int vector_bytes = 16;
@@ -50,44 +55,56 @@ inline void store(T* p, const V& v) {
   *reinterpret_cast<unaligned*>(p) = v;
 }
 
+/// A vector of `lanes` T's (GCC's and clang's vector extension); one lane: T itself.
+template <class T, int lanes>
+struct Vector {
+  typedef T type __attribute__((vector_size(lanes * sizeof(T))));
+};
+template <class T>
+struct Vector<T, 1> {
+  using type = T;
+};
+
+/// The lanes of the vectors that cover a row of len T's: the target's, halved while wider than the row (1: scalars).
+template <class T, int len>
+constexpr int row_lanes() {
+  int lanes = vector_bytes / static_cast<int>(sizeof(T));
+  while (lanes > 1 && lanes > len) lanes /= 2;
+  return lanes > 1 ? lanes : 1;
+}
+
+/// The vectors of `lanes` lanes that cover len columns, and the first column of the j-th: whole vectors from column 0,
+/// then, where len is not a multiple of lanes, one more ending at column len, which overlaps columns of the one before
+/// (computed again the same way: the same values), rather than the rest one column at a time (each sum a chain of
+/// dependent additions, which runs at the adder's latency).
+constexpr int vectors_over(int len, int lanes) { return (len + lanes - 1) / lanes; }
+constexpr int vector_start(int j, int len, int lanes) { return (j + 1) * lanes <= len ? j * lanes : len - lanes; }
+
 /// out = sum_l a[l] M[l][:len], a combination of M's rows (their first len entries) accumulated in local vectors of
-/// the target's register width (GCC's and clang's vector extension; the remainder in a local array): 1.4x (SSE2) to
-/// 3x (AVX2) the speed of updating `out` in memory term by term. Plain loops over one local array are left to the
-/// auto-vectorizer, which GCC 12 turns, for some lengths (8 and 16 of 12 rows and more), into a transposition of M
-/// several times slower (combine_rows<12, 16>: 105 ns, with vectors 12 ns). Each entry sums its terms in the same
-/// order either way (the same roundings).
+/// the target's register width (GCC's and clang's vector extension; the last one overlapping: vector_start): 1.4x
+/// (SSE2) to 3x (AVX2) the speed of updating `out` in memory term by term. Plain loops over one local array are left
+/// to the auto-vectorizer, which GCC 12 turns, for some lengths (8 and 16 of 12 rows and more), into a transposition
+/// of M several times slower (combine_rows<12, 16>: 105 ns, with vectors 12 ns). Each entry sums its terms in the
+/// order of l, whatever the width (the same roundings).
 template <int rows, int n, int len = n, class T>
 void combine_rows(const T* a, const T (&M)[rows][n], T* out) {
-  constexpr int per_vector = vector_bytes / static_cast<int>(sizeof(T));
-  constexpr int lanes = per_vector > 1 ? per_vector : 1;
-  constexpr int vectors = lanes > 1 ? len / lanes : 0, done = vectors * lanes, rest = len - done;
-  if constexpr (vectors > 0) {
-    typedef T vec __attribute__((vector_size(lanes * sizeof(T))));
-    vec acc[vectors];
+  constexpr int lanes = row_lanes<T, len>(), vectors = vectors_over(len, lanes);
+  using vec = typename Vector<T, lanes>::type;
+  vec acc[vectors];
+  for (int j = 0; j < vectors; ++j) {
+    vec m;
+    load(m, &M[0][vector_start(j, len, lanes)]);
+    acc[j] = a[0] * m;
+  }
+  for (int l = 1; l < rows; ++l) {
+    const T c = a[l];
     for (int j = 0; j < vectors; ++j) {
       vec m;
-      load(m, &M[0][lanes * j]);
-      acc[j] = a[0] * m;
+      load(m, &M[l][vector_start(j, len, lanes)]);
+      acc[j] += c * m;
     }
-    for (int l = 1; l < rows; ++l) {
-      const T c = a[l];
-      for (int j = 0; j < vectors; ++j) {
-        vec m;
-        load(m, &M[l][lanes * j]);
-        acc[j] += c * m;
-      }
-    }
-    for (int j = 0; j < vectors; ++j) store(out + lanes * j, acc[j]);
   }
-  if constexpr (rest > 0) {
-    T acc[rest];
-    for (int j = 0; j < rest; ++j) acc[j] = a[0] * M[0][done + j];
-    for (int l = 1; l < rows; ++l) {
-      const T c = a[l];
-      for (int j = 0; j < rest; ++j) acc[j] += c * M[l][done + j];
-    }
-    for (int j = 0; j < rest; ++j) out[done + j] = acc[j];
-  }
+  for (int j = 0; j < vectors; ++j) store(out + vector_start(j, len, lanes), acc[j]);
 }
 
 /// C[i][j0 + :v lanes] = sum_{l < inner} a(i, l) B[l][j0 + :v lanes] for i < r: one register block of r rows by v
@@ -164,29 +181,23 @@ void multiply_blocked(const T (*A)[m], const T (&B)[inner][n], T (*C)[ldc]) {
 
 /// out[:len] = (init[:len] - sum_{k < count} c(k) rows[k][:len]) * scale, the products subtracted in the order of k
 /// from accumulators in local vectors of the target's register width (a triangular solve's row: subtracting in
-/// memory row after row stores and reloads out at every k).
+/// memory row after row stores and reloads out at every k). out may be init: every entry is loaded before any is
+/// stored.
 template <int len, int n, class T, class Coef>
 void subtract_rows(const T* init, Coef&& c, const T (*rows)[n], int count, T scale, T* out) {
-  constexpr int per_vector = vector_bytes / static_cast<int>(sizeof(T));
-  constexpr int lanes = per_vector > 1 ? per_vector : 1;
-  constexpr int vectors = lanes > 1 ? len / lanes : 0, done = vectors * lanes, rest = len - done;
-  typedef T vec __attribute__((vector_size(lanes * sizeof(T))));
-  vec acc[vectors > 0 ? vectors : 1];
-  T tail[rest > 0 ? rest : 1];
-  for (int j = 0; j < vectors; ++j) load(acc[j], init + lanes * j);
-  for (int j = 0; j < rest; ++j) tail[j] = init[done + j];
+  constexpr int lanes = row_lanes<T, len>(), vectors = vectors_over(len, lanes);
+  using vec = typename Vector<T, lanes>::type;
+  vec acc[vectors];
+  for (int j = 0; j < vectors; ++j) load(acc[j], init + vector_start(j, len, lanes));
   for (int k = 0; k < count; ++k) {
     const T coef = c(k);
     for (int j = 0; j < vectors; ++j) {
       vec m;
-      load(m, &rows[k][lanes * j]);
+      load(m, &rows[k][vector_start(j, len, lanes)]);
       acc[j] -= coef * m;
     }
-    for (int j = 0; j < rest; ++j) tail[j] -= coef * rows[k][done + j];
   }
-  for (int j = 0; j < vectors; ++j) acc[j] *= scale;
-  for (int j = 0; j < vectors; ++j) store(out + lanes * j, acc[j]);
-  for (int j = 0; j < rest; ++j) out[done + j] = tail[j] * scale;
+  for (int j = 0; j < vectors; ++j) store(out + vector_start(j, len, lanes), acc[j] * scale);
 }
 
 /// out = M x (the first len columns of M): the products accumulated column by column in a local array, so the rows'
@@ -234,26 +245,20 @@ void add_lower_product(const T (&M)[rows][n], const T (&N)[rows][n], T (&Q)[s][s
 /// target's register width in the order of the rows (the same roundings on every target).
 template <int R, int len, class T, class Coef>
 void combine_pointed(Coef&& coef, const T* const* rows, int count, T (*out)[len]) {
-  constexpr int per_vector = vector_bytes / static_cast<int>(sizeof(T));
-  constexpr int lanes = per_vector > 1 ? per_vector : 1;
-  constexpr int vectors = lanes > 1 ? len / lanes : 0, done = vectors * lanes, rest = len - done;
-  typedef T vec __attribute__((vector_size(lanes * sizeof(T))));
-  vec acc[R][vectors > 0 ? vectors : 1] = {};
-  T tail[R][rest > 0 ? rest : 1] = {};
+  constexpr int lanes = row_lanes<T, len>(), vectors = vectors_over(len, lanes);
+  using vec = typename Vector<T, lanes>::type;
+  vec acc[R][vectors] = {};
   for (int l = 0; l < count; ++l) {
     const T* row = rows[l];
-    vec m[vectors > 0 ? vectors : 1];
-    for (int j = 0; j < vectors; ++j) load(m[j], row + lanes * j);
+    vec m[vectors];
+    for (int j = 0; j < vectors; ++j) load(m[j], row + vector_start(j, len, lanes));
     for (int r = 0; r < R; ++r) {
       const T c = coef(r, l);
       for (int j = 0; j < vectors; ++j) acc[r][j] += c * m[j];
-      for (int j = 0; j < rest; ++j) tail[r][j] += c * row[done + j];
     }
   }
-  for (int r = 0; r < R; ++r) {
-    for (int j = 0; j < vectors; ++j) store(out[r] + lanes * j, acc[r][j]);
-    for (int j = 0; j < rest; ++j) out[r][done + j] = tail[r][j];
-  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < vectors; ++j) store(out[r] + vector_start(j, len, lanes), acc[r][j]);
 }
 
 /// Q[i][:i+1] += sum_l w[l] a_l[i] a_l[:i+1] for i >= first: the lower triangle of the weighted Gram matrix A'WA of
@@ -263,8 +268,7 @@ void combine_pointed(Coef&& coef, const T* const* rows, int count, T (*out)[len]
 template <int first, int n, int s, class T>
 void add_lower_gram(const T* const* a, const T* w, int count, T (&Q)[s][s]) {
   constexpr int end = first + 4 < n ? first + 4 : n;
-  constexpr int per_vector = vector_bytes / static_cast<int>(sizeof(T));
-  constexpr int per_row = per_vector > 1 ? (end + per_vector - 1) / per_vector : end;
+  constexpr int per_row = vectors_over(end, row_lanes<T, end>());
   constexpr int block = 12 / per_row > 1 ? (12 / per_row < end - first ? 12 / per_row : end - first) : 1;
   T row[end - first][end];
   int r = 0;

@@ -263,13 +263,15 @@ void combine_pointed(Coef&& coef, const T* const* rows, int count, T (*out)[len]
 
 /// Q[i][:i+1] += sum_l w[l] a_l[i] a_l[:i+1] for i >= first: the lower triangle of the weighted Gram matrix A'WA of
 /// `count` rows a_l (of length n, given by pointers) added to Q's, four rows of Q at a time, each in register blocks
-/// of as many rows as keep their accumulators within 12 vector registers (a dense constraint row's G'WG term: a
-/// vectorized product instead of one scalar update of Q's triangle per row).
+/// of as many rows as keep their accumulators within 12 vector registers of 16, 20 of 32 (the loaded vectors of a_l
+/// and a coefficient take the others: a dense constraint row's G'WG term, a vectorized product instead of one scalar
+/// update of Q's triangle per row).
 template <int first, int n, int s, class T>
 void add_lower_gram(const T* const* a, const T* w, int count, T (&Q)[s][s]) {
   constexpr int end = first + 4 < n ? first + 4 : n;
   constexpr int per_row = vectors_over(end, row_lanes<T, end>());
-  constexpr int block = 12 / per_row > 1 ? (12 / per_row < end - first ? 12 / per_row : end - first) : 1;
+  constexpr int budget = vector_registers >= 32 ? 20 : 12;
+  constexpr int block = budget / per_row > 1 ? (budget / per_row < end - first ? budget / per_row : end - first) : 1;
   T row[end - first][end];
   int r = 0;
   for (; r + block <= end - first; r += block)

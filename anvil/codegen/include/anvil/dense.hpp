@@ -111,7 +111,7 @@ void combine_rows(const T* a, const T (&M)[rows][n], T* out) {
 /// vectors, each loaded vector of B's row l serving the r rows and each coefficient a(i, l) the v vectors.
 template <int r, int v, int inner, int lanes, int n, int ldc, class T, class Coef>
 void multiply_block(Coef&& a, const T (*B)[n], T (*C)[ldc], int j0) {
-  typedef T vec __attribute__((vector_size(lanes * sizeof(T))));
+  using vec = typename Vector<T, lanes>::type;
   vec acc[r][v], b[v];
   for (int q = 0; q < v; ++q) load(b[q], &B[0][j0 + lanes * q]);
   for (int i = 0; i < r; ++i)
@@ -130,12 +130,12 @@ void multiply_block(Coef&& a, const T (*B)[n], T (*C)[ldc], int j0) {
 /// C[i][:len] = sum_{l < inner} a(i, l) B[l][:len] for i < r in register blocks of `lanes`-lane vectors: blocks of
 /// block_vectors vectors, then the vectors left; columns left after the last whole vector are computed by one more
 /// vector ending at column len, which overlaps columns already computed (computed again the same way: the same
-/// values), not one at a time (each sum a chain of dependent additions). Rows shorter than a vector take half as many
-/// lanes, down to single columns.
+/// values), not one at a time (each sum a chain of dependent additions). lanes <= len (row_lanes).
 template <int r, int inner, int len, int lanes, int n, int ldc, class T, class Coef>
 void multiply_columns(Coef&& a, const T (&B)[inner][n], T (*C)[ldc]) {
   constexpr int full = len / lanes, rest = len % lanes, panels = full / block_vectors, left = full % block_vectors;
   constexpr int panel = block_vectors * lanes;
+  static_assert(full > 0, "a row at least one vector long");
   if constexpr (lanes == 1) {
     T acc[r];  // the rows' sums, independent chains
     for (int j = 0; j < len; ++j) {
@@ -144,8 +144,6 @@ void multiply_columns(Coef&& a, const T (&B)[inner][n], T (*C)[ldc]) {
         for (int i = 0; i < r; ++i) acc[i] += a(i, l) * B[l][j];
       for (int i = 0; i < r; ++i) C[i][j] = acc[i];
     }
-  } else if constexpr (full == 0) {
-    multiply_columns<r, inner, len, lanes / 2>(a, B, C);
   } else {
     for (int p = 0; p < panels; ++p) multiply_block<r, block_vectors, inner, lanes>(a, B, C, p * panel);
     if constexpr (rest > 0 && panels > 0) {
@@ -158,12 +156,11 @@ void multiply_columns(Coef&& a, const T (&B)[inner][n], T (*C)[ldc]) {
 }
 
 /// C[i][:len] = sum_{l < inner} a(i, l) B[l][:len] for i < r (r rows of a product): multiply_columns in vectors of
-/// the target's width. Each entry sums its terms in the order of l, the first a product: combine_rows' roundings,
+/// the target's width, halved for rows shorter than one (row_lanes). Each entry sums its terms in the order of l, the first a product: combine_rows' roundings,
 /// row by row.
 template <int r, int inner, int len, int n, int ldc, class T, class Coef>
 void multiply_rows(Coef&& a, const T (&B)[inner][n], T (*C)[ldc]) {
-  constexpr int per_vector = vector_bytes / static_cast<int>(sizeof(T)), lanes = per_vector > 1 ? per_vector : 1;
-  multiply_columns<r, inner, len, lanes>(a, B, C);
+  multiply_columns<r, inner, len, row_lanes<T, len>()>(a, B, C);
 }
 
 /// C = A[:rows, :inner] B[:, :len] (row-major blocks; A's rows from a pointer) in register blocks of 4 rows of C by

@@ -471,6 +471,39 @@ def test_partial_condensing_solves_the_same_qp(M: int) -> None:
   same_solution(sol, reference, 1e-6)
 
 
+@pytest.mark.parametrize("M", [2, 4])
+def test_partial_condensing_of_weighted_squares(M: int) -> None:
+  """Stage costs of weighted squares (a diagonal Hessian), others with a dense state block but no input-state cross
+  terms, others dense, mixed along the horizon: the condensing's shortcuts for the zero blocks give the stage
+  solver's solution (KKT residuals recomputed in numpy), and the same bits as the full products: 1e-300 off the
+  diagonal of Q or in S takes the full products, whose terms in 1e-300 vanish in every sum."""
+  rng = np.random.default_rng(10 + M)
+  nx, nu, N, ng = 5, 2, 11, 9
+  kw: dict[str, Any] = dict(ng=ng, ngN=1)
+  stages = RiccatiQP("riccati_t_cond_squares", nx, nu, N, **kw)
+  blocks = RiccatiQP(f"riccati_t_cond_squares_{M}", nx, nu, N, condensing=M, **kw)
+  d = random_qp(rng, nx, nu, N, ng, 1, 2.0)
+  for k in range(N):
+    if k % 3 == 0:
+      d["H"][k] = np.diag(rng.uniform(0.5, 2.0, nx + nu))
+    elif k % 3 == 1:
+      d["H"][k][nx:, :nx] = d["H"][k][:nx, nx:] = 0.0
+  reference, sol = stages(1e-10, **d), blocks(1e-10, **d)
+  same_solution(sol, reference, 1e-6)
+  stat, dyn = kkt_residuals(d, sol)
+  assert stat < 1e-8 and dyn < 1e-8
+  d["H"] = np.array([np.diag(rng.uniform(0.5, 2.0, nx + nu)) for _ in range(N)])
+  squares = blocks(1e-10, **d)
+  off_q, in_s = np.zeros((nx + nu, nx + nu)), np.zeros((nx + nu, nx + nu))
+  off_q[:nx, :nx] = 1.0 - np.eye(nx)
+  in_s[nx:, :nx], in_s[:nx, nx:] = 1.0, 1.0
+  for tiny in (off_q, in_s):
+    products = blocks(1e-10, **{**d, "H": d["H"] + 1e-300 * tiny})
+    assert squares.iterations == products.iterations
+    for field in ("x", "u", "pi", "lam", "lamN"):
+      np.testing.assert_array_equal(getattr(squares, field), getattr(products, field), err_msg=field)
+
+
 def test_partial_condensing_is_checked_and_chosen_by_the_cost_model() -> None:
   """condensing="auto": the block size RiccatiCostModel predicts fastest for cold solves, given the QP's rows (with
   boxes, the rows after them are taken to be on the states; without, every row); a tree is never condensed."""

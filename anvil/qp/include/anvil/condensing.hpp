@@ -178,25 +178,63 @@ struct Condensed {
   }
 
   /// H += T_j'Hs T_j (lower triangle) and g += T_j'(Hs [e; 0] + gs), over Phi's first cols columns (its others are 0).
+  /// Hs's state block Q and its input-state block S are checked for zeros first (a cost of weighted squares, as
+  /// most MPC costs and every Gauss-Newton Hessian of one, has a diagonal Q and S = 0): a diagonal Q's products scale
+  /// Phi's rows and e's entries, and S = 0 adds nothing. The products skipped would only have added exact zeros, so
+  /// H and g are the same to the bit.
   template <int j>
   static void add_cost(const T (&Hs)[nz][nz], const T (&gs)[nz], const T (&Phi)[nx][nphi], const T (&e)[nx],
                        T (&H)[nzB][nzB], T (&g)[nzB]) {
     constexpr int cols = nx + j * nud;
-    T X[nx][nphi], Y[nu][nphi];  // Hs[:, :nx] Phi: its state rows and its input rows (their first cols columns)
-    dense::multiply_blocked<nx, nx, cols>(Hs, Phi, X);
-    dense::multiply_blocked<nu, nx, cols>(Hs + nx, Phi, Y);
-    dense::add_lower_product<0, cols>(Phi, X, H);
-    for (int i = 0; i < nu; ++i) {  // stage j's input columns come after every nonzero column of Phi
-      const int ci = column(j, i);
-      for (int q = 0; q < cols; ++q) H[ci][q] += Y[i][q];
-      for (int k = 0; k < nu; ++k) H[ci][column(j, k)] += Hs[nx + i][nx + k];
+    const bool diagonal = zero_off_diagonal(Hs), cross = !zero_cross_terms(Hs);
+    T X[nx][nphi], h[nz];  // Q Phi (its first cols columns); Hs [e; 0] + gs
+    if (diagonal) {
+      for (int i = 0; i < nx; ++i) {
+        for (int q = 0; q < cols; ++q) X[i][q] = Hs[i][i] * Phi[i][q];
+        h[i] = gs[i] + Hs[i][i] * e[i];
+      }
+    } else {
+      dense::multiply_blocked<nx, nx, cols>(Hs, Phi, X);
+      dense::multiply_add<nx, nz, nx>(Hs, e, gs, h);
     }
-    T h[nz];  // Hs [e; 0] + gs
-    dense::multiply_add<nz, nz, nx>(Hs, e, gs, h);
+    dense::add_lower_product<0, cols>(Phi, X, H);
+    if (cross) {
+      T Y[nu][nphi];  // S Phi: stage j's input columns come after every nonzero column of Phi
+      dense::multiply_blocked<nu, nx, cols>(Hs + nx, Phi, Y);
+      for (int i = 0; i < nu; ++i)
+        for (int q = 0; q < cols; ++q) H[column(j, i)][q] += Y[i][q];
+      dense::multiply_add<nu, nz, nx>(Hs + nx, e, gs + nx, h + nx);
+    } else {
+      for (int i = 0; i < nu; ++i) h[nx + i] = gs[nx + i];
+    }
+    for (int i = 0; i < nu; ++i)
+      for (int k = 0; k < nu; ++k) H[column(j, i)][column(j, k)] += Hs[nx + i][nx + k];
     T phi_h[cols];
     dense::combine_rows<nx, nphi, cols>(h, Phi, phi_h);
     for (int q = 0; q < cols; ++q) g[q] += phi_h[q];
     for (int i = 0; i < nu; ++i) g[column(j, i)] += h[nx + i];
+  }
+
+  /// Whether Hs's state block Q is diagonal (a NaN is not zero): a flag or-ed over each row's entries on either side
+  /// of the diagonal, a branch per row, not per entry (a few vector compares a row).
+  static bool zero_off_diagonal(const T (&Hs)[nz][nz]) {
+    for (int i = 0; i < nx; ++i) {
+      int off = 0;
+      for (int q = 0; q < i; ++q) off |= Hs[i][q] != T(0);
+      for (int q = i + 1; q < nx; ++q) off |= Hs[i][q] != T(0);
+      if (off) return false;
+    }
+    return true;
+  }
+
+  /// Whether Hs's input-state block S is zero (a NaN is not zero), as zero_off_diagonal tests.
+  static bool zero_cross_terms(const T (&Hs)[nz][nz]) {
+    for (int i = nx; i < nz; ++i) {
+      int off = 0;
+      for (int q = 0; q < nx; ++q) off |= Hs[i][q] != T(0);
+      if (off) return false;
+    }
+    return true;
   }
 
   /// add_cost at the block's first stage (T_0 = [I 0; 0 E_0], e = 0): H += Hs, g += gs, in the block's order.

@@ -31,14 +31,16 @@ inline constexpr int vector_bytes = 0;
 
 /// The target's vector registers: 32 with AVX-512 (its 256-bit forms included) and on 64-bit ARM, else 16 (AVX2,
 /// SSE2). A product's register block keeps its accumulators, the loaded vectors of B and a broadcast coefficient in
-/// them: 4 rows by 4 vectors with 32, by 3 with 16 (4 by 4 there needs 20: two accumulators go to the stack at every
-/// step).
+/// them: 8 rows by 3 vectors with 32 (28 registers; each loaded vector serves 8 rows, where 4 rows by 4 vectors load
+/// a vector for every 4 multiply-adds: 1.2-1.3x slower), 4 rows by 3 vectors with 16 (4 by 4 there needs 20: two
+/// accumulators go to the stack at every step).
 #if defined(__AVX512VL__) || defined(__aarch64__)
 inline constexpr int vector_registers = 32;
 #else
 inline constexpr int vector_registers = 16;
 #endif
-inline constexpr int block_vectors = vector_registers >= 32 ? 4 : 3;  ///< vectors per row of a register block
+inline constexpr int block_rows = vector_registers >= 32 ? 8 : 4;  ///< rows of a register block
+inline constexpr int block_vectors = 3;                              ///< vectors per row of a register block
 
 /// v = the vector at p, and the vector v stored at p: an unaligned vector move (the type GCC's and clang's intrinsics
 /// headers give unaligned vectors: a T's alignment, may alias T). __builtin_memcpy compiles to the same move on some
@@ -163,15 +165,16 @@ void multiply_rows(Coef&& a, const T (&B)[inner][n], T (*C)[ldc]) {
   multiply_columns<r, inner, len, row_lanes<T, len>()>(a, B, C);
 }
 
-/// C = A[:rows, :inner] B[:, :len] (row-major blocks; A's rows from a pointer) in register blocks of 4 rows of C by
-/// block_vectors vectors: a loaded vector of B serves 4 rows and an entry of A a row's vectors, where combine_rows, a
-/// row of C at a time, streams all of B once per row (at 45 x 69 that product runs at half this one's speed).
-/// combine_rows' roundings, row by row.
+/// C = A[:rows, :inner] B[:, :len] (row-major blocks; A's rows from a pointer) in register blocks of block_rows rows
+/// of C by block_vectors vectors: a loaded vector of B serves block_rows rows and an entry of A a row's vectors, where
+/// combine_rows, a row of C at a time, streams all of B once per row (at 45 x 69 that product runs at half this one's
+/// speed). combine_rows' roundings, row by row.
 template <int rows, int inner, int len, int m, int n, int ldc, class T>
 void multiply_blocked(const T (*A)[m], const T (&B)[inner][n], T (*C)[ldc]) {
   static_assert(len <= ldc && len <= n && inner <= m, "the product's sizes fit its arrays");
-  constexpr int full = rows / 4 * 4;
-  for (int i = 0; i < full; i += 4) multiply_rows<4, inner, len>([&](int r, int l) { return A[i + r][l]; }, B, C + i);
+  constexpr int full = rows / block_rows * block_rows;
+  for (int i = 0; i < full; i += block_rows)
+    multiply_rows<block_rows, inner, len>([&](int r, int l) { return A[i + r][l]; }, B, C + i);
   if constexpr (rows > full)
     multiply_rows<rows - full, inner, len>([&](int r, int l) { return A[full + r][l]; }, B, C + full);
 }
@@ -224,12 +227,12 @@ void multiply_add(const T (*M)[n], const T* x, const T* b, T* out) {
 }
 
 /// Q[i][:i+1] += (M'N)[i][:i+1] for first <= i < len (len: all of n by default): the lower triangle of M'N (of
-/// their first len columns) added to Q's, four rows at a time, each block of rows computed up to its last row's column
-/// in register blocks (multiply_rows: compile-time lengths).
+/// their first len columns) added to Q's, block_rows rows at a time, each block of rows computed up to its last row's
+/// column in register blocks (multiply_rows: compile-time lengths).
 template <int first, int len = 0, int rows, int n, int s, class T>
 void add_lower_product(const T (&M)[rows][n], const T (&N)[rows][n], T (&Q)[s][s]) {
   constexpr int last = len > 0 ? len : n;
-  constexpr int end = first + 4 < last ? first + 4 : last;
+  constexpr int end = first + block_rows < last ? first + block_rows : last;
   T block[end - first][end];
   multiply_rows<end - first, rows, end>([&](int r, int l) { return M[l][first + r]; }, N, block);
   for (int i = first; i < end; ++i)

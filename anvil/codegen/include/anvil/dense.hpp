@@ -240,16 +240,16 @@ void add_lower_product(const T (&M)[rows][n], const T (&N)[rows][n], T (&Q)[s][s
   if constexpr (end < last) add_lower_product<end, last>(M, N, Q);
 }
 
-/// out[r][:len] = sum_{l < count} coef(r, l) rows[l][:len] for r < R, R at a time: each of the count rows (a count
-/// known at run time, rows given by pointers) loaded once for all R, the sums accumulated in local vectors of the
-/// target's register width in the order of the rows (the same roundings on every target).
-template <int R, int len, class T, class Coef>
-void combine_pointed(Coef&& coef, const T* const* rows, int count, T (*out)[len]) {
+/// out[r][:len] = sum_{l < count} coef(r, l) row(l)[:len] for r < R, R at a time: each of the count rows (a count
+/// known at run time, rows given by pointers: row(l) one) loaded once for all R, the sums accumulated in local vectors
+/// of the target's register width in the order of the rows (the same roundings on every target).
+template <int R, int len, class T, class Coef, class Row>
+void combine_pointed(Coef&& coef, Row&& row_at, int count, T (*out)[len]) {
   constexpr int lanes = row_lanes<T, len>(), vectors = vectors_over(len, lanes);
   using vec = typename Vector<T, lanes>::type;
   vec acc[R][vectors] = {};
   for (int l = 0; l < count; ++l) {
-    const T* row = rows[l];
+    const T* row = row_at(l);
     vec m[vectors];
     for (int j = 0; j < vectors; ++j) load(m[j], row + vector_start(j, len, lanes));
     for (int r = 0; r < R; ++r) {
@@ -273,11 +273,12 @@ void add_lower_gram(const T* const* a, const T* w, int count, T (&Q)[s][s]) {
   constexpr int budget = vector_registers >= 32 ? 20 : 12;
   constexpr int block = budget / per_row > 1 ? (budget / per_row < end - first ? budget / per_row : end - first) : 1;
   T row[end - first][end];
+  const auto pointed = [&](int l) { return a[l]; };
   int r = 0;
   for (; r + block <= end - first; r += block)
-    combine_pointed<block, end>([&](int b, int l) { return w[l] * a[l][first + r + b]; }, a, count, row + r);
+    combine_pointed<block, end>([&](int b, int l) { return w[l] * a[l][first + r + b]; }, pointed, count, row + r);
   for (; r < end - first; ++r)
-    combine_pointed<1, end>([&](int, int l) { return w[l] * a[l][first + r]; }, a, count, row + r);
+    combine_pointed<1, end>([&](int, int l) { return w[l] * a[l][first + r]; }, pointed, count, row + r);
   for (int i = first; i < end; ++i)
     for (int j = 0; j <= i; ++j) Q[i][j] += row[i - first][j];
   if constexpr (end < n) add_lower_gram<end, n, s>(a, w, count, Q);

@@ -226,49 +226,18 @@ struct ExplicitRK {
     for (int c = 0; c < n; ++c) y[c] += v * x[c];
   }
 
-  /// dK = J [DX; 0 I] with J sparse, row by row: a combination of DX's rows (the row's state entries, listed first),
-  /// then its input entries added where they sit. The pattern is the generated tables' (constexpr): every row and
-  /// entry is unrolled at compile time, with no index loads or loop control at run time.
+  /// dK = J [DX; 0 I] with J sparse, row by row: a combination of DX's rows (the row's state entries, listed first,
+  /// dense::combine_pointed: the row's sums in local vectors, each column's terms in the order of the entries), then
+  /// its input entries added where they sit. A loop over the generated tables (constexpr): every entry unrolled at
+  /// compile time, in blocks of 128 bytes of columns, compiled to straight-line code 2-3x slower than this loop (the
+  /// 45-state chain: a block's few accumulators one chain of dependent additions each, DX's rows loaded once a block).
   static void stage_sensitivity(const real* J, const real (&DX)[nx][nz], real (&dK)[nx][nz]) {
-    sensitivity_rows(J, DX, dK, std::make_integer_sequence<int, nx>{});
-  }
-
-  /// stage_sensitivity()'s rows r..., each unrolled at compile time.
-  template <int... r>
-  ANVIL_KERNEL void sensitivity_rows(const real* J, const real (&DX)[nx][nz], real (&dK)[nx][nz],
-                               std::integer_sequence<int, r...>) {
-    (sensitivity_row<r>(J, DX, dK[r]), ...);
-  }
-
-  /// Row r of dK into out: its state entries' combination of DX's rows, then its input entries.
-  template <int r>
-  ANVIL_KERNEL void sensitivity_row(const real* J, const real (&DX)[nx][nz], real* out) {
-    combine_block<O::jac_row_p[r], O::jac_row_u[r], 0>(J, DX, out);
-    for (int e = O::jac_row_u[r]; e < O::jac_row_p[r + 1]; ++e) out[O::jac_row_j[e]] += J[O::jac_row_e[e]];
-  }
-
-  /// out[c0:] = sum_e J_e DX[j_e][c0:] over the entries [first, last) of a row, in blocks of up to 128 bytes of
-  /// columns, each accumulated in a local array of compile-time length that compilers keep in vector registers (4
-  /// AVX2 registers: 1.4x the speed of accumulating in `out` at nz = 12; GCC vectorized a local array of a whole
-  /// row of 24 across the entries instead, with gathers, 1.4x slower than in memory).
-  template <int first, int last, int c0>
-  ANVIL_KERNEL void combine_block(const real* J, const real (&DX)[nx][nz], real* out) {
-    constexpr int block = 128 / int(sizeof(real)), width = nz - c0 < block ? nz - c0 : block;
-    real acc[width];
-    for (int c = 0; c < width; ++c) acc[c] = real(0);
-    accumulate<first, last, c0, width>(J, DX, acc);
-    for (int c = 0; c < width; ++c) out[c0 + c] = acc[c];
-    if constexpr (c0 + width < nz) combine_block<first, last, c0 + width>(J, DX, out);
-  }
-
-  /// acc += J_e DX[j_e][c0 : c0 + width] for the entries e in [e, last).
-  template <int e, int last, int c0, int width>
-  ANVIL_KERNEL void accumulate(const real* J, const real (&DX)[nx][nz], real (&acc)[width]) {
-    if constexpr (e < last) {
-      const real v = J[O::jac_row_e[e]];
-      const real* x = DX[O::jac_row_j[e]] + c0;
-      for (int c = 0; c < width; ++c) acc[c] += v * x[c];
-      accumulate<e + 1, last, c0, width>(J, DX, acc);
+    for (int r = 0; r < nx; ++r) {
+      const int first = O::jac_row_p[r];
+      dense::combine_pointed<1, nz>([&](int, int l) { return J[O::jac_row_e[first + l]]; },
+                                    [&](int l) { return DX[O::jac_row_j[first + l]]; }, O::jac_row_u[r] - first,
+                                    dK + r);
+      for (int e = O::jac_row_u[r]; e < O::jac_row_p[r + 1]; ++e) dK[r][O::jac_row_j[e]] += J[O::jac_row_e[e]];
     }
   }
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+from tinygrad import Tensor
 
 from anvil.codegen import NumericalFunction
 from anvil.validation import float_array
@@ -78,3 +79,37 @@ def checked_weight(owner: str, weight: ArrayLike, nr: int) -> NDArray[np.float64
   if not np.allclose(w, w.T) or np.linalg.eigvalsh((w + w.T) / 2).min() < -1e-12:
     raise ValueError(f"{owner}: weight must be finite, symmetric and positive semidefinite")
   return (w + w.T) / 2
+
+
+#: The most runs of selected rows constant_congruence moves S's blocks for (runs² blocks, each a masked load of every
+#: entry of the result); past it, the product.
+MOVED_RUNS = 4
+
+
+def constant_congruence(J: NDArray[np.float64], S: Tensor) -> Tensor:
+  """Jᵀ S J for a constant J (m x n) and a traced S (m x m): the Gauss-Newton block of a residual affine in (x, u).
+  Where every column of J has at most one nonzero (a residual that selects and scales coordinates, as x - x_ref and u
+  do), by moving S's entries: each pair of runs of columns whose nonzeros sit on consecutive rows is a block of S,
+  shrunk out of it and padded into place, then scaled by the columns' nonzeros (no product: a product's kernel runs
+  m n (m + n) multiply-adds, on J's zeros too, every time the block is evaluated); else, or with more than MOVED_RUNS
+  runs, as the product."""
+  n = J.shape[1]
+  nonzero = J != 0
+  runs: list[list[int]] = []  # [first column, its row, length]
+  for j in map(int, np.flatnonzero(nonzero.any(axis=0))):
+    row = int(np.argmax(nonzero[:, j]))
+    if runs and runs[-1][0] + runs[-1][2] == j and runs[-1][1] + runs[-1][2] == row:
+      runs[-1][2] += 1
+    else:
+      runs.append([j, row, 1])
+  if (nonzero.sum(axis=0) > 1).any() or not 0 < len(runs) <= MOVED_RUNS:
+    Jt = Tensor(J)
+    return Jt.T @ (S @ Jt)
+  moved = None
+  for ja, ra, la in runs:
+    for jb, rb, lb in runs:
+      block = S[ra : ra + la, rb : rb + lb].pad(((ja, n - ja - la), (jb, n - jb - lb)))
+      moved = block if moved is None else moved + block
+  assert moved is not None
+  scale = J.sum(axis=0)  # each column's nonzero
+  return moved if (scale[nonzero.any(axis=0)] == 1).all() else moved * Tensor(np.outer(scale, scale))

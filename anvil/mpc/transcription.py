@@ -28,7 +28,7 @@ from anvil.ad import constant_jacobian, sphessian, spjacobian, vmap
 from anvil.ad.transforms import jacobian_graph
 from anvil.codegen import Arg, NumericalFunction, SparseNumericalFunction
 from anvil.codegen.precision import SCALARS, in_scalar
-from anvil.mpc.costs import LeastSquares
+from anvil.mpc.costs import LeastSquares, constant_congruence
 from anvil.mpc.implicit import ImplicitIntegrator
 from anvil.mpc.integrators import ExplicitIntegrator
 from anvil.mpc.ode import OdeDerivatives
@@ -651,13 +651,14 @@ class Transcription:
       # NOTE: W + Wᵀ, the Hessian of rᵀWr whatever W holds (the weights are run-time parameters), on their patterns;
       # the Jacobians are the same at every point: one block for all stages
       stage_weight = self.tuning(params, "stage_weight") * Tensor(stage_ls.pattern.astype(np.float64))
-      J = Tensor(np.insert(constant[0], [nxm] * extra, 0.0, axis=1))  # NOTE: in the trace's float type
-      pieces = [(J.T @ ((stage_weight + stage_weight.T) @ J) + (Tensor(rate) if rate is not None else 0)).flatten()]
+      J = np.insert(constant[0], [nxm] * extra, 0.0, axis=1)
+      block = constant_congruence(J, stage_weight + stage_weight.T)
+      pieces = [(block + (Tensor(rate) if rate is not None else 0)).flatten()]
       if isinstance(final_ls, LeastSquares):
         assert constant[1] is not None
-        JN = Tensor(np.hstack([constant[1], np.zeros((constant[1].shape[0], extra))]))
+        JN = np.hstack([constant[1], np.zeros((constant[1].shape[0], extra))])
         WN = self.tuning(params, "terminal_weight") * Tensor(final_ls.pattern.astype(np.float64))
-        pieces.append((JN.T @ ((WN + WN.T) @ JN)).flatten())
+        pieces.append(constant_congruence(JN, WN + WN.T).flatten())
       if self.ns:
         pieces.append(self.tuning(params, "l2") * 2)
       return pieces[0].cat(*pieces[1:]) * sigma[0]

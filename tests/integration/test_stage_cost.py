@@ -60,6 +60,36 @@ def test_gauss_newton_equals_the_jacobian_product(route: str) -> None:
   np.testing.assert_array_equal(H(*args, np.where(pattern, W, 1e6)), got)
 
 
+@pytest.mark.parametrize(
+  "rows, scale, moved",
+  [
+    (list(range(24)), None, True),  # x - x_ref, u: the identity
+    ([0, 2, 3, 5, *range(8, 20)], [2.0, 1.0, 0.5, *([1.0] * 13)], True),  # a scaled selection with gaps
+    ([*range(12, 24), *range(12)], None, True),  # two runs out of order
+    (list(range(23, -1, -1)), None, False),  # 24 runs: the product
+  ],
+)
+def test_constant_congruence_moves_what_a_selection_selects(
+  rows: list[int], scale: list[float] | None, moved: bool
+) -> None:
+  """Jᵀ S J for a constant J whose columns hold at most one nonzero each (a residual selecting and scaling
+  coordinates) is S's blocks moved into place, without J's entries; other J (a column with two nonzeros, too many
+  runs) the product, reading J: both equal numpy's Jᵀ S J."""
+  from anvil.mpc.costs import constant_congruence
+
+  rng = np.random.default_rng(len(rows))
+  J = np.eye(24)[rows] * (np.asarray(scale)[:, None] if scale else 1.0)
+  J2 = np.vstack([J, np.eye(24)[:1]])
+  J2[-1, 1] = 1.0  # column 1 now has two nonzeros where it had one
+  for name, constant, is_moved in ((f"{len(rows)}_{rows[0]}_{moved}", J, moved), (f"two_{rows[0]}", J2, False)):
+    m = constant.shape[0]
+    f = NumericalFunction(f"test_congruence_{name}", lambda S, c=constant: constant_congruence(c, S), [Arg((m, m))])
+    S = rng.normal(size=(m, m))
+    np.testing.assert_allclose(f(S + S.T), constant.T @ (S + S.T) @ constant, rtol=1e-13, atol=1e-13)
+    reads_J = any(len(c.values) == constant.size for c in f.program.constants)
+    assert reads_J is not is_moved, "a moved block is S's entries, the product reads J's"
+
+
 def test_gauss_newton_rejects_a_bad_pattern() -> None:
   r = NumericalFunction("test_gn_bad", lambda x: x.sin(), Arg(3))
   with pytest.raises(ValueError, match=r"weight_pattern must be a \(3, 3\) bool array"):

@@ -86,23 +86,18 @@ struct ExplicitRK {
   template <class E>
   static bool forward(const real* x0, const real* u, const real* p, real* x_next, real* jac, Workspace& w,
                       E& eval) {
-    for (int r = 0; r < nx; ++r) {
+    for (int r = 0; r < nx; ++r) {  // S = [I 0]: zeros, then the diagonal (no compare per entry)
       w.x[r] = x0[r];
-      for (int c = 0; c < nz; ++c) w.S[r][c] = c == r ? real(1) : real(0);
+      for (int c = 0; c < nz; ++c) w.S[r][c] = real(0);
+      w.S[r][r] = real(1);
     }
     for (int n = 0; n < steps; ++n) {
       sensitivity_points(n, u, p, w, eval, std::make_integer_sequence<int, s>{});
       advance(w);
-      // S += h sum_i b_i dK_i
-      for (int r = 0; r < nx; ++r) {
-        real row[nz];
-        for (int c = 0; c < nz; ++c) row[c] = w.S[r][c];
-        for (int i = 0; i < s; ++i) {
-          const real f = O::h * O::b[i];
-          for (int c = 0; c < nz; ++c) row[c] += f * w.dK[i][r][c];
-        }
-        for (int c = 0; c < nz; ++c) w.S[r][c] = row[c];
-      }
+      // S += h sum_i b_i dK_i, in place (every row's entries are loaded before it is stored)
+      for (int r = 0; r < nx; ++r)
+        dense::combine_pointed<1, nz>([](int, int l) { return l == 0 ? real(1) : O::h * O::b[l - 1]; },
+                                      [&](int l) { return l == 0 ? w.S[r] : w.dK[l - 1][r]; }, s + 1, w.S + r);
     }
     for (int r = 0; r < nx; ++r) {
       x_next[r] = w.x[r];
@@ -176,25 +171,33 @@ struct ExplicitRK {
         stage_sensitivity(J, w.S, w.dK[i]);
       }
     } else {
-      for (int r = 0; r < nx; ++r) {
-        real row[nz];
-        for (int c = 0; c < nz; ++c) row[c] = w.S[r][c];
-        add_coupling<i, 0>(r, w, row);
-        for (int c = 0; c < nz; ++c) DX[r][c] = row[c];
-      }
+      constexpr Couplings terms = couplings(i);
+      for (int r = 0; r < nx; ++r)
+        dense::combine_pointed<1, nz>([&](int, int l) { return l == 0 ? real(1) : terms.f[l - 1]; },
+                                      [&](int l) { return l == 0 ? w.S[r] : w.dK[terms.j[l - 1]][r]; },
+                                      terms.count + 1, DX + r);
       stage_sensitivity(J, DX, w.dK[i]);
     }
   }
 
-  /// row += h sum_{j' >= j, j' < i} a_ij' dK_j'[r] (only the nonzero coefficients, all known at compile time).
-  template <int i, int j>
-  ANVIL_KERNEL void add_coupling(int r, const Workspace& w, real (&row)[nz]) {
-    if constexpr (j < i) {
-      constexpr real f = O::h * O::a[i][j];
-      if constexpr (f != real(0))
-        for (int c = 0; c < nz; ++c) row[c] += f * w.dK[j][r][c];
-      add_coupling<i, j + 1>(r, w, row);
-    }
+  /// The nonzero coefficients h a_ij of a stage point's row of a (j < i, in order) and the stages j they weigh.
+  struct Couplings {
+    int count = 0;
+    int j[s] = {};
+    real f[s] = {};
+  };
+
+  /// Stage point i's Couplings (known at compile time): DX_i = S + sum of f dK_j over them, each row summed in local
+  /// vectors (dense::combine_pointed, S's row first with coefficient 1): in a local array the auto-vectorizer's
+  /// half-width stores were read back as whole vectors, a store-forwarding stall on every row.
+  static constexpr Couplings couplings(int i) {
+    Couplings c;
+    for (int j = 0; j < i; ++j)
+      if (O::a[i][j] != real(0)) {
+        c.j[c.count] = j;
+        c.f[c.count++] = O::h * O::a[i][j];
+      }
+    return c;
   }
 
   /// The states of stage point i: z = x + h sum_j a_ij K_j.

@@ -14,6 +14,7 @@ import anvil as av
 from anvil import Arg, NumericalFunction, Tensor
 from anvil.ad import gauss_newton, gradient, jacobian, sphessian
 from anvil.mpc import LeastSquares, MPCFunction, MPCOptions, Soft, rk4
+from anvil.mpc.costs import constant_congruence
 from anvil.mpc.stage_cost import StageCostGradient, StageCostHessian
 from tests.conftest import STRICT, available_compilers
 
@@ -75,8 +76,6 @@ def test_constant_congruence_moves_what_a_selection_selects(
   """Jᵀ S J for a constant J whose columns hold at most one nonzero each (a residual selecting and scaling
   coordinates) is S's blocks moved into place, without J's entries; other J (a column with two nonzeros, too many
   runs) the product, reading J: both equal numpy's Jᵀ S J."""
-  from anvil.mpc.costs import constant_congruence
-
   rng = np.random.default_rng(len(rows))
   J = np.eye(24)[rows] * (np.asarray(scale)[:, None] if scale else 1.0)
   J2 = np.vstack([J, np.eye(24)[:1]])

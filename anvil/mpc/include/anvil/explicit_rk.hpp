@@ -158,7 +158,7 @@ struct ExplicitRK {
     eval.jacobian(z, p, J);
     // DX_i = S + h sum_j a_ij dK_j; at a point with a zero row of a (the first), S itself, read in place (copied
     // only where the point's sensitivities are kept), and at the first step's S = [I 0], dK_i = J itself
-    if constexpr (!coupled(i)) {
+    if constexpr (couplings(i).count == 0) {  // no earlier stage's derivatives in DX_i
       if constexpr (second_order)
         for (int r = 0; r < nx; ++r)
           for (int c = 0; c < nz; ++c) DX[r][c] = w.S[r][c];
@@ -207,13 +207,6 @@ struct ExplicitRK {
       for (int j = 0; j < i; ++j) v += O::h * O::a[i][j] * w.K[j][r];
       z[r] = v;
     }
-  }
-
-  /// Whether stage point i depends on earlier stages' derivatives (a nonzero in row i of a).
-  static constexpr bool coupled(int i) {
-    for (int j = 0; j < i; ++j)
-      if (O::a[i][j] != real(0)) return true;
-    return false;
   }
 
   /// The step's end: x += h sum_i b_i K_i.

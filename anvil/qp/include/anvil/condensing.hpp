@@ -186,7 +186,7 @@ struct Condensed {
   static void add_cost(const T (&Hs)[nz][nz], const T (&gs)[nz], const T (&Phi)[nx][nphi], const T (&e)[nx],
                        T (&H)[nzB][nzB], T (&g)[nzB]) {
     constexpr int cols = nx + j * nud;
-    const bool diagonal = zero_off_diagonal(Hs), cross = !zero_cross_terms(Hs);
+    const bool diagonal = zero_state_columns<0, nx>(Hs), cross = !zero_state_columns<nx, nz>(Hs);
     T X[nx][nphi], h[nz];  // Q Phi (its first cols columns); Hs [e; 0] + gs
     if (diagonal) {
       for (int i = 0; i < nx; ++i) {
@@ -215,23 +215,15 @@ struct Condensed {
     for (int i = 0; i < nu; ++i) g[column(j, i)] += h[nx + i];
   }
 
-  /// Whether Hs's state block Q is diagonal (a NaN is not zero): a flag or-ed over each row's entries on either side
-  /// of the diagonal, a branch per row, not per entry (a few vector compares a row).
-  static bool zero_off_diagonal(const T (&Hs)[nz][nz]) {
-    for (int i = 0; i < nx; ++i) {
+  /// Whether Hs's rows first..last-1 are zero in the state columns off the diagonal (a NaN is not zero): rows 0..nx-1,
+  /// Q diagonal; rows nx..nz-1, S = 0. A flag or-ed over each row's entries either side of the diagonal, a branch per
+  /// row, not per entry (a few vector compares a row).
+  template <int first, int last>
+  static bool zero_state_columns(const T (&Hs)[nz][nz]) {
+    for (int i = first; i < last; ++i) {
       int off = 0;
-      for (int q = 0; q < i; ++q) off |= Hs[i][q] != T(0);
+      for (int q = 0; q < i && q < nx; ++q) off |= Hs[i][q] != T(0);
       for (int q = i + 1; q < nx; ++q) off |= Hs[i][q] != T(0);
-      if (off) return false;
-    }
-    return true;
-  }
-
-  /// Whether Hs's input-state block S is zero (a NaN is not zero), as zero_off_diagonal tests.
-  static bool zero_cross_terms(const T (&Hs)[nz][nz]) {
-    for (int i = nx; i < nz; ++i) {
-      int off = 0;
-      for (int q = 0; q < nx; ++q) off |= Hs[i][q] != T(0);
       if (off) return false;
     }
     return true;

@@ -10,6 +10,7 @@
 // unlike lo = hi modelled as two bounds whose slacks both go to zero.
 #ifndef ANVIL_INTERIOR_POINT_HPP
 #define ANVIL_INTERIOR_POINT_HPP
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <limits>
@@ -363,18 +364,18 @@ void pin_active_set(W& ws, typename S::real tol) {
   });
 }
 
-/// Whether a step of 1 keeps every slack, multiplier and violation nonnegative, within tol.
+/// The sides a step of 1 would leave with a negative slack, multiplier or violation (beyond tol): the changes of the
+/// active set that step implies (0: it keeps the active set).
 template <class S, class W>
-bool full_step_stays_feasible(W& ws, typename S::real tol) {
+int blocking_sides(W& ws, typename S::real tol) {
   using T = typename S::real;
-  bool feasible = true;
+  int blocking = 0;
   S::for_rows(ws, [&](const Row<T>& r) {
     each_side(r, [&](const Side<T>& q) {
-      feasible = feasible && q.t + q.dt >= -tol && q.l + q.dl >= -tol &&
-                 (!r.elastic || (q.s + q.ds >= -tol && q.m + q.dm >= -tol));
+      blocking += q.t + q.dt < -tol || q.l + q.dl < -tol || (r.elastic && (q.s + q.ds < -tol || q.m + q.dm < -tol));
     });
   });
-  return feasible;
+  return blocking;
 }
 
 /// A warm start's guess at the active set, tried before the interior point (the hot start of an active-set method):
@@ -383,24 +384,42 @@ bool full_step_stays_feasible(W& ws, typename S::real tol) {
 /// equalities, up to pin times the multipliers' change, left as distance to the (moved) bound. Two more steps on the
 /// same factorization, the sides pinned again at the new multipliers, remove that rest where the point does not yet
 /// meet tol with every hard side within its bound. A step that keeps every slack, multiplier and violation
-/// nonnegative (within tol) is taken whole, else only as far as they stay so. Returns whether the point meets tol: a
-/// receding horizon's QP whose active set held (an MPC step, an SQP near convergence) is then solved by one
-/// factorization instead of 2-4 interior-point iterations; otherwise the point reached is the interior point's warm
-/// start.
+/// nonnegative (within tol) is taken whole. One that does not changes the active set: a side it pushes past its bound
+/// is pinned, one whose multiplier it turns negative dropped, and the QP solved again with that active set (the
+/// primal-dual active-set method: a semismooth Newton method, superlinear near the solution), the primal point left
+/// where it was, while each pass leaves fewer sides to change than the one before, at most max_swaps times and
+/// within max_factorizations. Where that ends with sides still to change, the step is taken only as far as every
+/// slack, multiplier and violation stays nonnegative. Returns the factorizations taken where the point meets tol (a
+/// receding horizon's QP whose active set held or changed by a few sides, an MPC step, an SQP near convergence, is
+/// then solved by one to a few factorizations instead of 2-10 interior-point iterations); else 0, the point reached
+/// the interior point's warm start, or -1 where every pass changed sides (the active set moved far from the warm
+/// start's: the rows' slacks and multipliers, those of pinned and dropped sides, are then a worse start than a cold
+/// one; on the chain of masses 3-4 times the interior-point iterations).
 template <class S, class D, class W>
-bool active_set_step(const D& d, W& ws, typename S::real tol, Residuals<typename S::real>& res) {
+int active_set_step(const D& d, W& ws, typename S::real tol, int max_factorizations, Residuals<typename S::real>& res) {
   using T = typename S::real;
-  constexpr int refinements = 2;
-  for (int pass = 0; pass <= refinements; ++pass) {
+  constexpr int refinements = 2, max_swaps = 3;
+  const int swaps_allowed = std::min(max_swaps, max_factorizations - 1);
+  int factorizations = 0, swaps = 0, refined = 0, blocking_before = std::numeric_limits<int>::max();
+  for (bool factored = false;;) {
     pin_active_set<S>(ws, tol);
     S::residuals(d, ws, res);
-    if (pass == 0 && !S::factor(d, ws)) return false;  // the later passes reuse it: the weights are the same
+    if (!factored && !S::factor(d, ws)) return 0;  // the refinements reuse it: the weights are the same
+    factorizations += !factored;
+    factored = true;
     S::newton_step(d, ws, T(0), false);
-    const bool full = full_step_stays_feasible<S>(ws, tol);
-    S::take_step(ws, full ? T(1) : T(fraction_to_boundary) * max_step<S>(ws));
+    const int blocking = blocking_sides<S>(ws, tol);
+    const bool swap = blocking > 0 && swaps < swaps_allowed && blocking < blocking_before;
+    if (!swap) S::take_step(ws, blocking == 0 ? T(1) : T(fraction_to_boundary) * max_step<S>(ws));
     bool inside = true;  // every hard side within its bound
     S::for_rows(ws, [&](Row<T>& r) {
       each_side(r, [&](Side<T>& q) {
+        if (swap) {  // the side at the whole step: its signs there give the next pass's active set (pin_active_set)
+          q.t += q.dt;
+          q.l += q.dl;
+          q.s += q.ds;
+          q.m += q.dm;
+        }
         if (!r.elastic) {
           q.t -= q.s;  // the slack to the bound itself (s: the pinned side's -margin)
           q.s = 0.0;
@@ -412,13 +431,19 @@ bool active_set_step(const D& d, W& ws, typename S::real tol, Residuals<typename
         q.m = std::fmax(q.m, T(0));
       });
     });
-    if (!full) return false;  // the interior point starts from here (its own residuals)
+    if (swap) {
+      ++swaps;
+      blocking_before = blocking;
+      factored = false;
+      continue;
+    }
+    if (blocking > 0) return swaps == max_swaps ? -1 : 0;  // the interior point starts from here
     S::residuals(d, ws, res);
     if (inside && res.stationarity <= tol && res.equality <= tol && res.inequality <= tol &&
         res.complementarity <= tol)
-      return true;
+      return factorizations;
+    if (refined++ == refinements) return 0;
   }
-  return false;
 }
 
 /// Mehrotra's predictor-corrector interior point on the Newton systems of S, a solver's static steps:
@@ -443,10 +468,12 @@ int mehrotra(const D& d, typename S::real tol, int max_iter, bool warm, W& ws, R
     if (!warm) ipm::mehrotra_start<S>(d, ws, res);
   }
   if (warm && max_iter > 0) {
-    if (ipm::active_set_step<S>(d, ws, tol, res)) {
-      iterations = 1;
+    const int factorizations = ipm::active_set_step<S>(d, ws, tol, max_iter, res);
+    if (factorizations > 0) {
+      iterations = factorizations;
       return solved;
     }
+    if (factorizations < 0) warm = false;  // the rows start cold, at the primal point reached
     S::start_rows(d, warm, T(0), ws);  // the slacks at the distances again: the step's, or the warm start's
   }
   if (warm) {

@@ -362,7 +362,8 @@ struct Riccati {
   friend int ipm::mehrotra(const D& d, typename S::real tol, int max_iter, bool warm, W& ws,
                            ipm::Residuals<typename S::real>& res, int& iterations, double deadline);
   template <class S, class D, class W>
-  friend bool ipm::active_set_step(const D& d, W& ws, typename S::real tol, ipm::Residuals<typename S::real>& res);
+  friend int ipm::active_set_step(const D& d, W& ws, typename S::real tol, int max_factorizations,
+                                  ipm::Residuals<typename S::real>& res);
 
   /// The first stage following stage k (-1: none).
   static constexpr int first_child(int k) {

@@ -105,7 +105,8 @@ struct SparseIPMBackend {
   friend int ipm::mehrotra(const D& d, typename S::real tol, int max_iter, bool warm, WS& ws,
                            ipm::Residuals<typename S::real>& res, int& iterations, double deadline);
   template <class S, class D, class WS>
-  friend bool ipm::active_set_step(const D& d, WS& ws, typename S::real tol, ipm::Residuals<typename S::real>& res);
+  friend int ipm::active_set_step(const D& d, WS& ws, typename S::real tol, int max_factorizations,
+                                  ipm::Residuals<typename S::real>& res);
   template <class S, class D, class WS>
   friend void ipm::mehrotra_start(const D& d, WS& ws, ipm::Residuals<typename S::real>& res);
 

@@ -378,25 +378,26 @@ int blocking_sides(W& ws, typename S::real tol) {
   return blocking;
 }
 
-/// A warm start's guess at the active set, tried before the interior point (the hot start of an active-set method):
-/// the sides the previous solution left active are pinned to their bounds (a hard side's a margin inside), the others
+/// A warm start's guess at the active set, tried before the interior point (the hot start of an active-set method): the
+/// sides the previous solution left active are pinned to their bounds (a hard side's a margin inside), the others
 /// dropped (pin_active_set), and a Newton step toward zero complementarity solves the QP with that active set as
 /// equalities, up to pin times the multipliers' change, left as distance to the (moved) bound. Two more steps on the
 /// same factorization, the sides pinned again at the new multipliers, remove that rest where the point does not yet
-/// meet tol with every hard side within its bound. A step that keeps every slack, multiplier and violation
-/// nonnegative (within tol) is taken whole. One that does not changes the active set: a side it pushes past its bound
-/// is pinned, one whose multiplier it turns negative dropped, and the QP solved again with that active set (the
-/// primal-dual active-set method: a semismooth Newton method, superlinear near the solution), the primal point left
-/// where it was, while each pass leaves fewer sides to change than the one before, at most max_swaps times and
-/// within max_factorizations. Where that ends with sides still to change, the step is taken only as far as every
-/// slack, multiplier and violation stays nonnegative. Returns the factorizations taken where the point meets tol (a
-/// receding horizon's QP whose active set held or changed by a few sides, an MPC step, an SQP near convergence, is
-/// then solved by one to a few factorizations instead of 2-10 interior-point iterations); else 0, the point reached
-/// the interior point's warm start, or -1 where every pass changed sides (the active set moved far from the warm
-/// start's: the rows' slacks and multipliers, those of pinned and dropped sides, are then a worse start than a cold
-/// one; on the chain of masses 3-4 times the interior-point iterations).
+/// meet tol with every hard side within its bound. A step that keeps every slack, multiplier and violation nonnegative
+/// (within tol) is taken whole. One that does not changes the active set: a side it pushes past its bound is pinned,
+/// one whose multiplier it turns negative dropped, and the QP solved again with that active set (the primal-dual
+/// active-set method: a semismooth Newton method, superlinear near the solution), the primal point left where it was,
+/// while each pass leaves fewer sides to change than the one before, at most max_swaps times, within max_factorizations
+/// and before `deadline` (anvil::now(); 0: none). Where that ends with sides still to change, the step is taken only as
+/// far as every slack, multiplier and violation stays nonnegative. Returns the factorizations taken where the point
+/// meets tol (a receding horizon's QP whose active set held or changed by a few sides, an MPC step, an SQP near
+/// convergence, is then solved by one to a few factorizations instead of 2-10 interior-point iterations); else 0, the
+/// point reached the interior point's warm start, or -1 where every pass changed sides (the active set moved far from
+/// the warm start's: the rows' slacks and multipliers, those of pinned and dropped sides far from the solution's, are
+/// then a worse start for the interior point than a cold one).
 template <class S, class D, class W>
-int active_set_step(const D& d, W& ws, typename S::real tol, int max_factorizations, Residuals<typename S::real>& res) {
+int active_set_step(const D& d, W& ws, typename S::real tol, int max_factorizations, Residuals<typename S::real>& res,
+                    double deadline) {
   using T = typename S::real;
   constexpr int refinements = 2, max_swaps = 3;
   const int swaps_allowed = std::min(max_swaps, max_factorizations - 1);
@@ -409,7 +410,7 @@ int active_set_step(const D& d, W& ws, typename S::real tol, int max_factorizati
     factored = true;
     S::newton_step(d, ws, T(0), false);
     const int blocking = blocking_sides<S>(ws, tol);
-    const bool swap = blocking > 0 && swaps < swaps_allowed && blocking < blocking_before;
+    const bool swap = blocking > 0 && swaps < swaps_allowed && blocking < blocking_before && !anvil::expired(deadline);
     if (!swap) S::take_step(ws, blocking == 0 ? T(1) : T(fraction_to_boundary) * max_step<S>(ws));
     bool inside = true;  // every hard side within its bound
     S::for_rows(ws, [&](Row<T>& r) {
@@ -468,7 +469,7 @@ int mehrotra(const D& d, typename S::real tol, int max_iter, bool warm, W& ws, R
     if (!warm) ipm::mehrotra_start<S>(d, ws, res);
   }
   if (warm && max_iter > 0) {
-    const int factorizations = ipm::active_set_step<S>(d, ws, tol, max_iter, res);
+    const int factorizations = ipm::active_set_step<S>(d, ws, tol, max_iter, res, deadline);
     if (factorizations > 0) {
       iterations = factorizations;
       return solved;

@@ -363,7 +363,7 @@ struct Riccati {
                            ipm::Residuals<typename S::real>& res, int& iterations, double deadline);
   template <class S, class D, class W>
   friend int ipm::active_set_step(const D& d, W& ws, typename S::real tol, int max_factorizations,
-                                  ipm::Residuals<typename S::real>& res);
+                                  ipm::Residuals<typename S::real>& res, double deadline);
 
   /// The first stage following stage k (-1: none).
   static constexpr int first_child(int k) {

@@ -106,7 +106,7 @@ struct SparseIPMBackend {
                            ipm::Residuals<typename S::real>& res, int& iterations, double deadline);
   template <class S, class D, class WS>
   friend int ipm::active_set_step(const D& d, WS& ws, typename S::real tol, int max_factorizations,
-                                  ipm::Residuals<typename S::real>& res);
+                                  ipm::Residuals<typename S::real>& res, double deadline);
   template <class S, class D, class WS>
   friend void ipm::mehrotra_start(const D& d, WS& ws, ipm::Residuals<typename S::real>& res);
 

@@ -390,11 +390,13 @@ int blocking_sides(W& ws, typename S::real tol) {
 /// while each pass leaves fewer sides to change than the one before, at most max_swaps times, within max_factorizations
 /// and before `deadline` (anvil::now(); 0: none). Where that ends with sides still to change, the step is taken only as
 /// far as every slack, multiplier and violation stays nonnegative. Returns the factorizations taken where the point
-/// meets tol (a receding horizon's QP whose active set held or changed by a few sides, an MPC step, an SQP near
-/// convergence, is then solved by one to a few factorizations instead of 2-10 interior-point iterations); else 0, the
-/// point reached the interior point's warm start, or -1 where every pass changed sides (the active set moved far from
-/// the warm start's: the rows' slacks and multipliers, those of pinned and dropped sides far from the solution's, are
-/// then a worse start for the interior point than a cold one).
+/// meets tol, its complementarity an order below it (the pinning's residue, pin l dl: negligible in double, near a
+/// float32 QP's tolerance, where such a point left an SQP stalled short of its own): a receding horizon's QP whose
+/// active set held or changed by a few sides (an MPC step, an SQP near convergence) is then solved by one to a few
+/// factorizations instead of 2-10 interior-point iterations. Else 0, the point reached the interior point's warm start,
+/// or -1 where every pass changed sides (the active set moved far from the warm start's: the rows' slacks and
+/// multipliers, those of pinned and dropped sides far from the solution's, are then a worse start for the interior
+/// point than a cold one).
 template <class S, class D, class W>
 int active_set_step(const D& d, W& ws, typename S::real tol, int max_factorizations, Residuals<typename S::real>& res,
                     double deadline) {
@@ -441,7 +443,7 @@ int active_set_step(const D& d, W& ws, typename S::real tol, int max_factorizati
     if (blocking > 0) return swaps == max_swaps ? -1 : 0;  // the interior point starts from here
     S::residuals(d, ws, res);
     if (inside && res.stationarity <= tol && res.equality <= tol && res.inequality <= tol &&
-        res.complementarity <= tol)
+        res.complementarity <= T(0.1) * tol)
       return factorizations;
     if (refined++ == refinements) return 0;
   }

@@ -394,9 +394,9 @@ int blocking_sides(W& ws, typename S::real tol) {
 /// float32 QP's tolerance, where such a point left an SQP stalled short of its own): a receding horizon's QP whose
 /// active set held or changed by a few sides (an MPC step, an SQP near convergence) is then solved by one to a few
 /// factorizations instead of 2-10 interior-point iterations. Else 0, the point reached the interior point's warm start,
-/// or -1 where every pass changed sides (the active set moved far from the warm start's: the rows' slacks and
-/// multipliers, those of pinned and dropped sides far from the solution's, are then a worse start for the interior
-/// point than a cold one).
+/// or -1 where all max_swaps passes were taken and sides still change (the active set moved far from the warm start's:
+/// the rows' slacks and multipliers, those of pinned and dropped sides far from the solution's, are then a worse start
+/// for the interior point than a cold one).
 template <class S, class D, class W>
 int active_set_step(const D& d, W& ws, typename S::real tol, int max_factorizations, Residuals<typename S::real>& res,
                     double deadline) {

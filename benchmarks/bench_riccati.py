@@ -6,6 +6,7 @@ Run from the repository root:
   .venv/bin/python -m benchmarks.bench_riccati --sizes 5 --reps 50
   .venv/bin/python -m benchmarks.bench_riccati --condensing                    # partial condensing: block sizes
   .venv/bin/python -m benchmarks.bench_riccati --hpipm /path/to/acados/install  # against HPIPM, same condensing
+  .venv/bin/python -m benchmarks.bench_riccati --hpipm /path/to/acados/install --fma  # and anvil with ANVIL_FMA=1
 
 Instances: for each chain size (anvil.problems.chain: nx = 3 (2M + 1) states, 3 inputs, M + 1 wall slacks, which
 the MPC makes inputs of their stage that enter no dynamics), a random OCP QP of N = 40 stages with those sizes
@@ -29,7 +30,9 @@ HPIPM (benchmarks.hpipm_qp: acados's install prefix, SPEED mode) at the same par
 stages, HPIPM's cond_N = N / M stages), both cold, to the same tolerance 1e-8, each instance's least time over
 --reps repeats, then the median over the instances; per interior-point iteration: the solve's time (condensing and
 expansion included; HPIPM's interior point alone beside it) over its iterations. Both sides' u_0 must agree to 1e-4
-(HPIPM at its iteration limit, 100, is marked, not dropped: its iterations are still iterations).
+(HPIPM at its iteration limit, 100, is marked, not dropped: its iterations are still iterations). With --fma, anvil's
+QPs are also built with fused multiply-adds (ANVIL_FMA=1; BLASFEO's Haswell and Skylake-X kernels fuse them too), a
+row of their own ("M FMA"), timed in the same loop as the others and against the same HPIPM solves.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from anvil.problems.ocp_qp import random_qp
 from anvil.qp import RiccatiQP
 from anvil.qp.cost_model import RiccatiCostModel
 from benchmarks import hpipm_qp
-from benchmarks.common import print_markdown
+from benchmarks.common import environment, print_markdown
 
 N = 40
 
@@ -187,9 +190,21 @@ def hpipm_instance(rng: np.random.Generator, nx: int, nu: int) -> dict[str, Any]
   return d
 
 
-def hpipm_rows(prefix: Path, reps: int, tol: float = 1e-8) -> list[list[str]]:
-  """The --hpipm table's rows: per size and condensing, both sides' iterations, solve time and time per iteration
-  (module docstring)."""
+def fused_twins(name: str, fma: bool, *args: Any, **kw: Any) -> list[tuple[str, RiccatiQP]]:
+  """RiccatiQP(name, *args, **kw) built as is and, with `fma`, also with fused multiply-adds (ANVIL_FMA=1), each
+  built and loaded under its own flags: (label, QP) pairs, the label "" or " FMA"."""
+  twins = []
+  for fused in (False, True)[: 1 + fma]:
+    with environment(ANVIL_FMA=str(int(fused))):
+      qp = RiccatiQP(name + "_fma" * fused, *args, **kw)
+      _ = qp.handle  # built and loaded here, under these flags
+    twins.append((" FMA" * fused, qp))
+  return twins
+
+
+def hpipm_rows(prefix: Path, reps: int, tol: float = 1e-8, fma: bool = False) -> list[list[str]]:
+  """The --hpipm table's rows: per size and condensing (and with `fma` anvil's fused build, a row of its own beside
+  HPIPM's same numbers), both sides' iterations, solve time and time per iteration (module docstring)."""
   rows = []
   with tempfile.TemporaryDirectory(prefix="bench_hpipm_") as folder:
     out = Path(folder)
@@ -201,26 +216,29 @@ def hpipm_rows(prefix: Path, reps: int, tol: float = 1e-8) -> list[list[str]]:
       for i, d in enumerate(instances):
         hpipm_qp.write_qp(d, out / f"qp{i}.bin")
       for M in HPIPM_BLOCKS:
-        qp = RiccatiQP(f"bench_hpipm_{nx}_{nu}_{M}", nx, nu, N, condensing=M, **kw)
-        mine, theirs, unsolved = [], [], 0
+        twins = fused_twins(f"bench_hpipm_{nx}_{nu}_{M}", fma, nx, nu, N, condensing=M, **kw)
+        mine: dict[str, list[tuple[float, int]]] = {label: [] for label, _ in twins}
+        theirs, unsolved = [], 0
         for i, d in enumerate(instances):
-          solves = [qp(tol, **d) for _ in range(reps)]
-          if any(s.status != "solved" for s in solves):
-            raise RuntimeError(f"bench_riccati: RiccatiQP ({nx}, {nu}) M {M}: {solves[0].status}")
+          for label, qp in twins:
+            solves = [qp(tol, **d) for _ in range(reps)]
+            if any(s.status != "solved" for s in solves):
+              raise RuntimeError(f"bench_riccati: RiccatiQP{label} ({nx}, {nu}) M {M}: {solves[0].status}")
+            mine[label].append((min(s.solve_time for s in solves), solves[0].iterations))
           hp = hpipm_qp.solve(exe, out / f"qp{i}.bin", (nx, nu, N), N // M, reps, tol)
           if not np.allclose(hp.u0, solves[0].u[0], atol=1e-4):
             raise RuntimeError(f"bench_riccati: HPIPM ({nx}, {nu}) cond_N {N // M}: status {hp.status}, u_0 "
                                f"{hp.u0} against anvil's {solves[0].u[0]}")  # fmt: skip
-          mine.append((min(s.solve_time for s in solves), solves[0].iterations))
           theirs.append((hp.seconds, hp.iterations, hp.ipm_seconds))
           unsolved += hp.status != 0
         us = lambda runs, at=0: statistics.median(r[at] for r in runs) * 1e6
         its = lambda runs: statistics.mean(r[1] for r in runs)
         per = lambda runs, at=0: statistics.median(r[at] / r[1] for r in runs) * 1e6
         hpipm_its = f"{its(theirs):.1f}" + "*" * (unsolved > 0)
-        rows.append([str(nx), str(nu), str(M), str(N // M), f"{its(mine):.1f}", f"{us(mine):.0f}", f"{per(mine):.1f}",
-                     hpipm_its, f"{us(theirs):.0f}", f"{per(theirs):.1f}", f"{per(theirs, 2):.1f}",
-                     f"{per(mine) / per(theirs):.2f}x"])  # fmt: skip
+        for label, runs in mine.items():
+          rows.append([str(nx), str(nu), f"{M}{label}", str(N // M), f"{its(runs):.1f}", f"{us(runs):.0f}",
+                       f"{per(runs):.1f}", hpipm_its, f"{us(theirs):.0f}", f"{per(theirs):.1f}",
+                       f"{per(theirs, 2):.1f}", f"{per(runs) / per(theirs):.2f}x"])  # fmt: skip
   return rows
 
 
@@ -231,6 +249,7 @@ def main() -> None:
   parser.add_argument("--condensing", action="store_true", help="the partial condensing table instead")
   parser.add_argument("--blocks", type=int, nargs="+", default=[1, 2, 3, 4, 6], help="--condensing: block sizes")
   parser.add_argument("--hpipm", type=Path, help="HPIPM's install prefix (acados's): the same-condensing table")
+  parser.add_argument("--fma", action="store_true", help="--hpipm: anvil also built with ANVIL_FMA=1, a row of its own")
   args = parser.parse_args()
   if args.hpipm:
     print(f"RiccatiQP against HPIPM (SPEED) on the same soft QPs, N = {N}, cold, tol 1e-8: median over 5 instances of")
@@ -238,7 +257,7 @@ def main() -> None:
     print("stopped at its iteration limit, 100, on some instance; its u_0 still within 1e-4 of anvil's)")
     header = ["nx", "nu", "anvil M", "HPIPM cond_N", "anvil its", "anvil us", "anvil us/it", "HPIPM its", "HPIPM us",
               "HPIPM us/it", "HPIPM IPM alone us/it", "per iteration, anvil / HPIPM"]  # fmt: skip
-    print_markdown(header, hpipm_rows(args.hpipm, args.reps))
+    print_markdown(header, hpipm_rows(args.hpipm, args.reps, fma=args.fma))
     return
   if args.condensing:
     print("RiccatiQP, partial condensing in blocks of M stages: per solve, cold then warm: ms (ratio to none, mean")

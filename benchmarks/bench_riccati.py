@@ -220,15 +220,18 @@ def hpipm_rows(prefix: Path, reps: int, tol: float = 1e-8, fma: bool = False) ->
         mine: dict[str, list[tuple[float, int]]] = {label: [] for label, _ in twins}
         theirs, unsolved = [], 0
         for i, d in enumerate(instances):
+          first_inputs = {}
           for label, qp in twins:
             solves = [qp(tol, **d) for _ in range(reps)]
             if any(s.status != "solved" for s in solves):
               raise RuntimeError(f"bench_riccati: RiccatiQP{label} ({nx}, {nu}) M {M}: {solves[0].status}")
             mine[label].append((min(s.solve_time for s in solves), solves[0].iterations))
+            first_inputs[label] = solves[0].u[0]
           hp = hpipm_qp.solve(exe, out / f"qp{i}.bin", (nx, nu, N), N // M, reps, tol)
-          if not np.allclose(hp.u0, solves[0].u[0], atol=1e-4):
-            raise RuntimeError(f"bench_riccati: HPIPM ({nx}, {nu}) cond_N {N // M}: status {hp.status}, u_0 "
-                               f"{hp.u0} against anvil's {solves[0].u[0]}")  # fmt: skip
+          for label, u0 in first_inputs.items():
+            if not np.allclose(hp.u0, u0, atol=1e-4):
+              raise RuntimeError(f"bench_riccati: HPIPM ({nx}, {nu}) cond_N {N // M}: status {hp.status}, u_0 "
+                                 f"{hp.u0} against anvil{label}'s {u0}")  # fmt: skip
           theirs.append((hp.seconds, hp.iterations, hp.ipm_seconds))
           unsolved += hp.status != 0
         us = lambda runs, at=0: statistics.median(r[at] for r in runs) * 1e6

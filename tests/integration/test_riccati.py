@@ -471,6 +471,39 @@ def test_partial_condensing_solves_the_same_qp(M: int) -> None:
   same_solution(sol, reference, 1e-6)
 
 
+def test_partial_condensing_reads_no_row_of_an_earlier_qp() -> None:
+  """A condensed block's rows are written where they have a bound and never read where they have none (the inner
+  states' box rows of an OCP whose states are free: most of a block's rows), so nothing an earlier QP left in them
+  counts: a condensed solver that solved QPs with other rows bounded (every state at every stage, then no state, then
+  one state at a few stages; inputs outside the dynamics) gives each time the stage solver's solution and the bits of
+  a solver with a fresh workspace."""
+  rng = np.random.default_rng(7)
+  nx, nu, nud, N, M = 4, 3, 2, 11, 3
+  ng = nx + nu + 2
+  kw: dict[str, Any] = dict(ng=ng, ngN=nx + 1, boxes=True, nud=nud)
+  stages = RiccatiQP("riccati_t_cond_rows", nx, nu, N, **kw)
+  used = RiccatiQP(f"riccati_t_cond_rows_{M}", nx, nu, N, condensing=M, **kw)
+  bounded = random_qp(rng, nx, nu, N, ng, 1, 3.0)
+  bounded["G"] = bounded["G"][:, nx + nu :]
+  bounded["loN"], bounded["hiN"] = (
+    np.append(np.full(nx, -2.0), bounded["loN"]),
+    np.append(np.full(nx, 2.0), bounded["hiN"]),
+  )
+  bounded["B"][:, :, nud:] = 0.0
+  free = {**bounded, "lo": bounded["lo"].copy(), "hi": bounded["hi"].copy()}
+  free["lo"][:, :nx], free["hi"][:, :nx] = -np.inf, np.inf
+  some = {**free, "lo": free["lo"].copy(), "hi": free["hi"].copy()}
+  some["lo"][2::4, 0] = stages(1e-10, **free).x[2:N:4, 0] + 0.02  # a state pushed up from where it goes when free
+  for d in (bounded, free, some, bounded):
+    sol = used(1e-10, **d)
+    same_solution(sol, stages(1e-10, **d), 1e-6)
+    fresh = RiccatiQP(f"riccati_t_cond_rows_{M}", nx, nu, N, condensing=M, **kw)(1e-10, **d)
+    assert sol.iterations == fresh.iterations
+    for field in ("x", "u", "pi", "lam", "lamN"):
+      np.testing.assert_array_equal(getattr(sol, field), getattr(fresh, field), err_msg=field)
+  assert np.abs(used(1e-10, **some).lam[2::4, 0]).max() > 1e-3, "a bound on an inner state is active"
+
+
 @pytest.mark.parametrize("M", [2, 4])
 def test_partial_condensing_of_weighted_squares(M: int) -> None:
   """Stage costs of weighted squares (a diagonal Hessian), others with a dense state block but no input-state cross

@@ -125,7 +125,7 @@ struct Condensed {
   /// The condensed QP of d, in place (the condensed Data may be too large for the stack). Only what a solve reads is
   /// written: a row without a bound is never read (most of a block's rows: the inner states' box rows of an OCP whose
   /// states are free), and its row of G is left as it is instead of cleared at every solve (at nx 45 in blocks of 8
-  /// with one stored row a stage, 0.87 MB of the condensed Data's 1.27).
+  /// with one stored row a stage, 0.87 MB of the condensed Data's 1.29).
   static void condense(const Data& d, typename Inner::Data& c) {
     for (int b = 0; b < blocks; ++b) condense_block(d, b, c);
     for (int i = 0; i < nx; ++i) c.x0[i] = d.x0[i];

@@ -123,9 +123,8 @@ struct Condensed {
   }
 
   /// The condensed QP of d, in place (the condensed Data may be too large for the stack). Only what a solve reads is
-  /// written: a row without a bound is never read (most of a block's rows: the inner states' box rows of an OCP whose
-  /// states are free), and its row of G is left as it is instead of cleared at every solve (at nx 45 in blocks of 8
-  /// with one stored row a stage, 0.87 MB of the condensed Data's 1.29).
+  /// written: the row of G of a row without a bound is never read (most of a block's rows: the inner states' box rows
+  /// of an OCP whose states are free), so it is left as it is instead of cleared at every solve.
   static void condense(const Data& d, typename Inner::Data& c) {
     for (int b = 0; b < blocks; ++b) condense_block(d, b, c);
     for (int i = 0; i < nx; ++i) c.x0[i] = d.x0[i];
@@ -256,7 +255,7 @@ struct Condensed {
   }
 
   /// Stage s's rows (stage j of its block) as rows of the block, a'T_j, their bounds less a'[e; 0]; prices as they
-  /// are. A row without bounds stays empty (the solver skips it).
+  /// are. A row without bounds keeps its bounds only (the solver never reads its row of G).
   static void add_rows(const Data& d, int s, int j, const T (&Phi)[nx][nphi], const T (&e)[nx],
                        typename Inner::Data& c, int b) {
     for (int m = 0; m < ng; ++m) {
@@ -264,19 +263,15 @@ struct Condensed {
       c.z[b][r] = d.z[s][m];
       if constexpr (S::squared_prices) c.w[b][r] = d.w[s][m];
       if (!(d.lo[s][m] > -T(ipm::no_bound) || d.hi[s][m] < T(ipm::no_bound))) continue;  // inert
+      T* out = r >= Inner::nb ? c.G[b][r - Inner::nb] : nullptr;  // its row of G (a block variable's box: none)
+      if (out) std::fill(out + nphi, out + nzB, T(0));              // the inputs that enter no dynamics
       T offset = 0;
       if (m < nb) {  // a box row: of a block variable, or of an inner state (x_j's row of Phi)
         if (m < nx) offset = e[m];
-        if (r >= Inner::nb) {
-          T* out = c.G[b][r - Inner::nb];
-          for (int q = 0; q < nphi; ++q) out[q] = Phi[m][q];
-          for (int q = nphi; q < nzB; ++q) out[q] = 0;
-        }
+        if (out) std::copy(Phi[m], Phi[m] + nphi, out);
       } else {
         const T* a = d.G[s][m - nb];
-        T* out = c.G[b][r - Inner::nb];
         dense::combine_rows<nx, nphi>(a, Phi, out);
-        for (int q = nphi; q < nzB; ++q) out[q] = 0;
         for (int i = 0; i < nu; ++i) out[column(j, i)] += a[nx + i];
         for (int l = 0; l < nx; ++l) offset += a[l] * e[l];
       }

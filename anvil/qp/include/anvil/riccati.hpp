@@ -228,8 +228,10 @@ struct Riccati {
   using Stages = Topology;  ///< how the stages follow each other
   /// Whether a solve keeps [A B]' (Workspace::ABt), so the rollouts' and residuals' products [A B] z are
   /// combinations of its rows (vectorized; with A's rows strided, a product compiles to scalar code, 3-4x slower at
-  /// nx = 21): from nx = 8 on (random QPs of 9 to 21 states solve 6-11% faster; of 4 and 6 states no faster, and a
-  /// microcontroller's memory counts more).
+  /// nx = 21), and [A B] itself (Workspace::AB), the factorization's operand and the rows [A B]'v combines, read in
+  /// place rather than gathered from A and B at every use (at nx = 45 a row-by-row copy of 45 x 48 entries a stage
+  /// and iteration, 3% of the iteration): from nx = 8 on (random QPs of 9 to 21 states solve 6-11% faster; of 4 and
+  /// 6 states no faster, and a microcontroller's memory counts more).
   static constexpr bool transposed_dynamics = nx >= 8;
   /// The tightest tolerance a solve is held to: none in double; in float, 1e-4 (tighter, the slacks of active rows
   /// shrink until the weights l/t swamp the factorization's precision and a convex QP looks nonconvex)
@@ -278,8 +280,9 @@ struct Riccati {
     T r_z[N][nz], r_N[nzN], r_dyn[N][nx];
     T Pb[N][nx];  ///< P_{k+1} r_dyn_k, from the predictor's Newton step (its corrector's too)
     T P[N + 1][nx][nx], p[N + 1][nx], L[N][nu][nu], K[N][nu][nx], k[N][nu], LN[muN][muN], KN[muN][nx], kN[muN];
-    /// [A_k B_k]' (the inputs that enter the dynamics; with transposed_dynamics, else one unused entry), set at the
-    /// start of each solve
+    /// [A_k B_k] and [A_k B_k]' (the inputs that enter the dynamics; with transposed_dynamics, else one unused entry
+    /// each), set at the start of each solve
+    T AB[transposed_dynamics ? N : 1][transposed_dynamics ? nx : 1][transposed_dynamics ? nd : 1];
     T ABt[transposed_dynamics ? N : 1][transposed_dynamics ? nd : 1][transposed_dynamics ? nx : 1];
     bool warm;  ///< the iterates hold a solution a warm start can begin from
   };
@@ -424,13 +427,27 @@ struct Riccati {
   }
 
   /// r += [A_k B_k]'v
-  static void add_dynamics_transposed(const Data& d, int k, const T* v, T* r) {
-    T a[nx], b[nud > 0 ? nud : 1];
-    dense::combine_rows<nx, nx>(v, d.A[k], a);
-    for (int i = 0; i < nx; ++i) r[i] += a[i];
-    if constexpr (nud > 0) {
-      dense::combine_rows<nx, nu, nud>(v, d.B[k], b);
-      for (int i = 0; i < nud; ++i) r[nx + i] += b[i];
+  static void add_dynamics_transposed(const Data& d, const Workspace& ws, int k, const T* v, T* r) {
+    if constexpr (transposed_dynamics) {
+      T ab[nd];
+      dense::combine_rows<nx, nd>(v, ws.AB[k], ab);
+      for (int i = 0; i < nd; ++i) r[i] += ab[i];
+    } else {
+      T a[nx], b[nud > 0 ? nud : 1];
+      dense::combine_rows<nx, nx>(v, d.A[k], a);
+      for (int i = 0; i < nx; ++i) r[i] += a[i];
+      if constexpr (nud > 0) {
+        dense::combine_rows<nx, nu, nud>(v, d.B[k], b);
+        for (int i = 0; i < nud; ++i) r[nx + i] += b[i];
+      }
+    }
+  }
+
+  /// [A_k B_k] (the inputs that enter the dynamics) into AB.
+  static void stack_dynamics(const Data& d, int k, T (&AB)[nx][nd]) {
+    for (int l = 0; l < nx; ++l) {
+      for (int j = 0; j < nx; ++j) AB[l][j] = d.A[k][l][j];
+      for (int j = 0; j < nud; ++j) AB[l][nx + j] = d.B[k][l][j];
     }
   }
 
@@ -463,7 +480,7 @@ struct Riccati {
       for (int i = 0; i < nu; ++i) z[nx + i] = ws.u[k][i];
       dense::combine_rows<nz, nz>(z, d.H[k], r);
       for (int i = 0; i < nz; ++i) r[i] += d.g[k][i];
-      Topology::for_transitions_from(k, [&](int e) { add_dynamics_transposed(d, e, ws.pi[e], r); });
+      Topology::for_transitions_from(k, [&](int e) { add_dynamics_transposed(d, ws, e, ws.pi[e], r); });
       if (k > 0)
         for (int i = 0; i < nx; ++i) r[i] -= ws.pi[k - 1][i];
       for (int e = 0; e < ws.n_live[k]; ++e) {
@@ -544,11 +561,15 @@ struct Riccati {
       lower_triangle(d.H[k], Q, regularization);
       Topology::for_transitions_from(k, [&](int e) {
         const T(&P)[nx][nx] = ws.P[e + 1];
-        T AB[nx][nd];  // [A B], the inputs that enter the dynamics
-        for (int l = 0; l < nx; ++l) {
-          for (int j = 0; j < nx; ++j) AB[l][j] = d.A[e][l][j];
-          for (int j = 0; j < nud; ++j) AB[l][nx + j] = d.B[e][l][j];
-        }
+        T stacked[transposed_dynamics ? 1 : nx][transposed_dynamics ? 1 : nd];
+        const T(&AB)[nx][nd] = [&]() -> const T(&)[nx][nd] {
+          if constexpr (transposed_dynamics) {
+            return ws.AB[e];
+          } else {
+            stack_dynamics(d, e, stacked);
+            return stacked;
+          }
+        }();
         T PAB[nx][nd];  // P [A B]
         dense::multiply_blocked<nx, nx, nd>(P, AB, PAB);
         dense::add_lower_product<0>(AB, PAB, Q);
@@ -590,7 +611,7 @@ struct Riccati {
         if (!corrector) dense::combine_rows<nx, nx>(ws.r_dyn[e], ws.P[e + 1], ws.Pb[e]);
         T s[nx];
         for (int i = 0; i < nx; ++i) s[i] = ws.Pb[e][i] + ws.p[e + 1][i];
-        add_dynamics_transposed(d, e, s, qz);
+        add_dynamics_transposed(d, ws, e, s, qz);
       });
       riccati::feedforward<nx, nu>(qz, qz + nx, ws.L[k], ws.K[k], ws.p[k], ws.k[k]);
     }
@@ -635,7 +656,7 @@ struct Riccati {
   }
 
   /// Cold start: x_k = x0, u = 0, pi = 0. Warm start: the previous primal-dual point (x_0 replaced by x0). Either
-  /// way the rows' nonzeros are found and [A B]' formed; `start_rows` then starts the rows.
+  /// way the rows' nonzeros are found and [A B] and [A B]' formed; `start_rows` then starts the rows.
   static void initialize(const Data& d, bool warm, Workspace& ws) {
     if (!warm) {
       // NOTE: zeroed in place; `ws = Workspace{}` builds the whole workspace as a temporary on the stack at clang -O0
@@ -647,11 +668,11 @@ struct Riccati {
     for (int i = 0; i < nx; ++i) ws.x[0][i] = d.x0[i];
     find_patterns(d, ws);
     if constexpr (transposed_dynamics)
-      for (int k = 0; k < N; ++k)
-        for (int l = 0; l < nx; ++l) {
-          for (int j = 0; j < nx; ++j) ws.ABt[k][j][l] = d.A[k][l][j];
-          for (int j = 0; j < nud; ++j) ws.ABt[k][nx + j][l] = d.B[k][l][j];
-        }
+      for (int k = 0; k < N; ++k) {
+        stack_dynamics(d, k, ws.AB[k]);
+        for (int l = 0; l < nx; ++l)
+          for (int j = 0; j < nd; ++j) ws.ABt[k][j][l] = ws.AB[k][l][j];
+      }
   }
 
   /// The nonzeros of every stored row with a bound (a box row has one, its variable: nothing to find).

@@ -226,18 +226,26 @@ void multiply_add(const T (*M)[n], const T* x, const T* b, T* out) {
   for (int i = 0; i < rows; ++i) out[i] = acc[i];
 }
 
-/// Q[i][:i+1] += (M'N)[i][:i+1] for first <= i < len (len: all of n by default): the lower triangle of M'N (of
-/// their first len columns) added to Q's, block_rows rows at a time, each block of rows computed up to its last row's
-/// column in register blocks (multiply_rows: compile-time lengths).
-template <int first, int len = 0, int rows, int n, int s, class T>
-void add_lower_product(const T (&M)[rows][n], const T (&N)[rows][n], T (&Q)[s][s]) {
+/// Q[i][:i+1] = base[i][:i+1] + (M'N)[i][:i+1] for first <= i < len (len: all of n by default): the lower triangle of
+/// M'N (of their first len columns) added to base's (Q's own, or another matrix's: a copy of it into Q first is a
+/// pass more, and compilers turn its triangle into a library call per row), block_rows rows at a time, each block of
+/// rows computed up to its last row's column in register blocks (multiply_rows: compile-time lengths).
+template <int first, int len = 0, int rows, int n, int s, int sb, class T>
+void add_lower_product(const T (&M)[rows][n], const T (&N)[rows][n], const T (&base)[sb][sb], T (&Q)[s][s]) {
   constexpr int last = len > 0 ? len : n;
   constexpr int end = first + block_rows < last ? first + block_rows : last;
+  static_assert(last <= sb, "the base covers the product");
   T block[end - first][end];
   multiply_rows<end - first, rows, end>([&](int r, int l) { return M[l][first + r]; }, N, block);
   for (int i = first; i < end; ++i)
-    for (int j = 0; j <= i; ++j) Q[i][j] += block[i - first][j];
-  if constexpr (end < last) add_lower_product<end, last>(M, N, Q);
+    for (int j = 0; j <= i; ++j) Q[i][j] = base[i][j] + block[i - first][j];
+  if constexpr (end < last) add_lower_product<end, last>(M, N, base, Q);
+}
+
+/// Q[i][:i+1] += (M'N)[i][:i+1] for first <= i < len (add_lower_product onto Q's own lower triangle).
+template <int first, int len = 0, int rows, int n, int s, class T>
+void add_lower_product(const T (&M)[rows][n], const T (&N)[rows][n], T (&Q)[s][s]) {
+  add_lower_product<first, len>(M, N, Q, Q);
 }
 
 /// out[r][:len] = sum_{l < count} coef(r, l) row(l)[:len] for r < R, R at a time: each of the count rows (a count

@@ -48,9 +48,7 @@ bool eliminate_inputs(const T (&Q)[nx + m][nx + m], T (&L)[m][m], T (&K)[m][nx],
   }
   for (int i = m - 1; i >= 0; --i)
     dense::subtract_rows<nx>(W[i], [&](int k) { return L[i + 1 + k][i]; }, K + i + 1, m - 1 - i, L[i][i], K[i]);
-  for (int i = 0; i < nx; ++i)
-    for (int j = 0; j <= i; ++j) P[i][j] = Q[i][j];
-  dense::add_lower_product<0>(V, W, P);
+  dense::add_lower_product<0>(V, W, Q, P);
   for (int i = 0; i < nx; ++i)
     for (int j = 0; j < i; ++j) P[j][i] = P[i][j];
   return true;
@@ -558,7 +556,7 @@ struct Riccati {
     }
     for (int k = N - 1; k >= 0; --k) {
       T Q[nz][nz];  // H + G'WG + the sum of [A B]'P[A B] over the transitions out (one in a chain), lower triangle
-      lower_triangle(d.H[k], Q, regularization);
+      bool leaf = true;  // the first transition's product adds H, the others Q
       Topology::for_transitions_from(k, [&](int e) {
         const T(&P)[nx][nx] = ws.P[e + 1];
         T stacked[transposed_dynamics ? 1 : nx][transposed_dynamics ? 1 : nd];
@@ -572,8 +570,20 @@ struct Riccati {
         }();
         T PAB[nx][nd];  // P [A B]
         dense::multiply_blocked<nx, nx, nd>(P, AB, PAB);
-        dense::add_lower_product<0>(AB, PAB, Q);
+        if (leaf) {  // Q = H + the product (its rows past nd, the inputs outside the dynamics: H's)
+          dense::add_lower_product<0>(AB, PAB, d.H[k], Q);
+          for (int i = nd; i < nz; ++i)
+            for (int j = 0; j <= i; ++j) Q[i][j] = d.H[k][i][j];
+        } else {
+          dense::add_lower_product<0>(AB, PAB, Q);
+        }
+        leaf = false;
       });
+      if (leaf) {
+        lower_triangle(d.H[k], Q, regularization);
+      } else if (regularization != T(0)) {
+        for (int i = 0; i < nz; ++i) Q[i][i] += regularization;
+      }
       add_weighted_rows<mG>(ws.pattern[k], d.G[k], nb, Q, [&](auto&& add) { stage(k, add); });
       if (!riccati::eliminate_inputs<nx, nu>(Q, ws.L[k], ws.K[k], ws.P[k])) return false;
     }

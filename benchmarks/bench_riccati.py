@@ -29,7 +29,11 @@ each choice's "regret": the measured time of the block size it chose over the le
 HPIPM (benchmarks.hpipm_qp: acados's install prefix, SPEED mode) at the same partial condensing (anvil's blocks of M
 stages, HPIPM's cond_N = N / M stages), both cold, to the same tolerance 1e-8, each instance's least time over
 --reps repeats, then the median over the instances; per interior-point iteration: the solve's time (condensing and
-expansion included; HPIPM's interior point alone beside it) over its iterations. Both sides' u_0 must agree to 1e-4
+expansion included; HPIPM's interior point alone beside it) over its iterations; and an iteration alone, the same
+on both sides: each QP also solved with an iteration limit of 1 (anvil's a build with max_iter=1, HPIPM's iter_max),
+the difference over the iterations past the first (`marginal`: what a solve does once, the condensing, the start,
+the expansion, the last residuals, cancels; HPIPM's from its interior point's own timer, its condensing and expansion
+outside it either way). Both sides' u_0 must agree to 1e-4
 (HPIPM at its iteration limit, 100, is marked, not dropped: its iterations are still iterations). With --fma, anvil's
 QPs are also built with fused multiply-adds (ANVIL_FMA=1; BLASFEO's Haswell and Skylake-X kernels fuse them too), a
 row of their own ("M FMA"), timed in the same loop as the others and against the same HPIPM solves.
@@ -202,9 +206,16 @@ def fused_twins(name: str, fma: bool, *args: Any, **kw: Any) -> list[tuple[str, 
   return twins
 
 
+def marginal(seconds: float, iterations: int, one_iteration_seconds: float) -> float:
+  """Seconds per interior-point iteration past the first: a solve's time less a one-iteration solve's of the same QP,
+  over the iterations between them (what a solve spends once, the condensing, the start, the expansion, cancels)."""
+  return (seconds - one_iteration_seconds) / max(iterations - 1, 1)
+
+
 def hpipm_rows(prefix: Path, reps: int, tol: float = 1e-8, fma: bool = False) -> list[list[str]]:
   """The --hpipm table's rows: per size and condensing (and with `fma` anvil's fused build, a row of its own beside
-  HPIPM's same numbers), both sides' iterations, solve time and time per iteration (module docstring)."""
+  HPIPM's same numbers), both sides' iterations, solve time, time per iteration, and each side's interior-point
+  iteration alone (`marginal`: each QP also solved with an iteration limit of 1) (module docstring)."""
   rows = []
   with tempfile.TemporaryDirectory(prefix="bench_hpipm_") as folder:
     out = Path(folder)
@@ -217,7 +228,8 @@ def hpipm_rows(prefix: Path, reps: int, tol: float = 1e-8, fma: bool = False) ->
         hpipm_qp.write_qp(d, out / f"qp{i}.bin")
       for M in HPIPM_BLOCKS:
         twins = fused_twins(f"bench_hpipm_{nx}_{nu}_{M}", fma, nx, nu, N, condensing=M, **kw)
-        mine: dict[str, list[tuple[float, int]]] = {label: [] for label, _ in twins}
+        ones = dict(fused_twins(f"bench_hpipm_{nx}_{nu}_{M}_one", fma, nx, nu, N, condensing=M, max_iter=1, **kw))
+        mine: dict[str, list[tuple[float, int, float]]] = {label: [] for label, _ in twins}
         theirs, unsolved = [], 0
         for i, d in enumerate(instances):
           first_inputs = {}
@@ -225,14 +237,18 @@ def hpipm_rows(prefix: Path, reps: int, tol: float = 1e-8, fma: bool = False) ->
             solves = [qp(tol, **d) for _ in range(reps)]
             if any(s.status != "solved" for s in solves):
               raise RuntimeError(f"bench_riccati: RiccatiQP{label} ({nx}, {nu}) M {M}: {solves[0].status}")
-            mine[label].append((min(s.solve_time for s in solves), solves[0].iterations))
+            best, its = min(s.solve_time for s in solves), solves[0].iterations
+            one = min(ones[label](tol, **d).solve_time for _ in range(reps))
+            mine[label].append((best, its, marginal(best, its, one)))
             first_inputs[label] = solves[0].u[0]
           hp = hpipm_qp.solve(exe, out / f"qp{i}.bin", (nx, nu, N), N // M, reps, tol)
+          hp_one = hpipm_qp.solve(exe, out / f"qp{i}.bin", (nx, nu, N), N // M, reps, tol, iter_max=1)
           for label, u0 in first_inputs.items():
             if not np.allclose(hp.u0, u0, atol=1e-4):
               raise RuntimeError(f"bench_riccati: HPIPM ({nx}, {nu}) cond_N {N // M}: status {hp.status}, u_0 "
                                  f"{hp.u0} against anvil{label}'s {u0}")  # fmt: skip
-          theirs.append((hp.seconds, hp.iterations, hp.ipm_seconds))
+          theirs.append((hp.seconds, hp.iterations, hp.ipm_seconds,
+                         marginal(hp.ipm_seconds, hp.iterations, hp_one.ipm_seconds)))  # fmt: skip
           unsolved += hp.status != 0
         us = lambda runs, at=0: statistics.median(r[at] for r in runs) * 1e6
         its = lambda runs: statistics.mean(r[1] for r in runs)
@@ -241,7 +257,8 @@ def hpipm_rows(prefix: Path, reps: int, tol: float = 1e-8, fma: bool = False) ->
         for label, runs in mine.items():
           rows.append([str(nx), str(nu), f"{M}{label}", str(N // M), f"{its(runs):.1f}", f"{us(runs):.0f}",
                        f"{per(runs):.1f}", hpipm_its, f"{us(theirs):.0f}", f"{per(theirs):.1f}",
-                       f"{per(theirs, 2):.1f}", f"{per(runs) / per(theirs):.2f}x"])  # fmt: skip
+                       f"{per(theirs, 2):.1f}", f"{per(runs) / per(theirs):.2f}x", f"{us(runs, 2):.1f}",
+                       f"{us(theirs, 3):.1f}", f"{us(runs, 2) / us(theirs, 3):.2f}x"])  # fmt: skip
   return rows
 
 
@@ -257,9 +274,11 @@ def main() -> None:
   if args.hpipm:
     print(f"RiccatiQP against HPIPM (SPEED) on the same soft QPs, N = {N}, cold, tol 1e-8: median over 5 instances of")
     print(f"each one's least time over {args.reps} repeats; us per solve and per interior-point iteration (*: HPIPM")
-    print("stopped at its iteration limit, 100, on some instance; its u_0 still within 1e-4 of anvil's)")
+    print("stopped at its iteration limit, 100, on some instance; its u_0 still within 1e-4 of anvil's); an iteration")
+    print("alone: the solve less a one-iteration solve, over the iterations past the first (HPIPM's interior point's)")
     header = ["nx", "nu", "anvil M", "HPIPM cond_N", "anvil its", "anvil us", "anvil us/it", "HPIPM its", "HPIPM us",
-              "HPIPM us/it", "HPIPM IPM alone us/it", "per iteration, anvil / HPIPM"]  # fmt: skip
+              "HPIPM us/it", "HPIPM IPM alone us/it", "per iteration, anvil / HPIPM", "anvil iteration alone us",
+              "HPIPM iteration alone us", "iteration alone, anvil / HPIPM"]  # fmt: skip
     print_markdown(header, hpipm_rows(args.hpipm, args.reps, fma=args.fma))
     return
   if args.condensing:

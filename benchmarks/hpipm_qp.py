@@ -64,10 +64,12 @@ def write_qp(d: dict[str, Any], path: Path) -> None:
   np.concatenate([np.ravel(p) for p in parts]).astype(np.float64).tofile(path)
 
 
-def solve(exe: Path, path: Path, shape: tuple[int, int, int], cond_N: int, repeats: int, tol: float) -> HPIPMSolve:
-  """The QP at `path` of (nx, nu, N) `shape` condensed to cond_N stages, solved `repeats` times to `tol`."""
+def solve(exe: Path, path: Path, shape: tuple[int, int, int], cond_N: int, repeats: int, tol: float,
+          iter_max: int = 100) -> HPIPMSolve:  # fmt: skip
+  """The QP at `path` of (nx, nu, N) `shape` condensed to cond_N stages, solved `repeats` times to `tol` in at most
+  `iter_max` interior-point iterations."""
   nx, nu, N = shape
-  args = [str(exe), str(path), str(nx), str(nu), str(N), str(cond_N), str(repeats), repr(tol)]
+  args = [str(exe), str(path), str(nx), str(nu), str(N), str(cond_N), str(repeats), repr(tol), str(iter_max)]
   result = subprocess.run(args, check=True, capture_output=True, text=True)
   lines = dict(line.partition(" ")[::2] for line in result.stdout.splitlines())
   return HPIPMSolve(int(lines["status"]), int(lines["iterations"]), float(lines["cond_seconds"]),

@@ -7,8 +7,9 @@
 // File: float64s in this order, row-major: per stage k < N: H (nz x nz), g (nz), A (nx x nx), B (nx x nu), c (nx),
 // lbu (nu), ubu (nu), G (nz), lg, zl, Zl; then HN (nx x nx), gN (nx), GN (nx), lgN, x0 (nx).
 //
-// Usage: qp <file> <nx> <nu> <N> <cond_N: N = none> <repeats> <tol>
-// HPIPM in SPEED mode (acados's default), its tolerances tol; the same QP solved `repeats` times from a cold start.
+// Usage: qp <file> <nx> <nu> <N> <cond_N: N = none> <repeats> <tol> [<iter_max: 100>]
+// HPIPM in SPEED mode (acados's default), its tolerances tol, at most iter_max iterations; the same QP solved
+// `repeats` times from a cold start.
 // Prints: status, iterations, the least seconds over the repeats of the partial condensing, of the interior point
 // (d_ocp_qp_ipm_solve) and of the solution's expansion, the QP's objective and u_0.
 #define _POSIX_C_SOURCE 199309L
@@ -36,8 +37,8 @@ static double *take(double **cursor, int n) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 8) {
-    fprintf(stderr, "usage: qp <file> <nx> <nu> <N> <cond_N> <repeats> <tol>\n");
+  if (argc != 8 && argc != 9) {
+    fprintf(stderr, "usage: qp <file> <nx> <nu> <N> <cond_N> <repeats> <tol> [<iter_max>]\n");
     return 2;
   }
   const int nx = atoi(argv[2]), nu = atoi(argv[3]), N = atoi(argv[4]), cond_N = atoi(argv[5]);
@@ -129,7 +130,7 @@ int main(int argc, char **argv) {
   struct d_ocp_qp_ipm_arg arg;
   d_ocp_qp_ipm_arg_create(&dim2, &arg, malloc(d_ocp_qp_ipm_arg_memsize(&dim2)));
   d_ocp_qp_ipm_arg_set_default(SPEED, &arg);
-  int iter_max = 100;
+  int iter_max = argc == 9 ? atoi(argv[8]) : 100;
   d_ocp_qp_ipm_arg_set_iter_max(&iter_max, &arg);
   d_ocp_qp_ipm_arg_set_tol_stat(&tol, &arg);
   d_ocp_qp_ipm_arg_set_tol_eq(&tol, &arg);

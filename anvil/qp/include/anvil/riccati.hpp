@@ -227,9 +227,8 @@ struct Riccati {
   /// Whether a solve keeps [A B]' (Workspace::ABt), so the rollouts' and residuals' products [A B] z are
   /// combinations of its rows (vectorized; with A's rows strided, a product compiles to scalar code, 3-4x slower at
   /// nx = 21), and [A B] itself (Workspace::AB), the factorization's operand and the rows [A B]'v combines, read in
-  /// place rather than gathered from A and B at every use (at nx = 45 a row-by-row copy of 45 x 48 entries a stage
-  /// and iteration, 3% of the iteration): from nx = 8 on (random QPs of 9 to 21 states solve 6-11% faster; of 4 and
-  /// 6 states no faster, and a microcontroller's memory counts more).
+  /// place rather than gathered from A and B, row by row, at every stage and iteration: from nx = 8 on (random QPs of
+  /// 9 to 21 states solve 6-11% faster; of 4 and 6 states no faster, and a microcontroller's memory counts more).
   static constexpr bool transposed_dynamics = nx >= 8;
   /// The tightest tolerance a solve is held to: none in double; in float, 1e-4 (tighter, the slacks of active rows
   /// shrink until the weights l/t swamp the factorization's precision and a convex QP looks nonconvex)

@@ -31,35 +31,75 @@ namespace anvil {
 namespace qp {
 namespace riccati {
 
+/// Rows j0 to j0 + R - 1 (R = block_rows, or the rows left) of U = L' and of V (eliminate_inputs), left-looking: the
+/// block's rows of Q_uu (S, both triangles) and of Q_ux less the finished rows' terms (one pass for the R rows:
+/// dense::subtract_combinations; none in the first block), then, row after row, the terms of the block's rows before
+/// it, the pivot and the scale; then the next block. Each entry's terms are subtracted in the order of the rows, as a
+/// column-by-column Cholesky and a row-by-row solve subtract them (the same roundings); of U, only the diagonal and
+/// the entries right of it are read.
+template <int j0, int nx, int m, class T>
+bool factor_inputs(const T (&Q)[nx + m][nx + m], const T (&S)[m][m], T (&U)[m][m], T (&V)[m][nx]) {
+  constexpr int R = m - j0 < dense::block_rows ? m - j0 : dense::block_rows, len = m - j0;
+  const auto u_start = [&](int r) { return (j0 > 0 ? U[j0 + r] : S[j0 + r]) + j0; };  // the rows after that pass
+  const auto v_start = [&](int r) { return j0 > 0 ? V[j0 + r] : Q[nx + j0 + r]; };
+  if constexpr (j0 > 0) {
+    const auto one = [](int) { return T(1); };
+    const auto above = [&](int r, int k) { return U[k][j0 + r]; };  // L's row j0 + r, column k
+    dense::subtract_combinations<R, len, T>([&](int r) { return S[j0 + r] + j0; }, above,
+                                            [&](int k) { return U[k] + j0; }, j0, one,
+                                            [&](int r) { return U[j0 + r] + j0; });
+    dense::subtract_combinations<R, nx, T>([&](int r) { return Q[nx + j0 + r]; }, above, [&](int k) { return V[k]; },
+                                           j0, one, [&](int r) { return V[j0 + r]; });
+  }
+  for (int r = 0; r < R; ++r) {
+    const int j = j0 + r;
+    T d = u_start(r)[r];
+    for (int s = j0; s < j; ++s) d -= U[s][j] * U[s][j];
+    if (!dense::positive_pivot(d)) return false;
+    const T inv = T(1) / std::sqrt(d);
+    const auto in_block = [&](int, int s) { return U[j0 + s][j]; };
+    const auto scale = [&](int) { return inv; };
+    dense::subtract_combinations<1, len, T>([&](int) { return u_start(r); }, in_block,
+                                            [&](int s) { return U[j0 + s] + j0; }, r, scale,
+                                            [&](int) { return U[j] + j0; });
+    dense::subtract_combinations<1, nx, T>([&](int) { return v_start(r); }, in_block, [&](int s) { return V[j0 + s]; },
+                                           r, scale, [&](int) { return V[j]; });
+    U[j][j] = inv;
+  }
+  if constexpr (j0 + R < m) return factor_inputs<j0 + R, nx, m>(Q, S, U, V);
+  return true;
+}
+
 /// Minimizes the quadratic of Hessian Q (in [x; u] order, m inputs; only its lower triangle is read) over u: the
-/// Cholesky factor L of Q_uu, the feedback K = -Q_uu^-1 Q_ux and the value function's Hessian P = Q_xx + Q_ux'K =
-/// Q_xx - V'V with V = L^-1 Q_ux (a symmetric update, computed on the lower triangle and mirrored). False if Q_uu is
+/// Cholesky factor L of Q_uu, kept as U = L' (row-major upper, the reciprocals 1 / L_jj on the diagonal), the feedback
+/// K = -Q_uu^-1 Q_ux and the value function's Hessian P = Q_xx + Q_ux'K = Q_xx - V'V with V = L^-1 Q_ux (a symmetric
+/// update, computed on the lower triangle and mirrored). L and V are computed together, L's columns as U's rows, in
+/// blocks of rows (factor_inputs: vectorized along the rows, where a column of L is a strided walk). False if Q_uu is
 /// not positive definite (the reduced Hessian is not).
 template <int nx, int m, class T>
-bool eliminate_inputs(const T (&Q)[nx + m][nx + m], T (&L)[m][m], T (&K)[m][nx], T (&P)[nx][nx]) {
+bool eliminate_inputs(const T (&Q)[nx + m][nx + m], T (&U)[m][m], T (&K)[m][nx], T (&P)[nx][nx]) {
+  T S[m][m], V[m][nx], W[m][nx];  // Q_uu, both triangles; V; W = -V
   for (int i = 0; i < m; ++i)
-    for (int j = 0; j <= i; ++j) L[i][j] = Q[nx + i][nx + j];
-  if (!anvil::dense::cholesky(L)) return false;
-  // V = L^-1 Q_ux and K = -L'^-1 V, triangular solves on whole rows of nx (vectorized)
-  T V[m][nx], W[m][nx];  // W = -V
-  for (int i = 0; i < m; ++i) {
-    dense::subtract_rows<nx>(Q[nx + i], [&](int k) { return L[i][k]; }, V, i, L[i][i], V[i]);
+    for (int j = 0; j <= i; ++j) S[i][j] = S[j][i] = Q[nx + i][nx + j];
+  if (!factor_inputs<0, nx, m>(Q, S, U, V)) return false;
+  // K = -L'^-1 V, a triangular solve on whole rows of nx (vectorized)
+  for (int i = 0; i < m; ++i)
     for (int j = 0; j < nx; ++j) W[i][j] = -V[i][j];
-  }
   for (int i = m - 1; i >= 0; --i)
-    dense::subtract_rows<nx>(W[i], [&](int k) { return L[i + 1 + k][i]; }, K + i + 1, m - 1 - i, L[i][i], K[i]);
+    dense::subtract_rows<nx>(W[i], [&](int k) { return U[i][i + 1 + k]; }, K + i + 1, m - 1 - i, U[i][i], K[i]);
   dense::add_lower_product<0>(V, W, Q, P);
   for (int i = 0; i < nx; ++i)
     for (int j = 0; j < i; ++j) P[j][i] = P[i][j];
   return true;
 }
 
-/// The value function's gradient p = qx + K'qu and the feedforward kk = -Q_uu^-1 qu (qu is overwritten).
+/// The value function's gradient p = qx + K'qu and the feedforward kk = -Q_uu^-1 qu (qu is overwritten), from
+/// eliminate_inputs' U and K.
 template <int nx, int m, class T>
-void feedforward(const T* qx, T* qu, const T (&L)[m][m], const T (&K)[m][nx], T* p, T* kk) {
+void feedforward(const T* qx, T* qu, const T (&U)[m][m], const T (&K)[m][nx], T* p, T* kk) {
   dense::combine_rows<m, nx>(qu, K, p);
   for (int i = 0; i < nx; ++i) p[i] += qx[i];
-  anvil::dense::cholesky_solve(L, qu);
+  dense::cholesky_solve_by<m>([&](int i, int k) { return U[k][i]; }, qu);
   for (int i = 0; i < m; ++i) kk[i] = -qu[i];
 }
 

@@ -71,17 +71,19 @@ bool factor_inputs(const T (&Q)[nx + m][nx + m], const T (&S)[m][m], T (&U)[m][m
 }
 
 /// Minimizes the quadratic of Hessian Q (in [x; u] order, m inputs; only its lower triangle is read) over u: the
-/// Cholesky factor L of Q_uu, kept as U = L' (row-major upper, the reciprocals 1 / L_jj on the diagonal), the feedback
-/// K = -Q_uu^-1 Q_ux and the value function's Hessian P = Q_xx + Q_ux'K = Q_xx - V'V with V = L^-1 Q_ux (a symmetric
-/// update, computed on the lower triangle and mirrored). L and V are computed together, L's columns as U's rows, in
-/// blocks of rows (factor_inputs: vectorized along the rows, where a column of L is a strided walk). False if Q_uu is
-/// not positive definite (the reduced Hessian is not).
+/// Cholesky factor L of Q_uu (dense::cholesky's form), the feedback K = -Q_uu^-1 Q_ux and the value function's Hessian
+/// P = Q_xx + Q_ux'K = Q_xx - V'V with V = L^-1 Q_ux (a symmetric update, computed on the lower triangle and mirrored).
+/// L and V are computed together, L's columns as the rows of U = L', in blocks of rows (factor_inputs: vectorized along
+/// the rows, where a column of L is a strided walk). False if Q_uu is not positive definite (the reduced Hessian is
+/// not).
 template <int nx, int m, class T>
-bool eliminate_inputs(const T (&Q)[nx + m][nx + m], T (&U)[m][m], T (&K)[m][nx], T (&P)[nx][nx]) {
-  T S[m][m], V[m][nx], W[m][nx];  // Q_uu, both triangles; V; W = -V
+bool eliminate_inputs(const T (&Q)[nx + m][nx + m], T (&L)[m][m], T (&K)[m][nx], T (&P)[nx][nx]) {
+  T S[m][m], U[m][m], V[m][nx], W[m][nx];  // Q_uu, both triangles; L'; V; W = -V
   for (int i = 0; i < m; ++i)
     for (int j = 0; j <= i; ++j) S[i][j] = S[j][i] = Q[nx + i][nx + j];
   if (!factor_inputs<0, nx, m>(Q, S, U, V)) return false;
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j <= i; ++j) L[i][j] = U[j][i];
   // K = -L'^-1 V, a triangular solve on whole rows of nx (vectorized)
   for (int i = 0; i < m; ++i)
     for (int j = 0; j < nx; ++j) W[i][j] = -V[i][j];
@@ -93,13 +95,12 @@ bool eliminate_inputs(const T (&Q)[nx + m][nx + m], T (&U)[m][m], T (&K)[m][nx],
   return true;
 }
 
-/// The value function's gradient p = qx + K'qu and the feedforward kk = -Q_uu^-1 qu (qu is overwritten), from
-/// eliminate_inputs' U and K.
+/// The value function's gradient p = qx + K'qu and the feedforward kk = -Q_uu^-1 qu (qu is overwritten).
 template <int nx, int m, class T>
-void feedforward(const T* qx, T* qu, const T (&U)[m][m], const T (&K)[m][nx], T* p, T* kk) {
+void feedforward(const T* qx, T* qu, const T (&L)[m][m], const T (&K)[m][nx], T* p, T* kk) {
   dense::combine_rows<m, nx>(qu, K, p);
   for (int i = 0; i < nx; ++i) p[i] += qx[i];
-  dense::cholesky_solve_by<m>([&](int i, int k) { return U[k][i]; }, qu);
+  anvil::dense::cholesky_solve(L, qu);
   for (int i = 0; i < m; ++i) kk[i] = -qu[i];
 }
 

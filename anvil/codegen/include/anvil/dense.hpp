@@ -217,13 +217,25 @@ void subtract_combinations(Init&& init, Coef&& coef, Row&& row, int count, Scale
   subtract_pass<R, len, vectors, T>(init, coef, row, count, scale, out);
 }
 
-/// out[:len] = (init[:len] - sum_{k < count} c(k) rows[k][:len]) * scale (subtract_combinations of one row, from a
-/// 2D array's rows): a triangular solve's row. out may be init.
+/// out[:len] = (init[:len] - sum_{k < count} c(k) rows[k][:len]) * scale, the products subtracted in the order of k
+/// from accumulators in local vectors of the target's register width (a triangular solve's row: subtracting in
+/// memory row after row stores and reloads out at every k). out may be init: every entry is loaded before any is
+/// stored.
 template <int len, int n, class T, class Coef>
 void subtract_rows(const T* init, Coef&& c, const T (*rows)[n], int count, T scale, T* out) {
-  subtract_combinations<1, len, T>([&](int) { return init; }, [&](int, int k) { return c(k); },
-                                   [&](int k) { return rows[k]; }, count, [&](int) { return scale; },
-                                   [&](int) { return out; });
+  constexpr int lanes = row_lanes<T, len>(), vectors = vectors_over(len, lanes);
+  using vec = typename Vector<T, lanes>::type;
+  vec acc[vectors];
+  for (int j = 0; j < vectors; ++j) load(acc[j], init + vector_start(j, len, lanes));
+  for (int k = 0; k < count; ++k) {
+    const T coef = c(k);
+    for (int j = 0; j < vectors; ++j) {
+      vec m;
+      load(m, &rows[k][vector_start(j, len, lanes)]);
+      acc[j] -= coef * m;
+    }
+  }
+  for (int j = 0; j < vectors; ++j) store(out + vector_start(j, len, lanes), acc[j] * scale);
 }
 
 /// out = M x (the first len columns of M): the products accumulated column by column in a local array, so the rows'

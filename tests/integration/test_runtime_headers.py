@@ -159,11 +159,18 @@ bool product() {  // C = A B; Q's lower triangle += B'B; A's first row times B t
   for (int l = 0; l < inner; ++l) pointers[l] = B[l];
   for (auto& row : G) for (double& v : row) v = 1;
   anvil::dense::add_lower_gram<0, len, len>(pointers, A[0], inner, G);  // G += B' diag(A[0]) B
+  constexpr int R = rows < anvil::dense::block_rows ? rows : anvil::dense::block_rows;
+  static double D[R][len];  // rows of B, less combinations of B's rows, scaled, R at a time and in place
+  for (int r = 0; r < R; ++r) for (int j = 0; j < len; ++j) D[r][j] = B[r % inner][j];
+  anvil::dense::subtract_combinations<R, len, double>([](int r) { return D[r]; }, [](int r, int k) { return A[r][k]; },
+      [](int k) { return B[1 + k]; }, inner - 1, [](int r) { return A[r][0]; }, [](int r) { return D[r]; });
   for (auto& row : C) for (double v : row) std::printf("%.17g\\n", v);
   for (int i = 0; i < len; ++i) for (int j = 0; j <= i; ++j) std::printf("%.17g\\n", Q[i][j]);
   for (double v : y) std::printf("%.17g\\n", v);
   for (double v : s) std::printf("%.17g\\n", v);
   for (int i = 0; i < len; ++i) for (int j = 0; j <= i; ++j) std::printf("%.17g\\n", G[i][j]);
+  std::printf("%d\\n", R);
+  for (auto& row : D) for (double v : row) std::printf("%.17g\\n", v);
   return true;
 }
 int main() { return (CASES) ? 0 : 2; }
@@ -208,8 +215,8 @@ DENSE_FLAGS = [
 def test_dense_products_sum_in_order_at_every_width(cxx: str, tmp_path: Path, flags: list[str]) -> None:
   """anvil/dense.hpp's kernels at widths that leave 1 to 7 columns after the last whole vector (the vector computing
   them overlaps columns already computed): the register-blocked product and lower product, a combination of rows, a
-  triangular solve's row and a weighted Gram product. Every entry equals its terms summed in order, bit for bit, at
-  every vector width."""
+  triangular solve's row, a weighted Gram product and several rows' combinations subtracted in place, in passes over
+  their columns. Every entry equals its terms summed in order, bit for bit, at every vector width."""
   cases = " && ".join(f"product<{r}, {k}, {n}>()" for r, k, n in PRODUCTS)
   exe = build(cxx, tmp_path, DENSE_DRIVER, ["-ffp-contract=off", f"-DCASES={cases}", *flags,
                                             *(f"-I{d}" for d in INCLUDE_DIRS)])  # fmt: skip
@@ -229,6 +236,12 @@ def test_dense_products_sum_in_order_at_every_width(cxx: str, tmp_path: Path, fl
     gram = take(cols * (cols + 1) // 2)
     weighted = [1 + ordered_sum(a[0] * b[:, i], b[:, j]) for i in range(cols) for j in range(i + 1)]
     assert gram == weighted
+    together = int(take(1)[0])  # rows a pass of subtract_combinations serves: the build's block_rows, or all of a's
+    combined = np.array([take(cols) for _ in range(together)])
+    inner = len(b)
+    expected = [[ordered_difference(b[r % inner, j], a[r, : inner - 1], b[1:, j], a[r, 0]) for j in range(cols)]
+                for r in range(together)]  # fmt: skip
+    np.testing.assert_array_equal(combined, expected)
 
 
 def kkt_layout(kkt: ActiveSetKKT, n: int, m: int) -> str:

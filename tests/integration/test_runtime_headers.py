@@ -171,6 +171,7 @@ bool product() {  // C = A B; Q's lower triangle += B'B; A's first row times B t
   for (int i = 0; i < len; ++i) for (int j = 0; j <= i; ++j) std::printf("%.17g\\n", G[i][j]);
   std::printf("%d\\n", R);
   for (auto& row : D) for (double v : row) std::printf("%.17g\\n", v);
+  std::printf("%.17g\\n", anvil::dense::interleaved_dot<len>(B[0], B[inner - 1]));
   return true;
 }
 int main() { return (CASES) ? 0 : 2; }
@@ -191,6 +192,14 @@ def ordered_difference(first: float, a: np.ndarray, b: np.ndarray, scale: float)
   for x, y in zip(a, b, strict=True):
     total -= float(x) * float(y)
   return total * float(scale)
+
+
+def interleaved_sum(a: np.ndarray, b: np.ndarray) -> float:
+  """a'b in four sums, term j into sum j % 4 in order, added as (s0 + s1) + (s2 + s3) (interleaved_dot's promise)."""
+  sums = [0.0] * 4
+  for j, (x, y) in enumerate(zip(a, b, strict=True)):
+    sums[j % 4] += float(x) * float(y)
+  return (sums[0] + sums[1]) + (sums[2] + sums[3])
 
 
 def cpu_has(flag: str) -> bool:
@@ -215,8 +224,9 @@ DENSE_FLAGS = [
 def test_dense_products_sum_in_order_at_every_width(cxx: str, tmp_path: Path, flags: list[str]) -> None:
   """anvil/dense.hpp's kernels at widths that leave 1 to 7 columns after the last whole vector (the vector computing
   them overlaps columns already computed): the register-blocked product and lower product, a combination of rows, a
-  triangular solve's row, a weighted Gram product and several rows' combinations subtracted in place, in passes over
-  their columns. Every entry equals its terms summed in order, bit for bit, at every vector width."""
+  triangular solve's row, a weighted Gram product, several rows' combinations subtracted in place, in passes over
+  their columns, and a dot product in four interleaved sums. Every entry equals its terms summed in order, bit for
+  bit, at every vector width."""
   cases = " && ".join(f"product<{r}, {k}, {n}>()" for r, k, n in PRODUCTS)
   exe = build(cxx, tmp_path, DENSE_DRIVER, ["-ffp-contract=off", f"-DCASES={cases}", *flags,
                                             *(f"-I{d}" for d in INCLUDE_DIRS)])  # fmt: skip
@@ -242,6 +252,7 @@ def test_dense_products_sum_in_order_at_every_width(cxx: str, tmp_path: Path, fl
     expected = [[ordered_difference(b[r % inner, j], a[r, : inner - 1], b[1:, j], a[r, 0]) for j in range(cols)]
                 for r in range(together)]  # fmt: skip
     np.testing.assert_array_equal(combined, expected)
+    assert take(1) == [interleaved_sum(b[0], b[-1])]
 
 
 def kkt_layout(kkt: ActiveSetKKT, n: int, m: int) -> str:

@@ -238,6 +238,27 @@ void subtract_rows(const T* init, Coef&& c, const T (*rows)[n], int count, T sca
   for (int j = 0; j < vectors; ++j) store(out + vector_start(j, len, lanes), acc[j] * scale);
 }
 
+/// a'z over n entries in four interleaved sums (entry j adds to sum j % 4, the sums then added as (s0 + s1) + (s2 + s3)),
+/// the four sums one vector of 4 lanes where the target has one (two of 2 with SSE2 or NEON, else 4 scalars): four
+/// independent chains, where one sum of 45 terms is a chain of 45 dependent additions. The same roundings everywhere.
+template <int n, class T>
+T interleaved_dot(const T* a, const T* z) {
+  constexpr int lanes = row_lanes<T, 4>(), vectors = 4 / lanes, whole = n / 4 * 4;
+  using vec = typename Vector<T, lanes>::type;
+  vec acc[vectors] = {};
+  for (int j = 0; j < whole; j += 4)
+    for (int q = 0; q < vectors; ++q) {
+      vec av, zv;
+      load(av, a + j + q * lanes);
+      load(zv, z + j + q * lanes);
+      acc[q] += av * zv;
+    }
+  T sum[4];
+  for (int q = 0; q < vectors; ++q) store(sum + q * lanes, acc[q]);
+  for (int j = whole; j < n; ++j) sum[j - whole] += a[j] * z[j];
+  return (sum[0] + sum[1]) + (sum[2] + sum[3]);
+}
+
 /// out = M x (the first len columns of M): the products accumulated column by column in a local array, so the rows'
 /// sums are independent chains (a dot product per row is one chain of dependent additions, which runs at the adder's
 /// latency).

@@ -143,13 +143,15 @@ struct Pattern {
     }
   }
 
-  /// a'[x; y] where x holds the first m entries (a dense row's over all its entries, in four interleaved sums).
+  /// a'[x; y] where x holds the first m entries (a dense row's over all its entries, [x; y] gathered first, in four
+  /// interleaved sums: dense::interleaved_dot).
   template <int m, class T>
   T dot(const T* a, const T* x, const T* y) const {
     if (dense()) {
-      T v[4] = {};
-      for (int j = 0; j < n; ++j) v[j % 4] += a[j] * (j < m ? x[j] : y[j - m]);
-      return (v[0] + v[1]) + (v[2] + v[3]);
+      T z[n];
+      for (int j = 0; j < m; ++j) z[j] = x[j];
+      for (int j = m; j < n; ++j) z[j] = y[j - m];
+      return anvil::dense::interleaved_dot<n>(a, z);
     }
     T v = 0;
     for (int e = 0; e < count; ++e) {

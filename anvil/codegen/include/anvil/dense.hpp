@@ -220,7 +220,8 @@ void subtract_combinations(Init&& init, Coef&& coef, Row&& row, int count, Scale
 /// out[:len] = (init[:len] - sum_{k < count} c(k) rows[k][:len]) * scale, the products subtracted in the order of k
 /// from accumulators in local vectors of the target's register width (a triangular solve's row: subtracting in
 /// memory row after row stores and reloads out at every k). out may be init: every entry is loaded before any is
-/// stored.
+/// stored. (subtract_combinations of one row computes the same; through its functors and passes, compilers' code for
+/// the short rows of a few states was slower, so this one stays its own loop.)
 template <int len, int n, class T, class Coef>
 void subtract_rows(const T* init, Coef&& c, const T (*rows)[n], int count, T scale, T* out) {
   constexpr int lanes = row_lanes<T, len>(), vectors = vectors_over(len, lanes);

@@ -71,9 +71,9 @@ bool factor_inputs(const T (&Q)[nx + m][nx + m], const T (&S)[m][m], T (&U)[m][m
 }
 
 /// The Cholesky factor L of Q_uu (dense::cholesky's form) and V = L^-1 Q_ux, for eliminate_inputs: where V's rows
-/// fill a vector of the target's width (8 doubles with AVX-512), by factor_inputs (U = L' in blocks of rows, then L:
-/// 2.0 us against 2.5 at 21 states and 24 inputs); below (a few states, rows shorter than a vector: 0.20 us against
-/// 0.14 at 4 states and 8 inputs), column by column (dense::cholesky), then V row by row. The same roundings either way.
+/// fill a vector of the target's width (8 doubles with AVX-512), by factor_inputs (U = L' in blocks of rows, then L);
+/// below (a few states), column by column (dense::cholesky), then V row by row: with rows shorter than a vector, the
+/// blocked passes' vectors are too short to pay for the copies into and out of U. The same roundings either way.
 template <int nx, int m, class T>
 bool factor_and_solve(const T (&Q)[nx + m][nx + m], T (&L)[m][m], T (&V)[m][nx]) {
   if constexpr (nx >= dense::vector_bytes / static_cast<int>(sizeof(T)) && dense::vector_bytes > 0) {

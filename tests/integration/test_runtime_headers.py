@@ -172,6 +172,9 @@ bool product() {  // C = A B; Q's lower triangle += B'B; A's first row times B t
   std::printf("%d\\n", R);
   for (auto& row : D) for (double v : row) std::printf("%.17g\\n", v);
   std::printf("%.17g\\n", anvil::dense::interleaved_dot<len>(B[0], B[inner - 1]));
+  static double dots[inner];  // every row of B times its last, in blocks of block_rows rows, then of 4, 2 and 1
+  anvil::dense::interleaved_dots<anvil::dense::block_rows, len>(pointers, inner, B[inner - 1], dots);
+  for (double v : dots) std::printf("%.17g\\n", v);
   return true;
 }
 int main() { return (CASES) ? 0 : 2; }
@@ -225,8 +228,8 @@ def test_dense_products_sum_in_order_at_every_width(cxx: str, tmp_path: Path, fl
   """anvil/dense.hpp's kernels at widths that leave 1 to 7 columns after the last whole vector (the vector computing
   them overlaps columns already computed): the register-blocked product and lower product, a combination of rows, a
   triangular solve's row, a weighted Gram product, several rows' combinations subtracted in place, in passes over
-  their columns, and a dot product in four interleaved sums. Every entry equals its terms summed in order, bit for
-  bit, at every vector width."""
+  their columns, and dot products in four interleaved sums, one row and several rows together. Every entry equals its
+  terms summed in order, bit for bit, at every vector width."""
   cases = " && ".join(f"product<{r}, {k}, {n}>()" for r, k, n in PRODUCTS)
   exe = build(cxx, tmp_path, DENSE_DRIVER, ["-ffp-contract=off", f"-DCASES={cases}", *flags,
                                             *(f"-I{d}" for d in INCLUDE_DIRS)])  # fmt: skip
@@ -253,6 +256,68 @@ def test_dense_products_sum_in_order_at_every_width(cxx: str, tmp_path: Path, fl
                 for r in range(together)]  # fmt: skip
     np.testing.assert_array_equal(combined, expected)
     assert take(1) == [interleaved_sum(b[0], b[-1])]
+    assert take(inner) == [interleaved_sum(row, b[-1]) for row in b]
+
+
+#: Sizes of the Cholesky solves checked: below and from 8 (solve_transposed_from's vector loops), past 2, 4 and 8 lanes.
+CHOLESKY_SIZES = (1, 2, 3, 5, 7, 8, 9, 12, 17, 24, 33)
+
+CHOLESKY_DRIVER = """#include <cstdio>
+#include "anvil/dense.hpp"
+template <int m>
+bool solve() {  // v <- (L L')^-1 v, L's diagonal holding the reciprocals
+  static double L[m][m], v[m];
+  for (auto& row : L) for (double& e : row) if (std::scanf("%lf", &e) != 1) return false;
+  for (double& e : v) if (std::scanf("%lf", &e) != 1) return false;
+  anvil::dense::cholesky_solve(L, v);
+  for (double e : v) std::printf("%.17g\\n", e);
+  return true;
+}
+int main() { return (CASES) ? 0 : 2; }
+"""
+
+
+def ordered_cholesky_solve(lower: np.ndarray, v: np.ndarray) -> list[float]:
+  """(L L')^-1 v in cholesky_solve's order: L w = v row by row, each sum over the entries found in order; then L'
+  from the last entry up, each entry less its terms as the entries are found (from 8 entries on), or (below 8) each
+  entry's sum over L's column in the order of the rows."""
+  m, w = len(v), [float(e) for e in v]
+  for i in range(m):
+    for k in range(i):
+      w[i] -= float(lower[i, k]) * w[k]
+    w[i] *= float(lower[i, i])
+  for i in range(m - 1, -1, -1):
+    if m >= 8:
+      w[i] *= float(lower[i, i])
+      for j in range(i):
+        w[j] -= float(lower[i, j]) * w[i]
+    else:
+      for k in range(i + 1, m):
+        w[i] -= float(lower[k, i]) * w[k]
+      w[i] *= float(lower[i, i])
+  return w
+
+
+@pytest.mark.parametrize("flags", DENSE_FLAGS)
+def test_cholesky_solve_in_order_at_every_width(cxx: str, tmp_path: Path, flags: list[str]) -> None:
+  """dense::cholesky_solve solves L L' x = v (against numpy's solve), each entry's terms subtracted in its promised
+  order, bit for bit, at every vector width; the entries of L above its diagonal are never read (NaN there)."""
+  cases = " && ".join(f"solve<{m}>()" for m in CHOLESKY_SIZES)
+  exe = build(cxx, tmp_path, CHOLESKY_DRIVER, ["-ffp-contract=off", f"-DCASES={cases}", *flags,
+                                               *(f"-I{d}" for d in INCLUDE_DIRS)])  # fmt: skip
+  rng = np.random.default_rng(3)
+  data = []
+  for m in CHOLESKY_SIZES:
+    off_diagonal = np.tril(rng.standard_normal((m, m)), -1) / np.sqrt(m)  # small enough: well conditioned
+    factor = off_diagonal + np.diag(rng.uniform(1.0, 3.0, m))
+    stored = np.where(np.tri(m, dtype=bool), factor, np.nan)
+    stored[np.diag_indices(m)] = 1.0 / np.diag(factor)
+    data.append((factor, stored, rng.standard_normal(m)))
+  out = iter(run(exe, np.concatenate([np.concatenate([s.ravel(), v]) for _, s, v in data])))
+  for factor, stored, v in data:
+    x = [next(out) for _ in v]
+    assert x == ordered_cholesky_solve(stored, v)
+    np.testing.assert_allclose(x, np.linalg.solve(factor @ factor.T, v), rtol=1e-9, atol=1e-12)
 
 
 def kkt_layout(kkt: ActiveSetKKT, n: int, m: int) -> str:

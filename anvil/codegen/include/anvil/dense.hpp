@@ -239,25 +239,47 @@ void subtract_rows(const T* init, Coef&& c, const T (*rows)[n], int count, T sca
   for (int j = 0; j < vectors; ++j) store(out + vector_start(j, len, lanes), acc[j] * scale);
 }
 
-/// a'z over n entries in four interleaved sums (entry j adds to sum j % 4, the sums then added as (s0 + s1) + (s2 + s3)),
-/// the four sums one vector of 4 lanes where the target has one (two of 2 with SSE2 or NEON, else 4 scalars): four
-/// independent chains, where one sum of 45 terms is a chain of 45 dependent additions. The same roundings everywhere.
-template <int n, class T>
-T interleaved_dot(const T* a, const T* z) {
+/// out[r] = a[r]'z over n entries for r < R, each in four interleaved sums (entry j adds to sum j % 4, the sums then
+/// added as (s0 + s1) + (s2 + s3)), a row's four sums one vector of 4 lanes where the target has one (two of 2 with
+/// SSE2 or NEON, else 4 scalars): each loaded vector of z serves the R rows, whose 4R chains are independent.
+template <int R, int n, class T>
+void interleaved_dot_block(const T* const* a, const T* z, T* out) {
   constexpr int lanes = row_lanes<T, 4>(), vectors = 4 / lanes, whole = n / 4 * 4;
   using vec = typename Vector<T, lanes>::type;
-  vec acc[vectors] = {};
+  vec acc[R][vectors] = {};
   for (int j = 0; j < whole; j += 4)
     for (int q = 0; q < vectors; ++q) {
-      vec av, zv;
-      load(av, a + j + q * lanes);
+      vec zv;
       load(zv, z + j + q * lanes);
-      acc[q] += av * zv;
+      for (int r = 0; r < R; ++r) {
+        vec av;
+        load(av, a[r] + j + q * lanes);
+        acc[r][q] += av * zv;
+      }
     }
-  T sum[4];
-  for (int q = 0; q < vectors; ++q) store(sum + q * lanes, acc[q]);
-  for (int j = whole; j < n; ++j) sum[j - whole] += a[j] * z[j];
-  return (sum[0] + sum[1]) + (sum[2] + sum[3]);
+  for (int r = 0; r < R; ++r) {
+    T sum[4];
+    for (int q = 0; q < vectors; ++q) store(sum + q * lanes, acc[r][q]);
+    for (int j = whole; j < n; ++j) sum[j - whole] += a[r][j] * z[j];
+    out[r] = (sum[0] + sum[1]) + (sum[2] + sum[3]);
+  }
+}
+
+/// a'z over n entries in four interleaved sums (interleaved_dot_block's, one row): four independent chains, where one
+/// sum of 45 terms is a chain of 45 dependent additions. The same roundings everywhere.
+template <int n, class T>
+T interleaved_dot(const T* a, const T* z) {
+  T out;
+  interleaved_dot_block<1, n>(&a, z, &out);
+  return out;
+}
+
+/// out[r] = a[r]'z for r < count (rows given by pointers, a count known at run time): interleaved_dot's sums, the rows
+/// in blocks of up to R sharing each loaded vector of z (the same roundings as one row at a time).
+template <int R, int n, class T>
+void interleaved_dots(const T* const* a, int count, const T* z, T* out) {
+  for (; count >= R; count -= R, a += R, out += R) interleaved_dot_block<R, n>(a, z, out);
+  if constexpr (R > 1) interleaved_dots<R / 2, n>(a, count, z, out);
 }
 
 /// out = M x (the first len columns of M): the products accumulated column by column in a local array, so the rows'
@@ -379,16 +401,34 @@ bool cholesky(T (&M)[m][m]) {
   return true;
 }
 
-/// v <- (L L')^-1 v, from cholesky's factor (reciprocals on its diagonal)
+/// The solve with L' from its row k up (v[k] is final once scaled; v[j] for j < k then less L[k][j] v[k], a row of L
+/// against the entries above, a vectorized loop of compile-time length): each entry's terms subtracted as the entries
+/// are found, the last one found last. In the order of a dot product over L's column, each entry's sum starts from the
+/// entry found last and waits for it: m chains of up to m dependent subtractions one after the other.
+template <int k, int m, class T>
+void solve_transposed_from(const T (&L)[m][m], T* v) {
+  v[k] *= L[k][k];
+  const T vk = v[k];
+  for (int j = 0; j < k; ++j) v[j] -= L[k][j] * vk;
+  if constexpr (k > 0) solve_transposed_from<k - 1, m>(L, v);
+}
+
+/// v <- (L L')^-1 v, from cholesky's factor (reciprocals on its diagonal): L w = v row by row (each row's sum in the
+/// order of the entries found), then L' v = w, from 8 entries on by solve_transposed_from; below, each entry's sum over
+/// L's column (chains of a few terms, where GCC's code for the short vector loops was slower).
 template <int m, class T>
 void cholesky_solve(const T (&L)[m][m], T* v) {
   for (int i = 0; i < m; ++i) {
     for (int k = 0; k < i; ++k) v[i] -= L[i][k] * v[k];
     v[i] *= L[i][i];
   }
-  for (int i = m - 1; i >= 0; --i) {
-    for (int k = i + 1; k < m; ++k) v[i] -= L[k][i] * v[k];
-    v[i] *= L[i][i];
+  if constexpr (m >= 8) {
+    solve_transposed_from<m - 1, m>(L, v);
+  } else {
+    for (int i = m - 1; i >= 0; --i) {
+      for (int k = i + 1; k < m; ++k) v[i] -= L[k][i] * v[k];
+      v[i] *= L[i][i];
+    }
   }
 }
 

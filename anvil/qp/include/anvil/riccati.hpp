@@ -444,6 +444,41 @@ struct Riccati {
     return pattern[m - n_box].template dot<nx>(G[m - n_box], x, u);
   }
 
+  /// v[e] = a'[x; u] for each listed row a (live[e], e < count): box rows their variable, sparse rows their nonzeros'
+  /// sum, the dense rows together over [x; u] gathered once (dense::interleaved_dots: each row's value as
+  /// Pattern::dot's, the same roundings).
+  template <int cap, int n, class Index>
+  static void values_of(const riccati::Pattern<n>* pattern, const T (*G)[n], int n_box, const Index* live, int count,
+                        const T* x, const T* u, T* v) {
+    const T* rows[cap];
+    int at[cap], n_dense = 0;
+    for (int e = 0; e < count; ++e) {
+      const int m = live[e];
+      if (m >= n_box && pattern[m - n_box].dense()) {
+        rows[n_dense] = G[m - n_box];
+        at[n_dense++] = e;
+      } else {
+        v[e] = value_of(pattern, G, n_box, m, x, u);
+      }
+    }
+    if (n_dense == 0) return;
+    T z[n], values[cap];
+    for (int j = 0; j < nx; ++j) z[j] = x[j];
+    for (int j = nx; j < n; ++j) z[j] = u[j - nx];
+    dense::interleaved_dots<dense::block_rows, n>(rows, n_dense, z, values);
+    for (int c = 0; c < n_dense; ++c) v[at[c]] = values[c];
+  }
+
+  /// The values of stage k's rows with a bound (values_of), at [x; u].
+  static void stage_values(const Data& d, const Workspace& ws, int k, const T* x, const T* u, T* v) {
+    values_of<mG>(ws.pattern[k], d.G[k], nb, ws.live[k], ws.n_live[k], x, u, v);
+  }
+
+  /// The values of stage N's rows with a bound (values_of), at [x; u].
+  static void final_values(const Data& d, const Workspace& ws, const T* x, const T* u, T* v) {
+    values_of<mGN>(ws.patternN, d.GN, nbN, ws.liveN, ws.n_liveN, x, u, v);
+  }
+
   /// r += e a
   template <int n>
   static void add_to(const riccati::Pattern<n>* pattern, const T (*G)[n], int n_box, int m, T e, T* r) {
@@ -540,10 +575,11 @@ struct Riccati {
       Topology::for_transitions_from(k, [&](int e) { add_dynamics_transposed(d, ws, e, ws.pi[e], r); });
       if (k > 0)
         for (int i = 0; i < nx; ++i) r[i] -= ws.pi[k - 1][i];
+      T v[mg];
+      stage_values(d, ws, k, ws.x[k], ws.u[k], v);
       for (int e = 0; e < ws.n_live[k]; ++e) {
         const int m = ws.live[k][e];
-        const T v = row_value(d, ws, k, m, ws.x[k], ws.u[k]);
-        const T lam = ipm::row_residuals(ws.rows[k][m], v, d.lo[k][m], d.hi[k][m], price(d, k, m), n);
+        const T lam = ipm::row_residuals(ws.rows[k][m], v[e], d.lo[k][m], d.hi[k][m], price(d, k, m), n);
         add_to(ws.pattern[k], d.G[k], nb, m, lam, r);
       }
       for (int i = k == 0 ? nx : 0; i < nz; ++i) stat = anvil::running_max(stat, std::fabs(r[i]));  // x_0 is fixed
@@ -559,10 +595,11 @@ struct Riccati {
     for (int i = 0; i < nuN; ++i) zN[nx + i] = ws.uN[i];
     dense::combine_rows<nzN, nzN>(zN, d.HN, ws.r_N);
     for (int i = 0; i < nzN; ++i) ws.r_N[i] += d.gN[i] - (i < nx ? ws.pi[N - 1][i] : T(0));
+    T vN[mgN];
+    final_values(d, ws, ws.x[N], ws.uN, vN);
     for (int e = 0; e < ws.n_liveN; ++e) {
       const int m = ws.liveN[e];
-      const T v = final_row_value(d, ws, m, ws.x[N], ws.uN);
-      const T lam = ipm::row_residuals(ws.rowsN[m], v, d.loN[m], d.hiN[m], final_price(d, m), n);
+      const T lam = ipm::row_residuals(ws.rowsN[m], vN[e], d.loN[m], d.hiN[m], final_price(d, m), n);
       add_to(ws.patternN, d.GN, nbN, m, lam, ws.r_N);
     }
     for (int i = 0; i < nzN; ++i) stat = anvil::running_max(stat, std::fabs(ws.r_N[i]));
@@ -697,14 +734,19 @@ struct Riccati {
       for (int j = 0; j < nx; ++j) v += ws.KN[i][j] * ws.dx[N][j];
       ws.duN[i] = v;
     }
-    for (int k = 0; k < N; ++k)
+    for (int k = 0; k < N; ++k) {
+      T v[mg];
+      stage_values(d, ws, k, ws.dx[k], ws.du[k], v);
       for (int e = 0; e < ws.n_live[k]; ++e) {
         const int m = ws.live[k][e];
-        ipm::row_step(ws.rows[k][m], row_value(d, ws, k, m, ws.dx[k], ws.du[k]), price(d, k, m), target, corrector);
+        ipm::row_step(ws.rows[k][m], v[e], price(d, k, m), target, corrector);
       }
+    }
+    T vN[mgN];
+    final_values(d, ws, ws.dx[N], ws.duN, vN);
     for (int e = 0; e < ws.n_liveN; ++e) {
       const int m = ws.liveN[e];
-      ipm::row_step(ws.rowsN[m], final_row_value(d, ws, m, ws.dx[N], ws.duN), final_price(d, m), target, corrector);
+      ipm::row_step(ws.rowsN[m], vN[e], final_price(d, m), target, corrector);
     }
   }
 

@@ -70,7 +70,10 @@ def test_trees_are_checked() -> None:
     RiccatiQP("riccati_bad_tree", 2, 1, 2, parents=(-1, 0, 1), condensing=2)
 
 
-@pytest.mark.parametrize("nx,nu,N,extra", [(4, 1, 30, 1), (2, 2, 10, 0), (6, 3, 20, 2), (3, 1, 50, 1), (12, 4, 8, 1)])
+#: (nx, nu, N, extra rows): 9 inputs keep V in place of K (riccati::keeps_v: the rollout solves with L')
+@pytest.mark.parametrize(
+  "nx,nu,N,extra", [(4, 1, 30, 1), (2, 2, 10, 0), (6, 3, 20, 2), (3, 1, 50, 1), (12, 4, 8, 1), (5, 9, 10, 1)]
+)
 def test_random_qps_match_osqp(nx: int, nu: int, N: int, extra: int) -> None:
   rng = np.random.default_rng(nx * 100 + N)
   ng = nx + nu + extra
@@ -293,6 +296,25 @@ def soft_terminal_qp(rng: np.random.Generator, nx: int, N: int) -> dict[str, Any
   d["GN"] = np.vstack([np.hstack([np.eye(nx), np.zeros((nx, 1))]), np.append(c, 1.0), np.append(np.zeros(nx), 1.0)])
   d["loN"], d["hiN"] = np.append(np.zeros(nx), [0.1, 0.0]), np.append(np.zeros(nx), [np.inf, np.inf])
   return d
+
+
+def test_many_terminal_inputs_match_osqp() -> None:
+  """Eight terminal inputs u_N (a stage of 8 inputs keeps V in place of K: its inputs' step solves with L') in the
+  terminal cost with x_N and in a terminal row: OSQP's solution, u_N's included."""
+  rng = np.random.default_rng(5)
+  nx, nu, N, nuN = 3, 2, 6, 8
+  qp = RiccatiQP("riccati_t_terminal_inputs", nx, nu, N, ng=nx + nu + 1, ngN=1, nuN=nuN)
+  d = random_qp(rng, nx, nu, N, nx + nu + 1, 1, 3.0)
+  MN = rng.normal(size=(nx + nuN, nx + nuN))
+  d["HN"], d["gN"] = MN @ MN.T / (nx + nuN) + np.eye(nx + nuN), 3.0 * rng.normal(size=nx + nuN)
+  d["GN"] = rng.normal(size=(1, nx + nuN))
+  sol = qp(1e-10, **d)
+  assert sol.status == "solved"
+  x_ref, u_ref, uN_ref = osqp_solution(d)
+  np.testing.assert_allclose(sol.x, x_ref, atol=1e-6)
+  np.testing.assert_allclose(sol.u, u_ref, atol=1e-6)
+  np.testing.assert_allclose(sol.uN, uN_ref, atol=1e-6)
+  assert abs(float(d["GN"][0] @ np.concatenate([sol.x[N], sol.uN])) - d["loN"][0]) < 1e-6, "the terminal row is active"
 
 
 @pytest.mark.parametrize("nx,N", [(4, 30), (2, 10), (6, 20)])

@@ -190,11 +190,11 @@ int main() {
 """
 
 
-@pytest.mark.parametrize("blocks", [1, 4], ids=["stages", "condensed"])
+@pytest.mark.parametrize("blocks", [1, 4, 10], ids=["stages", "condensed", "condensed_keeps_v"])
 @pytest.mark.parametrize("x0", [[0.5, 0.3, 0.0, 0.0], [1.5, 0.6, 0.0, 0.0]], ids=["free", "saturated"])
 def test_generated_du0_dx0_equals_python(mpc: MPCFunction, x0: list[float], blocks: int, tmp_path: Any) -> None:
   """The generated C++ du0_dx0 (the Riccati QP's last factorization at the solution: with partial condensing, the
-  first block's) equals the KKT system's."""
+  first block's; in blocks of 10 inputs, formed from the V the factorization keeps) equals the KKT system's."""
   import subprocess
 
   if blocks > 1:

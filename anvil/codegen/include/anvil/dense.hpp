@@ -413,16 +413,25 @@ void solve_transposed_from(const T (&L)[m][m], T* v) {
   if constexpr (k > 0) solve_transposed_from<k - 1, m>(L, v);
 }
 
-/// v <- (L L')^-1 v, from cholesky's factor (reciprocals on its diagonal): L w = v row by row (each row's sum in the
-/// order of the entries found), then L' v = w, from 8 entries on by solve_transposed_from; below, each entry's sum over
-/// L's column (chains of a few terms, where GCC's code for the short vector loops was slower).
+/// The number of rows from which the solve with L' runs as solve_transposed_from (below, each entry's sum over L's
+/// column: chains of a few terms, where GCC's code for the short vector loops was slower).
+inline constexpr int transposed_solve_rows = 8;
+
+/// v <- L^-1 v, from cholesky's factor (reciprocals on its diagonal): row by row, each row's sum in the order of the
+/// entries found.
 template <int m, class T>
-void cholesky_solve(const T (&L)[m][m], T* v) {
+void solve_lower(const T (&L)[m][m], T* v) {
   for (int i = 0; i < m; ++i) {
     for (int k = 0; k < i; ++k) v[i] -= L[i][k] * v[k];
     v[i] *= L[i][i];
   }
-  if constexpr (m >= 8) {
+}
+
+/// v <- L'^-1 v, from cholesky's factor: from transposed_solve_rows rows on by solve_transposed_from; below, each
+/// entry's sum over L's column.
+template <int m, class T>
+void solve_lower_transposed(const T (&L)[m][m], T* v) {
+  if constexpr (m >= transposed_solve_rows) {
     solve_transposed_from<m - 1, m>(L, v);
   } else {
     for (int i = m - 1; i >= 0; --i) {
@@ -430,6 +439,13 @@ void cholesky_solve(const T (&L)[m][m], T* v) {
       v[i] *= L[i][i];
     }
   }
+}
+
+/// v <- (L L')^-1 v, from cholesky's factor: solve_lower, then solve_lower_transposed.
+template <int m, class T>
+void cholesky_solve(const T (&L)[m][m], T* v) {
+  solve_lower(L, v);
+  solve_lower_transposed(L, v);
 }
 
 /// A = P'LU in place (partial pivoting: row k swapped with piv[k]), given the last column with a nonzero of each

@@ -70,6 +70,9 @@ struct Condensed {
   /// The next solve starts cold.
   static void reset(Workspace& ws) { ws.inner.warm = false; }
 
+  /// Stage 0's feedback gain of the last factorization (S::feedback_gain), as expand left it.
+  static void feedback_gain(const Workspace& ws, T (&K)[nu][nx]) { std::memcpy(K, ws.K[0], sizeof K); }
+
   /// A row's multiplier (S::multiplier).
   static T multiplier(const ipm::Row<T>& r) { return S::multiplier(r); }
 
@@ -317,9 +320,11 @@ struct Condensed {
     copy(in.uN, ws.uN);
     copy(in.rowsN, ws.rowsN);
     for (int i = 0; i < nx; ++i) ws.r_z[0][i] = in.r_z[0][i];
+    T K[nuB][nx];  // the first block's gain
+    Inner::feedback_gain(in, K);
     for (int i = 0; i < nu; ++i) {
       ws.r_z[0][nx + i] = in.r_z[0][column(0, i)];
-      copy(in.K[0][column(0, i) - nx], ws.K[0][i]);
+      copy(K[column(0, i) - nx], ws.K[0][i]);
     }
   }
 

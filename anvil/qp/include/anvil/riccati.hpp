@@ -93,32 +93,74 @@ bool factor_and_solve(const T (&Q)[nx + m][nx + m], T (&L)[m][m], T (&V)[m][nx])
   return true;
 }
 
-/// Minimizes the quadratic of Hessian Q (in [x; u] order, m inputs; only its lower triangle is read) over u: the
-/// Cholesky factor L of Q_uu (dense::cholesky's form), the feedback K = -Q_uu^-1 Q_ux and the value function's Hessian
-/// P = Q_xx + Q_ux'K = Q_xx - V'V with V = L^-1 Q_ux (factor_and_solve; a symmetric update, computed on the lower
-/// triangle and mirrored). False if Q_uu is not positive definite (the reduced Hessian is not).
+/// Whether a stage of m inputs keeps V = L^-1 Q_ux in place of its feedback K = -L'^-1 V: from
+/// dense::transposed_solve_rows inputs on, where the solve with L' is vectorized, one such solve a stage in each
+/// rollout costs less than forming K in each factorization (a triangular solve with nx right-hand sides).
+template <int m>
+inline constexpr bool keeps_v = m >= dense::transposed_solve_rows;
+
+/// The feedback K = -L'^-1 V from the Cholesky factor L of Q_uu and V = L^-1 Q_ux: a triangular solve on whole rows of
+/// nx (vectorized), each row's terms in the order of the rows below it.
 template <int nx, int m, class T>
-bool eliminate_inputs(const T (&Q)[nx + m][nx + m], T (&L)[m][m], T (&K)[m][nx], T (&P)[nx][nx]) {
-  T V[m][nx], W[m][nx];  // W = -V
-  if (!factor_and_solve<nx, m>(Q, L, V)) return false;
-  // K = -L'^-1 V, a triangular solve on whole rows of nx (vectorized)
+void feedback_gain(const T (&L)[m][m], const T (&V)[m][nx], T (&K)[m][nx]) {
+  T W[m][nx];  // -V
   for (int i = 0; i < m; ++i)
     for (int j = 0; j < nx; ++j) W[i][j] = -V[i][j];
   for (int i = m - 1; i >= 0; --i)
     dense::subtract_rows<nx>(W[i], [&](int k) { return L[i + 1 + k][i]; }, K + i + 1, m - 1 - i, L[i][i], K[i]);
+}
+
+/// Minimizes the quadratic of Hessian Q (in [x; u] order, m inputs; only its lower triangle is read) over u: the
+/// Cholesky factor L of Q_uu (dense::cholesky's form), the feedback's factor F (K = -Q_uu^-1 Q_ux, or V = L^-1 Q_ux
+/// where keeps_v<m>) and the value function's Hessian P = Q_xx + Q_ux'K = Q_xx - V'V (factor_and_solve; a symmetric
+/// update, computed on the lower triangle and mirrored). False if Q_uu is not positive definite (the reduced Hessian
+/// is not).
+template <int nx, int m, class T>
+bool eliminate_inputs(const T (&Q)[nx + m][nx + m], T (&L)[m][m], T (&F)[m][nx], T (&P)[nx][nx]) {
+  T kept[keeps_v<m> ? 1 : m][nx], W[m][nx];  // V, where F does not keep it; W = -V
+  T(&V)[m][nx] = [&]() -> T(&)[m][nx] {
+    if constexpr (keeps_v<m>) {
+      return F;
+    } else {
+      return kept;
+    }
+  }();
+  if (!factor_and_solve<nx, m>(Q, L, V)) return false;
+  if constexpr (!keeps_v<m>) feedback_gain<nx, m>(L, V, F);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < nx; ++j) W[i][j] = -V[i][j];
   dense::add_lower_product<0>(V, W, Q, P);
   for (int i = 0; i < nx; ++i)
     for (int j = 0; j < i; ++j) P[j][i] = P[i][j];
   return true;
 }
 
-/// The value function's gradient p = qx + K'qu and the feedforward kk = -Q_uu^-1 qu (qu is overwritten).
+/// The value function's gradient p = qx + K'qu and the feedforward kk = -Q_uu^-1 qu (qu is overwritten), from
+/// eliminate_inputs' L and F; where F keeps V, p = qx - V'y with y = L^-1 qu, and kk keeps y (the rollout ends the
+/// solve: feedback).
 template <int nx, int m, class T>
-void feedforward(const T* qx, T* qu, const T (&L)[m][m], const T (&K)[m][nx], T* p, T* kk) {
-  dense::combine_rows<m, nx>(qu, K, p);
-  for (int i = 0; i < nx; ++i) p[i] += qx[i];
-  anvil::dense::cholesky_solve(L, qu);
-  for (int i = 0; i < m; ++i) kk[i] = -qu[i];
+void feedforward(const T* qx, T* qu, const T (&L)[m][m], const T (&F)[m][nx], T* p, T* kk) {
+  if constexpr (keeps_v<m>) {
+    dense::solve_lower(L, qu);
+    dense::combine_rows<m, nx>(qu, F, p);
+    for (int i = 0; i < nx; ++i) p[i] = qx[i] - p[i];
+    for (int i = 0; i < m; ++i) kk[i] = qu[i];
+  } else {
+    dense::combine_rows<m, nx>(qu, F, p);
+    for (int i = 0; i < nx; ++i) p[i] += qx[i];
+    anvil::dense::cholesky_solve(L, qu);
+    for (int i = 0; i < m; ++i) kk[i] = -qu[i];
+  }
+}
+
+/// The inputs' step du = K dx + kk, given du = F dx + kk (feedforward's kk): as is where F is K; where F keeps V,
+/// du = -L'^-1 (V dx + y).
+template <int m, class T>
+void finish_feedback(const T (&L)[m][m], T* du) {
+  if constexpr (keeps_v<m>) {
+    dense::solve_lower_transposed(L, du);
+    for (int i = 0; i < m; ++i) du[i] = -du[i];
+  }
 }
 
 /// An index below n in the fewest bytes (most OCP stages have fewer than 256 variables and rows).
@@ -336,7 +378,9 @@ struct Riccati {
     int n_live[N], n_liveN;
     T r_z[N][nz], r_N[nzN], r_dyn[N][nx];
     T Pb[N][nx];  ///< P_{k+1} r_dyn_k, from the predictor's Newton step (its corrector's too)
-    T P[N + 1][nx][nx], p[N + 1][nx], L[N][nu][nu], K[N][nu][nx], k[N][nu], LN[muN][muN], KN[muN][nx], kN[muN];
+    /// the factorization: P, L, the feedback's factor F (K, or V: riccati::eliminate_inputs) and, from the last Newton
+    /// step, p and k (riccati::feedforward's kk)
+    T P[N + 1][nx][nx], p[N + 1][nx], L[N][nu][nu], F[N][nu][nx], k[N][nu], LN[muN][muN], FN[muN][nx], kN[muN];
     /// [A_k B_k] and [A_k B_k]' (the inputs that enter the dynamics; with transposed_dynamics, else one unused entry
     /// each), set at the start of each solve
     T AB[transposed_dynamics ? N : 1][transposed_dynamics ? nx : 1][transposed_dynamics ? nd : 1];
@@ -370,6 +414,15 @@ struct Riccati {
 
   /// The next solve starts cold.
   static void reset(Workspace& ws) { ws.warm = false; }
+
+  /// Stage 0's feedback gain K_0 = -Q_uu^-1 Q_ux of the last factorization (formed here where the stage keeps V).
+  static void feedback_gain(const Workspace& ws, T (&K)[nu][nx]) {
+    if constexpr (riccati::keeps_v<nu>) {
+      riccati::feedback_gain<nx, nu>(ws.L[0], ws.F[0], K);
+    } else {
+      std::memcpy(K, ws.F[0], sizeof K);
+    }
+  }
 
   /// Prepares a warm start for the next QP of a receding horizon, in step form (an SQP's, whose zero is the guess
   /// shifted by one stage): the multipliers and the rows' slacks move one stage earlier (the last stage keeps its
@@ -619,8 +672,8 @@ struct Riccati {
     }
   }
 
-  /// Riccati factorization of the Newton system's LQ problem with Hessians H + G'WG: P, K and the Cholesky factors
-  /// (the weights W of the rows with a bound, the interior point's).
+  /// Riccati factorization of the Newton system's LQ problem with Hessians H + G'WG: P, the feedbacks' factors F and
+  /// the Cholesky factors (the weights W of the rows with a bound, the interior point's).
   static bool factor(const Data& d, Workspace& ws) {
     const auto terminal = [&](auto&& add) {
       for (int e = 0; e < ws.n_liveN; ++e) {
@@ -645,7 +698,7 @@ struct Riccati {
     lower_triangle(d.HN, QN, regularization);
     add_weighted_rows<mGN>(ws.patternN, d.GN, nbN, QN, terminal);
     if constexpr (nuN > 0) {
-      if (!riccati::eliminate_inputs<nx, nuN>(QN, ws.LN, ws.KN, ws.P[N])) return false;
+      if (!riccati::eliminate_inputs<nx, nuN>(QN, ws.LN, ws.FN, ws.P[N])) return false;
     } else {
       for (int i = 0; i < nx; ++i)
         for (int j = 0; j <= i; ++j) ws.P[N][i][j] = ws.P[N][j][i] = QN[i][j];
@@ -681,7 +734,7 @@ struct Riccati {
         for (int i = 0; i < nz; ++i) Q[i][i] += regularization;
       }
       add_weighted_rows<mG>(ws.pattern[k], d.G[k], nb, Q, [&](auto&& add) { stage(k, add); });
-      if (!riccati::eliminate_inputs<nx, nu>(Q, ws.L[k], ws.K[k], ws.P[k])) return false;
+      if (!riccati::eliminate_inputs<nx, nu>(Q, ws.L[k], ws.F[k], ws.P[k])) return false;
     }
     return true;
   }
@@ -700,7 +753,7 @@ struct Riccati {
     if constexpr (nuN > 0) {
       T qv[nuN];
       for (int i = 0; i < nuN; ++i) qv[i] = qN[nx + i];
-      riccati::feedforward<nx, nuN>(qN, qv, ws.LN, ws.KN, ws.p[N], ws.kN);
+      riccati::feedforward<nx, nuN>(qN, qv, ws.LN, ws.FN, ws.p[N], ws.kN);
     } else {
       for (int i = 0; i < nx; ++i) ws.p[N][i] = qN[i];
     }
@@ -719,21 +772,23 @@ struct Riccati {
         for (int i = 0; i < nx; ++i) s[i] = ws.Pb[e][i] + ws.p[e + 1][i];
         add_dynamics_transposed(d, ws, e, s, qz);
       });
-      riccati::feedforward<nx, nu>(qz, qz + nx, ws.L[k], ws.K[k], ws.p[k], ws.k[k]);
+      riccati::feedforward<nx, nu>(qz, qz + nx, ws.L[k], ws.F[k], ws.p[k], ws.k[k]);
     }
     // forward rollout from dx_0 = 0
     for (int i = 0; i < nx; ++i) ws.dx[0][i] = 0.0;
     for (int k = 0; k < N; ++k) {
-      dense::multiply<nu, nx>(ws.K[k], ws.dx[k], ws.du[k]);
+      dense::multiply<nu, nx>(ws.F[k], ws.dx[k], ws.du[k]);
       for (int i = 0; i < nu; ++i) ws.du[k][i] += ws.k[k][i];
+      riccati::finish_feedback(ws.L[k], ws.du[k]);
       const int from = Topology::parent(k + 1);  // done: its stage is k or before
       dynamics(d, ws, k, ws.dx[from], ws.du[from], ws.r_dyn[k], ws.dx[k + 1]);
     }
     for (int i = 0; i < nuN; ++i) {
       T v = ws.kN[i];
-      for (int j = 0; j < nx; ++j) v += ws.KN[i][j] * ws.dx[N][j];
+      for (int j = 0; j < nx; ++j) v += ws.FN[i][j] * ws.dx[N][j];
       ws.duN[i] = v;
     }
+    if constexpr (nuN > 0) riccati::finish_feedback(ws.LN, ws.duN);
     for (int k = 0; k < N; ++k) {
       T v[mg];
       stage_values(d, ws, k, ws.dx[k], ws.du[k], v);

@@ -132,11 +132,13 @@ struct RiccatiBackend {
   /// (inputs of stage 0) and cols[c] (states of stage 0); false where one is not (an eliminated slack, another stage).
   static bool stage_gain(const W& ws, const int* rows, int n_rows, const int* cols, int n_cols, real* out) {
     constexpr int u_at = (IPM::N + 1) * IPM::nx;  // the iterate: x (N + 1 stages), then u
+    real K[IPM::nu][IPM::nx];
+    IPM::feedback_gain(ws.ipm, K);
     for (int r = 0; r < n_rows; ++r)
       for (int c = 0; c < n_cols; ++c) {
         const int i = L::primal_from[rows[r]] - u_at, j = L::primal_from[cols[c]];
         if (L::primal_from[rows[r]] < 0 || i < 0 || i >= IPM::nu || j < 0 || j >= IPM::nx) return false;
-        out[r * n_cols + c] = ws.ipm.K[0][i][j];
+        out[r * n_cols + c] = K[i][j];
       }
     return true;
   }

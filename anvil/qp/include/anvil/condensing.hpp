@@ -42,12 +42,12 @@ struct Condensed {
   static constexpr int mg = S::mg, mgN = S::mgN, muN = S::muN;
 
   /// The iterate expanded to every stage, as S's Workspace begins (x, u, uN, pi; a row's multiplier:
-  /// multiplier(rows[k][m]); r_z[0]: the stationarity residual of x_0 and u_0; K[0]: stage 0's feedback gain of the
-  /// last factorization), then the condensed QP and its solver's memory.
+  /// multiplier(rows[k][m]); r_z[0]: the stationarity residual of x_0 and u_0), then the condensed QP and its solver's
+  /// memory.
   struct Workspace {
     T x[N + 1][nx], u[N][nu], uN[muN], pi[N][nx];
     ipm::Row<T> rows[N][mg], rowsN[mgN];
-    T r_z[1][nz], K[1][nu][nx];
+    T r_z[1][nz];
     typename Inner::Data data;
     typename Inner::Workspace inner;
   };
@@ -70,8 +70,13 @@ struct Condensed {
   /// The next solve starts cold.
   static void reset(Workspace& ws) { ws.inner.warm = false; }
 
-  /// Stage 0's feedback gain of the last factorization (S::feedback_gain), as expand left it.
-  static void feedback_gain(const Workspace& ws, T (&K)[nu][nx]) { std::memcpy(K, ws.K[0], sizeof K); }
+  /// Stage 0's feedback gain of the last factorization (S::feedback_gain): the rows of stage 0's inputs in the first
+  /// block's gain, formed only here, where a sensitivity asks for it.
+  static void feedback_gain(const Workspace& ws, T (&K)[nu][nx]) {
+    T block[nuB][nx];
+    Inner::feedback_gain(ws.inner, block);
+    for (int i = 0; i < nu; ++i) copy(block[column(0, i) - nx], K[i]);
+  }
 
   /// A row's multiplier (S::multiplier).
   static T multiplier(const ipm::Row<T>& r) { return S::multiplier(r); }
@@ -320,12 +325,7 @@ struct Condensed {
     copy(in.uN, ws.uN);
     copy(in.rowsN, ws.rowsN);
     for (int i = 0; i < nx; ++i) ws.r_z[0][i] = in.r_z[0][i];
-    T K[nuB][nx];  // the first block's gain
-    Inner::feedback_gain(in, K);
-    for (int i = 0; i < nu; ++i) {
-      ws.r_z[0][nx + i] = in.r_z[0][column(0, i)];
-      copy(K[column(0, i) - nx], ws.K[0][i]);
-    }
+    for (int i = 0; i < nu; ++i) ws.r_z[0][nx + i] = in.r_z[0][column(0, i)];
   }
 
   /// x_{s+1} = A_s x_s + B_s u_s + c_s (the rows' sums independent chains, each in the order of the columns)

@@ -117,16 +117,13 @@ void feedback_gain(const T (&L)[m][m], const T (&V)[m][nx], T (&K)[m][nx]) {
 /// is not).
 template <int nx, int m, class T>
 bool eliminate_inputs(const T (&Q)[nx + m][nx + m], T (&L)[m][m], T (&F)[m][nx], T (&P)[nx][nx]) {
-  T kept[keeps_v<m> ? 1 : m][nx], W[m][nx];  // V, where F does not keep it; W = -V
-  T(&V)[m][nx] = [&]() -> T(&)[m][nx] {
-    if constexpr (keeps_v<m>) {
-      return F;
-    } else {
-      return kept;
-    }
-  }();
+  T V[m][nx], W[m][nx];  // W = -V
   if (!factor_and_solve<nx, m>(Q, L, V)) return false;
-  if constexpr (!keeps_v<m>) feedback_gain<nx, m>(L, V, F);
+  if constexpr (keeps_v<m>) {
+    std::memcpy(F, V, sizeof V);
+  } else {
+    feedback_gain<nx, m>(L, V, F);
+  }
   for (int i = 0; i < m; ++i)
     for (int j = 0; j < nx; ++j) W[i][j] = -V[i][j];
   dense::add_lower_product<0>(V, W, Q, P);

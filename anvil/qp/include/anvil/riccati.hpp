@@ -323,12 +323,14 @@ struct Riccati {
   static constexpr int muN = nuN > 0 ? nuN : 1;
   static constexpr bool box_rows = boxes, squared_prices = quadratic_prices;  ///< the template's flags
   using Stages = Topology;  ///< how the stages follow each other
-  /// Whether a solve keeps [A B]' (Workspace::ABt), so the rollouts' and residuals' products [A B] z are
-  /// combinations of its rows (vectorized; with A's rows strided, a product compiles to scalar code, 3-4x slower at
-  /// nx = 21), and [A B] itself (Workspace::AB), the factorization's operand and the rows [A B]'v combines, read in
-  /// place rather than gathered from A and B, row by row, at every stage and iteration: from nx = 8 on (random QPs of
-  /// 9 to 21 states solve 6-11% faster; of 4 and 6 states no faster, and a microcontroller's memory counts more).
-  static constexpr bool transposed_dynamics = nx >= 8;
+  /// Whether a solve keeps [A B] (Workspace::AB): the factorization's operand, and the rows the products [A B] z
+  /// (interleaved dots, a block of rows sharing each loaded vector of z) and [A B]'v (combinations of its rows) read in
+  /// place rather than gathered from A and B, row by row, at every stage and iteration (with A's rows strided, a
+  /// product compiles to scalar code, 3-4x slower at nx = 21): from nx = 8 on (random QPs of 9 to 21 states solve
+  /// 6-11% faster; of 4 and 6 states no faster, and a microcontroller's memory counts more). No transposed copy is
+  /// kept for [A B] z: the solve's data must stay in the core's cache, and at 45 states and 40 stages a second copy
+  /// of [A B] takes it out.
+  static constexpr bool stacked_dynamics = nx >= 8;
   /// The tightest tolerance a solve is held to: none in double; in float, 1e-4 (tighter, the slacks of active rows
   /// shrink until the weights l/t swamp the factorization's precision and a convex QP looks nonconvex)
   static constexpr T tol_floor = anvil::by_precision<T>(0.0, 1e-4f);
@@ -378,10 +380,9 @@ struct Riccati {
     /// the factorization: P, L, the feedback's factor F (K, or V: riccati::eliminate_inputs) and, from the last Newton
     /// step, p and k (riccati::feedforward's kk)
     T P[N + 1][nx][nx], p[N + 1][nx], L[N][nu][nu], F[N][nu][nx], k[N][nu], LN[muN][muN], FN[muN][nx], kN[muN];
-    /// [A_k B_k] and [A_k B_k]' (the inputs that enter the dynamics; with transposed_dynamics, else one unused entry
-    /// each), set at the start of each solve
-    T AB[transposed_dynamics ? N : 1][transposed_dynamics ? nx : 1][transposed_dynamics ? nd : 1];
-    T ABt[transposed_dynamics ? N : 1][transposed_dynamics ? nd : 1][transposed_dynamics ? nx : 1];
+    /// [A_k B_k] (the inputs that enter the dynamics; with stacked_dynamics, else one unused entry), set at the start
+    /// of each solve
+    T AB[stacked_dynamics ? N : 1][stacked_dynamics ? nx : 1][stacked_dynamics ? nd : 1];
     bool warm;  ///< the iterates hold a solution a warm start can begin from
   };
 
@@ -570,7 +571,7 @@ struct Riccati {
 
   /// r += [A_k B_k]'v
   static void add_dynamics_transposed(const Data& d, const Workspace& ws, int k, const T* v, T* r) {
-    if constexpr (transposed_dynamics) {
+    if constexpr (stacked_dynamics) {
       T ab[nd];
       dense::combine_rows<nx, nd>(v, ws.AB[k], ab);
       for (int i = 0; i < nd; ++i) r[i] += ab[i];
@@ -595,11 +596,13 @@ struct Riccati {
 
   /// b + A_k x + B_k u (the inputs that enter the dynamics), into v.
   static void dynamics(const Data& d, const Workspace& ws, int k, const T* x, const T* u, const T* b, T* v) {
-    if constexpr (transposed_dynamics) {
+    if constexpr (stacked_dynamics) {
       T z[nd];
       for (int i = 0; i < nx; ++i) z[i] = x[i];
       for (int i = 0; i < nud; ++i) z[nx + i] = u[i];
-      dense::combine_rows<nd, nx>(z, ws.ABt[k], v);
+      const T* rows[nx];
+      for (int l = 0; l < nx; ++l) rows[l] = ws.AB[k][l];
+      dense::interleaved_dots<dense::block_rows, nd>(rows, nx, z, v);
     } else {
       dense::multiply<nx, nx>(d.A[k], x, v);
       if constexpr (nud > 0) {
@@ -705,9 +708,9 @@ struct Riccati {
       bool leaf = true;  // the first transition's product adds H, the others Q
       Topology::for_transitions_from(k, [&](int e) {
         const T(&P)[nx][nx] = ws.P[e + 1];
-        T stacked[transposed_dynamics ? 1 : nx][transposed_dynamics ? 1 : nd];
+        T stacked[stacked_dynamics ? 1 : nx][stacked_dynamics ? 1 : nd];
         const T(&AB)[nx][nd] = [&]() -> const T(&)[nx][nd] {
-          if constexpr (transposed_dynamics) {
+          if constexpr (stacked_dynamics) {
             return ws.AB[e];
           } else {
             stack_dynamics(d, e, stacked);
@@ -819,7 +822,7 @@ struct Riccati {
   }
 
   /// Cold start: x_k = x0, u = 0, pi = 0. Warm start: the previous primal-dual point (x_0 replaced by x0). Either
-  /// way the rows' nonzeros are found and [A B] and [A B]' formed; `start_rows` then starts the rows.
+  /// way the rows' nonzeros are found and [A B] formed; `start_rows` then starts the rows.
   static void initialize(const Data& d, bool warm, Workspace& ws) {
     if (!warm) {
       // NOTE: zeroed in place; `ws = Workspace{}` builds the whole workspace as a temporary on the stack at clang -O0
@@ -830,12 +833,8 @@ struct Riccati {
     }
     for (int i = 0; i < nx; ++i) ws.x[0][i] = d.x0[i];
     find_patterns(d, ws);
-    if constexpr (transposed_dynamics)
-      for (int k = 0; k < N; ++k) {
-        stack_dynamics(d, k, ws.AB[k]);
-        for (int l = 0; l < nx; ++l)
-          for (int j = 0; j < nd; ++j) ws.ABt[k][j][l] = ws.AB[k][l][j];
-      }
+    if constexpr (stacked_dynamics)
+      for (int k = 0; k < N; ++k) stack_dynamics(d, k, ws.AB[k]);
   }
 
   /// The nonzeros of every stored row with a bound (a box row has one, its variable: nothing to find).

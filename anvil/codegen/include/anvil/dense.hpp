@@ -282,28 +282,55 @@ void interleaved_dots(const T* const* a, int count, const T* z, T* out) {
   if constexpr (R > 1) interleaved_dots<R / 2, n>(a, count, z, out);
 }
 
-/// out = M x (the first len columns of M): the products accumulated column by column in a local array, so the rows'
-/// sums are independent chains (a dot product per row is one chain of dependent additions, which runs at the adder's
-/// latency).
-template <int rows, int n, int len = n, class T>
-void multiply(const T (&M)[rows][n], const T* x, T* out) {
-  T acc[rows];
-  for (int i = 0; i < rows; ++i) acc[i] = M[i][0] * x[0];
-  for (int j = 1; j < len; ++j) {
-    const T c = x[j];
-    for (int i = 0; i < rows; ++i) acc[i] += M[i][j] * c;
-  }
-  for (int i = 0; i < rows; ++i) out[i] = acc[i];
+/// Rows of M from this many entries on are multiplied by row dots (multiply, multiply_add): shorter rows fill less
+/// than a vector of four lanes and a dot's final sums cost more than its products.
+inline constexpr int dot_rows_from = 8;
+
+/// out = M x over rows of len entries by dots (interleaved_dots: each row's four interleaved sums, block_rows rows
+/// sharing each loaded vector of x), through a local array (out may be x).
+template <int rows, int n, int len, class T>
+void row_dots(const T (*M)[n], const T* x, T* out) {
+  const T* row[rows];
+  T dots[rows];
+  for (int i = 0; i < rows; ++i) row[i] = M[i];
+  interleaved_dots<block_rows, len>(row, rows, x, dots);
+  for (int i = 0; i < rows; ++i) out[i] = dots[i];
 }
 
-/// out = b + M x (the first len columns of M): multiply's independent chains, each starting from b's entry.
+/// out = M x (the first len columns of M). From dot_rows_from columns on, a dot per row (row_dots: vectors along the
+/// rows, which are contiguous); below, the products accumulated column by column in a local array, so the rows' sums
+/// are independent chains (a plain dot product per row is one chain of dependent additions, which runs at the
+/// adder's latency; the columns' loop reads M across its rows, which compiles to scalar code, 3x slower at 45 x 45).
+/// Either way the same roundings at every width.
+template <int rows, int n, int len = n, class T>
+void multiply(const T (&M)[rows][n], const T* x, T* out) {
+  if constexpr (len >= dot_rows_from) {
+    row_dots<rows, n, len>(M, x, out);
+  } else {
+    T acc[rows];
+    for (int i = 0; i < rows; ++i) acc[i] = M[i][0] * x[0];
+    for (int j = 1; j < len; ++j) {
+      const T c = x[j];
+      for (int i = 0; i < rows; ++i) acc[i] += M[i][j] * c;
+    }
+    for (int i = 0; i < rows; ++i) out[i] = acc[i];
+  }
+}
+
+/// out = b + M x (the first len columns of M): multiply's products, b's entry added to each row's dot, or (below
+/// dot_rows_from columns) each row's chain starting from b's entry.
 template <int rows, int n, int len = n, class T>
 void multiply_add(const T (*M)[n], const T* x, const T* b, T* out) {
   T acc[rows];
-  for (int i = 0; i < rows; ++i) acc[i] = b[i];
-  for (int j = 0; j < len; ++j) {
-    const T c = x[j];
-    for (int i = 0; i < rows; ++i) acc[i] += M[i][j] * c;
+  if constexpr (len >= dot_rows_from) {
+    row_dots<rows, n, len>(M, x, acc);
+    for (int i = 0; i < rows; ++i) acc[i] = b[i] + acc[i];
+  } else {
+    for (int i = 0; i < rows; ++i) acc[i] = b[i];
+    for (int j = 0; j < len; ++j) {
+      const T c = x[j];
+      for (int i = 0; i < rows; ++i) acc[i] += M[i][j] * c;
+    }
   }
   for (int i = 0; i < rows; ++i) out[i] = acc[i];
 }

@@ -224,8 +224,12 @@ inline void row_step(Row<T>& r, same_t<T> gd, const Price<T>& price, same_t<T> t
 /// Shrinks alpha so the row's slacks and multipliers stay nonnegative.
 template <class T>
 inline void row_limit(const Row<T>& r, T& alpha) {
+  // NOTE: without a branch: the signs of the steps change from side to side and iteration to iteration, a branch on
+  // them is mispredicted often and costs more than the division, whose result (inf or NaN where dv >= 0: IEEE
+  // arithmetic, no trap) is then not taken
   const auto limit = [&](T v, T dv) {
-    if (dv < T(0)) alpha = anvil::running_min(alpha, -v / dv);
+    const T step = -v / dv;
+    alpha = dv < T(0) && step < alpha ? step : alpha;
   };
   each_side(r, [&](const Side<T>& q) {
     limit(q.t, q.dt);

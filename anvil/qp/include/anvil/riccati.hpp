@@ -324,11 +324,11 @@ struct Riccati {
   static constexpr bool box_rows = boxes, squared_prices = quadratic_prices;  ///< the template's flags
   using Stages = Topology;  ///< how the stages follow each other
   /// Whether a solve keeps [A B] (Workspace::AB): the factorization's operand, and the rows the products [A B] z
-  /// (interleaved dots, a block of rows sharing each loaded vector of z) and [A B]'v (combinations of its rows) read in
-  /// place rather than gathered from A and B, row by row, at every stage and iteration (with A's rows strided, a
-  /// product compiles to scalar code, 3-4x slower at nx = 21): from nx = 8 on (random QPs of 9 to 21 states solve
-  /// 6-11% faster; of 4 and 6 states no faster, and a microcontroller's memory counts more). No transposed copy is
-  /// kept for [A B] z: the solve's data must stay in the core's cache, and at 45 states and 40 stages a second copy
+  /// (dense::multiply: a dot per row, a block of rows sharing each loaded vector of z) and [A B]'v (combinations of its
+  /// rows) read in place rather than gathered from A and B, row by row, at every stage and iteration (with A's rows
+  /// strided, a product compiles to scalar code, 3-4x slower at nx = 21): from nx = 8 on (random QPs of 9 to 21 states
+  /// solve 6-11% faster; of 4 and 6 states no faster, and a microcontroller's memory counts more). No transposed copy
+  /// is kept for [A B] z: the solve's data must stay in the core's cache, and at 45 states and 40 stages a second copy
   /// of [A B] takes it out.
   static constexpr bool stacked_dynamics = nx >= 8;
   /// The tightest tolerance a solve is held to: none in double; in float, 1e-4 (tighter, the slacks of active rows
@@ -600,9 +600,7 @@ struct Riccati {
       T z[nd];
       for (int i = 0; i < nx; ++i) z[i] = x[i];
       for (int i = 0; i < nud; ++i) z[nx + i] = u[i];
-      const T* rows[nx];
-      for (int l = 0; l < nx; ++l) rows[l] = ws.AB[k][l];
-      dense::interleaved_dots<dense::block_rows, nd>(rows, nx, z, v);
+      dense::multiply<nx, nd>(ws.AB[k], z, v);  // a dot per row
     } else {
       dense::multiply<nx, nx>(d.A[k], x, v);
       if constexpr (nud > 0) {

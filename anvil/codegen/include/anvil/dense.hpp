@@ -300,8 +300,8 @@ void row_dots(const T (*M)[n], const T* x, T* out) {
 /// out = M x (the first len columns of M). From dot_rows_from columns on, a dot per row (row_dots: vectors along the
 /// rows, which are contiguous); below, the products accumulated column by column in a local array, so the rows' sums
 /// are independent chains (a plain dot product per row is one chain of dependent additions, which runs at the
-/// adder's latency; the columns' loop reads M across its rows, which compiles to scalar code, 3x slower at 45 x 45).
-/// Either way the same roundings at every width.
+/// adder's latency; the columns' loop reads M across its rows, which compiles to scalar code). Either way the same
+/// roundings at every width.
 template <int rows, int n, int len = n, class T>
 void multiply(const T (&M)[rows][n], const T* x, T* out) {
   if constexpr (len >= dot_rows_from) {

@@ -326,10 +326,9 @@ struct Riccati {
   /// Whether a solve keeps [A B] (Workspace::AB): the factorization's operand, and the rows the products [A B] z
   /// (dense::multiply: a dot per row, a block of rows sharing each loaded vector of z) and [A B]'v (combinations of its
   /// rows) read in place rather than gathered from A and B, row by row, at every stage and iteration (with A's rows
-  /// strided, a product compiles to scalar code, 3-4x slower at nx = 21): from nx = 8 on (random QPs of 9 to 21 states
-  /// solve 6-11% faster; of 4 and 6 states no faster, and a microcontroller's memory counts more). No transposed copy
-  /// is kept for [A B] z: the solve's data must stay in the core's cache, and at 45 states and 40 stages a second copy
-  /// of [A B] takes it out.
+  /// strided, a product compiles to scalar code): from nx = 8 on (below, gathering costs no more, and a
+  /// microcontroller's memory counts more). No transposed copy is kept for [A B] z: the solve's data must stay in the
+  /// core's cache, and a second copy of [A B] is as large as the first.
   static constexpr bool stacked_dynamics = nx >= 8;
   /// The tightest tolerance a solve is held to: none in double; in float, 1e-4 (tighter, the slacks of active rows
   /// shrink until the weights l/t swamp the factorization's precision and a convex QP looks nonconvex)

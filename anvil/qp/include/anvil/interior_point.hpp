@@ -14,6 +14,7 @@
 #include <cmath>
 #include <initializer_list>
 #include <limits>
+#include <type_traits>
 
 #include "anvil/qp.hpp"
 #include "anvil/support.hpp"
@@ -122,15 +123,23 @@ inline T elastic_residual(const Side<T>& q, const Price<T>& price) {
   return price.z + price.w * q.s - q.l - q.m;
 }
 
+/// f(std::true_type) for an elastic row, f(std::false_type) for a hard one: the row's own flag (its price decided it
+/// when the row was started) selects the side functions' `elastic` instance, so a hard row's never test or read its
+/// price.
+template <class T, class F>
+inline auto by_kind(const Row<T>& r, F&& f) {
+  return r.elastic ? f(std::true_type{}) : f(std::false_type{});
+}
+
 /// A present side's residuals at the distance to its bound, accumulated into n.
-template <class T>
+template <bool elastic, class T>
 inline void side_residuals(Side<T>& q, same_t<T> distance, const Price<T>& price, Norms<T>& n) {
   q.r = distance - q.t + q.s;
   n.inequality = anvil::running_max(n.inequality, std::fabs(q.r));
   n.sum += q.l * q.t;
   n.complementarity = anvil::running_max(n.complementarity, q.l * q.t);
   ++n.count;
-  if (price.elastic()) {
+  if constexpr (elastic) {
     n.inequality = anvil::running_max(n.inequality, std::fabs(elastic_residual(q, price)));
     n.sum += q.m * q.s;
     n.complementarity = anvil::running_max(n.complementarity, q.m * q.s);
@@ -146,8 +155,11 @@ inline T row_residuals(Row<T>& r, same_t<T> v, same_t<T> lo, same_t<T> hi, const
     n.equality = anvil::running_max(n.equality, std::fabs(r.lo.r));
     return r.hi.l;
   }
-  if (r.lo_on) side_residuals(r.lo, v - lo, price, n);
-  if (r.hi_on) side_residuals(r.hi, hi - v, price, n);
+  by_kind(r, [&](auto elastic) {
+    constexpr bool e = decltype(elastic)::value;
+    if (r.lo_on) side_residuals<e>(r.lo, v - lo, price, n);
+    if (r.hi_on) side_residuals<e>(r.hi, hi - v, price, n);
+  });
   return r.hi.l - r.lo.l;
 }
 
@@ -158,49 +170,63 @@ inline T complementarity_residual(T l, same_t<T> t, same_t<T> dl, same_t<T> dt, 
 }
 
 /// The side's slack as the Newton system sees it once the elastic variables are eliminated: t + l s / (m + w s).
-template <class T>
+template <bool elastic, class T>
 inline T effective_slack(const Side<T>& q, const Price<T>& price) {
-  return price.elastic() ? q.t + q.l * q.s / price.curvature(q) : q.t;
+  if constexpr (elastic) {
+    return q.t + q.l * q.s / price.curvature(q);
+  } else {
+    return q.t;
+  }
 }
 
 /// The side's primal residual once the elastic variables are eliminated (for the complementarity target).
-template <class T>
+template <bool elastic, class T>
 inline T effective_residual(const Side<T>& q, const Price<T>& price, same_t<T> target, bool corrector) {
-  if (!price.elastic()) return q.r;
-  const T cs = complementarity_residual(q.m, q.s, q.dm, q.ds, target, corrector);
-  return q.r - (cs + q.s * elastic_residual(q, price)) / price.curvature(q);
+  if constexpr (elastic) {
+    const T cs = complementarity_residual(q.m, q.s, q.dm, q.ds, target, corrector);
+    return q.r - (cs + q.s * elastic_residual(q, price)) / price.curvature(q);
+  } else {
+    return q.r;
+  }
 }
 
 /// The weight the row adds to the Newton system's Hessian (as w a a' for its row a).
 template <class T>
 inline T row_weight(const Row<T>& r, const Price<T>& price) {
   if (r.eq) return T(1) / equality_regularization<T>;
-  return (r.lo_on ? r.lo.l / effective_slack(r.lo, price) : T(0)) +
-         (r.hi_on ? r.hi.l / effective_slack(r.hi, price) : T(0));
+  return by_kind(r, [&](auto elastic) {
+    constexpr bool e = decltype(elastic)::value;
+    return (r.lo_on ? r.lo.l / effective_slack<e>(r.lo, price) : T(0)) +
+           (r.hi_on ? r.hi.l / effective_slack<e>(r.hi, price) : T(0));
+  });
 }
 
 /// A side's part of the reduced gradient's coefficient (lower side: +, upper side: -).
-template <class T>
+template <bool elastic, class T>
 inline T side_rhs(const Side<T>& q, const Price<T>& price, same_t<T> target, bool corrector) {
   const T c = complementarity_residual(q.l, q.t, q.dl, q.dt, target, corrector);
-  return (c + q.l * effective_residual(q, price, target, corrector)) / effective_slack(q, price);
+  return (c + q.l * effective_residual<elastic>(q, price, target, corrector)) / effective_slack<elastic>(q, price);
 }
 
 /// The coefficient e of the row in the reduced gradient (q += a e), for the complementarity target.
 template <class T>
 inline T row_rhs(const Row<T>& r, const Price<T>& price, same_t<T> target, bool corrector) {
   if (r.eq) return r.lo.r / equality_regularization<T>;
-  return (r.lo_on ? side_rhs(r.lo, price, target, corrector) : T(0)) -
-         (r.hi_on ? side_rhs(r.hi, price, target, corrector) : T(0));
+  return by_kind(r, [&](auto elastic) {
+    constexpr bool e = decltype(elastic)::value;
+    return (r.lo_on ? side_rhs<e>(r.lo, price, target, corrector) : T(0)) -
+           (r.hi_on ? side_rhs<e>(r.hi, price, target, corrector) : T(0));
+  });
 }
 
 /// A side's steps, given its distance's step gd (the corrector's products use the predictor's steps, read before
 /// they are overwritten). Elastic: the violation's step from m ds + s dm = -cs and w ds - dl - dm = -e.
-template <class T>
+template <bool elastic, class T>
 inline void side_step(Side<T>& q, same_t<T> gd, const Price<T>& price, same_t<T> target, bool corrector) {
   const T c = complementarity_residual(q.l, q.t, q.dl, q.dt, target, corrector);
-  const T dl = -(c + q.l * (gd + effective_residual(q, price, target, corrector))) / effective_slack(q, price);
-  if (price.elastic()) {
+  const T dl =
+      -(c + q.l * (gd + effective_residual<elastic>(q, price, target, corrector))) / effective_slack<elastic>(q, price);
+  if constexpr (elastic) {
     const T cs = complementarity_residual(q.m, q.s, q.dm, q.ds, target, corrector);
     const T e = elastic_residual(q, price);
     q.ds = -(cs + q.s * (e - dl)) / price.curvature(q);
@@ -217,8 +243,11 @@ inline void row_step(Row<T>& r, same_t<T> gd, const Price<T>& price, same_t<T> t
     r.hi.dl = (gd + r.lo.r) / equality_regularization<T>;
     return;
   }
-  if (r.lo_on) side_step(r.lo, gd, price, target, corrector);
-  if (r.hi_on) side_step(r.hi, -gd, price, target, corrector);
+  by_kind(r, [&](auto elastic) {
+    constexpr bool e = decltype(elastic)::value;
+    if (r.lo_on) side_step<e>(r.lo, gd, price, target, corrector);
+    if (r.hi_on) side_step<e>(r.hi, -gd, price, target, corrector);
+  });
 }
 
 /// Shrinks alpha so the row's slacks and multipliers stay nonnegative.

@@ -16,6 +16,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "anvil/dense.hpp"
 #include "anvil/qp.hpp"
 #include "anvil/support.hpp"
 
@@ -253,20 +254,29 @@ inline void row_step(Row<T>& r, same_t<T> gd, const Price<T>& price, same_t<T> t
 /// Shrinks alpha so the row's slacks and multipliers stay nonnegative.
 template <class T>
 inline void row_limit(const Row<T>& r, T& alpha) {
-  // NOTE: without a branch: the signs of the steps change from side to side and iteration to iteration, a branch on
-  // them is mispredicted often and costs more than the division, whose result (inf or NaN where dv >= 0: IEEE
-  // arithmetic, no trap) is then not taken
-  const auto limit = [&](T v, T dv) {
-    const T step = -v / dv;
-    alpha = dv < T(0) && step < alpha ? step : alpha;
-  };
-  each_side(r, [&](const Side<T>& q) {
-    limit(q.t, q.dt);
-    limit(q.l, q.dl);
-    if (r.elastic) {
-      limit(q.s, q.ds);
-      limit(q.m, q.dm);
+  if (r.eq) return;  // an equality's multiplier is free
+  // NOTE: both sides' ratios in one vector (GCC's and clang's vector extension): as scalars, their divisions, one a
+  // ratio, set the pass's time. An absent side's slack, multiplier and steps stay 1, 0, 0, 0, a hard row's violation
+  // and its multiplier 0, 0: steps that are not negative, which never limit. Each ratio is taken by a select, not a
+  // branch: the signs of the steps change from side to side and iteration to iteration, a branch on them is
+  // mispredicted often and costs more than the division, whose result (inf or NaN where dv >= 0: IEEE arithmetic, no
+  // trap) is then not taken. The row's least ratio, then one comparison with alpha: the pass's chain of minima (each
+  // waiting for the one before) has one link a row.
+  by_kind(r, [&](auto elastic) {
+    constexpr int lanes = decltype(elastic)::value ? 8 : 4;
+    using vec = typename anvil::dense::Vector<T, lanes>::type;
+    vec v, dv;
+    if constexpr (lanes == 8) {
+      v = vec{r.lo.t, r.lo.l, r.hi.t, r.hi.l, r.lo.s, r.lo.m, r.hi.s, r.hi.m};
+      dv = vec{r.lo.dt, r.lo.dl, r.hi.dt, r.hi.dl, r.lo.ds, r.lo.dm, r.hi.ds, r.hi.dm};
+    } else {
+      v = vec{r.lo.t, r.lo.l, r.hi.t, r.hi.l};
+      dv = vec{r.lo.dt, r.lo.dl, r.hi.dt, r.hi.dl};
     }
+    const vec zero = {}, ratio = dv < zero ? -v / dv : zero + T(HUGE_VAL);
+    T least = ratio[0];
+    for (int i = 1; i < lanes; ++i) least = ratio[i] < least ? ratio[i] : least;
+    alpha = least < alpha ? least : alpha;
   });
 }
 

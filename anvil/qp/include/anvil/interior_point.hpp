@@ -255,13 +255,13 @@ inline void row_step(Row<T>& r, same_t<T> gd, const Price<T>& price, same_t<T> t
 template <class T>
 inline void row_limit(const Row<T>& r, T& alpha) {
   if (r.eq) return;  // an equality's multiplier is free
-  // NOTE: both sides' ratios in one vector (GCC's and clang's vector extension): as scalars, their divisions, one a
-  // ratio, set the pass's time. An absent side's slack, multiplier and steps stay 1, 0, 0, 0, a hard row's violation
-  // and its multiplier 0, 0: steps that are not negative, which never limit. Each ratio is taken by a select, not a
-  // branch: the signs of the steps change from side to side and iteration to iteration, a branch on them is
-  // mispredicted often and costs more than the division, whose result (inf or NaN where dv >= 0: IEEE arithmetic, no
-  // trap) is then not taken. The row's least ratio, then one comparison with alpha: the pass's chain of minima (each
-  // waiting for the one before) has one link a row.
+  // NOTE: both sides' ratios in one vector (GCC's and clang's vector extension): one division and one select for all
+  // of them, where each ratio had its own. An absent side's slack, multiplier and steps stay 1, 0, 0, 0: steps that
+  // are not negative, which never limit (a hard row's violation and its multiplier are not looked at). Each ratio is
+  // taken by a select, not a branch: the signs of the steps change from side to side and iteration to iteration, a
+  // branch on them is mispredicted often and costs more than the division, whose result (inf or NaN where dv >= 0:
+  // IEEE arithmetic, no trap) is then not taken. The row's least ratio, then one comparison with alpha: the pass's
+  // chain of minima (each waiting for the one before) has one link a row.
   by_kind(r, [&](auto elastic) {
     constexpr int lanes = decltype(elastic)::value ? 8 : 4;
     using vec = typename anvil::dense::Vector<T, lanes>::type;

@@ -275,8 +275,8 @@ inline void row_limit(const Row<T>& r, T& alpha) {
     }
     const vec zero = {}, ratio = dv < zero ? -v / dv : zero + T(HUGE_VAL);
     T least = ratio[0];
-    for (int i = 1; i < lanes; ++i) least = ratio[i] < least ? ratio[i] : least;
-    alpha = least < alpha ? least : alpha;
+    for (int i = 1; i < lanes; ++i) least = anvil::running_min(least, ratio[i]);
+    alpha = anvil::running_min(alpha, least);
   });
 }
 
